@@ -1,0 +1,275 @@
+"""The spec: a declarative description of one packed weight format and its dequantized target.
+
+These pydantic models are the schema and its documentation. A weight tensor is logically
+``W[K, N]`` (K = input features, the reduction axis of the GEMM; N = output features). Its
+integer codes are packed into 32-bit words along one axis; each element dequantizes to
+
+    value = round_to_target( (code_value - zero) * scale )
+
+where ``code_value`` depends on ``source.kind`` (see ``Source``), ``zero`` on ``zeros`` (0 when
+there are none) and ``scale`` is the element's group scale. The subtraction is exact (small
+integers), so there is exactly one rounding, to nearest-even in the target format.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+CONTAINER_BITS = 32
+
+#: Named element orders. ``order[j]`` is the element stored in field ``j`` of a word, field 0
+#: being the least significant ``bits`` bits.
+ORDER_PRESETS: dict[str, dict[int, list[int]]] = {
+    # Element j in field j: GPTQ's qweight along K, plain little-endian packing.
+    "sequential": {b: list(range(CONTAINER_BITS // b)) for b in (1, 2, 4, 8)},
+    # AutoAWQ's AWQ_ORDER (awq/utils/packing_utils.py): nibble j holds element [0,2,4,6,1,3,5,7][j],
+    # which is FasterTransformer's interleaved register order [e7 e5 e3 e1 e6 e4 e2 e0].
+    "awq": {4: [0, 2, 4, 6, 1, 3, 5, 7]},
+    # FasterTransformer's int8 register order, written MSB-first as [e3 e1 e2 e0] (CUTLASS: "[3120]").
+    "ft_int8": {8: [0, 2, 1, 3]},
+}
+
+
+class SpecError(ValueError):
+    """An invalid spec: one line naming the field, the value and what is allowed."""
+
+
+class Target(str, Enum):
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+class SourceKind(str, Enum):
+    unsigned = "unsigned"  # code_value = q
+    signed = "signed"  # code_value = two's-complement value of q
+    biased = "biased"  # code_value = q - bias (GPTQ u4b8: bias 8; u8b128: bias 128)
+
+
+class Source(BaseModel):
+    """The stored integer code of one element: ``bits`` wide, read as ``kind`` says.
+
+    - ``unsigned``: value q in [0, 2^bits).
+    - ``signed``: two's complement, value in [-2^(bits-1), 2^(bits-1)).
+    - ``biased``: stored q in [0, 2^bits), value q - ``bias`` (vLLM's u4b8 / u8b128).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    bits: int = Field(description="Width of one code in bits (1..8; must divide 32 for now).")
+    kind: SourceKind = Field(description="How a code's bits map to an integer value.")
+    bias: int | None = Field(
+        default=None, description="For kind 'biased' only: the value is q - bias, 0 <= bias < 2^bits."
+    )
+
+    @field_validator("bits")
+    @classmethod
+    def _bits(cls, v: int) -> int:
+        if not 1 <= v <= 8:
+            raise ValueError(f"must be between 1 and 8, got {v}")
+        if CONTAINER_BITS % v:
+            raise ValueError(
+                f"{v}-bit codes straddle 32-bit words; only widths that divide 32 (1, 2, 4, 8) are supported"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _bias(self) -> "Source":
+        if self.kind is SourceKind.biased:
+            if self.bias is None:
+                raise ValueError("kind 'biased' needs 'bias' (e.g. 8 for u4b8, 128 for u8b128)")
+            if not 0 <= self.bias < (1 << self.bits):
+                raise ValueError(f"bias must be in [0, {1 << self.bits}) for {self.bits}-bit codes, got {self.bias}")
+        elif self.bias is not None:
+            raise ValueError(f"'bias' is only allowed with kind 'biased', not '{self.kind.value}'")
+        return self
+
+    @property
+    def offset(self) -> int:
+        """The constant subtracted from the unsigned field value (bias); 0 otherwise."""
+        return self.bias if self.kind is SourceKind.biased else 0
+
+    @property
+    def short(self) -> str:
+        if self.kind is SourceKind.signed:
+            return f"s{self.bits}"
+        if self.kind is SourceKind.biased:
+            return f"u{self.bits}b{self.bias}"
+        return f"u{self.bits}"
+
+
+class Packing(BaseModel):
+    """How codes sit in 32-bit words.
+
+    ``axis`` is the logical axis along which consecutive elements share a word: ``N`` (AWQ:
+    qweight is [K, N/8] int32) or ``K`` (GPTQ: qweight is [K/8, N] int32). ``order[j]`` is the
+    index (within the word's run of 32/bits consecutive elements) of the element whose bits are
+    ``[j*bits, (j+1)*bits)`` of the word. A preset name or an explicit permutation.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    container: Literal[32] = Field(default=32, description="Word width in bits; 32 is the only one.")
+    axis: Literal["N", "K"] = Field(description="Logical axis packed into a word.")
+    order: Union[str, list[int]] = Field(default="sequential", description="Preset name or permutation.")
+
+    def resolved_order(self, bits: int) -> list[int]:
+        if isinstance(self.order, str):
+            return ORDER_PRESETS[self.order][bits]
+        return list(self.order)
+
+
+class Scales(BaseModel):
+    """One scale per (group of ``group_size`` rows along K, output column n).
+
+    ``group_size = -1`` means one group spanning all of K (per-channel). Scales are stored
+    ``[K/group_size, N]`` in ``dtype``, which must equal the target.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    group_size: int = Field(description="Rows of K sharing a scale; -1 for per-channel.")
+    dtype: Target | None = Field(default=None, description="Scale dtype; defaults to the target.")
+
+    @field_validator("group_size")
+    @classmethod
+    def _group(cls, v: int) -> int:
+        if v == 0 or v < -1:
+            raise ValueError(f"must be -1 (per-channel) or a positive number of rows, got {v}")
+        return v
+
+
+class Zeros(BaseModel):
+    """Zero points.
+
+    - ``none``: symmetric; zero = 0 (any fixed bias lives in ``source``).
+    - ``integer``: unsigned ``source.bits``-wide zero codes, one per (group, column), packed
+      exactly like the weights along N (AWQ's qzeros [K/G, N/8]); value = (q - z) * s.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["none", "integer"] = "none"
+
+
+ARCH_RE = re.compile(r"^sm_(\d+)[af]?$")
+
+
+class Spec(BaseModel):
+    """A dequantization spec: one YAML file. See the module docstring for the value formula."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Identifier used for generated file names.", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    description: str = ""
+    source: Source
+    target: Target
+    packing: Packing
+    scales: Scales
+    zeros: Zeros = Zeros()
+    arch: str = Field(default="sm_80", description="Minimum compute capability, e.g. sm_80, sm_90.")
+
+    @field_validator("arch")
+    @classmethod
+    def _arch(cls, v: str) -> str:
+        m = ARCH_RE.match(v)
+        if not m:
+            raise ValueError(f"must look like 'sm_80', got {v!r}")
+        if int(m.group(1)) < 75:
+            raise ValueError(f"{v} is older than sm_75, the oldest NVRTC 13 targets")
+        return v
+
+    @property
+    def sm(self) -> int:
+        m = ARCH_RE.match(self.arch)
+        assert m
+        return int(m.group(1))
+
+    @property
+    def per_word(self) -> int:
+        return CONTAINER_BITS // self.source.bits
+
+    @property
+    def order(self) -> list[int]:
+        return self.packing.resolved_order(self.source.bits)
+
+    @model_validator(mode="after")
+    def _cross(self) -> "Spec":
+        bits = self.source.bits
+        n = CONTAINER_BITS // bits
+        order = self.packing.order
+        if isinstance(order, str):
+            if order not in ORDER_PRESETS:
+                raise _field_error("packing.order", order, f"one of {sorted(ORDER_PRESETS)} or a permutation")
+            if bits not in ORDER_PRESETS[order]:
+                fits = sorted(ORDER_PRESETS[order])
+                raise _field_error("packing.order", order, f"a preset defined for {bits}-bit codes ({order!r} is for {fits}-bit)")
+        elif sorted(order) != list(range(n)):
+            raise _field_error("packing.order", order, f"a permutation of 0..{n - 1} ({n} fields of {bits} bits per word)")
+        if self.scales.dtype is not None and self.scales.dtype != self.target:
+            raise _field_error("scales.dtype", self.scales.dtype.value, f"the target dtype {self.target.value!r}")
+        if self.target is Target.bf16 and self.sm < 80:
+            raise _field_error("arch", self.arch, "sm_80 or newer for bf16 (bf16x2 arithmetic starts at sm_80)")
+        g = self.scales.group_size
+        if self.packing.axis == "K" and g != -1 and g % n:
+            raise _field_error(
+                "scales.group_size", g, f"-1 or a multiple of {n}: with packing along K a word holds {n} rows"
+            )
+        if self.zeros.mode == "integer" and self.source.kind is not SourceKind.unsigned:
+            raise _field_error("zeros.mode", "integer", f"'none' for {self.source.kind.value} codes (zero points need kind 'unsigned')")
+        if self.zeros.mode == "integer" and self.packing.axis != "N":
+            raise _field_error("zeros.mode", "integer", "'none' with packing along K for now (integer zeros are packed along N like AWQ)")
+        return self
+
+
+def _field_error(field: str, value: object, allowed: str) -> ValueError:
+    return ValueError(f"[{field}] got {value!r}; expected {allowed}")
+
+
+def _format_validation_error(err: ValidationError, origin: str) -> SpecError:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if msg.startswith("["):  # cross-field errors carry their own field name
+            parts.append(msg)
+        elif e["type"] in ("missing",):
+            parts.append(f"[{loc}] is required")
+        elif e["type"] == "extra_forbidden":
+            parts.append(f"[{loc}] is not a known field")
+        else:
+            given = e.get("input")
+            given_s = "" if isinstance(given, dict) else f"got {given!r}; "
+            parts.append(f"[{loc}] {given_s}{msg}")
+    return SpecError(f"{origin}: " + "; ".join(parts))
+
+
+def load_spec(source: str | Path | dict) -> Spec:
+    """Load and validate a spec from a YAML path, YAML text or a dict. Raises ``SpecError``."""
+    origin = "spec"
+    if isinstance(source, dict):
+        data = source
+    else:
+        p = Path(source)
+        if isinstance(source, Path) or (len(str(source)) < 4096 and "\n" not in str(source) and p.suffix in (".yaml", ".yml")):
+            if not p.exists():
+                raise SpecError(f"{p}: no such spec file")
+            origin = str(p)
+            text = p.read_text()
+        else:
+            text = str(source)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise SpecError(f"{origin}: not valid YAML: {e}".replace("\n", " ")) from None
+        if not isinstance(data, dict):
+            raise SpecError(f"{origin}: expected a mapping of spec fields, got {type(data).__name__}")
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as e:
+        raise _format_validation_error(e, origin) from None
