@@ -1,0 +1,516 @@
+"""Minimal CUDA driver-API runtime: load cubins, launch kernels, view user tensors.
+
+Importing this module never touches the GPU (or libcuda), and torch / cupy are
+only imported lazily, so CPU-only tooling (codegen, NVRTC, tests) can use it.
+Kernels run in the device's *primary* context, the one torch and cupy use, so
+pointers and streams from those libraries are valid in our launches.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from cuda.bindings import driver
+
+__all__ = [
+    "DeviceArray",
+    "LoadedKernel",
+    "allocate_like",
+    "as_device_array",
+    "current_stream",
+    "device_arch",
+    "gpu_available",
+    "primary_context",
+    "stream_handle",
+]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _err_name(err: Any) -> str:
+    try:
+        res, name = driver.cuGetErrorName(err)
+        if res == driver.CUresult.CUDA_SUCCESS and name:
+            return name.decode(errors="replace")
+    except Exception:  # noqa: BLE001 - decorating an error; libcuda may be absent
+        pass
+    return getattr(err, "name", str(err))
+
+
+def _check(result: tuple[Any, ...], what: str) -> Any:
+    """Unpack a cuda-bindings ``(err, *values)`` tuple; raise RuntimeError on failure."""
+    err, *values = result
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what} failed: {_err_name(err)}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+# --------------------------------------------------------------------------- init / contexts
+
+_init_lock = threading.Lock()
+_initialized = False
+_primary_ctx: dict[int, Any] = {}
+
+
+def _ensure_init() -> None:
+    global _initialized
+    if _initialized:
+        return
+    with _init_lock:
+        if _initialized:
+            return
+        try:
+            res = driver.cuInit(0)
+        except RuntimeError as e:
+            # cuda-bindings raises (rather than returning an error code) when
+            # libcuda.so.1 cannot be dlopen'ed, i.e. no NVIDIA driver at all.
+            raise RuntimeError(f"CUDA driver not available: {e}") from e
+        _check(res, "cuInit")
+        _initialized = True
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_available() -> bool:
+    try:
+        _ensure_init()
+        return int(_check(driver.cuDeviceGetCount(), "cuDeviceGetCount")) >= 1
+    except Exception:  # noqa: BLE001 - contract: never raises
+        return False
+
+
+def _device(ordinal: int) -> Any:
+    _ensure_init()
+    return _check(driver.cuDeviceGet(int(ordinal)), f"cuDeviceGet({ordinal})")
+
+
+def device_arch(ordinal: int = 0) -> str:
+    dev = _device(ordinal)
+    attr = driver.CUdevice_attribute
+    major = _check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
+    minor = _check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
+    return f"sm_{int(major)}{int(minor)}"
+
+
+def primary_context(ordinal: int = 0) -> Any:
+    """Retain (once per process) and make current the primary context of ``ordinal``.
+
+    The current context is per thread, so this is called before every
+    driver call that needs one rather than once at load time.
+    """
+    ctx = _primary_ctx.get(ordinal)
+    if ctx is None:
+        with _init_lock:
+            ctx = _primary_ctx.get(ordinal)
+            if ctx is None:
+                # Deliberately never released: torch/cupy keep the primary
+                # context alive for the process lifetime too, and releasing it
+                # while modules are loaded would invalidate them.
+                ctx = _check(driver.cuDevicePrimaryCtxRetain(_device(ordinal)), "cuDevicePrimaryCtxRetain")
+                _primary_ctx[ordinal] = ctx
+    _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return ctx
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def _param_holder(arg: Any, index: int) -> Any:
+    """Return an object owning the bytes of one kernel argument (kept alive by the caller)."""
+    if isinstance(arg, DeviceArray):
+        return np.array(arg.ptr, dtype=np.uint64)
+    if isinstance(arg, np.generic):
+        return np.array(arg)
+    if isinstance(arg, np.ndarray) and arg.ndim == 0:
+        return np.ascontiguousarray(arg)
+    if isinstance(arg, ctypes._SimpleCData):  # type: ignore[attr-defined]
+        return arg
+    # Plain Python ints/floats are refused: the parameter width (32 vs 64 bit)
+    # is not knowable from the value, and guessing wrong silently corrupts
+    # every following argument.
+    raise TypeError(
+        f"kernel argument {index}: expected a numpy scalar (np.uint64 for pointers, np.int32/np.int64, ...), "
+        f"a ctypes scalar or a DeviceArray, got {type(arg).__name__}"
+    )
+
+
+def _holder_address(h: Any) -> int:
+    if isinstance(h, np.ndarray):
+        return int(h.ctypes.data)
+    return int(ctypes.addressof(h))
+
+
+class LoadedKernel:
+    """A ``__global__`` function from a cubin (or NUL-terminated PTX), loaded into a primary context."""
+
+    def __init__(self, image: bytes, name: str, device: int = 0) -> None:
+        self.name = name
+        self.device = int(device)
+        primary_context(self.device)
+        if not image.startswith(b"\x7fELF") and not image.endswith(b"\x00"):
+            # The driver reads PTX as a C string.
+            image = image + b"\x00"
+        self._image = image
+        self._module: Any = _check(driver.cuModuleLoadData(image), "cuModuleLoadData")
+        try:
+            self._function: Any = _check(driver.cuModuleGetFunction(self._module, name.encode()), f"cuModuleGetFunction({name!r})")
+        except BaseException:
+            self.close()
+            raise
+
+    def __call__(
+        self,
+        grid: Sequence[int],
+        block: Sequence[int],
+        args: Sequence[Any],
+        stream: Any = 0,
+        shared_mem: int = 0,
+    ) -> None:
+        if self._module is None:
+            raise RuntimeError(f"kernel {self.name!r}: module already unloaded")
+        gx, gy, gz = (tuple(int(v) for v in grid) + (1, 1, 1))[:3]
+        bx, by, bz = (tuple(int(v) for v in block) + (1, 1, 1))[:3]
+        holders = [_param_holder(a, i) for i, a in enumerate(args)]
+        # kernelParams is a void*[] whose entries point at each argument's bytes;
+        # cuda-bindings accepts its address as a plain int.  ``holders`` and
+        # ``param_ptrs`` must outlive the call (the driver copies them at launch).
+        param_ptrs = np.array([_holder_address(h) for h in holders] or [0], dtype=np.uint64)
+        primary_context(self.device)
+        _check(
+            driver.cuLaunchKernel(
+                self._function, gx, gy, gz, bx, by, bz, int(shared_mem), stream_handle(stream),
+                int(param_ptrs.ctypes.data) if holders else 0, 0,
+            ),
+            f"cuLaunchKernel({self.name!r})",
+        )
+        del holders, param_ptrs
+
+    def close(self) -> None:
+        module, self._module = getattr(self, "_module", None), None
+        if module is not None:
+            try:
+                primary_context(self.device)
+                driver.cuModuleUnload(module)
+            except Exception:  # noqa: BLE001 - best effort, may run at interpreter exit
+                pass
+
+    def __del__(self) -> None:
+        if sys is not None and not sys.is_finalizing():
+            self.close()
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    ptr: int
+    shape: tuple[int, ...]
+    strides_bytes: tuple[int, ...]
+    dtype: np.dtype
+    device: int
+    kind: str  # "torch" | "cupy" | "cai" | "dlpack"
+    obj: Any = field(repr=False, compare=False)
+    # Keeps e.g. a DLPack capsule alive as long as this view exists.
+    keepalive: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def itemsize(self) -> int:
+        return int(self.dtype.itemsize)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        expected = self.itemsize
+        for dim, stride in zip(reversed(self.shape), reversed(self.strides_bytes)):
+            if dim != 1 and stride != expected:
+                return False
+            expected *= dim
+        return True
+
+
+def _bfloat16() -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _type_name(obj: Any) -> str:
+    t = type(obj)
+    return f"{t.__module__}.{t.__qualname__}" if t.__module__ != "builtins" else t.__qualname__
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides: list[int] = []
+    acc = itemsize
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+def _torch_to_numpy_dtype(torch: Any, tdtype: Any, name: str) -> np.dtype:
+    table: dict[Any, Any] = {
+        torch.float16: np.float16,
+        torch.float32: np.float32,
+        torch.float64: np.float64,
+        torch.int8: np.int8,
+        torch.uint8: np.uint8,
+        torch.int16: np.int16,
+        torch.int32: np.int32,
+        torch.int64: np.int64,
+    }
+    for attr, np_t in (("uint16", np.uint16), ("uint32", np.uint32), ("uint64", np.uint64)):
+        if hasattr(torch, attr):  # unsigned wide dtypes only exist in torch >= 2.3
+            table[getattr(torch, attr)] = np_t
+    if tdtype == torch.bfloat16:
+        return _bfloat16()
+    if tdtype not in table:
+        raise TypeError(f"{name}: unsupported torch dtype {tdtype}")
+    return np.dtype(table[tdtype])
+
+
+def _from_torch(obj: Any, name: str) -> DeviceArray:
+    torch = sys.modules["torch"]
+    if not obj.is_cuda:
+        where = "CPU" if obj.device.type == "cpu" else f"{obj.device.type!r}-device"
+        raise ValueError(f"{name}: expected a CUDA tensor, got a {where} torch.Tensor")
+    dtype = _torch_to_numpy_dtype(torch, obj.dtype, name)
+    index = obj.device.index
+    if index is None:
+        index = torch.cuda.current_device()
+    return DeviceArray(
+        ptr=int(obj.data_ptr()),
+        shape=tuple(int(s) for s in obj.shape),
+        strides_bytes=tuple(int(s) * obj.element_size() for s in obj.stride()),
+        dtype=dtype,
+        device=int(index),
+        kind="torch",
+        obj=obj,
+    )
+
+
+def _from_cupy(obj: Any, name: str) -> DeviceArray:
+    return DeviceArray(
+        ptr=int(obj.data.ptr),
+        shape=tuple(int(s) for s in obj.shape),
+        strides_bytes=tuple(int(s) for s in obj.strides),
+        dtype=np.dtype(obj.dtype),
+        device=int(obj.device.id),
+        kind="cupy",
+        obj=obj,
+    )
+
+
+def _pointer_device(ptr: int) -> int:
+    """Device ordinal owning ``ptr``; the CUDA array interface does not say."""
+    if ptr == 0 or not gpu_available():
+        return 0
+    attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    return int(_check(driver.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute"))
+
+
+def _from_cai(obj: Any, name: str) -> DeviceArray:
+    cai = obj.__cuda_array_interface__
+    try:
+        dtype = np.dtype(cai["typestr"])
+    except TypeError as e:
+        raise TypeError(f"{name}: unsupported __cuda_array_interface__ typestr {cai['typestr']!r}") from e
+    if dtype.kind not in "iuf" or dtype.byteorder == ">":
+        raise TypeError(f"{name}: unsupported __cuda_array_interface__ typestr {cai['typestr']!r}")
+    if cai.get("mask") is not None:
+        raise TypeError(f"{name}: masked __cuda_array_interface__ arrays are not supported")
+    shape = tuple(int(s) for s in cai["shape"])
+    strides = cai.get("strides")
+    strides_b = tuple(int(s) for s in strides) if strides is not None else _c_strides(shape, dtype.itemsize)
+    ptr = int(cai["data"][0] or 0)
+    return DeviceArray(ptr, shape, strides_b, dtype, _pointer_device(ptr), "cai", obj)
+
+
+# DLPack ABI (dlpack.h, unversioned "dltensor" capsule).
+_kDLCPU, _kDLCUDA, _kDLCUDAHost, _kDLCUDAManaged = 1, 2, 3, 13
+_DLPACK_CPU_LIKE = {_kDLCPU: "CPU", _kDLCUDAHost: "CUDA-host (pinned)"}
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+def _dlpack_dtype(dt: _DLDataType, name: str) -> np.dtype:
+    if dt.lanes != 1:
+        raise TypeError(f"{name}: vectorized DLPack dtypes (lanes={dt.lanes}) are not supported")
+    code, bits = int(dt.code), int(dt.bits)
+    if code == 4 and bits == 16:  # kDLBfloat
+        return _bfloat16()
+    kind = {0: "i", 1: "u", 2: "f"}.get(code)
+    if kind is None or bits % 8:
+        raise TypeError(f"{name}: unsupported DLPack dtype (code={code}, bits={bits})")
+    try:
+        return np.dtype(f"<{kind}{bits // 8}")
+    except TypeError as e:
+        raise TypeError(f"{name}: unsupported DLPack dtype (code={code}, bits={bits})") from e
+
+
+def _from_dlpack(obj: Any, name: str) -> DeviceArray:
+    dev_type, dev_id = (int(v) for v in obj.__dlpack_device__())
+    if dev_type not in (_kDLCUDA, _kDLCUDAManaged):
+        where = _DLPACK_CPU_LIKE.get(dev_type, f"non-CUDA (DLPack device type {dev_type})")
+        raise ValueError(f"{name}: expected a CUDA tensor, got a {where} {_type_name(obj)}")
+    capsule = obj.__dlpack__()
+    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    get_ptr.restype = ctypes.c_void_p
+    get_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    # The capsule is not consumed (not renamed to "used_dltensor"), so its own
+    # destructor frees it; we keep it alive in DeviceArray.keepalive meanwhile.
+    addr = get_ptr(capsule, b"dltensor")
+    if not addr:
+        raise TypeError(f"{name}: __dlpack__() did not return a 'dltensor' capsule")
+    t = _DLTensor.from_address(addr)  # DLManagedTensor starts with its DLTensor
+    dtype = _dlpack_dtype(t.dtype, name)
+    ndim = int(t.ndim)
+    shape = tuple(int(t.shape[i]) for i in range(ndim))
+    if t.strides:
+        strides_b = tuple(int(t.strides[i]) * dtype.itemsize for i in range(ndim))
+    else:
+        strides_b = _c_strides(shape, dtype.itemsize)
+    ptr = int(t.data or 0) + int(t.byte_offset)
+    return DeviceArray(ptr, shape, strides_b, dtype, int(dev_id), "dlpack", obj, keepalive=capsule)
+
+
+def as_device_array(obj: Any, name: str) -> DeviceArray:
+    """Normalize a CUDA torch tensor / cupy array / CAI or DLPack object.
+
+    Raises ValueError (naming ``name``) for host-resident data and TypeError
+    for anything else that is not understood.
+    """
+    if isinstance(obj, DeviceArray):
+        return obj
+    # Checked via sys.modules so that merely handling an array never imports
+    # torch/cupy; if obj is one of theirs, the library is already loaded.
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return _from_torch(obj, name)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(obj, cupy.ndarray):
+        return _from_cupy(obj, name)
+    if isinstance(obj, np.ndarray):
+        # numpy also speaks DLPack; give the clearer message up front.
+        raise ValueError(f"{name}: expected a CUDA tensor, got a CPU numpy.ndarray")
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _from_cai(obj, name)
+    if hasattr(obj, "__dlpack_device__") and hasattr(obj, "__dlpack__"):
+        return _from_dlpack(obj, name)
+    raise TypeError(
+        f"{name}: unsupported array type {_type_name(obj)}; expected a CUDA torch.Tensor, a cupy.ndarray, "
+        "or an object implementing __cuda_array_interface__ or __dlpack__"
+    )
+
+
+def _numpy_to_torch_dtype(torch: Any, dtype: Any) -> Any:
+    dt = np.dtype(dtype)
+    if dt == _bfloat16():
+        return torch.bfloat16
+    table = {
+        np.dtype(np.float16): torch.float16,
+        np.dtype(np.float32): torch.float32,
+        np.dtype(np.float64): torch.float64,
+        np.dtype(np.int8): torch.int8,
+        np.dtype(np.uint8): torch.uint8,
+        np.dtype(np.int16): torch.int16,
+        np.dtype(np.int32): torch.int32,
+        np.dtype(np.int64): torch.int64,
+    }
+    for attr, np_t in (("uint16", np.uint16), ("uint32", np.uint32), ("uint64", np.uint64)):
+        if hasattr(torch, attr):
+            table[np.dtype(np_t)] = getattr(torch, attr)
+    if dt not in table:
+        raise TypeError(f"no torch dtype for numpy dtype {dt}")
+    return table[dt]
+
+
+def allocate_like(kind: str, shape: Sequence[int], dtype: Any, device: int) -> Any:
+    """A new uninitialized CUDA array of the library that ``kind`` names.
+
+    For "cai"/"dlpack" inputs there is no producing library to mirror, so the
+    first of torch, cupy that is importable is used.
+    """
+    shape = tuple(int(s) for s in shape)
+    order = {"torch": ("torch",), "cupy": ("cupy",)}.get(kind, ("torch", "cupy"))
+    errors: list[str] = []
+    for lib in order:
+        try:
+            if lib == "torch":
+                import torch
+
+                return torch.empty(shape, dtype=_numpy_to_torch_dtype(torch, dtype), device=f"cuda:{device}")
+            import cupy
+
+            if np.dtype(dtype) == _bfloat16():
+                raise TypeError("cupy has no bfloat16 dtype")
+            with cupy.cuda.Device(device):
+                return cupy.empty(shape, dtype=np.dtype(dtype))
+        except ImportError as e:
+            errors.append(f"{lib}: {e}")
+    raise RuntimeError(f"cannot allocate an output for kind {kind!r}: " + "; ".join(errors))
+
+
+def current_stream(kind: str, device: int) -> int:
+    """The raw CUstream the producing library is currently using on ``device`` (0 = legacy default)."""
+    if kind == "torch":
+        import torch
+
+        return int(torch.cuda.current_stream(device).cuda_stream)
+    if kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(device):
+            return int(cupy.cuda.get_current_stream().ptr)
+    return 0
+
+
+def stream_handle(stream: Any) -> int:
+    """Raw CUstream value for None / int / torch.cuda.Stream / cupy Stream / driver.CUstream."""
+    if stream is None:
+        return 0
+    if isinstance(stream, bool):
+        raise TypeError("stream must be None, an int handle or a stream object, not bool")
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream / ExternalStream
+        return int(stream.cuda_stream)
+    if hasattr(stream, "ptr"):  # cupy.cuda.Stream
+        return int(stream.ptr)
+    if isinstance(stream, driver.CUstream):
+        return int(stream)
+    raise TypeError(f"unsupported stream object {_type_name(stream)}")
