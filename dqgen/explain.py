@@ -1,0 +1,185 @@
+"""``dqgen explain``: the Plan, in words a newcomer can follow.
+
+Besides the constants and their derivations, it draws every integer register bit by bit,
+found by running the integer ops on *symbolic* bits: each bit is a constant, a bit of some
+element's code (letter a = element 0, b = element 1, ...; upper case = that bit inverted), a
+bit of the zero word (digit = element), or '.' (a bit that no later op looks at).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .anchors import published
+from .formats import FloatFormat, FORMATS
+from .isa import Const, Opcode
+from .magic import fmt_num
+from .plan import STAGES, Plan
+from .prove import ProofResult
+from .spec import Spec
+
+Bit = tuple  # ("c", 0|1) | ("w", element, inverted) | ("z", element) | ("?",)
+
+
+def _word_bits(spec: Spec, kind: str) -> list[Bit]:
+    b = spec.source.bits
+    return [(kind, spec.order[i // b], False) for i in range(32)]
+
+
+def _const_bits(v: int) -> list[Bit]:
+    return [("c", (v >> i) & 1) for i in range(32)]
+
+
+def _lop3_bit(a: Bit, b: Bit, c: Bit, lut: int) -> Bit:
+    ins = [a, b, c]
+    sym = [i for i, x in enumerate(ins) if x[0] != "c"]
+    if len(sym) > 1:
+        return ("?",)
+
+    def f(sv: int) -> int:
+        vals = [x[1] if x[0] == "c" else sv for x in ins]
+        return (lut >> ((vals[0] << 2) | (vals[1] << 1) | vals[2])) & 1
+
+    if not sym:
+        return ("c", f(0))
+    lo, hi = f(0), f(1)
+    if lo == hi:
+        return ("c", lo)
+    s = ins[sym[0]]
+    if s[0] == "?":
+        return s
+    return (s[0], s[1], (not s[2]) if lo == 1 else s[2])
+
+
+def symbolic(plan: Plan, spec: Spec) -> dict[str, list[Bit] | None]:
+    """Bits of every integer register; None for float-valued registers."""
+    regs: dict[str, list[Bit] | None] = {"w": _word_bits(spec, "w"), "z": _word_bits(spec, "z")}
+
+    def get(a: str | Const) -> list[Bit] | None:
+        return _const_bits(a.value) if isinstance(a, Const) else regs.get(a)
+
+    for op in plan.ops:
+        args = [get(a) for a in op.args]
+        if op.opcode.is_float or any(x is None for x in args):
+            regs[op.dst] = None
+            continue
+        if op.opcode is Opcode.SHR:
+            n = op.imm or 0
+            regs[op.dst] = [args[0][i + n] if i + n < 32 else ("c", 0) for i in range(32)]
+        elif op.opcode is Opcode.PRMT:
+            src = args[0] + args[1]
+            out: list[Bit] = []
+            for k in range(4):
+                s = ((op.imm or 0) >> (4 * k)) & 0xF
+                byte = src[8 * (s & 7): 8 * (s & 7) + 8]
+                out += [byte[7]] * 8 if s & 8 else byte
+            regs[op.dst] = out
+        elif op.opcode is Opcode.LOP3:
+            regs[op.dst] = [_lop3_bit(args[0][i], args[1][i], args[2][i], op.imm or 0) for i in range(32)]
+    return regs
+
+
+def _bit_char(bit: Bit) -> str:
+    if bit[0] == "c":
+        return str(bit[1])
+    if bit[0] == "?":
+        return "."
+    if bit[0] == "w":
+        ch = chr(ord("a") + bit[1])
+        return ch.upper() if bit[2] else ch
+    return str(bit[1])
+
+
+def diagram(bits: list[Bit]) -> str:
+    """MSB first, in nibbles, the two 16-bit halves separated by '|'."""
+    chars = [_bit_char(b) for b in reversed(bits)]
+    nibbles = ["".join(chars[i: i + 4]) for i in range(0, 32, 4)]
+    return " ".join(nibbles[:4]) + " | " + " ".join(nibbles[4:])
+
+
+def const_text(c: Const, lane: FloatFormat | None) -> str:
+    text = c.hex
+    fmt = FORMATS.get(c.kind.removesuffix("x2")) if c.kind != "b32" else None
+    if fmt is None and c.why.startswith("magic") and lane is not None:
+        fmt = lane
+    if fmt is not None and fmt.width == 16:
+        lo, hi = fmt.decode(c.value & 0xFFFF), fmt.decode(c.value >> 16)
+        text += f" = {fmt.name}x2 {{lo {fmt_num(lo) if isinstance(lo, Fraction) else lo}, hi {fmt_num(hi) if isinstance(hi, Fraction) else hi}}}"
+    elif fmt is not None:
+        v = fmt.decode(c.value)
+        text += f" = {fmt.name} {fmt_num(v) if isinstance(v, Fraction) else v}"
+    return f"{text}  ({c.why})"
+
+
+def _op_line(op) -> str:
+    args = [a if isinstance(a, str) else a.hex for a in op.args]
+    if op.imm is not None:
+        args.append(f"{op.imm}" if op.opcode is Opcode.SHR else f"0x{op.imm:X}")
+    return f"{op.opcode.ptx} {op.dst}, {', '.join(args)};"
+
+
+STAGE_TITLES = {
+    "zero": "once per zero-point word (per group of columns): zero points folded into the fix-up",
+    "convert": "per weight word: bits -> exact integers in the target format",
+    "scale": "per weight word: multiply by the group scale, one rounding",
+}
+
+
+def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
+    fmt = FORMATS[plan.target]
+    b = spec.source.bits
+    lines: list[str] = []
+    add = lines.append
+    add(f"dqgen explain: {spec.name}" + (f" - {spec.description.strip()}" if spec.description else ""))
+    add("")
+    add(f"Source   {spec.source.short}: {b}-bit {spec.source.kind.value} codes" + (f", value = q - {spec.source.bias}" if spec.source.bias is not None else "")
+        + f"; {spec.per_word} per 32-bit word, packed along {spec.packing.axis}; field j holds element {spec.order}[j]")
+    zero = "(q - z)" if spec.zeros.mode == "integer" else "q"
+    g = "per-channel" if spec.scales.group_size == -1 else f"groups of {spec.scales.group_size} rows of K"
+    add(f"Value    out = {fmt.name}( {zero} * s ), rounded once to nearest-even; scales {g}; target arch {spec.arch}")
+    add("")
+    add("Float-format facts used")
+    for f in plan.facts:
+        add(f"  - {f}")
+    add("")
+    add("How to read the bit diagrams: bit 31 on the left, '|' between the high and low 16-bit halves;")
+    add("  a..h = bits of element 0..7's code (upper case = inverted), 0-7 in a zero word = that element's zero")
+    add("  bits, '.' = bits nobody reads; 0/1 = constant bits.")
+    regs = symbolic(plan, spec)
+    add(f"  w      = {diagram(regs['w'])}")
+    if spec.zeros.mode == "integer":
+        add(f"  z      = {diagram(_word_bits(spec, 'z'))}")
+    add("")
+    add(f"Strategy {plan.strategy}: {plan.summary}")
+    for stage in STAGES:
+        ops = plan.stage_ops(stage)
+        if not ops:
+            continue
+        add("")
+        add(f"Stage {stage} - {STAGE_TITLES[stage]} ({len(ops)} ops per word, {fmt_num(plan.per8(stage))} per 8 outputs)")
+        for n, op in enumerate(ops, 1):
+            add(f"  [{n}] {_op_line(op)}")
+            add(f"       why: {op.why}")
+            if op.imm_why:
+                label = {Opcode.LOP3: "immLut", Opcode.PRMT: "selector", Opcode.SHR: "amount"}[op.opcode]
+                add(f"       {label}: {op.imm_why}")
+            for c in op.consts:
+                add(f"       const {const_text(c, op.opcode.lane_format or fmt)}")
+            bits = regs.get(op.dst)
+            if bits is not None:
+                add(f"       {op.dst:<6} = {diagram(bits)}")
+    add("")
+    pub = published(spec)
+    conv = fmt_num(plan.per8("convert"))
+    add(f"Ops per 8 outputs: convert {conv}" + (f" (best published: {pub[0]}, {pub[1]})" if pub else "")
+        + f"; scale {fmt_num(plan.per8('scale'))}" + (f"; zero-point preparation {plan.count('zero')} per zero word, shared by a whole group" if plan.count("zero") else ""))
+    if plan.rejected:
+        add("Also considered:")
+        for r in plan.rejected:
+            add(f"  - {r}")
+    if proof is not None:
+        add("")
+        add(f"Proof: {proof.line()}")
+        for f in proof.failures:
+            add(f"  ! {f}")
+    return "\n".join(lines)
