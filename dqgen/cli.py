@@ -54,6 +54,30 @@ def explain(
         raise typer.Exit(1)
 
 
+@app.command()
+def build(
+    spec: str = typer.Argument(..., help="Path to a spec YAML file."),
+    arch: Optional[str] = typer.Option(None, help="Architecture to compile PTX and cubin for (default: the spec's)."),
+    out: str = typer.Option("generated", help="Folder for the .cu, .cuh and .ptx files."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    words: int = typer.Option(1_000_000, help="Random words in the proof (besides every code at every lane)."),
+) -> None:
+    """Solve, prove, render and compile SPEC; on a machine with a GPU also run it against the reference."""
+    from .build import build_spec, print_summary
+
+    s = _load(spec)
+    try:
+        report = build_spec(s, arch=arch or s.arch, out_dir=Path(out), words=words)
+    except ValueError as e:
+        _fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        print_summary(report)
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
 @app.command("list")
 def list_specs(directory: str = typer.Argument("specs", help="Folder of spec files.")) -> None:
     """List the specs in DIRECTORY with a one-line description."""

@@ -101,6 +101,13 @@ def device_arch(ordinal: int = 0) -> str:
     return f"sm_{int(major)}{int(minor)}"
 
 
+def sm_count(ordinal: int = 0) -> int:
+    """Number of streaming multiprocessors: sizes persistent grids."""
+    dev = _device(ordinal)
+    attr = driver.CUdevice_attribute
+    return int(_check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute"))
+
+
 def primary_context(ordinal: int = 0) -> Any:
     """Retain (once per process) and make current the primary context of ``ordinal``.
 

@@ -1,0 +1,108 @@
+"""``dqgen build``: solve, prove, render, compile and (with a GPU) check one spec."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from . import device as dev
+from .magic import fmt_num
+from .nvrtc import CompileError, compile_source, nvrtc_version
+from .plan import Plan
+from .prove import prove
+from .render import render_converter, render_kernel
+from .solver import NoPlanError, solve
+from .spec import Spec
+
+#: An integer -> float conversion (cvt.rn.f16.s32, cvt.rn.f32.u32, ...): the slow path the magic numbers avoid.
+INT_TO_FLOAT_CVT = re.compile(r"\bcvt(?:\.\w+)*\.(?:f16|bf16|f32|f64)(?:x2)?\.[su](?:8|16|32|64)\b")
+
+
+def ptx_problems(plan: Plan, ptx: str) -> list[str]:
+    """The PTX must carry every instruction of the Plan and no integer -> float cvt."""
+    problems = [f"PTX lacks {m}" for m in sorted({op.opcode.ptx for op in plan.ops}) if m not in ptx]
+    cvts = sorted({m.group(0) for m in INT_TO_FLOAT_CVT.finditer(ptx)})
+    return problems + [f"PTX has an integer->float conversion: {c}" for c in cvts]
+
+
+def write_sources(spec: Spec, plan: Plan, out_dir: Path) -> tuple[Path, Path, str]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cu, cuh = out_dir / f"{spec.name}.cu", out_dir / f"{spec.name}.cuh"
+    source = render_kernel(spec, plan)
+    cu.write_text(source)
+    cuh.write_text(render_converter(spec, plan))
+    return cu, cuh, source
+
+
+def build_spec(spec: Spec, arch: str, out_dir: Path, words: int = 1_000_000, gpu: bool | None = None) -> dict:
+    report: dict = {"spec": spec.name, "arch": arch, "ok": True, "steps": {}}
+    steps = report["steps"]
+    try:
+        plan = solve(spec)
+    except NoPlanError as e:
+        raise ValueError(str(e)) from None
+    report["strategy"] = plan.strategy
+    report["ops_per_8"] = {s: fmt_num(plan.per8(s)) for s in ("convert", "scale")}
+    report["zero_ops_per_word"] = plan.count("zero")
+    report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
+    proof = prove(plan, spec, n_random=words)
+    steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
+    cu, cuh, source = write_sources(spec, plan, out_dir)
+    report["files"] = [str(cu), str(cuh)]
+    try:
+        t0 = time.perf_counter()
+        ptx = compile_source(source, arch=arch, want="ptx", name=cu.name, source_path=str(cu))
+        cubin = compile_source(source, arch=arch, want="cubin", name=cu.name, source_path=str(cu))
+        ptx_path = out_dir / f"{spec.name}.{arch}.ptx"
+        assert ptx.ptx is not None
+        ptx_path.write_text(ptx.ptx)
+        report["files"].append(str(ptx_path))
+        problems = ptx_problems(plan, ptx.ptx)
+        steps["compile"] = {
+            "ok": not problems,
+            "line": f"NVRTC {'.'.join(map(str, nvrtc_version()))}: PTX + cubin for {arch} in {time.perf_counter() - t0:.2f} s"
+            + (" (cache hit)" if ptx.cache_hit and cubin.cache_hit else ""),
+            "problems": problems,
+        }
+    except CompileError as e:
+        steps["compile"] = {"ok": False, "line": "NVRTC failed", "problems": [str(e)]}
+    use_gpu = dev.gpu_available() if gpu is None else gpu
+    if not use_gpu:
+        steps["gpu"] = {"ok": True, "skipped": True, "line": "no GPU: skipped"}
+    else:
+        steps["gpu"] = gpu_step(spec)
+    report["ok"] = all(s["ok"] for s in steps.values())
+    return report
+
+
+def gpu_step(spec: Spec) -> dict:
+    try:
+        import torch  # noqa: F401 - the check moves data with torch
+    except ImportError:
+        return {"ok": True, "skipped": True, "line": "GPU present but torch is not installed: skipped"}
+    from .gpucheck import build_shapes, check_shape
+    from .runtime import Kernel
+
+    kernel = Kernel(spec)
+    results = [check_shape(kernel, K, N, seed=i) for i, (K, N) in enumerate(build_shapes(spec))]
+    arch = dev.device_arch(0)
+    lines = [f"{r.K}x{r.N}: {'bit-exact' if r.ok else f'{r.mismatches} mismatches, {r.detail}'}" for r in results]
+    return {"ok": all(r.ok for r in results), "skipped": False, "line": f"{arch}, vs numba reference: " + "; ".join(lines)}
+
+
+def print_summary(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title=f"dqgen build {report['spec']} ({report['arch']})", show_header=False)
+    t.add_row("plan", f"{report['strategy']}: {report['ops_per_8']['convert']} conversion ops per 8 outputs (+{report['ops_per_8']['scale']} scale)"
+              + (f", {report['zero_ops_per_word']} zero-point ops per zero word" if report["zero_ops_per_word"] else ""))
+    t.add_row("constants", "\n".join(f"{c['hex']}  {c['why']}" for c in report["constants"]))
+    for name, step in report["steps"].items():
+        mark = "skipped" if step.get("skipped") else ("OK" if step["ok"] else "FAILED")
+        extra = "\n".join(step.get("problems", []) + step.get("failures", []))
+        t.add_row(name, f"[{'green' if step['ok'] else 'red'}]{mark}[/] {step['line']}" + (f"\n{extra}" if extra else ""))
+    t.add_row("files", "\n".join(report["files"]))
+    console.print(t)

@@ -1,0 +1,121 @@
+"""Render a Plan to CUDA C++ with inline PTX, through the Jinja templates in ``templates/``.
+
+The templates receive only validated values: register names matching ``[a-z][a-z0-9_]*``,
+integers (printed here as hex literals), opcodes from ``dqgen.isa`` and spec fields that the
+schema has already constrained. Comments are built from the Plan's derivations, with anything
+that could end a comment or a line removed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import jinja2
+
+from .isa import Const, Opcode, prmt_selector
+from .magic import fmt_num
+from .plan import Plan
+from .spec import Spec
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+REG = re.compile(r"^[a-z][a-z0-9_]*$")
+BLOCK = 256
+# (words per thread along the contiguous axis, rows per thread) instantiated per kernel.
+VARIANTS_N = [(1, 1), (4, 1), (4, 2), (4, 4), (4, 8)]
+VARIANTS_K = [(1, 1), (8, 1), (8, 2), (8, 4)]
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+    )
+
+
+def _comment(text: str) -> str:
+    return re.sub(r"[^\x20-\x7e]", " ", text).replace("*/", "* /").replace("\\", "/")
+
+
+def _reg(name: str) -> str:
+    if not REG.match(name):
+        raise ValueError(f"invalid register name {name!r} in plan")
+    return name
+
+
+def _operand(a: str | Const) -> str:
+    return _reg(a) if isinstance(a, str) else f"0x{a.value:08X}u"
+
+
+@dataclass
+class RenderedOp:
+    ptx: str
+    dst: str
+    args: list[str]
+    imm: str | None
+    float32: bool
+    comments: list[str]
+
+
+def _render_op(op) -> RenderedOp:
+    comments = [_comment(op.why)]
+    for c in op.consts:
+        comments.append(_comment(f"0x{c.value:08X}: {c.why}"))
+    if op.imm_why:
+        comments.append(_comment(op.imm_why))
+    imm = None
+    if op.imm is not None:
+        imm = str(int(op.imm)) if op.opcode is Opcode.SHR else f"0x{int(op.imm):X}"
+    return RenderedOp(op.opcode.ptx, _reg(op.dst), [_operand(a) for a in op.args], imm, op.opcode is Opcode.SUB_F32, comments)
+
+
+def context(spec: Spec, plan: Plan) -> dict:
+    ops = [_render_op(op) for op in plan.ops]
+    by_stage = {s: [r for r, op in zip(ops, plan.ops) if op.stage == s] for s in ("zero", "convert", "scale")}
+    zero_defs = [op.dst for op in plan.ops if op.stage == "zero"]
+    later_reads = {a for op in plan.ops if op.stage != "zero" for a in op.reads}
+    conv_defs = [op.dst for op in plan.ops if op.stage == "convert"]
+    scale_reads = {a for op in plan.ops if op.stage == "scale" for a in op.reads}
+    return {
+        "name": spec.name,
+        "source_short": spec.source.short,
+        "target": spec.target.value,
+        "bits": spec.source.bits,
+        "per_word": spec.per_word,
+        "pairs": spec.per_word // 2,
+        "order": list(spec.order),
+        "axis": spec.packing.axis,
+        "formula": "(q - z)" if spec.zeros.mode == "integer" else "q",
+        "has_zeros": spec.zeros.mode == "integer",
+        "strategy": plan.strategy,
+        "convert_per8": fmt_num(Fraction(plan.per8("convert"))),
+        "zero_count": plan.count("zero"),
+        "min_sm": plan.min_sm,
+        "zero_ops": by_stage["zero"],
+        "convert_ops": by_stage["convert"],
+        "scale_ops": by_stage["scale"],
+        "zero_regs": [_reg(r) for r in zero_defs if r in later_reads],
+        "diffs": [_reg(r) for r in conv_defs if r in scale_reads],
+        "outputs": [_reg(r) for r in plan.outputs],
+        "sel_low_halves": f"0x{prmt_selector([0, 1, 4, 5]):X}",
+        "sel_high_halves": f"0x{prmt_selector([2, 3, 6, 7]):X}",
+        "block": BLOCK,
+        "variants": [{"vec": v, "rows": r} for v, r in (VARIANTS_N if spec.packing.axis == "N" else VARIANTS_K)],
+    }
+
+
+def render_converter(spec: Spec, plan: Plan) -> str:
+    return _env().get_template("converter.cuh.j2").render(**context(spec, plan))
+
+
+def render_kernel(spec: Spec, plan: Plan) -> str:
+    return _env().get_template("kernel.cu.j2").render(**context(spec, plan))
+
+
+def kernel_name(spec: Spec, vec: int, rows: int) -> str:
+    return f"dqgen_{spec.name}_v{vec}_r{rows}"

@@ -1,0 +1,157 @@
+"""``dqgen.compile``: a spec in, a callable dequantize kernel out.
+
+The callable checks every tensor against the spec before anything launches (dtype, shape,
+device, contiguity, alignment) and raises an error that names the tensor and what was
+expected. The launch goes through the CUDA driver API (cuda-bindings); torch and cupy are
+only used, when present, to accept their tensors, allocate outputs and find the current stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from . import device as dev
+from .nvrtc import compile_source
+from .prove import quick_check
+from .render import BLOCK, kernel_name, render_kernel
+from .solver import solve
+from .spec import Spec, load_spec
+
+_INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
+# Persistent grid: enough resident blocks to fill every SM, then a grid-stride loop.
+BLOCKS_PER_SM = 8
+
+
+class ShapeError(ValueError):
+    """A tensor does not match the spec; the message names the tensor."""
+
+
+def target_dtype(spec: Spec) -> np.dtype:
+    return np.dtype(np.float16) if spec.target.value == "fp16" else np.dtype(ml_dtypes.bfloat16)
+
+
+@dataclass(frozen=True)
+class Problem:
+    K: int
+    N: int
+    groups: int
+    vec: int
+    rows: int
+
+
+def _dt(a: dev.DeviceArray) -> str:
+    return "bfloat16" if a.dtype == np.dtype(ml_dtypes.bfloat16) else str(a.dtype)
+
+
+def infer_problem(spec: Spec, qweight: dev.DeviceArray, scales: dev.DeviceArray, zeros: dev.DeviceArray | None,
+                  out: dev.DeviceArray | None) -> Problem:
+    """Validate shapes/dtypes/devices/layout against the spec; pick the kernel variant."""
+    P, gs = spec.per_word, spec.scales.group_size
+    tdt = target_dtype(spec)
+    if qweight.dtype not in _INT_WORDS or len(qweight.shape) != 2:
+        raise ShapeError(f"qweight: expected a 2-D int32 tensor of packed words, got {len(qweight.shape)}-D {_dt(qweight)}")
+    if spec.packing.axis == "N":
+        K, N = qweight.shape[0], qweight.shape[1] * P
+        layout = f"[K, N/{P}] (packed along N)"
+    else:
+        K, N = qweight.shape[0] * P, qweight.shape[1]
+        layout = f"[K/{P}, N] (packed along K)"
+    if gs > 0 and K % gs:
+        raise ShapeError(f"qweight: K = {K} (from shape {qweight.shape} {layout}) is not a multiple of scales.group_size = {gs}")
+    G = K // gs if gs > 0 else 1
+    if scales.dtype != tdt:
+        raise ShapeError(f"scales: expected dtype {spec.target.value} (the spec's target), got {_dt(scales)}")
+    if tuple(scales.shape) != (G, N):
+        raise ShapeError(f"scales: expected shape ({G}, {N}) = [K/group_size, N] for K={K}, N={N}, group_size={gs}; got {tuple(scales.shape)}")
+    if spec.zeros.mode == "integer":
+        if zeros is None:
+            raise ShapeError(f"zeros: this spec has integer zero points; pass qzeros of shape ({G}, {N // P}) int32")
+        if zeros.dtype not in _INT_WORDS:
+            raise ShapeError(f"zeros: expected int32 packed words, got {_dt(zeros)}")
+        if tuple(zeros.shape) != (G, N // P):
+            raise ShapeError(f"zeros: expected shape ({G}, {N // P}) = [K/group_size, N/{P}], got {tuple(zeros.shape)}")
+    elif zeros is not None:
+        raise ShapeError("zeros: this spec has no zero points (zeros.mode 'none'), but a zeros tensor was given")
+    if out is not None:
+        if out.dtype != tdt:
+            raise ShapeError(f"out: expected dtype {spec.target.value}, got {_dt(out)}")
+        if tuple(out.shape) != (K, N):
+            raise ShapeError(f"out: expected shape ({K}, {N}), got {tuple(out.shape)}")
+    arrays = {"qweight": qweight, "scales": scales, "zeros": zeros, "out": out}
+    for name, a in arrays.items():
+        if a is not None and not a.is_c_contiguous:
+            raise ShapeError(f"{name}: expected a contiguous (row-major) tensor, got shape {a.shape} with byte strides {a.strides_bytes}; call .contiguous() first")
+    devices = {name: a.device for name, a in arrays.items() if a is not None}
+    if len(set(devices.values())) > 1:
+        raise ShapeError(f"all tensors must be on one device, got {devices}")
+    aligned = all(a.ptr % 16 == 0 for a in arrays.values() if a is not None and a.size)
+    if spec.packing.axis == "N":
+        vec = 4 if (N // P) % 4 == 0 and aligned else 1
+        rows = 4 if vec > 1 else 1
+    else:
+        vec = 8 if N % 8 == 0 and aligned else 1
+        rows = 2 if vec > 1 else 1
+    return Problem(K, N, G, vec, rows)
+
+
+class Kernel:
+    """A compiled dequantizer for one spec. Call it on CUDA tensors (torch, cupy, or any object with
+    ``__cuda_array_interface__`` / DLPack): ``kernel(qweight, scales, zeros=None, *, out=None, stream=None)``."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self.plan = solve(spec)
+        bad = quick_check(self.plan, spec)
+        if bad:  # solve() only returns checked plans; this guards the render path's input
+            raise RuntimeError(f"{spec.name}: plan failed its lane check: {bad}")
+        self.source = render_kernel(spec, self.plan)
+        self._loaded: dict[tuple[int, str], dev.LoadedKernel] = {}
+
+    def _function(self, ordinal: int, name: str) -> dev.LoadedKernel:
+        key = (ordinal, name)
+        if key not in self._loaded:
+            arch = dev.device_arch(ordinal)
+            if int(arch[3:].rstrip("af")) < self.spec.sm:
+                raise RuntimeError(f"{self.spec.name}: spec targets {self.spec.arch} but GPU {ordinal} is {arch}")
+            res = compile_source(self.source, arch=arch, want="cubin", name=f"{self.spec.name}.cu")
+            assert res.cubin is not None
+            self._loaded[key] = dev.LoadedKernel(res.cubin, name, ordinal)
+        return self._loaded[key]
+
+    def __call__(self, qweight: Any, scales: Any, zeros: Any = None, *, out: Any = None, stream: Any = None) -> Any:
+        q = dev.as_device_array(qweight, "qweight")
+        s = dev.as_device_array(scales, "scales")
+        z = dev.as_device_array(zeros, "zeros") if zeros is not None else None
+        o = dev.as_device_array(out, "out") if out is not None else None
+        prob = infer_problem(self.spec, q, s, z, o)
+        if out is None:
+            out = dev.allocate_like(q.kind, (prob.K, prob.N), target_dtype(self.spec), q.device)
+            o = dev.as_device_array(out, "out")
+        assert o is not None
+        if prob.K == 0 or prob.N == 0:
+            return out
+        fn = self._function(q.device, kernel_name(self.spec, prob.vec, prob.rows))
+        P = self.spec.per_word
+        if self.spec.packing.axis == "N":
+            rows, cols = prob.K, prob.N // P
+            tiles = -(-rows // prob.rows) * (cols // prob.vec)
+        else:
+            rows, cols = prob.K // P, prob.N
+            tiles = -(-rows // prob.rows) * (cols // prob.vec)
+        blocks = max(1, min(-(-tiles // BLOCK), dev.sm_count(q.device) * BLOCKS_PER_SM))
+        handle = dev.stream_handle(stream) if stream is not None else dev.current_stream(q.kind, q.device)
+        zptr = z.ptr if z is not None else 0
+        fn((blocks,), (BLOCK,), [np.uint64(q.ptr), np.uint64(s.ptr), np.uint64(zptr), np.uint64(o.ptr),
+                                 np.int64(rows), np.int64(cols), np.int64(self.spec.scales.group_size)], stream=handle)
+        return out
+
+
+def compile(spec: Spec | str | Path | dict) -> Kernel:  # noqa: A001 - the public name users expect
+    """Solve, check and render ``spec`` (a Spec, a YAML path or a dict); returns a callable Kernel.
+    The CUDA binary is built for the GPU the tensors live on at first call, through NVRTC's cache."""
+    return Kernel(spec if isinstance(spec, Spec) else load_spec(spec))

@@ -1,0 +1,145 @@
+// dqgen device converter for spec "awq_int4_bf16" (u4 -> bf16), generated from its Plan.
+// Do not edit: `dqgen build specs/awq_int4_bf16.yaml` regenerates it.
+//
+// Input word: 8 codes of 4 bits; field j holds element order[j], order = [0, 2, 4, 6, 1, 3, 5, 7].
+// value = bf16( (q - z) * s ), rounded once to nearest-even.
+// Plan: lanes; 11 conversion ops per 8 outputs, 7 zero-point ops per zero word.
+// Proof: every code at every lane with every zero point and 10^6 random words, bit-exact (CPU emulation of these PTX ops).
+// Requires sm_80 or newer. Outputs are bf16x2 registers in natural element order:
+// out[i] holds elements 2i (low half) and 2i+1 (high half).
+#pragma once
+
+namespace dqgen {
+namespace awq_int4_bf16 {
+
+constexpr int kBits = 4;
+constexpr int kPerWord = 8;
+constexpr int kPairs = 4;
+constexpr int kZeroRegs = 4;
+
+// Once per (group, zero word): the zero points of this word's 8 columns, prepared so
+// that the conversion subtracts magic and zero point in one op.
+__device__ __forceinline__ void prepare_zeros(unsigned z, unsigned* zr) {
+    unsigned z_s4, zr0, zr1, zp2, zr2, zp3, zr3;
+    // bring fields 4 bits down, to where a mask can reach them
+    // shift by 4
+    asm("shr.u32 %0, %1, 4;" : "=r"(z_s4) : "r"(z));
+    // 128 + z*2^p in each half
+    // 0x000F000F: mask: the 4-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43004300: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(zr0) : "r"(z), "r"(0x000F000Fu), "r"(0x43004300u));
+    // 128 + z*2^p in each half
+    // 0x000F000F: mask: the 4-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43004300: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(zr1) : "r"(z_s4), "r"(0x000F000Fu), "r"(0x43004300u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [1, 1, 3, 3] (result byte k <- source byte picks[k]; 0-3 = z, 4-7 = z)
+    asm("prmt.b32 %0, %1, %2, 0x3311;" : "=r"(zp2) : "r"(z), "r"(z));
+    // 128 + z*2^p in each half
+    // 0x000F000F: mask: the 4-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43004300: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(zr2) : "r"(zp2), "r"(0x000F000Fu), "r"(0x43004300u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [1, 1, 3, 3] (result byte k <- source byte picks[k]; 0-3 = z_s4, 4-7 = z_s4)
+    asm("prmt.b32 %0, %1, %2, 0x3311;" : "=r"(zp3) : "r"(z_s4), "r"(z_s4));
+    // 128 + z*2^p in each half
+    // 0x000F000F: mask: the 4-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43004300: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(zr3) : "r"(zp3), "r"(0x000F000Fu), "r"(0x43004300u));
+    zr[0] = zr0;
+    zr[1] = zr1;
+    zr[2] = zr2;
+    zr[3] = zr3;
+}
+
+// The conversion: one packed word -> 4 bf16x2 registers holding the exact integers (q - z).
+__device__ __forceinline__ void convert(unsigned w, const unsigned* zr, unsigned* d) {
+    const unsigned zr0 = zr[0];
+    const unsigned zr1 = zr[1];
+    const unsigned zr2 = zr[2];
+    const unsigned zr3 = zr[3];
+    unsigned w_s4, x0, d0, x1, d1, p2, x2, d2, p3, x3, d3;
+    // bring fields 4 bits down, to where a mask can reach them
+    // shift by 4
+    asm("shr.u32 %0, %1, 4;" : "=r"(w_s4) : "r"(w));
+    // 128 + field*2^p in each half (p = 0, 0)
+    // 0x000F000F: mask: the 4-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43004300: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x0) : "r"(w), "r"(0x000F000Fu), "r"(0x43004300u));
+    // (128 + q) - (128 + z) = q - z, exact (the zero point is folded into the magic subtraction)
+    // 0xBF80BF80: -1.0: fma(b, -1, a) = a - b, exact here
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d0) : "r"(zr0), "r"(0xBF80BF80u), "r"(x0));
+    // 128 + field*2^p in each half (p = 0, 0)
+    // 0x000F000F: mask: the 4-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43004300: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x1) : "r"(w_s4), "r"(0x000F000Fu), "r"(0x43004300u));
+    // (128 + q) - (128 + z) = q - z, exact (the zero point is folded into the magic subtraction)
+    // 0xBF80BF80: -1.0: fma(b, -1, a) = a - b, exact here
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d1) : "r"(zr1), "r"(0xBF80BF80u), "r"(x1));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [1, 1, 3, 3] (result byte k <- source byte picks[k]; 0-3 = w, 4-7 = w)
+    asm("prmt.b32 %0, %1, %2, 0x3311;" : "=r"(p2) : "r"(w), "r"(w));
+    // 128 + field*2^p in each half (p = 0, 0)
+    // 0x000F000F: mask: the 4-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43004300: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x2) : "r"(p2), "r"(0x000F000Fu), "r"(0x43004300u));
+    // (128 + q) - (128 + z) = q - z, exact (the zero point is folded into the magic subtraction)
+    // 0xBF80BF80: -1.0: fma(b, -1, a) = a - b, exact here
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d2) : "r"(zr2), "r"(0xBF80BF80u), "r"(x2));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [1, 1, 3, 3] (result byte k <- source byte picks[k]; 0-3 = w_s4, 4-7 = w_s4)
+    asm("prmt.b32 %0, %1, %2, 0x3311;" : "=r"(p3) : "r"(w_s4), "r"(w_s4));
+    // 128 + field*2^p in each half (p = 0, 0)
+    // 0x000F000F: mask: the 4-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43004300: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x3) : "r"(p3), "r"(0x000F000Fu), "r"(0x43004300u));
+    // (128 + q) - (128 + z) = q - z, exact (the zero point is folded into the magic subtraction)
+    // 0xBF80BF80: -1.0: fma(b, -1, a) = a - b, exact here
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d3) : "r"(zr3), "r"(0xBF80BF80u), "r"(x3));
+    d[0] = d0;
+    d[1] = d1;
+    d[2] = d2;
+    d[3] = d3;
+}
+
+// convert, then scale: out[i] = round(d[i] * s[i]); s[i] holds the scales of elements 2i, 2i+1.
+__device__ __forceinline__ void dequant(unsigned w, const unsigned* zr, const unsigned* s, unsigned* out) {
+    unsigned d[kPairs];
+    convert(w, zr, d);
+    const unsigned d0 = d[0];
+    const unsigned d1 = d[1];
+    const unsigned d2 = d[2];
+    const unsigned d3 = d[3];
+    const unsigned s0 = s[0];
+    const unsigned s1 = s[1];
+    const unsigned s2 = s[2];
+    const unsigned s3 = s[3];
+    unsigned out0, out1, out2, out3;
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out0) : "r"(d0), "r"(s0), "r"(0x80008000u));
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out1) : "r"(d1), "r"(s1), "r"(0x80008000u));
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out2) : "r"(d2), "r"(s2), "r"(0x80008000u));
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out3) : "r"(d3), "r"(s3), "r"(0x80008000u));
+    out[0] = out0;
+    out[1] = out1;
+    out[2] = out2;
+    out[3] = out3;
+}
+
+}  // namespace awq_int4_bf16
+}  // namespace dqgen
