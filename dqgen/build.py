@@ -36,6 +36,13 @@ def write_sources(spec: Spec, plan: Plan, out_dir: Path) -> tuple[Path, Path, st
 
 
 def build_spec(spec: Spec, arch: str, out_dir: Path, words: int = 1_000_000, gpu: bool | None = None) -> dict:
+    from .spec import ARCH_RE
+
+    m = ARCH_RE.match(arch)
+    if not m:
+        raise ValueError(f"[--arch] got {arch!r}; expected e.g. sm_80 or sm_90")
+    if int(m.group(1)) < spec.sm:
+        raise ValueError(f"[--arch] got {arch}; expected {spec.arch} or newer (the spec's arch field)")
     report: dict = {"spec": spec.name, "arch": arch, "ok": True, "steps": {}}
     steps = report["steps"]
     try:

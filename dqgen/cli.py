@@ -31,7 +31,7 @@ def explain(
     spec: str = typer.Argument(..., help="Path to a spec YAML file."),
     as_json: bool = typer.Option(False, "--json", help="Print the Plan as JSON."),
     strategy: Optional[str] = typer.Option(None, help="Show this strategy's best plan instead of the cheapest."),
-    words: int = typer.Option(1_000_000, help="Random words in the proof (besides every code at every lane)."),
+    words: int = typer.Option(1_000_000, min=0, help="Random words in the proof (besides every code at every lane)."),
 ) -> None:
     """Show the derived bit math of SPEC's conversion, op by op, and prove it."""
     from .explain import render
@@ -60,7 +60,7 @@ def build(
     arch: Optional[str] = typer.Option(None, help="Architecture to compile PTX and cubin for (default: the spec's)."),
     out: str = typer.Option("generated", help="Folder for the .cu, .cuh and .ptx files."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    words: int = typer.Option(1_000_000, help="Random words in the proof (besides every code at every lane)."),
+    words: int = typer.Option(1_000_000, min=0, help="Random words in the proof (besides every code at every lane)."),
 ) -> None:
     """Solve, prove, render and compile SPEC; on a machine with a GPU also run it against the reference."""
     from .build import build_spec, print_summary
@@ -70,6 +70,8 @@ def build(
         report = build_spec(s, arch=arch or s.arch, out_dir=Path(out), words=words)
     except ValueError as e:
         _fail(str(e))
+    except OSError as e:
+        _fail(f"[--out] cannot write {out!r}: {e.strerror or e}")
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:
@@ -83,6 +85,8 @@ def list_specs(directory: str = typer.Argument("specs", help="Folder of spec fil
     """List the specs in DIRECTORY with a one-line description."""
     from .spec import ORDER_PRESETS
 
+    if not Path(directory).is_dir():
+        _fail(f"{directory}: no such folder of specs")
     for p in sorted(Path(directory).glob("*.yaml")):
         try:
             s = load_spec(p)

@@ -40,8 +40,11 @@ class FloatFormat:
         return 1 - self.bias
 
     def encode_exact(self, value: Fraction | int | float) -> int:
-        """Bit pattern of ``value``; raises if ``value`` is not exactly representable."""
-        v = Fraction(value)
+        """Bit pattern of ``value``; raises ValueError if ``value`` is not exactly representable."""
+        try:
+            v = Fraction(value)
+        except (OverflowError, ValueError):
+            raise ValueError(f"{value} is not a finite number, so not exactly representable in {self.name}") from None
         sign = 0
         if v < 0:
             sign, v = 1, -v

@@ -62,7 +62,9 @@ def expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scale
 
 
 def random_scales(rng: np.random.Generator, fmt: FloatFormat, shape: tuple[int, ...]) -> np.ndarray:
-    exps = rng.uniform(-14, 8 if fmt is FP16 else 60, size=shape)
+    # Mostly normal scales of ordinary size, plus some whose products are subnormal or overflow.
+    lo, hi = (-24, 16) if fmt is FP16 else (-133, 128)
+    exps = np.where(rng.random(shape) < 0.9, rng.uniform(-14, 8, size=shape), rng.uniform(lo, hi, size=shape))
     vals = np.where(rng.random(shape) < 0.5, -1.0, 1.0) * np.exp2(exps)
     return fmt.round_from_f64(vals)
 

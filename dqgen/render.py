@@ -119,3 +119,18 @@ def render_kernel(spec: Spec, plan: Plan) -> str:
 
 def kernel_name(spec: Spec, vec: int, rows: int) -> str:
     return f"dqgen_{spec.name}_v{vec}_r{rows}"
+
+
+def naive_source(spec: Spec) -> str:
+    """The baseline kernel of ``dqgen bench`` (shifts + integer->float cvt), for the same layout."""
+    b = spec.source.bits
+    order = list(spec.order)
+    # element index of field j, as a C expression over a small constant table
+    order_expr = "kOrder[j]"
+    return _env().get_template("naive.cu.j2").render(
+        name=spec.name, source_short=spec.source.short, target=spec.target.value,
+        target_ptx="f16" if spec.target.value == "fp16" else "bf16",
+        axis=spec.packing.axis, per_word=spec.per_word, bits=b, mask=(1 << b) - 1,
+        kind=spec.source.kind.value, offset=spec.source.offset, half_range=1 << (b - 1), full_range=1 << b,
+        has_zeros=spec.zeros.mode == "integer", order_expr=order_expr, order=[int(e) for e in order],
+    )

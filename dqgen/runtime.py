@@ -86,9 +86,9 @@ def infer_problem(spec: Spec, qweight: dev.DeviceArray, scales: dev.DeviceArray,
     for name, a in arrays.items():
         if a is not None and not a.is_c_contiguous:
             raise ShapeError(f"{name}: expected a contiguous (row-major) tensor, got shape {a.shape} with byte strides {a.strides_bytes}; call .contiguous() first")
-    devices = {name: a.device for name, a in arrays.items() if a is not None}
-    if len(set(devices.values())) > 1:
-        raise ShapeError(f"all tensors must be on one device, got {devices}")
+    for name, a in arrays.items():
+        if a is not None and a.device != qweight.device:
+            raise ShapeError(f"{name}: on CUDA device {a.device}, but qweight is on device {qweight.device}; all tensors must share one device")
     aligned = all(a.ptr % 16 == 0 for a in arrays.values() if a is not None and a.size)
     if spec.packing.axis == "N":
         vec = 4 if (N // P) % 4 == 0 and aligned else 1

@@ -86,7 +86,7 @@ class Source(BaseModel):
             if not 0 <= self.bias < (1 << self.bits):
                 raise ValueError(f"bias must be in [0, {1 << self.bits}) for {self.bits}-bit codes, got {self.bias}")
         elif self.bias is not None:
-            raise ValueError(f"'bias' is only allowed with kind 'biased', not '{self.kind.value}'")
+            raise ValueError(f"'bias' ({self.bias}) is only allowed with kind 'biased', not '{self.kind.value}'")
         return self
 
     @property
@@ -250,13 +250,16 @@ def _format_validation_error(err: ValidationError, origin: str) -> SpecError:
 
 
 def load_spec(source: str | Path | dict) -> Spec:
-    """Load and validate a spec from a YAML path, YAML text or a dict. Raises ``SpecError``."""
+    """Load and validate a spec from a path, YAML text (several lines, or one {...} mapping) or a dict.
+    Raises ``SpecError`` with one line naming the field."""
     origin = "spec"
     if isinstance(source, dict):
         data = source
     else:
         p = Path(source)
-        if isinstance(source, Path) or (len(str(source)) < 4096 and "\n" not in str(source) and p.suffix in (".yaml", ".yml")):
+        # One line that is not a flow mapping is a path; YAML text spans lines (or is a {...} mapping).
+        text_like = "\n" in str(source) or str(source).lstrip().startswith("{")
+        if isinstance(source, Path) or not text_like:
             if not p.exists():
                 raise SpecError(f"{p}: no such spec file")
             origin = str(p)

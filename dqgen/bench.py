@@ -1,0 +1,237 @@
+"""``dqgen bench``: the dequantize kernel against the device's copy bandwidth and against the other
+ways a user could do the same job, on the same inputs, each checked for equal output first.
+
+Method (see the device notes): CUDA events around every launch with the queue kept full, warm-up
+first, the median of many repetitions, and input sets rotated so that their total is at least
+twice the L2 cache. Bytes moved = packed weights + output + scales + zeros, each counted once.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .runtime import Kernel, target_dtype
+from .spec import Spec, SourceKind
+
+DEFAULT_SHAPES = [(4096, 4096, 128), (4096, 11008, 128), (8192, 28672, 128), (18944, 37888, 128), (3584, 37888, -1)]
+
+
+@dataclass
+class Row:
+    spec: str
+    K: int
+    N: int
+    group: int
+    impl: str
+    us: float
+    gbps: float
+    pct_copy: float
+    equal: bool
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _with_group(spec: Spec, group: int) -> Spec:
+    from .spec import load_spec
+
+    data = spec.model_dump(mode="json")
+    data["scales"]["group_size"] = group
+    return load_spec(data)
+
+
+def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
+    """Full-range random packed words, random signed scales, random zeros, on the GPU."""
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    P, gs = spec.per_word, spec.scales.group_size
+    G = K // gs if gs > 0 else 1
+    qshape = (K, N // P) if spec.packing.axis == "N" else (K // P, N)
+    q = torch.randint(-(2**31), 2**31, qshape, dtype=torch.int32, device="cuda", generator=g)
+    tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
+    s = (torch.rand((G, N), device="cuda", generator=g) * 2 - 1).mul_(0.05).to(tdt)
+    z = torch.randint(-(2**31), 2**31, (G, N // P), dtype=torch.int32, device="cuda", generator=g) if spec.zeros.mode == "integer" else None
+    return q, s, z
+
+
+def bytes_moved(spec: Spec, q: Any, s: Any, z: Any, K: int, N: int) -> int:
+    n = q.numel() * 4 + s.numel() * 2 + K * N * 2
+    return n + (z.numel() * 4 if z is not None else 0)
+
+
+# ----------------------------------------------------------------------------- other implementations
+
+
+def torch_eager(spec: Spec) -> Callable:
+    """The formula in torch ops, as a user without a kernel writes it."""
+    torch = _torch()
+    b, P, order = spec.source.bits, spec.per_word, spec.order
+    mask = (1 << b) - 1
+    shifts = torch.tensor([b * order.index(e) for e in range(P)], dtype=torch.int32, device="cuda")
+    tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
+
+    def unpack_n(words: Any) -> Any:  # [R, W] -> [R, W*P], element e of each word from its field
+        return ((words.unsqueeze(-1) >> shifts) & mask).reshape(words.shape[0], -1)
+
+    def fn(q: Any, s: Any, z: Any) -> Any:
+        if spec.packing.axis == "N":
+            codes = unpack_n(q)
+        else:
+            codes = ((q.unsqueeze(1) >> shifts.view(1, P, 1)) & mask).reshape(-1, q.shape[1])
+        if spec.source.kind is SourceKind.signed:
+            codes = torch.where(codes >= (1 << (b - 1)), codes - (1 << b), codes)
+        elif spec.source.kind is SourceKind.biased:
+            codes = codes - spec.source.offset
+        K = codes.shape[0]
+        reps = K // s.shape[0]
+        if z is not None:
+            codes = codes - unpack_n(z).repeat_interleave(reps, dim=0)
+        # (q - z) * s is exact in float32 (<= 9-bit integer times an 11-bit significand): one rounding.
+        return (codes.to(torch.float32) * s.to(torch.float32).repeat_interleave(reps, dim=0)).to(tdt)
+
+    return fn
+
+
+def naive_cuda(spec: Spec) -> Callable:
+    """A plain CUDA kernel: shifts, integer -> float conversion (static_cast), fp32 multiply, cvt."""
+    from . import device as dev
+    from .nvrtc import compile_source
+    from .render import naive_source
+
+    src = naive_source(spec)
+    cub = compile_source(src, arch=dev.device_arch(0), want="cubin", name=f"{spec.name}_naive.cu")
+    kern = dev.LoadedKernel(cub.cubin, f"naive_{spec.name}", 0)
+    torch = _torch()
+
+    def fn(q: Any, s: Any, z: Any) -> Any:
+        words = q.numel()
+        K = q.shape[0] * (1 if spec.packing.axis == "N" else spec.per_word)
+        N = q.shape[1] * (spec.per_word if spec.packing.axis == "N" else 1)
+        out = torch.empty((K, N), dtype=s.dtype, device="cuda")
+        blocks = math.ceil(words / 256)
+        kern((blocks,), (256,), [np.uint64(q.data_ptr()), np.uint64(s.data_ptr()), np.uint64(0 if z is None else z.data_ptr()),
+                                 np.uint64(out.data_ptr()), np.int64(q.shape[0]), np.int64(q.shape[1]), np.int64(spec.scales.group_size)],
+             stream=torch.cuda.current_stream().cuda_stream)
+        return out
+
+    return fn
+
+
+def triton_impl(spec: Spec) -> Callable | None:
+    try:
+        from .bench_triton import triton_dequant
+    except ImportError:
+        return None
+    return triton_dequant(spec)
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def time_us(fn: Callable[[int], Any], nsets: int, reps: int = 60, warmup: int = 10) -> float:
+    """Median microseconds per call, events around each call, the queue kept full."""
+    torch = _torch()
+    for i in range(warmup):
+        fn(i % nsets)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        fn(i % nsets)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return 1000.0 * statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """GB/s of a device-to-device copy, read + write counted."""
+    torch = _torch()
+    a = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda").random_()
+    b = torch.empty_like(a)
+    us = time_us(lambda i: b.copy_(a), 1, reps=30, warmup=5)
+    return 2 * nbytes / (us * 1e-6) / 1e9
+
+
+def l2_bytes() -> int:
+    torch = _torch()
+    return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
+
+
+def bench_spec(spec: Spec, shapes: list[tuple[int, int, int]], copy_gbps: float, impls: list[str] | None = None,
+               reps: int = 60, log: Callable[[str], None] = print) -> list[Row]:
+    torch = _torch()
+    rows: list[Row] = []
+    for K, N, G in shapes:
+        sp = _with_group(spec, G) if G != spec.scales.group_size else spec
+        kernel = Kernel(sp)
+        first = make_inputs(sp, K, N, 0)
+        per_set = bytes_moved(sp, *first, K, N)
+        nsets = max(1, min(8, math.ceil(2 * l2_bytes() / per_set)))
+        sets = [first] + [make_inputs(sp, K, N, i) for i in range(1, nsets)]
+        outs = [torch.empty((K, N), dtype=first[1].dtype, device="cuda") for _ in range(nsets)]
+        want = kernel(*first)
+        candidates: dict[str, Callable] = {"dqgen": lambda q, s, z, i=None: kernel(q, s, z)}
+        if impls is None or "torch" in impls:
+            candidates["torch eager"] = torch_eager(sp)
+        if impls is None or "cuda-naive" in impls:
+            candidates["cuda static_cast"] = naive_cuda(sp)
+        if impls is None or "triton" in impls:
+            t = triton_impl(sp)
+            if t is not None:
+                candidates["triton"] = t
+        for name, fn in candidates.items():
+            if name == "dqgen":
+                run = lambda i: kernel(*sets[i], out=outs[i])  # noqa: E731
+                equal = True
+            else:
+                got = fn(*first)
+                torch.cuda.synchronize()
+                equal = bool(torch.equal(got.view(torch.int16), want.view(torch.int16)))
+                run = lambda i, fn=fn: fn(*sets[i])  # noqa: E731
+            try:
+                us = time_us(run, nsets, reps=reps if name != "torch eager" else max(5, reps // 6))
+            except torch.cuda.OutOfMemoryError:
+                log(f"{sp.name} {K}x{N} {name}: out of memory, skipped")
+                continue
+            gbps = per_set / (us * 1e-6) / 1e9
+            rows.append(Row(sp.name, K, N, G, name, us, gbps, 100 * gbps / copy_gbps, equal))
+            log(f"{sp.name} {K}x{N} G={G} {name}: {us:.1f} us, {gbps:.0f} GB/s, {100 * gbps / copy_gbps:.1f}% of copy, equal={equal}")
+        del sets, outs, want
+        torch.cuda.empty_cache()
+    return rows
+
+
+def write_markdown(path: Path, gpu: str, copy_gbps: float, rows: list[Row], sass: str = "") -> None:
+    lines = [
+        "# dqgen performance",
+        "",
+        f"Written by `dqgen bench` on {date.today().isoformat()}, GPU: {gpu}. Device-to-device copy: {copy_gbps:.0f} GB/s (read + write).",
+        "Bytes moved = packed weights + output + scales + zeros. Median of many launches timed with CUDA events;",
+        "inputs rotated among sets totalling at least twice the L2. Every implementation's output was compared",
+        "with dqgen's before timing (`equal`).",
+        "",
+        "| spec | K x N | G | implementation | us | GB/s | % of copy | equal |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r.spec} | {r.K}x{r.N} | {r.group} | {r.impl} | {r.us:.1f} | {r.gbps:.0f} | {r.pct_copy:.1f} | {'yes' if r.equal else 'NO'} |")
+    if sass:
+        lines += ["", sass]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def rows_json(rows: list[Row]) -> list[dict]:
+    return [asdict(r) for r in rows]

@@ -1,0 +1,265 @@
+"""The ``dqgen`` command line (CPU only), run as ``python -m dqgen`` from the repository root,
+and the README it documents: the op counts in its table and the commands the CI runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from dqgen.cli import app
+
+from .conftest import ROOT, SPECS
+
+AWQ = "specs/awq_int4_fp16.yaml"
+WORDS = ["--words", "20000"]
+README = (ROOT / "README.md").read_text()
+
+
+def dqgen(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dqgen", *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=None if env is None else os.environ | env,
+    )
+
+
+def readme_table() -> dict[str, str]:
+    """spec name -> 'ops per 8 outputs' column of the README's table."""
+    rows = re.findall(r"^\|\s*`(\w+)`\s*\|[^|\n]*\|\s*([0-9][0-9./]*)\s*\|", README, flags=re.M)
+    return dict(rows)
+
+
+def readme_best_published() -> dict[str, str]:
+    """spec name -> the number in the README table's 'best published' column."""
+    rows = re.findall(r"^\|\s*`(\w+)`\s*\|[^|\n]*\|[^|\n]*\|\s*([0-9][0-9./]*)\b[^|\n]*\|", README, flags=re.M)
+    return dict(rows)
+
+
+def shown_convert(text: str) -> str:
+    m = re.search(r"^Ops per 8 outputs: convert ([0-9./]+)\b", text, flags=re.M)
+    assert m, text[-2000:]
+    return m.group(1)
+
+
+# --------------------------------------------------------------------------- explain
+
+
+@pytest.fixture(scope="module")
+def awq_explain() -> subprocess.CompletedProcess:
+    return dqgen("explain", AWQ, *WORDS)
+
+
+def test_explain_awq(awq_explain):
+    r = awq_explain
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert shown_convert(out) == "9"
+    assert "convert 9" in out
+    for const in ("0x64006400", "0x2C002C00", "0x000F000F", "0x00F000F0"):
+        assert const in out
+    assert re.search(r"lop3\.b32 x0, w, 0x000F000F, 0x64006400, 0xEA;", out)
+    assert "0xEA" in out and "immLut" in out
+    # the bit diagram of x0: magic exponent bits on top of element 0's (a) and 1's (b) codes
+    assert re.search(r"^\s+x0\s+= 0110 0100 0000 bbbb \| 0110 0100 0000 aaaa$", out, flags=re.M), out
+    assert re.search(r"^\s+w\s+= hhhh ffff dddd bbbb \| gggg eeee cccc aaaa$", out, flags=re.M)
+    assert re.search(r"^Proof: PROVEN: 24,128 words", out, flags=re.M)
+    assert "FAILED" not in out and "Traceback" not in r.stderr
+
+
+def test_explain_json():
+    r = dqgen("explain", AWQ, *WORDS, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["spec"] == "awq_int4_fp16" and d["strategy"] == "lanes"
+    assert d["ops_per_8"]["convert"] == 9 and d["ops_per_8"]["scale"] == 4
+    assert d["proof"]["ok"] is True and d["proof"]["failures"] == []
+    assert d["proof"]["words"] >= 20000
+    stages = [op["stage"] for op in d["ops"]]
+    assert stages.count("convert") == 9 and stages.count("scale") == 4 and stages.count("zero") == 7
+    consts = {a["const"] for op in d["ops"] for a in op["args"] if isinstance(a, dict)}
+    assert {"0x64006400", "0x2C002C00"} <= consts
+    assert any(op["ptx"] == "lop3.b32" and op["imm"] == "0xEA" for op in d["ops"])
+
+
+def test_readme_table_lists_every_spec():
+    table = readme_table()
+    assert set(table) == {p.stem for p in SPECS}, "README's table and specs/ disagree"
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+def test_every_spec_explains_proves_and_matches_readme(path):
+    r = dqgen("explain", f"specs/{path.name}", *WORDS)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^Proof: PROVEN: ", r.stdout, flags=re.M)
+    table = readme_table()
+    assert path.stem in table, f"README's table has no row for {path.stem}"
+    assert shown_convert(r.stdout) == table[path.stem], f"README says {table[path.stem]} convert ops per 8 for {path.stem}"
+    # "The scale multiply adds 4 ops per 8 outputs", and the "best published" column
+    assert re.search(r"^Ops per 8 outputs: convert [0-9./]+ \(best published: ([0-9./]+),.*\); scale 4\b", r.stdout, flags=re.M)
+    best = re.search(r"best published: ([0-9./]+),", r.stdout).group(1)
+    assert readme_best_published()[path.stem] == best
+
+
+# --------------------------------------------------------------------------- invalid input
+
+AWQ_TEXT = (ROOT / AWQ).read_text()
+INVALID = {
+    "group_size_0": (AWQ_TEXT.replace("group_size: 128", "group_size: 0"), "scales.group_size"),
+    "order_not_permutation": (AWQ_TEXT.replace("order: awq", "order: [0, 1, 2, 3, 4, 5, 6, 6]"), "packing.order"),
+    "target_fp8": (AWQ_TEXT.replace("target: fp16", "target: fp8"), "target"),
+    "unknown_field": (AWQ_TEXT + "colour: blue\n", "colour"),
+    "bits_3": (AWQ_TEXT.replace("bits: 4", "bits: 3"), "source.bits"),
+    "zeros_for_signed": (
+        (ROOT / "specs" / "int8_fp16.yaml").read_text() + "zeros: {mode: integer}\n", "zeros.mode"),
+}
+
+
+def _assert_one_error_line(r: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert r.returncode not in (0, None)
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
+    lines = r.stderr.strip("\n").splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+@pytest.mark.parametrize("command", ["explain", "build"])
+def test_invalid_spec_is_one_error_line(tmp_path, case, command):
+    text, field = INVALID[case]
+    spec = tmp_path / f"{case}.yaml"
+    spec.write_text(text)
+    extra = ["--out", str(tmp_path / "out")] if command == "build" else []
+    r = dqgen(command, str(spec), *WORDS, *extra)
+    # the field is named as [field] so a reader can find it in the spec
+    _assert_one_error_line(r, f"[{field}]", spec.name)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["explain", "build"])
+def test_missing_spec_file_is_one_error_line(tmp_path, command):
+    missing = tmp_path / "nope.yaml"
+    r = dqgen(command, str(missing), *WORDS, "--out", str(tmp_path / "out")) if command == "build" else dqgen(command, str(missing))
+    _assert_one_error_line(r, "nope.yaml", "no such spec file")
+
+
+def test_unknown_strategy_is_one_error_line():
+    _assert_one_error_line(dqgen("explain", AWQ, "--strategy", "bogus", "--words", "100"), "strategy", "bogus")
+    _assert_one_error_line(dqgen("explain", AWQ, "--strategy", "sign_split", "--words", "100"), "no exact plan")
+
+
+def test_spec_path_without_yaml_suffix_missing(tmp_path):
+    """A missing path without a .yaml suffix: still one error line, no traceback."""
+    r = dqgen("explain", "specs/awq_int4_fp16")
+    _assert_one_error_line(r)
+
+
+def test_existing_spec_file_with_other_suffix_explains(tmp_path):
+    spec = tmp_path / "awq.spec"
+    spec.write_text(AWQ_TEXT)
+    r = dqgen("explain", str(spec), "--words", "100")
+    assert r.returncode == 0, r.stderr
+
+
+def test_missing_spec_file_without_yaml_suffix_is_named():
+    _assert_one_error_line(dqgen("explain", "specs/awq_int4_fp16"), "specs/awq_int4_fp16", "no such spec file")
+
+
+def test_build_out_is_a_file_is_one_error_line(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    _assert_one_error_line(dqgen("build", AWQ, "--out", str(f), "--words", "100"), "afile")
+
+
+def test_bad_arch_is_one_error_line(tmp_path):
+    _assert_one_error_line(dqgen("build", AWQ, "--arch", "sm_7", "--out", str(tmp_path), "--words", "100"), "sm_7")
+
+
+# --------------------------------------------------------------------------- build
+
+
+def test_build_json_without_gpu(tmp_path):
+    out = tmp_path / "gen"
+    # An empty CUDA_VISIBLE_DEVICES hides any GPU, so the skip path runs on every machine.
+    r = dqgen("build", AWQ, "--out", str(out), *WORDS, "--json", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["ok"] is True and rep["spec"] == "awq_int4_fp16" and rep["arch"] == "sm_80"
+    steps = rep["steps"]
+    assert steps["gpu"]["skipped"] is True and "no GPU" in steps["gpu"]["line"]
+    assert steps["proof"]["ok"] is True and steps["proof"]["line"].startswith("PROVEN")
+    assert steps["compile"]["ok"] is True and steps["compile"]["problems"] == []
+    assert "sm_80" in steps["compile"]["line"]
+    assert rep["ops_per_8"]["convert"] == "9"
+    assert {c["hex"] for c in rep["constants"]} >= {"0x64006400", "0x2C002C00"}
+    cu, cuh, ptx = out / "awq_int4_fp16.cu", out / "awq_int4_fp16.cuh", out / "awq_int4_fp16.sm_80.ptx"
+    assert sorted(rep["files"]) == sorted(str(p) for p in (cu, cuh, ptx))
+    for p in (cu, cuh, ptx):
+        assert p.is_file() and p.stat().st_size > 0
+    assert cu.read_bytes() == (ROOT / "generated" / cu.name).read_bytes()
+    assert cuh.read_bytes() == (ROOT / "generated" / cuh.name).read_bytes()
+    text = ptx.read_text()
+    assert ".target sm_80" in text and "lop3.b32" in text and ".entry dqgen_awq_int4_fp16_v4_r4" in text
+
+
+def test_build_summary_table(tmp_path):
+    r = dqgen("build", "specs/gptq_int4_fp16.yaml", "--out", str(tmp_path), "--words", "1000", "--arch", "sm_90",
+              env={"CUDA_VISIBLE_DEVICES": "", "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    assert "gptq_int4_fp16" in r.stdout and "sm_90" in r.stdout and "no GPU: skipped" in r.stdout
+    assert (tmp_path / "gptq_int4_fp16.sm_90.ptx").is_file()
+
+
+# --------------------------------------------------------------------------- list
+
+
+def test_list_subprocess():
+    r = dqgen("list")
+    assert r.returncode == 0, r.stderr
+    for p in SPECS:
+        assert re.search(rf"^{re.escape(p.name)}\s", r.stdout, flags=re.M), r.stdout
+    assert "INVALID" not in r.stdout
+    assert "order presets: sequential" in r.stdout and "awq (4-bit)" in r.stdout
+
+
+def test_list_cli_runner(monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    r = CliRunner().invoke(app, ["list"])
+    assert r.exit_code == 0
+    assert [line.split()[0] for line in r.output.splitlines() if line.endswith(".yaml") or ".yaml " in line] == [p.name for p in SPECS]
+    # an invalid spec in a directory is listed as INVALID with its error, not a crash
+    (tmp_path / "bad.yaml").write_text(AWQ_TEXT.replace("group_size: 128", "group_size: 0"))
+    (tmp_path / "good.yaml").write_text(AWQ_TEXT)
+    r = CliRunner().invoke(app, ["list", str(tmp_path)])
+    assert r.exit_code == 0
+    assert re.search(r"^bad\.yaml\s+INVALID: .*scales\.group_size", r.output, flags=re.M)
+    assert re.search(r"^good\.yaml\s+u4 -> fp16", r.output, flags=re.M)
+
+
+def test_explain_json_cli_runner(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    r = CliRunner().invoke(app, ["explain", "specs/int8_fp16.yaml", "--json", "--words", "1000"])
+    assert r.exit_code == 0
+    d = json.loads(r.output)
+    assert d["ops_per_8"]["convert"] == float(readme_table()["int8_fp16"]) and d["proof"]["ok"] is True
+
+
+# --------------------------------------------------------------------------- README <-> CI
+
+
+def test_readme_commands_are_what_ci_runs():
+    blocks = re.findall(r"^```bash\n(.*?)^```", README, flags=re.M | re.S)
+    assert len(blocks) >= 2
+    ci_lines = {line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()}
+    for block in blocks[:2]:
+        cmds = [line.strip() for line in block.splitlines() if line.strip()]
+        assert cmds
+        for cmd in cmds:
+            assert cmd in ci_lines, f"README command not run verbatim by .ci/run: {cmd}"
+

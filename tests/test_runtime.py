@@ -1,0 +1,385 @@
+"""dqgen.runtime on the CPU: every tensor is checked against the spec before launch (with fake
+DeviceArrays: no GPU needed), the kernel variant is picked from shape and alignment, and
+dqgen.compile works without a GPU."""
+
+from __future__ import annotations
+
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import dqgen
+from dqgen.device import DeviceArray, as_device_array
+from dqgen.render import VARIANTS_K, VARIANTS_N, kernel_name
+from dqgen.runtime import Kernel, Problem, ShapeError, infer_problem
+from dqgen.spec import SpecError, load_spec
+
+from .conftest import ROOT
+
+I32, U32, F16, F32 = np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float16), np.dtype(np.float32)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+_ptrs = itertools.count(1)
+
+
+def arr(shape, dtype, *, aligned=True, device=0, strides=None) -> DeviceArray:
+    """A fake CUDA tensor: a distinct 256-byte aligned address (+4 bytes when not ``aligned``)."""
+    dtype = np.dtype(dtype)
+    shape = tuple(shape)
+    if strides is None:
+        strides, acc = [], dtype.itemsize
+        for d in reversed(shape):
+            strides.append(acc)
+            acc *= max(d, 1)
+        strides = tuple(reversed(strides))
+    ptr = 0x7F00_0000_0000 + next(_ptrs) * 0x10_0000 + (0 if aligned else 4)
+    return DeviceArray(ptr=ptr, shape=shape, strides_bytes=tuple(strides), dtype=dtype, device=device, kind="torch", obj=None)
+
+
+def spec(name):
+    return load_spec(ROOT / "specs" / f"{name}.yaml")
+
+
+AWQ, GPTQ, INT8, AWQ_BF16, INT8_BF16 = (spec(n) for n in ("awq_int4_fp16", "gptq_int4_fp16", "int8_fp16", "awq_int4_bf16", "int8_bf16"))
+
+
+def awq_inputs(K=256, N=4096, G=None, sdt=F16, **kw):
+    """qweight [K, N/8], scales [K/128, N], zeros [K/128, N/8], out [K, N] for AWQ (group 128)."""
+    G = K // 128 if G is None else G
+    return dict(qweight=arr((K, N // 8), I32), scales=arr((G, N), sdt), zeros=arr((G, N // 8), I32), out=arr((K, N), sdt)) | kw
+
+
+def gptq_inputs(K=256, N=4096, **kw):
+    """qweight [K/8, N], scales [K/128, N], no zeros, out [K, N] for GPTQ (group 128, along K)."""
+    return dict(qweight=arr((K // 8, N), I32), scales=arr((K // 128, N), F16), zeros=None, out=arr((K, N), F16)) | kw
+
+
+def int8_inputs(K=64, N=128, sdt=F16, **kw):
+    """qweight [K, N/4], scales [1, N] (per-channel), no zeros, out [K, N] for int8."""
+    return dict(qweight=arr((K, N // 4), I32), scales=arr((1, N), sdt), zeros=None, out=arr((K, N), sdt)) | kw
+
+
+def infer(s, d):
+    return infer_problem(s, d["qweight"], d["scales"], d["zeros"], d["out"])
+
+
+def raises(s, d, tensor, *fragments):
+    with pytest.raises(ShapeError) as ei:
+        infer(s, d)
+    msg = str(ei.value)
+    assert msg.startswith(f"{tensor}: "), msg
+    for f in fragments:
+        assert f in msg, msg
+    return msg
+
+
+# kernel sources, rendered once per spec, to check that the chosen variant is instantiated
+_SOURCES: dict = {}
+
+
+def kernel_source(s):
+    if s.name not in _SOURCES:
+        _SOURCES[s.name] = Kernel(s).source
+    return _SOURCES[s.name]
+
+
+def check_variant(s, p: Problem):
+    variants = VARIANTS_N if s.packing.axis == "N" else VARIANTS_K
+    assert (p.vec, p.rows) in variants
+    assert f" {kernel_name(s, p.vec, p.rows)}(" in kernel_source(s)
+
+
+# --------------------------------------------------------------------------- inference: AWQ (axis N, zeros)
+
+
+def test_awq_shapes_and_vector_variant():
+    p = infer(AWQ, awq_inputs(K=256, N=4096))
+    assert p == Problem(K=256, N=4096, groups=2, vec=4, rows=4)
+    check_variant(AWQ, p)
+
+
+def test_awq_without_out_and_uint32_words():
+    d = awq_inputs(K=4096, N=11008, out=None)
+    d["qweight"] = arr((4096, 11008 // 8), U32)
+    d["zeros"] = arr((32, 11008 // 8), U32)
+    assert infer(AWQ, d) == Problem(4096, 11008, 32, 4, 4)
+
+
+def test_awq_columns_not_multiple_of_four_words_use_scalar_variant():
+    p = infer(AWQ, awq_inputs(K=128, N=8 * 3))  # N/8 = 3 words per row
+    assert p == Problem(128, 24, 1, 1, 1)
+    check_variant(AWQ, p)
+    assert infer(AWQ, awq_inputs(K=128, N=1424)).vec == 1  # 178 words per row: not a multiple of 4
+    assert infer(AWQ, awq_inputs(K=128, N=1440)).vec == 4  # 180 words per row
+    assert infer(AWQ, awq_inputs(K=128, N=1408)).vec == 4  # 176 words per row
+
+
+@pytest.mark.parametrize("tensor", ["qweight", "scales", "zeros", "out"])
+def test_awq_unaligned_pointer_uses_scalar_variant(tensor):
+    d = awq_inputs(K=256, N=4096)
+    a = d[tensor]
+    d[tensor] = arr(a.shape, a.dtype, aligned=False)
+    assert d[tensor].ptr % 16 == 4
+    p = infer(AWQ, d)
+    assert (p.K, p.N, p.groups, p.vec, p.rows) == (256, 4096, 2, 1, 1)
+    check_variant(AWQ, p)
+
+
+def test_awq_bf16():
+    assert infer(AWQ_BF16, awq_inputs(K=128, N=256, sdt=BF16)) == Problem(128, 256, 1, 4, 4)
+
+
+# --------------------------------------------------------------------------- inference: GPTQ (axis K)
+
+
+def test_gptq_shapes_and_vector_variant():
+    p = infer(GPTQ, gptq_inputs(K=256, N=4096))
+    assert p == Problem(K=256, N=4096, groups=2, vec=8, rows=2)
+    check_variant(GPTQ, p)
+    assert infer(GPTQ, gptq_inputs(K=4096, N=11008, out=None)) == Problem(4096, 11008, 32, 8, 2)
+
+
+@pytest.mark.parametrize("N", [12, 40 + 4, 4100, 13])
+def test_gptq_columns_not_multiple_of_eight_use_scalar_variant(N):
+    p = infer(GPTQ, gptq_inputs(K=128, N=N))
+    assert p == Problem(128, N, 1, 1, 1)
+    check_variant(GPTQ, p)
+
+
+@pytest.mark.parametrize("tensor", ["qweight", "scales", "out"])
+def test_gptq_unaligned_pointer_uses_scalar_variant(tensor):
+    d = gptq_inputs(K=256, N=4096)
+    a = d[tensor]
+    d[tensor] = arr(a.shape, a.dtype, aligned=False)
+    assert infer(GPTQ, d) == Problem(256, 4096, 2, 1, 1)
+
+
+def test_gptq_per_channel_variant_of_spec():
+    data = GPTQ.model_dump(mode="json")
+    data["scales"]["group_size"] = -1
+    s = load_spec(data)
+    d = dict(qweight=arr((3, 16), I32), scales=arr((1, 16), F16), zeros=None, out=None)
+    assert infer(s, d) == Problem(24, 16, 1, 8, 2)
+
+
+# --------------------------------------------------------------------------- inference: int8 (per-channel)
+
+
+def test_int8_per_channel():
+    p = infer(INT8, int8_inputs(K=64, N=128))
+    assert p == Problem(K=64, N=128, groups=1, vec=4, rows=4)
+    check_variant(INT8, p)
+    # per-channel: any K works (no group to divide it)
+    assert infer(INT8, int8_inputs(K=5, N=128)) == Problem(5, 128, 1, 4, 4)
+
+
+@pytest.mark.parametrize("N", [20, 24, 12])  # 5, 6, 3 words per row
+def test_int8_words_not_multiple_of_four_use_scalar_variant(N):
+    assert infer(INT8, int8_inputs(K=8, N=N)) == Problem(8, N, 1, 1, 1)
+
+
+def test_int8_unaligned_scales():
+    d = int8_inputs(K=64, N=128)
+    d["scales"] = arr((1, 128), F16, aligned=False)
+    assert infer(INT8, d).vec == 1
+
+
+def test_int8_bf16_needs_bf16_scales():
+    assert infer(INT8_BF16, int8_inputs(K=16, N=64, sdt=BF16)) == Problem(16, 64, 1, 4, 4)
+    raises(INT8_BF16, int8_inputs(K=16, N=64, sdt=F16), "scales", "bf16", "float16")
+
+
+def test_size_one_dimension_with_any_stride_is_contiguous():
+    # e.g. a per-channel scale row sliced out of a bigger tensor: the stride of a size-1 dim is irrelevant
+    d = int8_inputs(K=16, N=64)
+    d["scales"] = arr((1, 64), F16, strides=(12345, 2))
+    assert infer(INT8, d).vec == 4
+
+
+# --------------------------------------------------------------------------- error paths
+
+
+@pytest.mark.parametrize("dtype", [F16, F32, np.int64, np.int8, BF16])
+def test_qweight_wrong_dtype(dtype):
+    d = awq_inputs()
+    d["qweight"] = arr(d["qweight"].shape, dtype)
+    raises(AWQ, d, "qweight", "int32")
+
+
+@pytest.mark.parametrize("shape", [(4096,), (2, 256, 512), ()])
+def test_qweight_not_2d(shape):
+    d = awq_inputs()
+    d["qweight"] = arr(shape, I32)
+    raises(AWQ, d, "qweight", "2-D", f"{len(shape)}-D")
+
+
+def test_k_not_multiple_of_group():
+    d = awq_inputs(K=100, G=1)
+    raises(AWQ, d, "qweight", "K = 100", "group_size = 128")
+    d = gptq_inputs(K=256)
+    d["qweight"] = arr((12, 4096), I32)  # K = 96
+    raises(GPTQ, d, "qweight", "K = 96", "group_size = 128")
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, I32, np.float64])
+def test_scales_wrong_dtype(dtype):
+    d = awq_inputs()
+    d["scales"] = arr(d["scales"].shape, dtype)
+    raises(AWQ, d, "scales", "fp16")
+
+
+def test_fp16_scales_for_bf16_spec():
+    raises(AWQ_BF16, awq_inputs(K=128, N=256, sdt=F16), "scales", "bf16", "float16")
+    d = awq_inputs(K=128, N=256, sdt=F16)
+    d["out"] = arr((128, 256), BF16)
+    raises(AWQ_BF16, d, "scales", "bf16")
+
+
+@pytest.mark.parametrize("shape", [(3, 4096), (2, 4104), (4096, 2), (2,), (256, 4096)])
+def test_scales_wrong_shape(shape):
+    d = awq_inputs(K=256, N=4096)
+    d["scales"] = arr(shape, F16)
+    raises(AWQ, d, "scales", "(2, 4096)")
+
+
+def test_gptq_scales_wrong_shape():
+    d = gptq_inputs(K=256, N=4096)
+    d["scales"] = arr((256, 4096), F16)  # per-row, not per-group
+    raises(GPTQ, d, "scales", "(2, 4096)")
+
+
+def test_zeros_missing_for_awq():
+    raises(AWQ, awq_inputs(zeros=None), "zeros", "(2, 512)")
+
+
+@pytest.mark.parametrize("shape", [(2, 4096), (1, 512), (512,), (2, 513)])
+def test_zeros_wrong_shape(shape):
+    d = awq_inputs(K=256, N=4096)
+    d["zeros"] = arr(shape, I32)
+    raises(AWQ, d, "zeros", "(2, 512)")
+
+
+@pytest.mark.parametrize("dtype", [F16, np.int64, np.uint8])
+def test_zeros_wrong_dtype(dtype):
+    d = awq_inputs()
+    d["zeros"] = arr(d["zeros"].shape, dtype)
+    raises(AWQ, d, "zeros", "int32")
+
+
+def test_zeros_given_for_spec_without_zero_points():
+    raises(GPTQ, gptq_inputs(zeros=arr((2, 512), I32)), "zeros", "no zero points")
+    raises(INT8, int8_inputs(zeros=arr((1, 32), I32)), "zeros", "no zero points")
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, I32])
+def test_out_wrong_dtype(dtype):
+    d = awq_inputs()
+    d["out"] = arr((256, 4096), dtype)
+    raises(AWQ, d, "out", "fp16")
+
+
+@pytest.mark.parametrize("shape", [(4096, 256), (256, 512), (256, 4096, 1), (256 * 4096,)])
+def test_out_wrong_shape(shape):
+    d = awq_inputs()
+    d["out"] = arr(shape, F16)
+    raises(AWQ, d, "out", "(256, 4096)")
+    d = gptq_inputs()
+    d["out"] = arr(shape, F16)
+    raises(GPTQ, d, "out", "(256, 4096)")
+
+
+def test_non_contiguous_qweight():
+    d = awq_inputs(K=256, N=4096)
+    d["qweight"] = arr((256, 512), I32, strides=(4, 256 * 4))  # a transposed view
+    raises(AWQ, d, "qweight", "contiguous", "(4, 1024)")
+    d = awq_inputs(K=256, N=4096)
+    d["qweight"] = arr((256, 512), I32, strides=(1024 * 4, 4))  # every other row of a wider tensor
+    raises(AWQ, d, "qweight", "contiguous")
+    d = gptq_inputs()
+    d["qweight"] = arr((32, 4096), I32, strides=(4096 * 4, 8))
+    raises(GPTQ, d, "qweight", "contiguous")
+
+
+@pytest.mark.parametrize("tensor", ["scales", "zeros", "out"])
+def test_non_contiguous_other_tensors(tensor):
+    d = awq_inputs(K=256, N=4096)
+    a = d[tensor]
+    rows, cols = a.shape
+    d[tensor] = arr(a.shape, a.dtype, strides=(a.itemsize, rows * a.itemsize))
+    raises(AWQ, d, tensor, "contiguous")
+
+
+def test_tensors_on_different_devices_rejected():
+    d = awq_inputs()
+    d["scales"] = arr(d["scales"].shape, F16, device=1)
+    with pytest.raises(ShapeError) as ei:
+        infer(AWQ, d)
+    msg = str(ei.value)
+    assert "device" in msg and "scales" in msg and "qweight" in msg
+    d = awq_inputs()
+    d["out"] = arr((256, 4096), F16, device=3)
+    with pytest.raises(ShapeError, match="device"):
+        infer(AWQ, d)
+
+
+def test_device_mismatch_message_starts_with_tensor_name():
+    d = awq_inputs()
+    d["scales"] = arr(d["scales"].shape, F16, device=1)
+    raises(AWQ, d, "scales", "device")
+
+
+def test_shape_error_is_a_value_error():
+    assert issubclass(ShapeError, ValueError)
+
+
+# --------------------------------------------------------------------------- device / compile on the CPU
+
+
+def test_as_device_array_rejects_numpy_naming_the_tensor():
+    with pytest.raises(ValueError, match=r"^scales: .*CPU numpy"):
+        as_device_array(np.zeros(3), "scales")
+    with pytest.raises(TypeError, match=r"^zeros: unsupported array type"):
+        as_device_array([1, 2, 3], "zeros")
+    a = arr((2, 2), I32)
+    assert as_device_array(a, "qweight") is a
+
+
+def test_compile_on_cpu(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    k = dqgen.compile("specs/awq_int4_fp16.yaml")
+    assert isinstance(k, Kernel) and isinstance(k, dqgen.Kernel)
+    assert k.spec.name == "awq_int4_fp16"
+    assert k.plan.per8("convert") == 9
+    assert k.source == (ROOT / "generated" / "awq_int4_fp16.cu").read_text()
+    for v, r in VARIANTS_N:
+        assert f" {kernel_name(k.spec, v, r)}(" in k.source
+    # a Spec and a dict compile to the same kernel
+    assert dqgen.compile(k.spec).source == k.source
+    assert dqgen.compile(k.spec.model_dump(mode="json")).source == k.source
+
+
+def test_kernel_checks_inputs_before_touching_a_gpu():
+    k = dqgen.compile(ROOT / "specs" / "awq_int4_fp16.yaml")
+    with pytest.raises(ValueError, match="^qweight: "):
+        k(np.zeros((4, 1), np.int32), np.zeros((1, 8), np.float16), np.zeros((1, 1), np.int32))
+    d = awq_inputs()
+    with pytest.raises(ShapeError, match="^zeros: "):
+        k(d["qweight"], d["scales"], None, out=d["out"])
+    with pytest.raises(ShapeError, match="^scales: "):
+        k(d["qweight"], arr((3, 4096), F16), d["zeros"], out=d["out"])
+
+
+@pytest.mark.parametrize("bad", ["specs/does_not_exist.yaml", "nope.yml"])
+def test_compile_invalid_path_raises_spec_error(monkeypatch, bad):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SpecError, match="no such spec file"):
+        dqgen.compile(bad)
+
+
+def test_compile_invalid_spec_raises_spec_error():
+    data = AWQ.model_dump(mode="json")
+    data["scales"]["group_size"] = 0
+    with pytest.raises(SpecError, match=r"scales\.group_size"):
+        dqgen.compile(data)
