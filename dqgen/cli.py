@@ -32,6 +32,7 @@ def explain(
     as_json: bool = typer.Option(False, "--json", help="Print the Plan as JSON."),
     strategy: Optional[str] = typer.Option(None, help="Show this strategy's best plan instead of the cheapest."),
     words: int = typer.Option(1_000_000, min=0, help="Random words in the proof (besides every code at every lane)."),
+    sass: bool = typer.Option(False, "--sass", help="Also count the conversion's SASS instructions (NVRTC cubin + nvdisasm, sm_80 and sm_90)."),
 ) -> None:
     """Show the derived bit math of SPEC's conversion, op by op, and prove it."""
     from .explain import render
@@ -44,12 +45,21 @@ def explain(
     except NoPlanError as e:
         _fail(str(e))
     proof = prove(plan, s, n_random=words)
+    counts = []
+    if sass:
+        from .sass import sass_count
+
+        counts = [sass_count(s, a) for a in ("sm_80", "sm_90")]
     if as_json:
         out = plan.to_json()
         out["proof"] = {"ok": proof.ok, "words": proof.words, "failures": proof.failures}
+        if counts:
+            out["sass_per_8"] = {c.arch: float(c.per8) for c in counts}
         typer.echo(json.dumps(out, indent=2))
     else:
         typer.echo(render(s, plan, proof))
+        for c in counts:
+            typer.echo(f"SASS {c.line()}" + (f"; SLOW CONVERSIONS: {c.slow}" if c.slow else "; no I2F/F2F"))
     if not proof.ok:
         raise typer.Exit(1)
 
@@ -77,6 +87,64 @@ def build(
     else:
         print_summary(report)
     if not report["ok"]:
+        raise typer.Exit(1)
+
+
+def _parse_shapes(text: str) -> list[tuple[int, int, Optional[int]]]:
+    shapes = []
+    for part in text.split(","):
+        part = part.strip().replace("\u00d7", "x")
+        dims, _, group = part.partition(":")
+        try:
+            K, N = (int(v) for v in dims.lower().split("x"))
+            shapes.append((K, N, int(group) if group else None))
+        except ValueError:
+            _fail(f"[--shapes] got {part!r}; expected KxN or KxN:G, e.g. 4096x4096,3584x37888:-1")
+    return shapes
+
+
+@app.command()
+def bench(
+    specs: list[str] = typer.Argument(..., help="Spec YAML files."),
+    shapes: Optional[str] = typer.Option(None, help="Comma-separated KxN[:G] (default: the five shapes of docs/performance.md)."),
+    impls: Optional[str] = typer.Option(None, help="Comma-separated subset of: torch, cuda-naive, triton (dqgen always runs)."),
+    reps: int = typer.Option(60, min=5, help="Timed launches per implementation and shape."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+    docs: Optional[str] = typer.Option(None, help="Write the markdown report here (e.g. docs/performance.md)."),
+) -> None:
+    """Time SPEC's kernel on the GPU against copy bandwidth, torch eager, a static_cast CUDA kernel and Triton."""
+    from . import device as dev
+    from .bench import DEFAULT_SHAPES, bench_spec, copy_bandwidth, rows_json, write_markdown
+
+    loaded = [_load(s) for s in specs]
+    if not dev.gpu_available():
+        _fail("dqgen bench needs an NVIDIA GPU (none found)")
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    copy = copy_bandwidth()
+    gpu = torch.cuda.get_device_name(0)
+    log = (lambda m: None) if as_json else (lambda m: typer.echo(m, err=True))
+    rows = []
+    for s in loaded:
+        wanted = _parse_shapes(shapes) if shapes else DEFAULT_SHAPES
+        sh = [(K, N, G if G is not None else s.scales.group_size) for K, N, G in wanted]
+        rows += bench_spec(s, sh, copy, impls=impls.split(",") if impls else None, reps=reps, log=log)
+    if docs:
+        from .sass import sass_report
+
+        write_markdown(Path(docs), gpu, copy, rows, sass_report([p for p in specs]))
+    if as_json:
+        typer.echo(json.dumps({"gpu": gpu, "copy_gbps": copy, "rows": rows_json(rows)}, indent=2))
+        return
+    t = Table(title=f"dqgen bench on {gpu}: copy {copy:.0f} GB/s")
+    for c in ("spec", "K x N", "G", "impl", "us", "GB/s", "% copy", "equal"):
+        t.add_column(c, justify="right" if c in ("us", "GB/s", "% copy") else "left")
+    for r in rows:
+        t.add_row(r.spec, f"{r.K}x{r.N}", str(r.group), r.impl, f"{r.us:.1f}", f"{r.gbps:.0f}", f"{r.pct_copy:.1f}", "yes" if r.equal else "NO")
+    Console(width=140).print(t)
+    if not all(r.equal for r in rows):
         raise typer.Exit(1)
 
 
