@@ -91,10 +91,18 @@ def gpu_step(spec: Spec) -> dict:
     from .gpucheck import build_shapes, check_shape
     from .runtime import Kernel
 
+    from .tune import load_tuning, tune
+
     kernel = Kernel(spec)
     results = [check_shape(kernel, K, N, seed=i) for i, (K, N) in enumerate(build_shapes(spec))]
     arch = dev.device_arch(0)
     lines = [f"{r.K}x{r.N}: {'bit-exact' if r.ok else f'{r.mismatches} mismatches, {r.detail}'}" for r in results]
+    if load_tuning(kernel, 0) is None:
+        t = tune(kernel, 0)
+        b = t["best"]
+        lines.append(f"tuned launch: {b['rows']} rows x {b['vec']} words per thread ({min(t['us'].values()):.0f} us at {t['shape'][0]}x{t['shape'][1]})")
+    else:
+        lines.append("launch parameters: tuned earlier (cached)")
     return {"ok": all(r.ok for r in results), "skipped": False, "line": f"{arch}, vs numba reference: " + "; ".join(lines)}
 
 

@@ -108,7 +108,7 @@ def bench(
     specs: list[str] = typer.Argument(..., help="Spec YAML files."),
     shapes: Optional[str] = typer.Option(None, help="Comma-separated KxN[:G] (default: the five shapes of docs/performance.md)."),
     impls: Optional[str] = typer.Option(None, help="Comma-separated subset of: torch, cuda-naive, triton (dqgen always runs)."),
-    reps: int = typer.Option(60, min=5, help="Timed launches per implementation and shape."),
+    reps: int = typer.Option(20, min=3, help="Timed CUDA-graph replays (of 20 calls each) per implementation and shape."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
     docs: Optional[str] = typer.Option(None, help="Write the markdown report here (e.g. docs/performance.md)."),
 ) -> None:

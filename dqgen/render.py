@@ -23,9 +23,19 @@ from .spec import Spec
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 REG = re.compile(r"^[a-z][a-z0-9_]*$")
 BLOCK = 256
-# (words per thread along the contiguous axis, rows per thread) instantiated per kernel.
-VARIANTS_N = [(1, 1), (4, 1), (4, 2), (4, 4), (4, 8)]
-VARIANTS_K = [(1, 1), (8, 1), (8, 2), (8, 4)]
+
+@dataclass(frozen=True)
+class Variant:
+    """One instantiated entry point: VEC words (N-axis: strided by the block) or columns (K-axis)
+    per thread, ROWS rows (K-axis: word-rows) per thread, 16/8-byte accesses when aligned."""
+
+    vec: int
+    rows: int
+    aligned: bool = True
+
+
+VARIANTS_N = [Variant(v, r, a) for a in (True, False) for v, r in ((1, 1), (1, 2), (1, 4), (1, 8), (2, 4))]
+VARIANTS_K = [Variant(8, r, a) for a in (True, False) for r in (1, 2, 4)]
 
 
 def _env() -> jinja2.Environment:
@@ -105,7 +115,7 @@ def context(spec: Spec, plan: Plan) -> dict:
         "sel_low_halves": f"0x{prmt_selector([0, 1, 4, 5]):X}",
         "sel_high_halves": f"0x{prmt_selector([2, 3, 6, 7]):X}",
         "block": BLOCK,
-        "variants": [{"vec": v, "rows": r} for v, r in (VARIANTS_N if spec.packing.axis == "N" else VARIANTS_K)],
+        "variants": [{"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "entry": kernel_name(spec, v)} for v in variants(spec)],
     }
 
 
@@ -117,8 +127,12 @@ def render_kernel(spec: Spec, plan: Plan) -> str:
     return _env().get_template("kernel.cu.j2").render(**context(spec, plan))
 
 
-def kernel_name(spec: Spec, vec: int, rows: int) -> str:
-    return f"dqgen_{spec.name}_v{vec}_r{rows}"
+def variants(spec: Spec) -> list[Variant]:
+    return VARIANTS_N if spec.packing.axis == "N" else VARIANTS_K
+
+
+def kernel_name(spec: Spec, v: Variant) -> str:
+    return f"dqgen_{spec.name}_v{v.vec}_r{v.rows}{'' if v.aligned else '_u'}"
 
 
 def naive_source(spec: Spec) -> str:

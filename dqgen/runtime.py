@@ -18,12 +18,12 @@ import numpy as np
 from . import device as dev
 from .nvrtc import compile_source
 from .prove import quick_check
-from .render import BLOCK, kernel_name, render_kernel
+from .render import BLOCK, Variant, kernel_name, render_kernel, variants
 from .solver import solve
 from .spec import Spec, load_spec
 
 _INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
-# Persistent grid: enough resident blocks to fill every SM, then a grid-stride loop.
+# Grid cap: up to 16 waves of fully resident blocks; past that the kernel loops over tiles (grid-stride).
 BLOCKS_PER_SM = 8
 
 
@@ -40,8 +40,7 @@ class Problem:
     K: int
     N: int
     groups: int
-    vec: int
-    rows: int
+    aligned: bool  # every base pointer 16-byte aligned (and, packing along K, N % 8 == 0)
 
 
 def _dt(a: dev.DeviceArray) -> str:
@@ -90,13 +89,19 @@ def infer_problem(spec: Spec, qweight: dev.DeviceArray, scales: dev.DeviceArray,
         if a is not None and a.device != qweight.device:
             raise ShapeError(f"{name}: on CUDA device {a.device}, but qweight is on device {qweight.device}; all tensors must share one device")
     aligned = all(a.ptr % 16 == 0 for a in arrays.values() if a is not None and a.size)
-    if spec.packing.axis == "N":
-        vec = 4 if (N // P) % 4 == 0 and aligned else 1
-        rows = 4 if vec > 1 else 1
-    else:
-        vec = 8 if N % 8 == 0 and aligned else 1
-        rows = 2 if vec > 1 else 1
-    return Problem(K, N, G, vec, rows)
+    if spec.packing.axis == "K":
+        aligned = aligned and N % 8 == 0
+    return Problem(K, N, G, aligned)
+
+
+def default_variant(spec: Spec, aligned: bool) -> Variant:
+    """The launch rule before tuning: 4 rows per thread along N (one zero/scale preparation for
+    4 rows, 4 independent loads in flight), 2 word-rows (16 rows of K) along K."""
+    rows = 4 if spec.packing.axis == "N" else 2
+    for v in variants(spec):
+        if v.rows == rows and v.aligned == aligned and (v.vec == 1 or spec.packing.axis == "K"):
+            return v
+    raise AssertionError("no default variant")
 
 
 class Kernel:
@@ -111,6 +116,8 @@ class Kernel:
             raise RuntimeError(f"{spec.name}: plan failed its lane check: {bad}")
         self.source = render_kernel(spec, self.plan)
         self._loaded: dict[tuple[int, str], dev.LoadedKernel] = {}
+        self._tuned: dict[int, Variant | None] = {}
+        self._sms: dict[int, int] = {}
 
     def _function(self, ordinal: int, name: str) -> dev.LoadedKernel:
         key = (ordinal, name)
@@ -123,7 +130,21 @@ class Kernel:
             self._loaded[key] = dev.LoadedKernel(res.cubin, name, ordinal)
         return self._loaded[key]
 
-    def __call__(self, qweight: Any, scales: Any, zeros: Any = None, *, out: Any = None, stream: Any = None) -> Any:
+    def variant_for(self, ordinal: int, aligned: bool) -> Variant:
+        """The tuned variant for this GPU if `dqgen build` tuned one, else the default rule."""
+        if ordinal not in self._tuned:
+            from .tune import load_tuning
+
+            self._tuned[ordinal] = load_tuning(self, ordinal)
+        tuned = self._tuned[ordinal]
+        if tuned is not None and aligned:
+            return tuned
+        return default_variant(self.spec, aligned)
+
+    def prepare(self, qweight: Any, scales: Any, zeros: Any = None, *, out: Any = None, stream: Any = None,
+                variant: Variant | None = None) -> "Launch":
+        """Validate the tensors and bind a launch: ``launch()`` runs the kernel, ``launch.out`` is the output.
+        Re-launching a prepared Launch skips the checks (for hot loops and CUDA graphs)."""
         q = dev.as_device_array(qweight, "qweight")
         s = dev.as_device_array(scales, "scales")
         z = dev.as_device_array(zeros, "zeros") if zeros is not None else None
@@ -133,22 +154,44 @@ class Kernel:
             out = dev.allocate_like(q.kind, (prob.K, prob.N), target_dtype(self.spec), q.device)
             o = dev.as_device_array(out, "out")
         assert o is not None
-        if prob.K == 0 or prob.N == 0:
-            return out
-        fn = self._function(q.device, kernel_name(self.spec, prob.vec, prob.rows))
+        v = variant or self.variant_for(q.device, prob.aligned)
+        if v.aligned and not prob.aligned:
+            raise ShapeError(f"qweight: variant {kernel_name(self.spec, v)} needs 16-byte aligned tensors")
         P = self.spec.per_word
         if self.spec.packing.axis == "N":
             rows, cols = prob.K, prob.N // P
-            tiles = -(-rows // prob.rows) * (cols // prob.vec)
+            tiles = -(-cols // (BLOCK * v.vec)) * -(-rows // v.rows)
         else:
             rows, cols = prob.K // P, prob.N
-            tiles = -(-rows // prob.rows) * (cols // prob.vec)
-        blocks = max(1, min(-(-tiles // BLOCK), dev.sm_count(q.device) * BLOCKS_PER_SM))
+            tiles = -(-cols // (BLOCK * v.vec)) * -(-rows // v.rows)
+        if q.device not in self._sms:
+            self._sms[q.device] = dev.sm_count(q.device)
+        blocks = max(1, min(tiles, self._sms[q.device] * BLOCKS_PER_SM * 16))
         handle = dev.stream_handle(stream) if stream is not None else dev.current_stream(q.kind, q.device)
-        zptr = z.ptr if z is not None else 0
-        fn((blocks,), (BLOCK,), [np.uint64(q.ptr), np.uint64(s.ptr), np.uint64(zptr), np.uint64(o.ptr),
-                                 np.int64(rows), np.int64(cols), np.int64(self.spec.scales.group_size)], stream=handle)
-        return out
+        args = [np.uint64(q.ptr), np.uint64(s.ptr), np.uint64(z.ptr if z is not None else 0), np.uint64(o.ptr),
+                np.int64(rows), np.int64(cols), np.int64(self.spec.scales.group_size)]
+        fn = self._function(q.device, kernel_name(self.spec, v)) if rows and cols else None
+        return Launch(fn, blocks, args, handle, out, v)
+
+    def __call__(self, qweight: Any, scales: Any, zeros: Any = None, *, out: Any = None, stream: Any = None) -> Any:
+        launch = self.prepare(qweight, scales, zeros, out=out, stream=stream)
+        launch()
+        return launch.out
+
+
+@dataclass
+class Launch:
+    fn: dev.LoadedKernel | None  # None for an empty output
+    blocks: int
+    args: list
+    stream: int
+    out: Any
+    variant: Variant
+
+    def __call__(self, stream: Any = None) -> None:
+        """Launch on the stream given at prepare time, or on ``stream`` (e.g. a graph-capture stream)."""
+        if self.fn is not None:
+            self.fn((self.blocks,), (BLOCK,), self.args, stream=self.stream if stream is None else dev.stream_handle(stream))
 
 
 def compile(spec: Spec | str | Path | dict) -> Kernel:  # noqa: A001 - the public name users expect

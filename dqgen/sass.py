@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
@@ -28,18 +29,15 @@ _LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(
 
 
 def nvdisasm_path() -> str:
+    """nvdisasm from PATH, else from the nvidia-cuda-nvdisasm wheel (nvidia/cu13/bin) on sys.path."""
     found = shutil.which("nvdisasm")
     if found:
         return found
-    try:
-        import nvidia.cu13  # type: ignore[import-not-found]  # the nvidia-cuda-nvdisasm wheel
-    except ImportError:
-        raise RuntimeError("nvdisasm not found: pip install 'nvidia-cuda-nvdisasm>=13.2,<14'") from None
-    for root in getattr(nvidia.cu13, "__path__", []):
-        cand = Path(root) / "bin" / "nvdisasm"
-        if cand.exists():
+    for root in sys.path:
+        cand = Path(root or ".") / "nvidia" / "cu13" / "bin" / "nvdisasm"
+        if cand.is_file():
             return str(cand)
-    raise RuntimeError("nvdisasm not found in the nvidia-cuda-nvdisasm wheel")
+    raise RuntimeError("nvdisasm not found: pip install 'nvidia-cuda-nvdisasm>=13.2,<14'")
 
 
 def _is_constant_move(op: str, operands: str) -> bool:

@@ -12,10 +12,10 @@
 namespace dqgen {
 namespace awq_int4_bf16 {
 
-constexpr int kBits = 4;
-constexpr int kPerWord = 8;
-constexpr int kPairs = 4;
-constexpr int kZeroRegs = 4;
+[[maybe_unused]] constexpr int kBits = 4;
+[[maybe_unused]] constexpr int kPerWord = 8;
+[[maybe_unused]] constexpr int kPairs = 4;
+[[maybe_unused]] constexpr int kZeroRegs = 4;
 
 // Once per (group, zero word): the zero points of this word's 8 columns, prepared so
 // that the conversion subtracts magic and zero point in one op.

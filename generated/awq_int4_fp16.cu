@@ -2,9 +2,10 @@
 // Do not edit: `dqgen build specs/awq_int4_fp16.yaml` regenerates it.
 //   qweight [K, N/8] int32 (packed along N), scales [G, N] fp16, qzeros [G, N/8] int32,
 //   out [K, N] fp16 row-major; G = K / group_size (1 when group_size == -1).
-// Index arithmetic is 64-bit throughout. Entry points: dqgen_awq_int4_fp16_v<VEC>_r<ROWS>, where VEC is
-// the number of words per thread along the contiguous axis (16-byte loads when > 1) and ROWS the
-// rows per thread (one scale/zero-point preparation serves all ROWS rows of a group).
+// Index arithmetic is 64-bit throughout; any shape the packing allows is handled (tails are guarded).
+// Entry points dqgen_awq_int4_fp16_v<VEC>_r<ROWS>[_u]: each thread converts ROWS rows x VEC words, all of
+// its loads issued before any conversion (memory-level parallelism), one scale/zero-point preparation
+// per group; "_u" variants make only 4-byte accesses, for base pointers that are not 16-byte aligned.
 
 // dqgen device converter for spec "awq_int4_fp16" (u4 -> fp16), generated from its Plan.
 // Do not edit: `dqgen build specs/awq_int4_fp16.yaml` regenerates it.
@@ -20,10 +21,10 @@
 namespace dqgen {
 namespace awq_int4_fp16 {
 
-constexpr int kBits = 4;
-constexpr int kPerWord = 8;
-constexpr int kPairs = 4;
-constexpr int kZeroRegs = 4;
+[[maybe_unused]] constexpr int kBits = 4;
+[[maybe_unused]] constexpr int kPerWord = 8;
+[[maybe_unused]] constexpr int kPairs = 4;
+[[maybe_unused]] constexpr int kZeroRegs = 4;
 
 // Once per (group, zero word): the zero points of this word's 8 columns, prepared so
 // that the conversion subtracts magic and zero point in one op.
@@ -144,60 +145,87 @@ __device__ __forceinline__ void dequant(unsigned w, const unsigned* zr, const un
 namespace dqgen {
 namespace awq_int4_fp16 {
 
-__device__ __forceinline__ void load_u32(unsigned* dst, const unsigned* __restrict__ src, int n, bool vec) {
-    if (vec) {
+[[maybe_unused]] constexpr int kBlock = 256;
+
+// n consecutive 32-bit words, as 16- or 8-byte accesses when ALIGNED (n = 4 or 2), else one by one.
+template <int n, bool ALIGNED>
+__device__ __forceinline__ void load_words(unsigned* dst, const unsigned* __restrict__ src) {
+    if constexpr (ALIGNED && n % 4 == 0) {
+#pragma unroll
         for (int i = 0; i < n; i += 4) {
-            const uint4 v = *reinterpret_cast<const uint4*>(src + i);
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(src + i));
             dst[i] = v.x; dst[i + 1] = v.y; dst[i + 2] = v.z; dst[i + 3] = v.w;
         }
+    } else if constexpr (ALIGNED && n == 2) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+        dst[0] = v.x; dst[1] = v.y;
     } else {
-        for (int i = 0; i < n; ++i) dst[i] = src[i];
+#pragma unroll
+        for (int i = 0; i < n; ++i) dst[i] = __ldg(src + i);
     }
 }
 
-__device__ __forceinline__ void store_u32(unsigned* __restrict__ dst, const unsigned* src, int n, bool vec) {
-    if (vec) {
+template <int n, bool ALIGNED>
+__device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const unsigned* src) {
+    if constexpr (ALIGNED && n % 4 == 0) {
+#pragma unroll
         for (int i = 0; i < n; i += 4) *reinterpret_cast<uint4*>(dst + i) = make_uint4(src[i], src[i + 1], src[i + 2], src[i + 3]);
+    } else if constexpr (ALIGNED && n == 2) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(src[0], src[1]);
     } else {
+#pragma unroll
         for (int i = 0; i < n; ++i) dst[i] = src[i];
     }
 }
 
-// Thread tile: ROWS rows x VEC words of one row band. W = N / 8 words per row.
-// scales/out are addressed as fp16x2 pairs (N/2 per row).
-template <int VEC, int ROWS>
+// Tile: ROWS rows x (kBlock * VEC) words; thread t owns words c0 + t + j*kBlock, so every warp access
+// is contiguous: 4-byte weight loads, 16-byte scale loads and output stores per word.
+// scales and out are addressed as fp16x2 pairs: a row of N elements is W * kPairs pairs.
+template <int VEC, int ROWS, bool ALIGNED>
 __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales,
                                     const unsigned* __restrict__ zeros, unsigned* __restrict__ out,
                                     long long K, long long W, long long group_size) {
-    constexpr bool kVec = VEC > 1;
-    const long long tiles_w = W / VEC;
-    const long long tiles = ((K + ROWS - 1) / ROWS) * tiles_w;
-    const long long pairs_per_row = W * kPairs;
-    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < tiles; t += (long long)gridDim.x * blockDim.x) {
-        const long long w0 = (t % tiles_w) * VEC;
-        const long long k0 = (t / tiles_w) * ROWS;
-        long long g_prev = -1;
-        unsigned s[VEC * kPairs];
-        unsigned zr[VEC * kPairs];
+    const long long tiles_c = (W + kBlock * VEC - 1) / (kBlock * VEC);
+    const long long tiles = tiles_c * ((K + ROWS - 1) / ROWS);
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const long long c0 = (tile % tiles_c) * (kBlock * VEC) + threadIdx.x;
+        const long long k0 = (tile / tiles_c) * ROWS;
+        unsigned q[ROWS][VEC];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const long long c = c0 + (long long)j * kBlock;
+                q[r][j] = (k0 + r < K && c < W) ? __ldg(qweight + (k0 + r) * W + c) : 0u;
+            }
+        long long g_cur = -1;
+        unsigned s[VEC][kPairs];
+        unsigned zr[VEC][kPairs];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
             const long long k = k0 + r;
             if (k >= K) break;
             const long long g = group_size > 0 ? k / group_size : 0;
-            if (g != g_prev) {
-                g_prev = g;
-                load_u32(s, scales + g * pairs_per_row + w0 * kPairs, VEC * kPairs, kVec);
-                unsigned z[VEC];
-                load_u32(z, zeros + g * W + w0, VEC, kVec);
+            if (g != g_cur) {  // once per tile unless the tile straddles a group boundary
+                g_cur = g;
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) prepare_zeros(z[j], zr + j * kPairs);
+                for (int j = 0; j < VEC; ++j) {
+                    const long long c = c0 + (long long)j * kBlock;
+                    if (c < W) {
+                        load_words<kPairs, ALIGNED>(s[j], scales + (g * W + c) * kPairs);
+                        prepare_zeros(__ldg(zeros + g * W + c), zr[j]);
+                    }
+                }
             }
-            unsigned q[VEC];
-            load_u32(q, qweight + k * W + w0, VEC, kVec);
-            unsigned o[VEC * kPairs];
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) dequant(q[j], zr + j * kPairs, s + j * kPairs, o + j * kPairs);
-            store_u32(out + k * pairs_per_row + w0 * kPairs, o, VEC * kPairs, kVec);
+            for (int j = 0; j < VEC; ++j) {
+                const long long c = c0 + (long long)j * kBlock;
+                if (c < W) {
+                    unsigned o[kPairs];
+                    dequant(q[r][j], zr[j], s[j], o);
+                    store_words<kPairs, ALIGNED>(out + (k * W + c) * kPairs, o);
+                }
+            }
         }
     }
 }
@@ -208,30 +236,60 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
 extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v1_r1(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::awq_int4_fp16::run<1, 1>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::awq_int4_fp16::run<1, 1, true>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
-extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v4_r1(
+extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v1_r2(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::awq_int4_fp16::run<4, 1>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::awq_int4_fp16::run<1, 2, true>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
-extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v4_r2(
+extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v1_r4(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::awq_int4_fp16::run<4, 2>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::awq_int4_fp16::run<1, 4, true>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
-extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v4_r4(
+extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v1_r8(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::awq_int4_fp16::run<4, 4>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::awq_int4_fp16::run<1, 8, true>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
-extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v4_r8(
+extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v2_r4(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::awq_int4_fp16::run<4, 8>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::awq_int4_fp16::run<2, 4, true>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v1_r1_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::awq_int4_fp16::run<1, 1, false>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v1_r2_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::awq_int4_fp16::run<1, 2, false>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v1_r4_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::awq_int4_fp16::run<1, 4, false>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v1_r8_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::awq_int4_fp16::run<1, 8, false>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_awq_int4_fp16_v2_r4_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::awq_int4_fp16::run<2, 4, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 

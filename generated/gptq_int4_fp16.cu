@@ -2,9 +2,10 @@
 // Do not edit: `dqgen build specs/gptq_int4_fp16.yaml` regenerates it.
 //   qweight [K/8, N] int32 (packed along K), scales [G, N] fp16,
 //   out [K, N] fp16 row-major; G = K / group_size (1 when group_size == -1).
-// Index arithmetic is 64-bit throughout. Entry points: dqgen_gptq_int4_fp16_v<VEC>_r<ROWS>, where VEC is
-// the number of words per thread along the contiguous axis (16-byte loads when > 1) and ROWS the
-// rows per thread (one scale/zero-point preparation serves all ROWS rows of a group).
+// Index arithmetic is 64-bit throughout; any shape the packing allows is handled (tails are guarded).
+// Entry points dqgen_gptq_int4_fp16_v<VEC>_r<ROWS>[_u]: each thread converts ROWS rows x VEC words, all of
+// its loads issued before any conversion (memory-level parallelism), one scale/zero-point preparation
+// per group; "_u" variants make only 4-byte accesses, for base pointers that are not 16-byte aligned.
 
 // dqgen device converter for spec "gptq_int4_fp16" (u4b8 -> fp16), generated from its Plan.
 // Do not edit: `dqgen build specs/gptq_int4_fp16.yaml` regenerates it.
@@ -20,10 +21,10 @@
 namespace dqgen {
 namespace gptq_int4_fp16 {
 
-constexpr int kBits = 4;
-constexpr int kPerWord = 8;
-constexpr int kPairs = 4;
-constexpr int kZeroRegs = 0;
+[[maybe_unused]] constexpr int kBits = 4;
+[[maybe_unused]] constexpr int kPerWord = 8;
+[[maybe_unused]] constexpr int kPairs = 4;
+[[maybe_unused]] constexpr int kZeroRegs = 0;
 
 // The conversion: one packed word -> 4 fp16x2 registers holding the exact integers q.
 __device__ __forceinline__ void convert(unsigned w, unsigned* d) {
@@ -116,89 +117,106 @@ __device__ __forceinline__ void dequant(unsigned w, const unsigned* s, unsigned*
 namespace dqgen {
 namespace gptq_int4_fp16 {
 
-__device__ __forceinline__ void load_u32(unsigned* dst, const unsigned* __restrict__ src, int n, bool vec) {
-    if (vec) {
+[[maybe_unused]] constexpr int kBlock = 256;
+
+// n consecutive 32-bit words, as 16- or 8-byte accesses when ALIGNED (n = 4 or 2), else one by one.
+template <int n, bool ALIGNED>
+__device__ __forceinline__ void load_words(unsigned* dst, const unsigned* __restrict__ src) {
+    if constexpr (ALIGNED && n % 4 == 0) {
+#pragma unroll
         for (int i = 0; i < n; i += 4) {
-            const uint4 v = *reinterpret_cast<const uint4*>(src + i);
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(src + i));
             dst[i] = v.x; dst[i + 1] = v.y; dst[i + 2] = v.z; dst[i + 3] = v.w;
         }
+    } else if constexpr (ALIGNED && n == 2) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+        dst[0] = v.x; dst[1] = v.y;
     } else {
-        for (int i = 0; i < n; ++i) dst[i] = src[i];
+#pragma unroll
+        for (int i = 0; i < n; ++i) dst[i] = __ldg(src + i);
     }
 }
 
-__device__ __forceinline__ void store_u32(unsigned* __restrict__ dst, const unsigned* src, int n, bool vec) {
-    if (vec) {
+template <int n, bool ALIGNED>
+__device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const unsigned* src) {
+    if constexpr (ALIGNED && n % 4 == 0) {
+#pragma unroll
         for (int i = 0; i < n; i += 4) *reinterpret_cast<uint4*>(dst + i) = make_uint4(src[i], src[i + 1], src[i + 2], src[i + 3]);
+    } else if constexpr (ALIGNED && n == 2) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(src[0], src[1]);
     } else {
+#pragma unroll
         for (int i = 0; i < n; ++i) dst[i] = src[i];
     }
 }
 
-// Thread tile: ROWS word-rows x VEC columns. KW = K / 8 word-rows. A word holds 8 rows
-// of one column; pairs of columns are transposed with PRMT so that each output row is stored whole.
-template <int VEC, int ROWS>
+// Tile: ROWS word-rows (ROWS * 8 rows of K) x (kBlock * 8) columns; thread t owns 8 adjacent
+// columns. A word holds 8 rows of one column; PRMT transposes column pairs so that each
+// output row's 8 values leave in one 16-byte store, contiguous across the warp.
+template <int VEC, int ROWS, bool ALIGNED>
 __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales,
                                     const unsigned* __restrict__ zeros, unsigned* __restrict__ out,
                                     long long KW, long long N, long long group_size) {
-    constexpr bool kVec = VEC > 1;
+    static_assert(VEC == 8, "8 columns per thread");
     const unsigned short* scales16 = reinterpret_cast<const unsigned short*>(scales);
     unsigned short* out16 = reinterpret_cast<unsigned short*>(out);
-    const long long tiles_n = N / VEC;
-    const long long tiles = ((KW + ROWS - 1) / ROWS) * tiles_n;
-    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < tiles; t += (long long)gridDim.x * blockDim.x) {
-        const long long n0 = (t % tiles_n) * VEC;
-        const long long i0 = (t / tiles_n) * ROWS;
-        long long g_prev = -1;
+    const long long tiles_n = (N + kBlock * VEC - 1) / (kBlock * VEC);
+    const long long tiles = tiles_n * ((KW + ROWS - 1) / ROWS);
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const long long n0 = (tile % tiles_n) * (kBlock * VEC) + (long long)threadIdx.x * VEC;
+        const long long i0 = (tile / tiles_n) * ROWS;
+        if (n0 >= N) continue;
+        const bool full = ALIGNED && n0 + VEC <= N;  // a whole 8-column group: vector accesses
+        unsigned q[ROWS][VEC];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            if (full && i0 + r < KW) {
+                load_words<VEC, true>(q[r], qweight + (i0 + r) * N + n0);
+            } else {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) q[r][j] = (i0 + r < KW && n0 + j < N) ? __ldg(qweight + (i0 + r) * N + n0 + j) : 0u;
+            }
+        }
+        long long g_cur = -1;
         unsigned sp[VEC];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
             const long long i = i0 + r;
             if (i >= KW) break;
             const long long g = group_size > 0 ? (i * kPerWord) / group_size : 0;
-            if (g != g_prev) {
-                g_prev = g;
-                if constexpr (kVec) {
-                    unsigned h[VEC / 2];
-                    load_u32(h, scales + (g * N + n0) / 2, VEC / 2, true);
+            if (g != g_cur) {
+                g_cur = g;
 #pragma unroll
-                    for (int j = 0; j < VEC / 2; ++j) {
-                        // both halves of the pair register hold the same column's scale
-                        sp[2 * j] = (h[j] & 0xFFFFu) * 0x10001u;
-                        sp[2 * j + 1] = (h[j] >> 16) * 0x10001u;
-                    }
-                } else {
-#pragma unroll
-                    for (int j = 0; j < VEC; ++j) sp[j] = (unsigned)scales16[g * N + n0 + j] * 0x10001u;
-                }
+                for (int j = 0; j < VEC; ++j)  // both halves of a pair register hold the column's scale
+                    sp[j] = (n0 + j < N) ? (unsigned)scales16[g * N + n0 + j] * 0x10001u : 0u;
             }
-            unsigned q[VEC];
-            load_u32(q, qweight + i * N + n0, VEC, kVec);
             unsigned o[VEC][kPairs];
 #pragma unroll
             for (int j = 0; j < VEC; ++j) {
                 unsigned s[kPairs];
 #pragma unroll
                 for (int p = 0; p < kPairs; ++p) s[p] = sp[j];
-                dequant(q[j], s, o[j]);
+                dequant(q[r][j], s, o[j]);
             }
 #pragma unroll
             for (int p = 0; p < kPairs; ++p) {
                 const long long row = i * kPerWord + 2 * p;
-                if constexpr (kVec) {
+                if (full) {
                     unsigned lo[VEC / 2], hi[VEC / 2];
 #pragma unroll
                     for (int c = 0; c < VEC / 2; ++c) {
                         asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(lo[c]) : "r"(o[2 * c][p]), "r"(o[2 * c + 1][p]));
                         asm("prmt.b32 %0, %1, %2, 0x7632;" : "=r"(hi[c]) : "r"(o[2 * c][p]), "r"(o[2 * c + 1][p]));
                     }
-                    store_u32(out + (row * N + n0) / 2, lo, VEC / 2, true);
-                    store_u32(out + ((row + 1) * N + n0) / 2, hi, VEC / 2, true);
+                    store_words<VEC / 2, true>(out + (row * N + n0) / 2, lo);
+                    store_words<VEC / 2, true>(out + ((row + 1) * N + n0) / 2, hi);
                 } else {
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
-                        out16[row * N + n0 + j] = (unsigned short)(o[j][p] & 0xFFFFu);
-                        out16[(row + 1) * N + n0 + j] = (unsigned short)(o[j][p] >> 16);
+                        if (n0 + j < N) {
+                            out16[row * N + n0 + j] = (unsigned short)(o[j][p] & 0xFFFFu);
+                            out16[(row + 1) * N + n0 + j] = (unsigned short)(o[j][p] >> 16);
+                        }
                     }
                 }
             }
@@ -209,27 +227,39 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
 }  // namespace gptq_int4_fp16
 }  // namespace dqgen
 
-extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v1_r1(
-    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<1, 1>(qweight, scales, zeros, out, rows, cols, group_size);
-}
-
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r1(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 1>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::gptq_int4_fp16::run<8, 1, true>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r2(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 2>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::gptq_int4_fp16::run<8, 2, true>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r4(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 4>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::gptq_int4_fp16::run<8, 4, true>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r1_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 1, false>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r2_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 2, false>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r4_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 4, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 

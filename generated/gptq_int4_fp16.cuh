@@ -12,10 +12,10 @@
 namespace dqgen {
 namespace gptq_int4_fp16 {
 
-constexpr int kBits = 4;
-constexpr int kPerWord = 8;
-constexpr int kPairs = 4;
-constexpr int kZeroRegs = 0;
+[[maybe_unused]] constexpr int kBits = 4;
+[[maybe_unused]] constexpr int kPerWord = 8;
+[[maybe_unused]] constexpr int kPairs = 4;
+[[maybe_unused]] constexpr int kZeroRegs = 0;
 
 // The conversion: one packed word -> 4 fp16x2 registers holding the exact integers q.
 __device__ __forceinline__ void convert(unsigned w, unsigned* d) {

@@ -12,10 +12,10 @@
 namespace dqgen {
 namespace int8_bf16_shuffled {
 
-constexpr int kBits = 8;
-constexpr int kPerWord = 4;
-constexpr int kPairs = 2;
-constexpr int kZeroRegs = 0;
+[[maybe_unused]] constexpr int kBits = 8;
+[[maybe_unused]] constexpr int kPerWord = 4;
+[[maybe_unused]] constexpr int kPairs = 2;
+[[maybe_unused]] constexpr int kZeroRegs = 0;
 
 // The conversion: one packed word -> 2 bf16x2 registers holding the exact integers q.
 __device__ __forceinline__ void convert(unsigned w, unsigned* d) {

@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# Every GPU test and GPU check in one command, for one call on a lent GPU machine; a table last.
-# Usage from the repo root on the GPU machine (dqgen on PYTHONPATH, not pip-installed):
-#   bash scripts/gpu_all.sh [OUTDIR]
+# Every GPU test, GPU build check and benchmark in one command, for one call on a lent GPU machine;
+# a summary table last. Usage from the repo root on the GPU machine (dqgen on PYTHONPATH):
+#   bash scripts/gpu_all.sh [OUTDIR]        (STEPS="tests builds bench" by default)
 set -uo pipefail
 OUT=${1:-${OUT:-/tmp/dqgen-gpu}}
+STEPS=${STEPS:-tests builds bench}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-python -m pytest -q -m gpu tests/test_gpu.py tests/test_nvrtc.py -p no:cacheprovider --junitxml="$OUT/gpu-tests.xml" 2>&1 | tee "$OUT/pytest.log"
-rc=${PIPESTATUS[0]}
-for spec in specs/*.yaml; do
-  name=$(basename "$spec" .yaml)
-  python -m dqgen build "$spec" --json --words 100000 --out "$(mktemp -d)" > "$OUT/build-$name.json" 2> "$OUT/build-$name.err" || rc=1
-done
+rc=0
+if [[ " $STEPS " == *" tests "* ]]; then
+  python -m pytest -q -m gpu tests/test_gpu.py tests/test_nvrtc.py -p no:cacheprovider --junitxml="$OUT/gpu-tests.xml" > "$OUT/pytest.log" 2>&1 || rc=1
+  tail -3 "$OUT/pytest.log"
+fi
+if [[ " $STEPS " == *" builds "* ]]; then
+  tmp=$(mktemp -d)
+  for spec in specs/*.yaml; do
+    python -m dqgen build "$spec" --json --words 100000 --out "$tmp/generated" > "$tmp/$(basename "$spec" .yaml).json" 2>> "$OUT/builds.err" || rc=1
+  done
+  python -c "import json,sys,glob; json.dump([json.load(open(f)) for f in sorted(glob.glob(sys.argv[1]+'/*.json'))], open(sys.argv[2],'w'), indent=1)" "$tmp" "$OUT/builds.json" || rc=1
+fi
+if [[ " $STEPS " == *" bench "* ]]; then
+  python -m dqgen bench ${BENCH_SPECS:-specs/awq_int4_fp16.yaml specs/awq_int4_bf16.yaml specs/gptq_int4_fp16.yaml specs/int8_fp16.yaml} \
+    ${BENCH_ARGS:-} --docs "$OUT/performance.md" > "$OUT/bench.txt" 2> "$OUT/bench.log" || rc=1
+  tail -5 "$OUT/bench.log"
+fi
 python scripts/gpu_table.py "$OUT"
 exit $rc

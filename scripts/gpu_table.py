@@ -27,15 +27,15 @@ def main(out: Path) -> None:
                 if el is not None:
                     status, detail = tag, (el.get("message") or "")[:150]
             t.add_row(escape(f"test {case.get('name')}"), status, escape(detail))
-    for f in sorted(out.glob("build-*.json")):
-        try:
-            r = json.loads(f.read_text())
-        except json.JSONDecodeError:
-            t.add_row(f"build {f.stem[6:]}", "error", (out / f"{f.stem}.err").read_text()[-150:])
-            continue
-        gpu = r["steps"].get("gpu", {})
-        t.add_row(f"build {r['spec']}", "ok" if r["ok"] else "FAILED", f"{r['ops_per_8']['convert']} ops/8; {gpu.get('line', '')}")
+    builds = out / "builds.json"
+    if builds.exists():
+        for r in json.loads(builds.read_text()):
+            gpu = r["steps"].get("gpu", {})
+            t.add_row(f"build {r['spec']}", "ok" if r["ok"] else "FAILED", f"{r['ops_per_8']['convert']} ops/8; {gpu.get('line', '')}")
+    bench = out / "bench.txt"
     console.print(t)
+    if bench.exists():
+        console.print(bench.read_text())
 
 
 if __name__ == "__main__":

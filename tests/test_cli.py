@@ -205,7 +205,7 @@ def test_build_json_without_gpu(tmp_path):
     assert cu.read_bytes() == (ROOT / "generated" / cu.name).read_bytes()
     assert cuh.read_bytes() == (ROOT / "generated" / cuh.name).read_bytes()
     text = ptx.read_text()
-    assert ".target sm_80" in text and "lop3.b32" in text and ".entry dqgen_awq_int4_fp16_v4_r4" in text
+    assert ".target sm_80" in text and "lop3.b32" in text and ".entry dqgen_awq_int4_fp16_v1_r4" in text
 
 
 def test_build_summary_table(tmp_path):

@@ -109,7 +109,7 @@ def test_kernel_entry_points(path, solved, compiled):
     ptx, _ = compiled(path, "sm_80")
     variants = VARIANTS_N if spec.packing.axis == "N" else VARIANTS_K
     entries = set(re.findall(r"\.entry\s+(\w+)\s*\(", ptx))
-    want = {kernel_name(spec, v, r) for v, r in variants}
+    want = {kernel_name(spec, v) for v in variants}
     assert want == entries
     for name in want:
         assert name.startswith(f"dqgen_{spec.name}_v")

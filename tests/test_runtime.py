@@ -12,8 +12,8 @@ import pytest
 
 import dqgen
 from dqgen.device import DeviceArray, as_device_array
-from dqgen.render import VARIANTS_K, VARIANTS_N, kernel_name
-from dqgen.runtime import Kernel, Problem, ShapeError, infer_problem
+from dqgen.render import VARIANTS_N, kernel_name, variants
+from dqgen.runtime import Kernel, Problem, ShapeError, default_variant, infer_problem
 from dqgen.spec import SpecError, load_spec
 
 from .conftest import ROOT
@@ -86,9 +86,10 @@ def kernel_source(s):
 
 
 def check_variant(s, p: Problem):
-    variants = VARIANTS_N if s.packing.axis == "N" else VARIANTS_K
-    assert (p.vec, p.rows) in variants
-    assert f" {kernel_name(s, p.vec, p.rows)}(" in kernel_source(s)
+    """The launch rule picks an instantiated entry point that matches the tensors' alignment."""
+    v = default_variant(s, p.aligned)
+    assert v in variants(s) and v.aligned == p.aligned
+    assert f" {kernel_name(s, v)}(" in kernel_source(s)
 
 
 # --------------------------------------------------------------------------- inference: AWQ (axis N, zeros)
@@ -96,24 +97,24 @@ def check_variant(s, p: Problem):
 
 def test_awq_shapes_and_vector_variant():
     p = infer(AWQ, awq_inputs(K=256, N=4096))
-    assert p == Problem(K=256, N=4096, groups=2, vec=4, rows=4)
+    assert p == Problem(K=256, N=4096, groups=2, aligned=True)
     check_variant(AWQ, p)
+    assert default_variant(AWQ, True).rows == 4
 
 
 def test_awq_without_out_and_uint32_words():
     d = awq_inputs(K=4096, N=11008, out=None)
     d["qweight"] = arr((4096, 11008 // 8), U32)
     d["zeros"] = arr((32, 11008 // 8), U32)
-    assert infer(AWQ, d) == Problem(4096, 11008, 32, 4, 4)
+    assert infer(AWQ, d) == Problem(4096, 11008, 32, True)
 
 
-def test_awq_columns_not_multiple_of_four_words_use_scalar_variant():
-    p = infer(AWQ, awq_inputs(K=128, N=8 * 3))  # N/8 = 3 words per row
-    assert p == Problem(128, 24, 1, 1, 1)
+@pytest.mark.parametrize("N", [24, 1424, 1440, 1408])
+def test_awq_any_word_count_keeps_vector_accesses(N):
+    """Along N each word's outputs are one 16-byte store whatever N is: no divisibility condition."""
+    p = infer(AWQ, awq_inputs(K=128, N=N))
+    assert p == Problem(128, N, 1, True)
     check_variant(AWQ, p)
-    assert infer(AWQ, awq_inputs(K=128, N=1424)).vec == 1  # 178 words per row: not a multiple of 4
-    assert infer(AWQ, awq_inputs(K=128, N=1440)).vec == 4  # 180 words per row
-    assert infer(AWQ, awq_inputs(K=128, N=1408)).vec == 4  # 176 words per row
 
 
 @pytest.mark.parametrize("tensor", ["qweight", "scales", "zeros", "out"])
@@ -123,12 +124,12 @@ def test_awq_unaligned_pointer_uses_scalar_variant(tensor):
     d[tensor] = arr(a.shape, a.dtype, aligned=False)
     assert d[tensor].ptr % 16 == 4
     p = infer(AWQ, d)
-    assert (p.K, p.N, p.groups, p.vec, p.rows) == (256, 4096, 2, 1, 1)
+    assert p == Problem(256, 4096, 2, False)
     check_variant(AWQ, p)
 
 
 def test_awq_bf16():
-    assert infer(AWQ_BF16, awq_inputs(K=128, N=256, sdt=BF16)) == Problem(128, 256, 1, 4, 4)
+    assert infer(AWQ_BF16, awq_inputs(K=128, N=256, sdt=BF16)) == Problem(128, 256, 1, True)
 
 
 # --------------------------------------------------------------------------- inference: GPTQ (axis K)
@@ -136,15 +137,16 @@ def test_awq_bf16():
 
 def test_gptq_shapes_and_vector_variant():
     p = infer(GPTQ, gptq_inputs(K=256, N=4096))
-    assert p == Problem(K=256, N=4096, groups=2, vec=8, rows=2)
+    assert p == Problem(K=256, N=4096, groups=2, aligned=True)
     check_variant(GPTQ, p)
-    assert infer(GPTQ, gptq_inputs(K=4096, N=11008, out=None)) == Problem(4096, 11008, 32, 8, 2)
+    assert default_variant(GPTQ, True).vec == 8
+    assert infer(GPTQ, gptq_inputs(K=4096, N=11008, out=None)) == Problem(4096, 11008, 32, True)
 
 
 @pytest.mark.parametrize("N", [12, 40 + 4, 4100, 13])
 def test_gptq_columns_not_multiple_of_eight_use_scalar_variant(N):
     p = infer(GPTQ, gptq_inputs(K=128, N=N))
-    assert p == Problem(128, N, 1, 1, 1)
+    assert p == Problem(128, N, 1, False)
     check_variant(GPTQ, p)
 
 
@@ -153,7 +155,7 @@ def test_gptq_unaligned_pointer_uses_scalar_variant(tensor):
     d = gptq_inputs(K=256, N=4096)
     a = d[tensor]
     d[tensor] = arr(a.shape, a.dtype, aligned=False)
-    assert infer(GPTQ, d) == Problem(256, 4096, 2, 1, 1)
+    assert infer(GPTQ, d) == Problem(256, 4096, 2, False)
 
 
 def test_gptq_per_channel_variant_of_spec():
@@ -161,7 +163,7 @@ def test_gptq_per_channel_variant_of_spec():
     data["scales"]["group_size"] = -1
     s = load_spec(data)
     d = dict(qweight=arr((3, 16), I32), scales=arr((1, 16), F16), zeros=None, out=None)
-    assert infer(s, d) == Problem(24, 16, 1, 8, 2)
+    assert infer(s, d) == Problem(24, 16, 1, True)
 
 
 # --------------------------------------------------------------------------- inference: int8 (per-channel)
@@ -169,25 +171,25 @@ def test_gptq_per_channel_variant_of_spec():
 
 def test_int8_per_channel():
     p = infer(INT8, int8_inputs(K=64, N=128))
-    assert p == Problem(K=64, N=128, groups=1, vec=4, rows=4)
+    assert p == Problem(K=64, N=128, groups=1, aligned=True)
     check_variant(INT8, p)
     # per-channel: any K works (no group to divide it)
-    assert infer(INT8, int8_inputs(K=5, N=128)) == Problem(5, 128, 1, 4, 4)
+    assert infer(INT8, int8_inputs(K=5, N=128)) == Problem(5, 128, 1, True)
 
 
 @pytest.mark.parametrize("N", [20, 24, 12])  # 5, 6, 3 words per row
-def test_int8_words_not_multiple_of_four_use_scalar_variant(N):
-    assert infer(INT8, int8_inputs(K=8, N=N)) == Problem(8, N, 1, 1, 1)
+def test_int8_any_word_count(N):
+    assert infer(INT8, int8_inputs(K=8, N=N)) == Problem(8, N, 1, True)
 
 
 def test_int8_unaligned_scales():
     d = int8_inputs(K=64, N=128)
     d["scales"] = arr((1, 128), F16, aligned=False)
-    assert infer(INT8, d).vec == 1
+    assert infer(INT8, d).aligned is False
 
 
 def test_int8_bf16_needs_bf16_scales():
-    assert infer(INT8_BF16, int8_inputs(K=16, N=64, sdt=BF16)) == Problem(16, 64, 1, 4, 4)
+    assert infer(INT8_BF16, int8_inputs(K=16, N=64, sdt=BF16)) == Problem(16, 64, 1, True)
     raises(INT8_BF16, int8_inputs(K=16, N=64, sdt=F16), "scales", "bf16", "float16")
 
 
@@ -195,7 +197,7 @@ def test_size_one_dimension_with_any_stride_is_contiguous():
     # e.g. a per-channel scale row sliced out of a bigger tensor: the stride of a size-1 dim is irrelevant
     d = int8_inputs(K=16, N=64)
     d["scales"] = arr((1, 64), F16, strides=(12345, 2))
-    assert infer(INT8, d).vec == 4
+    assert infer(INT8, d).aligned is True
 
 
 # --------------------------------------------------------------------------- error paths
@@ -353,8 +355,8 @@ def test_compile_on_cpu(monkeypatch):
     assert k.spec.name == "awq_int4_fp16"
     assert k.plan.per8("convert") == 9
     assert k.source == (ROOT / "generated" / "awq_int4_fp16.cu").read_text()
-    for v, r in VARIANTS_N:
-        assert f" {kernel_name(k.spec, v, r)}(" in k.source
+    for v in VARIANTS_N:
+        assert f" {kernel_name(k.spec, v)}(" in k.source
     # a Spec and a dict compile to the same kernel
     assert dqgen.compile(k.spec).source == k.source
     assert dqgen.compile(k.spec.model_dump(mode="json")).source == k.source
