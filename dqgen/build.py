@@ -100,7 +100,7 @@ def gpu_step(spec: Spec) -> dict:
     if load_tuning(kernel, 0) is None:
         t = tune(kernel, 0)
         b = t["best"]
-        lines.append(f"tuned launch: {b['rows']} rows x {b['vec']} words per thread ({min(t['us'].values()):.0f} us at {t['shape'][0]}x{t['shape'][1]})")
+        lines.append(f"tuned launch: {b['rows']} rows x {b['vec']} words per thread{', streaming stores' if b['stream'] else ''} ({min(t['us'].values()):.0f} us at {t['shape'][0]}x{t['shape'][1]})")
     else:
         lines.append("launch parameters: tuned earlier (cached)")
     return {"ok": all(r.ok for r in results), "skipped": False, "line": f"{arch}, vs numba reference: " + "; ".join(lines)}

@@ -32,10 +32,13 @@ class Variant:
     vec: int
     rows: int
     aligned: bool = True
+    stream: bool = False  # output stores with the evict-first (.cs) cache hint
 
 
-VARIANTS_N = [Variant(v, r, a) for a in (True, False) for v, r in ((1, 1), (1, 2), (1, 4), (1, 8), (2, 4))]
-VARIANTS_K = [Variant(8, r, a) for a in (True, False) for r in (1, 2, 4)]
+VARIANTS_N = [Variant(v, r, a) for a in (True, False) for v, r in ((1, 1), (1, 2), (1, 4), (1, 8), (2, 4))] + [
+    Variant(1, r, True, True) for r in (4, 8)
+]
+VARIANTS_K = [Variant(8, r, a) for a in (True, False) for r in (1, 2, 4)] + [Variant(8, r, True, True) for r in (2, 4)]
 
 
 def _env() -> jinja2.Environment:
@@ -115,7 +118,7 @@ def context(spec: Spec, plan: Plan) -> dict:
         "sel_low_halves": f"0x{prmt_selector([0, 1, 4, 5]):X}",
         "sel_high_halves": f"0x{prmt_selector([2, 3, 6, 7]):X}",
         "block": BLOCK,
-        "variants": [{"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "entry": kernel_name(spec, v)} for v in variants(spec)],
+        "variants": [{"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream, "entry": kernel_name(spec, v)} for v in variants(spec)],
     }
 
 
@@ -132,7 +135,7 @@ def variants(spec: Spec) -> list[Variant]:
 
 
 def kernel_name(spec: Spec, v: Variant) -> str:
-    return f"dqgen_{spec.name}_v{v.vec}_r{v.rows}{'' if v.aligned else '_u'}"
+    return f"dqgen_{spec.name}_v{v.vec}_r{v.rows}{'' if v.aligned else '_u'}{'_cs' if v.stream else ''}"
 
 
 def naive_source(spec: Spec) -> str:

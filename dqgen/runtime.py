@@ -99,7 +99,7 @@ def default_variant(spec: Spec, aligned: bool) -> Variant:
     4 rows, 4 independent loads in flight), 2 word-rows (16 rows of K) along K."""
     rows = 4 if spec.packing.axis == "N" else 2
     for v in variants(spec):
-        if v.rows == rows and v.aligned == aligned and (v.vec == 1 or spec.packing.axis == "K"):
+        if v.rows == rows and v.aligned == aligned and not v.stream and (v.vec == 1 or spec.packing.axis == "K"):
             return v
     raise AssertionError("no default variant")
 

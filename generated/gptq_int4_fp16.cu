@@ -137,9 +137,16 @@ __device__ __forceinline__ void load_words(unsigned* dst, const unsigned* __rest
     }
 }
 
-template <int n, bool ALIGNED>
+// STREAM: st.global.cs, the evict-first hint for data this kernel never reads again.
+template <int n, bool ALIGNED, bool STREAM = false>
 __device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const unsigned* src) {
-    if constexpr (ALIGNED && n % 4 == 0) {
+    if constexpr (ALIGNED && STREAM && n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4)
+            asm volatile("st.global.cs.v4.u32 [%0], {" "%1, %2, %3, %4};" :: "l"(dst + i), "r"(src[i]), "r"(src[i + 1]), "r"(src[i + 2]), "r"(src[i + 3]) : "memory");
+    } else if constexpr (ALIGNED && STREAM && n == 2) {
+        asm volatile("st.global.cs.v2.u32 [%0], {" "%1, %2};" :: "l"(dst), "r"(src[0]), "r"(src[1]) : "memory");
+    } else if constexpr (ALIGNED && n % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < n; i += 4) *reinterpret_cast<uint4*>(dst + i) = make_uint4(src[i], src[i + 1], src[i + 2], src[i + 3]);
     } else if constexpr (ALIGNED && n == 2) {
@@ -153,7 +160,7 @@ __device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const un
 // Tile: ROWS word-rows (ROWS * 8 rows of K) x (kBlock * 8) columns; thread t owns 8 adjacent
 // columns. A word holds 8 rows of one column; PRMT transposes column pairs so that each
 // output row's 8 values leave in one 16-byte store, contiguous across the warp.
-template <int VEC, int ROWS, bool ALIGNED>
+template <int VEC, int ROWS, bool ALIGNED, bool STREAM>
 __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales,
                                     const unsigned* __restrict__ zeros, unsigned* __restrict__ out,
                                     long long KW, long long N, long long group_size) {
@@ -208,8 +215,8 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
                         asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(lo[c]) : "r"(o[2 * c][p]), "r"(o[2 * c + 1][p]));
                         asm("prmt.b32 %0, %1, %2, 0x7632;" : "=r"(hi[c]) : "r"(o[2 * c][p]), "r"(o[2 * c + 1][p]));
                     }
-                    store_words<VEC / 2, true>(out + (row * N + n0) / 2, lo);
-                    store_words<VEC / 2, true>(out + ((row + 1) * N + n0) / 2, hi);
+                    store_words<VEC / 2, true, STREAM>(out + (row * N + n0) / 2, lo);
+                    store_words<VEC / 2, true, STREAM>(out + ((row + 1) * N + n0) / 2, hi);
                 } else {
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
@@ -230,36 +237,48 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r1(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 1, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::gptq_int4_fp16::run<8, 1, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r2(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 2, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::gptq_int4_fp16::run<8, 2, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r4(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 4, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::gptq_int4_fp16::run<8, 4, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r1_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 1, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::gptq_int4_fp16::run<8, 1, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r2_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 2, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::gptq_int4_fp16::run<8, 2, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r4_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 4, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::gptq_int4_fp16::run<8, 4, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r2_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 2, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r4_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 4, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 

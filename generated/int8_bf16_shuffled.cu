@@ -108,9 +108,16 @@ __device__ __forceinline__ void load_words(unsigned* dst, const unsigned* __rest
     }
 }
 
-template <int n, bool ALIGNED>
+// STREAM: st.global.cs, the evict-first hint for data this kernel never reads again.
+template <int n, bool ALIGNED, bool STREAM = false>
 __device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const unsigned* src) {
-    if constexpr (ALIGNED && n % 4 == 0) {
+    if constexpr (ALIGNED && STREAM && n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4)
+            asm volatile("st.global.cs.v4.u32 [%0], {" "%1, %2, %3, %4};" :: "l"(dst + i), "r"(src[i]), "r"(src[i + 1]), "r"(src[i + 2]), "r"(src[i + 3]) : "memory");
+    } else if constexpr (ALIGNED && STREAM && n == 2) {
+        asm volatile("st.global.cs.v2.u32 [%0], {" "%1, %2};" :: "l"(dst), "r"(src[0]), "r"(src[1]) : "memory");
+    } else if constexpr (ALIGNED && n % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < n; i += 4) *reinterpret_cast<uint4*>(dst + i) = make_uint4(src[i], src[i + 1], src[i + 2], src[i + 3]);
     } else if constexpr (ALIGNED && n == 2) {
@@ -124,7 +131,7 @@ __device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const un
 // Tile: ROWS rows x (kBlock * VEC) words; thread t owns words c0 + t + j*kBlock, so every warp access
 // is contiguous: 4-byte weight loads, 8-byte scale loads and output stores per word.
 // scales and out are addressed as bf16x2 pairs: a row of N elements is W * kPairs pairs.
-template <int VEC, int ROWS, bool ALIGNED>
+template <int VEC, int ROWS, bool ALIGNED, bool STREAM>
 __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales,
                                     const unsigned* __restrict__ zeros, unsigned* __restrict__ out,
                                     long long K, long long W, long long group_size) {
@@ -164,7 +171,7 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
                 if (c < W) {
                     unsigned o[kPairs];
                     dequant(q[r][j], s[j], o);
-                    store_words<kPairs, ALIGNED>(out + (k * W + c) * kPairs, o);
+                    store_words<kPairs, ALIGNED, STREAM>(out + (k * W + c) * kPairs, o);
                 }
             }
         }
@@ -177,60 +184,72 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v1_r1(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16_shuffled::run<1, 1, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::int8_bf16_shuffled::run<1, 1, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v1_r2(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16_shuffled::run<1, 2, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::int8_bf16_shuffled::run<1, 2, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v1_r4(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16_shuffled::run<1, 4, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::int8_bf16_shuffled::run<1, 4, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v1_r8(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16_shuffled::run<1, 8, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::int8_bf16_shuffled::run<1, 8, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v2_r4(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16_shuffled::run<2, 4, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::int8_bf16_shuffled::run<2, 4, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v1_r1_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16_shuffled::run<1, 1, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::int8_bf16_shuffled::run<1, 1, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v1_r2_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16_shuffled::run<1, 2, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::int8_bf16_shuffled::run<1, 2, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v1_r4_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16_shuffled::run<1, 4, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::int8_bf16_shuffled::run<1, 4, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v1_r8_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16_shuffled::run<1, 8, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::int8_bf16_shuffled::run<1, 8, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v2_r4_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
     unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16_shuffled::run<2, 4, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    dqgen::int8_bf16_shuffled::run<2, 4, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v1_r4_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16_shuffled::run<1, 4, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_shuffled_v1_r8_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16_shuffled::run<1, 8, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
