@@ -34,7 +34,7 @@ class Row:
     us: float
     gbps: float
     pct_copy: float
-    equal: bool
+    equal: bool | None  # None: not a dequantizer (the traffic-matched copy)
 
 
 def _torch():
@@ -185,6 +185,53 @@ extern "C" __global__ void __launch_bounds__(256) copy16(const uint4* __restrict
 """
 
 
+_TRAFFIC_KERNEL = r"""
+// Reads one 32-bit word and writes OUT words per input word: the same bytes as a dequantizer of the
+// same format, with no arithmetic. The ceiling for this read/write mix on this device.
+template <int OUT>
+__device__ __forceinline__ void traffic(const unsigned* __restrict__ src, unsigned* __restrict__ dst, long long n) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += 4 * stride) {
+        unsigned v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) if (i + j * stride < n) v[j] = __ldg(src + i + j * stride);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const long long w = i + j * stride;
+            if (w >= n) continue;
+            if constexpr (OUT == 4) *reinterpret_cast<uint4*>(dst + w * 4) = make_uint4(v[j], v[j] + 1u, v[j] + 2u, v[j] + 3u);
+            else *reinterpret_cast<uint2*>(dst + w * 2) = make_uint2(v[j], v[j] + 1u);
+        }
+    }
+}
+extern "C" __global__ void __launch_bounds__(256) traffic4(const unsigned* s, unsigned* d, long long n) { traffic<4>(s, d, n); }
+extern "C" __global__ void __launch_bounds__(256) traffic2(const unsigned* s, unsigned* d, long long n) { traffic<2>(s, d, n); }
+"""
+
+
+def traffic_copy(spec: Spec) -> Callable:
+    """The ceiling for the format's read/write mix: read the packed words, write the output bytes."""
+    from . import device as dev
+    from .nvrtc import compile_source
+
+    torch = _torch()
+    out_words = spec.per_word // 2
+    cub = compile_source(_TRAFFIC_KERNEL, arch=dev.device_arch(0), want="cubin", name="traffic.cu").cubin
+    kern = dev.LoadedKernel(cub, f"traffic{out_words}", 0)
+    blocks = dev.sm_count(0) * 8
+
+    def fn(q: Any, s: Any, z: Any, out: Any = None) -> Any:
+        K = q.shape[0] * (1 if spec.packing.axis == "N" else spec.per_word)
+        N = q.shape[1] * (spec.per_word if spec.packing.axis == "N" else 1)
+        if out is None:
+            out = torch.empty((K, N), dtype=s.dtype, device="cuda")
+        kern((blocks,), (256,), [np.uint64(q.data_ptr()), np.uint64(out.data_ptr()), np.int64(q.numel())],
+             stream=torch.cuda.current_stream().cuda_stream)
+        return out
+
+    return fn
+
+
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     """GB/s of a device-to-device copy (read + write counted): the faster of torch's copy_ timed per
     call with the queue kept full, and a 16-byte-vector copy kernel timed like the dequantizers."""
@@ -226,13 +273,17 @@ def bench_spec(spec: Spec, shapes: list[tuple[int, int, int]], copy_gbps: float,
     for K, N, G in shapes:
         sp = _with_group(spec, G) if G != spec.scales.group_size else spec
         kernel = Kernel(sp)
+        from .tune import load_tuning, tune
+
+        if load_tuning(kernel, 0) is None:  # tune once per GPU and kernel, as `dqgen build` does
+            tune(kernel, 0)
         first = make_inputs(sp, K, N, 0)
         per_set = bytes_moved(sp, *first, K, N)
         nsets = max(1, min(8, math.ceil(2 * l2_bytes() / per_set)))
         sets = [first] + [make_inputs(sp, K, N, i) for i in range(1, nsets)]
         outs = [torch.empty((K, N), dtype=first[1].dtype, device="cuda") for _ in range(nsets)]
         want = kernel(*first)
-        candidates: dict[str, Callable] = {"dqgen": lambda q, s, z, i=None: kernel(q, s, z)}
+        candidates: dict[str, Callable] = {"dqgen": lambda q, s, z, i=None: kernel(q, s, z), "copy, same bytes": traffic_copy(sp)}
         if impls is None or "torch" in impls:
             candidates["torch eager"] = torch_eager(sp)
         if impls is None or "cuda-naive" in impls:
@@ -245,7 +296,10 @@ def bench_spec(spec: Spec, shapes: list[tuple[int, int, int]], copy_gbps: float,
         for name, fn in candidates.items():
             if name == "dqgen":
                 run = lambda i: launches[i](torch.cuda.current_stream())  # noqa: E731
-                equal = True
+                equal: bool | None = True
+            elif name == "copy, same bytes":
+                run = lambda i, fn=fn: fn(*sets[i], out=outs[i])  # noqa: E731
+                equal = None
             else:
                 got = fn(*first)
                 torch.cuda.synchronize()
@@ -271,13 +325,15 @@ def write_markdown(path: Path, gpu: str, copy_gbps: float, rows: list[Row], sass
         f"Written by `dqgen bench` on {date.today().isoformat()}, GPU: {gpu}. Device-to-device copy: {copy_gbps:.0f} GB/s (read + write).",
         "Bytes moved = packed weights + output + scales + zeros. Median of many launches timed with CUDA events;",
         "inputs rotated among sets totalling at least twice the L2. Every implementation's output was compared",
-        "with dqgen's before timing (`equal`).",
+        "with dqgen's before timing (`equal`). `copy, same bytes` reads the packed words and writes as many bytes as",
+        "the output, with no arithmetic: the ceiling for this read/write mix (dequantizers write 4x what they read).",
         "",
         "| spec | K x N | G | implementation | us | GB/s | % of copy | equal |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r.spec} | {r.K}x{r.N} | {r.group} | {r.impl} | {r.us:.1f} | {r.gbps:.0f} | {r.pct_copy:.1f} | {'yes' if r.equal else 'NO'} |")
+        eq = "n/a" if r.equal is None else ("yes" if r.equal else "NO")
+        lines.append(f"| {r.spec} | {r.K}x{r.N} | {r.group} | {r.impl} | {r.us:.1f} | {r.gbps:.0f} | {r.pct_copy:.1f} | {eq} |")
     if sass:
         lines += ["", sass]
     path.parent.mkdir(parents=True, exist_ok=True)
