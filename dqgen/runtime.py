@@ -23,8 +23,8 @@ from .solver import solve
 from .spec import Spec, load_spec
 
 _INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
-# Grid cap: up to 16 waves of fully resident blocks; past that the kernel loops over tiles (grid-stride).
-BLOCKS_PER_SM = 8
+# gridDim.x limit; past it the kernel loops over tiles (grid-stride).
+MAX_GRID = 2**31 - 1
 
 
 class ShapeError(ValueError):
@@ -117,7 +117,6 @@ class Kernel:
         self.source = render_kernel(spec, self.plan)
         self._loaded: dict[tuple[int, str], dev.LoadedKernel] = {}
         self._tuned: dict[int, Variant | None] = {}
-        self._sms: dict[int, int] = {}
 
     def _function(self, ordinal: int, name: str) -> dev.LoadedKernel:
         key = (ordinal, name)
@@ -164,9 +163,9 @@ class Kernel:
         else:
             rows, cols = prob.K // P, prob.N
             tiles = -(-cols // (BLOCK * v.vec)) * -(-rows // v.rows)
-        if q.device not in self._sms:
-            self._sms[q.device] = dev.sm_count(q.device)
-        blocks = max(1, min(tiles, self._sms[q.device] * BLOCKS_PER_SM * 16))
+        # One block per tile: the hardware balances blocks across SMs at the granularity of one tile,
+        # where a capped grid-stride loop leaves a tail of up to a whole block's share of tiles.
+        blocks = max(1, min(tiles, MAX_GRID))
         handle = dev.stream_handle(stream) if stream is not None else dev.current_stream(q.kind, q.device)
         args = [np.uint64(q.ptr), np.uint64(s.ptr), np.uint64(z.ptr if z is not None else 0), np.uint64(o.ptr),
                 np.int64(rows), np.int64(cols), np.int64(self.spec.scales.group_size)]
