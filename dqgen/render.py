@@ -36,7 +36,7 @@ class Variant:
 
 
 VARIANTS_N = [Variant(v, r, a) for a in (True, False) for v, r in ((1, 1), (1, 2), (1, 4), (1, 8), (2, 4))] + [
-    Variant(1, r, True, True) for r in (4, 8)
+    Variant(v, r, True, True) for v, r in ((1, 4), (1, 8), (1, 16), (2, 4), (2, 8))
 ]
 VARIANTS_K = [Variant(8, r, a) for a in (True, False) for r in (1, 2, 4)] + [Variant(8, r, True, True) for r in (2, 4)]
 

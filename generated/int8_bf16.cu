@@ -256,3 +256,21 @@ extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r8_cs(
     dqgen::int8_bf16::run<1, 8, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
 }
 
+extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r16_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 16, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v2_r4_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<2, 4, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v2_r8_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<2, 8, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+}
+
