@@ -99,8 +99,10 @@ def gpu_step(spec: Spec) -> dict:
     lines = [f"{r.K}x{r.N}: {'bit-exact' if r.ok else f'{r.mismatches} mismatches, {r.detail}'}" for r in results]
     if load_tuning(kernel, 0) is None:
         t = tune(kernel, 0)
-        b = t["best"]
-        lines.append(f"tuned launch: {b['rows']} rows x {b['vec']} words per thread{', streaming stores' if b['stream'] else ''} ({min(t['us'].values()):.0f} us at {t['shape'][0]}x{t['shape'][1]})")
+        for cls, b in t["best"].items():
+            K, N = t["shapes"][cls]
+            lines.append(f"tuned launch ({cls}): {b['rows']} rows x {b['vec']} {'words' if spec.packing.axis == 'N' else 'columns'} per thread"
+                         f"{', streaming stores' if b['stream'] else ''} ({min(t['us'][cls].values()):.0f} us at {K}x{N})")
     else:
         lines.append("launch parameters: tuned earlier (cached)")
     return {"ok": all(r.ok for r in results), "skipped": False, "line": f"{arch}, vs numba reference: " + "; ".join(lines)}

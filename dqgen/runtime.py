@@ -116,7 +116,7 @@ class Kernel:
             raise RuntimeError(f"{spec.name}: plan failed its lane check: {bad}")
         self.source = render_kernel(spec, self.plan)
         self._loaded: dict[tuple[int, str], dev.LoadedKernel] = {}
-        self._tuned: dict[int, Variant | None] = {}
+        self._tuned: dict[int, dict[str, Variant] | None] = {}
 
     def _function(self, ordinal: int, name: str) -> dev.LoadedKernel:
         key = (ordinal, name)
@@ -129,16 +129,17 @@ class Kernel:
             self._loaded[key] = dev.LoadedKernel(res.cubin, name, ordinal)
         return self._loaded[key]
 
-    def variant_for(self, ordinal: int, aligned: bool) -> Variant:
-        """The tuned variant for this GPU if `dqgen build` tuned one, else the default rule."""
-        if ordinal not in self._tuned:
-            from .tune import load_tuning
+    def variant_for(self, ordinal: int, prob: Problem) -> Variant:
+        """The variant tuned on this GPU for the problem's size class (`dqgen build` tunes once),
+        else the default rule; unaligned tensors always take the 4-byte-access variant."""
+        from .tune import load_tuning, size_class
 
+        if ordinal not in self._tuned:
             self._tuned[ordinal] = load_tuning(self, ordinal)
         tuned = self._tuned[ordinal]
-        if tuned is not None and aligned:
-            return tuned
-        return default_variant(self.spec, aligned)
+        if tuned is not None and prob.aligned:
+            return tuned[size_class(prob.K, prob.N)]
+        return default_variant(self.spec, prob.aligned)
 
     def prepare(self, qweight: Any, scales: Any, zeros: Any = None, *, out: Any = None, stream: Any = None,
                 variant: Variant | None = None) -> "Launch":
@@ -153,7 +154,7 @@ class Kernel:
             out = dev.allocate_like(q.kind, (prob.K, prob.N), target_dtype(self.spec), q.device)
             o = dev.as_device_array(out, "out")
         assert o is not None
-        v = variant or self.variant_for(q.device, prob.aligned)
+        v = variant or self.variant_for(q.device, prob)
         if v.aligned and not prob.aligned:
             raise ShapeError(f"qweight: variant {kernel_name(self.spec, v)} needs 16-byte aligned tensors")
         P = self.spec.per_word

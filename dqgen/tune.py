@@ -17,8 +17,15 @@ from .render import Variant, kernel_name, variants
 if TYPE_CHECKING:
     from .runtime import Kernel
 
-#: The problem timed for tuning: large enough to fill an H100 many times over, past its L2.
-TUNE_SHAPE = (8192, 8192)
+#: Problems timed for tuning, one per size class: the best variant differs between a matrix that
+#: fills the GPU a few times (launch and tail effects) and one that fills it many times.
+TUNE_SHAPES = {"small": (4096, 4096), "large": (8192, 28672)}
+#: Outputs up to this many elements use the "small" choice.
+SMALL_MAX_ELEMENTS = 64 << 20
+
+
+def size_class(K: int, N: int) -> str:
+    return "small" if K * N <= SMALL_MAX_ELEMENTS else "large"
 
 
 def _path(kernel: "Kernel", ordinal: int):
@@ -30,46 +37,54 @@ def _path(kernel: "Kernel", ordinal: int):
     return default_cache_dir() / "tune" / f"{key}.json", name
 
 
-def load_tuning(kernel: "Kernel", ordinal: int) -> Variant | None:
+def load_tuning(kernel: "Kernel", ordinal: int) -> dict[str, Variant] | None:
+    """{size class: variant} from the cache, or None if this GPU has not tuned this kernel."""
     try:
         path, _ = _path(kernel, ordinal)
         data = json.loads(path.read_text())
-        best = Variant(**data["best"])
-        return best if best in variants(kernel.spec) else None
+        best = {cls: Variant(**v) for cls, v in data["best"].items()}
+        return best if set(best) == set(TUNE_SHAPES) and all(v in variants(kernel.spec) for v in best.values()) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
+def _time(kernel: "Kernel", v: Variant, q, s, z, out, reps: int) -> float:
+    import torch
+
+    launch = kernel.prepare(q, s, z, out=out, variant=v)
+    for _ in range(5):
+        launch()
+    times = []
+    for _ in range(reps):  # batches of 10 back-to-back launches: host launch latency stays hidden
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(10):
+            launch()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 100)
+    return statistics.median(times)
+
+
 def tune(kernel: "Kernel", ordinal: int = 0, reps: int = 10) -> dict:
-    """Time each aligned variant on TUNE_SHAPE; cache and return {"best": ..., "us": {...}}."""
+    """Time each aligned variant on each TUNE_SHAPES problem; cache and return the winners and timings."""
     import torch
 
     from .bench import make_inputs
 
-    K, N = TUNE_SHAPE
-    q, s, z = make_inputs(kernel.spec, K, N, 0)
-    out = torch.empty((K, N), dtype=s.dtype, device=f"cuda:{ordinal}")
-    timings: dict[str, float] = {}
-    for v in variants(kernel.spec):
-        if not v.aligned:
-            continue
-        launch = kernel.prepare(q, s, z, out=out, variant=v)
-        for _ in range(5):
-            launch()
-        times = []
-        for _ in range(reps):  # batches of 10 back-to-back launches: host launch latency stays hidden
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(10):
-                launch()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 100)
-        timings[kernel_name(kernel.spec, v)] = statistics.median(times)
-    best_name = min(timings, key=timings.get)
-    best = next(v for v in variants(kernel.spec) if kernel_name(kernel.spec, v) == best_name)
+    best: dict[str, dict] = {}
+    timings: dict[str, dict[str, float]] = {}
+    for cls, (K, N) in TUNE_SHAPES.items():
+        q, s, z = make_inputs(kernel.spec, K, N, 0)
+        out = torch.empty((K, N), dtype=s.dtype, device=f"cuda:{ordinal}")
+        t = {kernel_name(kernel.spec, v): _time(kernel, v, q, s, z, out, reps) for v in variants(kernel.spec) if v.aligned}
+        name = min(t, key=t.get)
+        v = next(v for v in variants(kernel.spec) if kernel_name(kernel.spec, v) == name)
+        best[cls] = {"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream}
+        timings[cls] = t
+        del q, s, z, out
     path, gpu = _path(kernel, ordinal)
-    data = {"gpu": gpu, "shape": [K, N], "best": {"vec": best.vec, "rows": best.rows, "aligned": best.aligned, "stream": best.stream}, "us": timings}
+    data = {"gpu": gpu, "shapes": TUNE_SHAPES, "best": best, "us": timings}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
