@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .runtime import Kernel, target_dtype
+from .runtime import Kernel
 from .spec import Spec, SourceKind
 
 DEFAULT_SHAPES = [(4096, 4096, 128), (4096, 11008, 128), (8192, 28672, 128), (18944, 37888, 128), (3584, 37888, -1)]
@@ -313,7 +312,7 @@ def bench_spec(spec: Spec, shapes: list[tuple[int, int, int]], copy_gbps: float,
             gbps = per_set / (us * 1e-6) / 1e9
             rows.append(Row(sp.name, K, N, G, name, us, gbps, 100 * gbps / copy_gbps, equal))
             log(f"{sp.name} {K}x{N} G={G} {name}: {us:.1f} us, {gbps:.0f} GB/s, {100 * gbps / copy_gbps:.1f}% of copy, equal={equal}")
-        del sets, outs, want, launches
+        sets = outs = launches = want = []  # free the GPU memory before the next shape
         torch.cuda.empty_cache()
     return rows
 

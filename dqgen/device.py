@@ -201,6 +201,10 @@ class LoadedKernel:
         )
         del holders, param_ptrs
 
+    def bind(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0) -> "BoundLaunch":
+        """Pack the arguments once; the returned launcher only calls cuLaunchKernel (hot loops)."""
+        return BoundLaunch(self, grid, block, args, shared_mem)
+
     def close(self) -> None:
         module, self._module = getattr(self, "_module", None), None
         if module is not None:
@@ -213,6 +217,29 @@ class LoadedKernel:
     def __del__(self) -> None:
         if sys is not None and not sys.is_finalizing():
             self.close()
+
+
+class BoundLaunch:
+    """A kernel with its grid and arguments packed: calling it costs one cuLaunchKernel."""
+
+    def __init__(self, kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int) -> None:
+        self.kernel = kernel
+        self.grid = (tuple(int(v) for v in grid) + (1, 1, 1))[:3]
+        self.block = (tuple(int(v) for v in block) + (1, 1, 1))[:3]
+        self.shared_mem = int(shared_mem)
+        self._holders = [_param_holder(a, i) for i, a in enumerate(args)]  # owns the argument bytes
+        self._ptrs = np.array([_holder_address(h) for h in self._holders] or [0], dtype=np.uint64)
+        self._params = int(self._ptrs.ctypes.data) if self._holders else 0
+
+    def __call__(self, stream: int = 0) -> None:
+        k = self.kernel
+        if k._module is None:
+            raise RuntimeError(f"kernel {k.name!r}: module already unloaded")
+        primary_context(k.device)
+        _check(
+            driver.cuLaunchKernel(k._function, *self.grid, *self.block, self.shared_mem, int(stream), self._params, 0),
+            f"cuLaunchKernel({k.name!r})",
+        )
 
 
 # --------------------------------------------------------------------------- arrays

@@ -25,7 +25,7 @@ import ml_dtypes
 import numpy as np
 from numba import njit
 
-from dqgen.spec import CONTAINER_BITS, SourceKind, Spec, Target
+from dqgen.spec import SourceKind, Spec, Target
 
 __all__ = ["dequantize_reference", "shapes_for", "element_value", "random_inputs", "target_dtype"]
 

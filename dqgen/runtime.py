@@ -170,8 +170,8 @@ class Kernel:
         handle = dev.stream_handle(stream) if stream is not None else dev.current_stream(q.kind, q.device)
         args = [np.uint64(q.ptr), np.uint64(s.ptr), np.uint64(z.ptr if z is not None else 0), np.uint64(o.ptr),
                 np.int64(rows), np.int64(cols), np.int64(self.spec.scales.group_size)]
-        fn = self._function(q.device, kernel_name(self.spec, v)) if rows and cols else None
-        return Launch(fn, blocks, args, handle, out, v)
+        fn = self._function(q.device, kernel_name(self.spec, v)).bind((blocks,), (BLOCK,), args) if rows and cols else None
+        return Launch(fn, handle, out, v)
 
     def __call__(self, qweight: Any, scales: Any, zeros: Any = None, *, out: Any = None, stream: Any = None) -> Any:
         launch = self.prepare(qweight, scales, zeros, out=out, stream=stream)
@@ -181,9 +181,7 @@ class Kernel:
 
 @dataclass
 class Launch:
-    fn: dev.LoadedKernel | None  # None for an empty output
-    blocks: int
-    args: list
+    fn: dev.BoundLaunch | None  # None for an empty output
     stream: int
     out: Any
     variant: Variant
@@ -191,7 +189,7 @@ class Launch:
     def __call__(self, stream: Any = None) -> None:
         """Launch on the stream given at prepare time, or on ``stream`` (e.g. a graph-capture stream)."""
         if self.fn is not None:
-            self.fn((self.blocks,), (BLOCK,), self.args, stream=self.stream if stream is None else dev.stream_handle(stream))
+            self.fn(self.stream if stream is None else dev.stream_handle(stream))
 
 
 def compile(spec: Spec | str | Path | dict) -> Kernel:  # noqa: A001 - the public name users expect

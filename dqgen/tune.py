@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
+import math
 import tempfile
 from typing import TYPE_CHECKING
 
@@ -48,41 +48,36 @@ def load_tuning(kernel: "Kernel", ordinal: int) -> dict[str, Variant] | None:
         return None
 
 
-def _time(kernel: "Kernel", v: Variant, q, s, z, out, reps: int) -> float:
+def _time(kernel: "Kernel", v: Variant, sets: list, outs: list, reps: int) -> float:
+    """Microseconds per launch, from CUDA-graph replays rotating over input sets larger than L2
+    together (host launch overhead and cache hits excluded, as in bench)."""
     import torch
 
-    launch = kernel.prepare(q, s, z, out=out, variant=v)
-    for _ in range(5):
-        launch()
-    times = []
-    for _ in range(reps):  # batches of 10 back-to-back launches: host launch latency stays hidden
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(10):
-            launch()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 100)
-    return statistics.median(times)
+    from .bench import time_us
+
+    launches = [kernel.prepare(*st, out=o, variant=v) for st, o in zip(sets, outs)]
+    return time_us(lambda i: launches[i](torch.cuda.current_stream()), len(sets), reps=reps, calls=20)
 
 
 def tune(kernel: "Kernel", ordinal: int = 0, reps: int = 10) -> dict:
     """Time each aligned variant on each TUNE_SHAPES problem; cache and return the winners and timings."""
     import torch
 
-    from .bench import make_inputs
+    from .bench import bytes_moved, l2_bytes, make_inputs
 
     best: dict[str, dict] = {}
     timings: dict[str, dict[str, float]] = {}
     for cls, (K, N) in TUNE_SHAPES.items():
-        q, s, z = make_inputs(kernel.spec, K, N, 0)
-        out = torch.empty((K, N), dtype=s.dtype, device=f"cuda:{ordinal}")
-        t = {kernel_name(kernel.spec, v): _time(kernel, v, q, s, z, out, reps) for v in variants(kernel.spec) if v.aligned}
+        first = make_inputs(kernel.spec, K, N, 0)
+        nsets = max(1, min(8, math.ceil(2 * l2_bytes() / bytes_moved(kernel.spec, *first, K, N))))
+        sets = [first] + [make_inputs(kernel.spec, K, N, i) for i in range(1, nsets)]
+        outs = [torch.empty((K, N), dtype=first[1].dtype, device=f"cuda:{ordinal}") for _ in sets]
+        t = {kernel_name(kernel.spec, v): _time(kernel, v, sets, outs, reps) for v in variants(kernel.spec) if v.aligned}
         name = min(t, key=t.get)
         v = next(v for v in variants(kernel.spec) if kernel_name(kernel.spec, v) == name)
         best[cls] = {"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream}
         timings[cls] = t
-        del q, s, z, out
+        del first, sets, outs
     path, gpu = _path(kernel, ordinal)
     data = {"gpu": gpu, "shapes": TUNE_SHAPES, "best": best, "us": timings}
     path.parent.mkdir(parents=True, exist_ok=True)
