@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 #: fills the GPU a few times (launch and tail effects) and one that fills it many times.
 TUNE_SHAPES = {"small": (4096, 4096), "large": (8192, 28672)}
 #: Outputs up to this many elements use the "small" choice.
-SMALL_MAX_ELEMENTS = 64 << 20
+SMALL_MAX_ELEMENTS = 1 << 24  # 4096 x 4096
 
 
 def size_class(K: int, N: int) -> str:
