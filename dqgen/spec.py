@@ -144,17 +144,41 @@ class Scales(BaseModel):
         return v
 
 
-class Zeros(BaseModel):
-    """Zero points.
+ZeroMode = Literal["none", "integer", "gptq_v1", "gptq_v2", "float", "additive"]
+PACKED_ZERO_MODES = ("integer", "gptq_v1", "gptq_v2")
 
-    - ``none``: symmetric; zero = 0 (any fixed bias lives in ``source``).
-    - ``integer``: unsigned ``source.bits``-wide zero codes, one per (group, column), packed
-      exactly like the weights along N (AWQ's qzeros [K/G, N/8]); value = (q - z) * s.
+
+class Zeros(BaseModel):
+    """Zero points, one per (group, output column n). ``q`` below is the element's code value
+    (see ``Source``) and ``s`` its scale; every mode rounds exactly where it says.
+
+    - ``none``: symmetric: ``round(q * s)`` (a fixed bias lives in ``source``).
+    - ``integer`` (AWQ, and GPTQ ``checkpoint_format: gptq_v2``): unsigned ``bits``-wide zero codes
+      ``z`` packed into 32-bit words along N, qzeros ``[G, N/P]`` int32, in the weights' element order
+      when the weights are packed along N (AWQ) and in sequential order when they are packed along K
+      (GPTQ): ``round((q - z) * s)``. Exact integer subtraction, one rounding; dqgen folds ``z`` into
+      the magic subtraction, so it costs no op per element.
+    - ``gptq_v2``: the same as ``integer`` (GPTQ's name for it).
+    - ``gptq_v1``: GPTQ's original convention, stored zero = z - 1: ``round((q - (stored + 1)) * s)``.
+      A zero point of 0 cannot be stored this way: it wraps to 2^bits - 1, which reads back as 2^bits.
+    - ``float`` (HQQ): zeros ``[G, N]`` in the target dtype: ``round(round(q - z) * s)``, the two
+      roundings of doing it in target-precision arithmetic.
+    - ``additive`` (TensorRT-LLM fine-grained, pre-scaled zeros): ``b`` ``[G, N]`` in the target dtype:
+      ``round(q * s + b)``, one rounding (an fma).
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["none", "integer"] = "none"
+    mode: ZeroMode = "none"
+
+    @property
+    def packed(self) -> bool:
+        return self.mode in PACKED_ZERO_MODES
+
+    @property
+    def stored_offset(self) -> int:
+        """What is added to a stored packed zero to get z."""
+        return 1 if self.mode == "gptq_v1" else 0
 
 
 ARCH_RE = re.compile(r"^sm_(\d+)[af]?$")
@@ -172,6 +196,11 @@ class Spec(BaseModel):
     packing: Packing
     scales: Scales
     zeros: Zeros = Zeros()
+    act_order: bool = Field(
+        default=False,
+        description="GPTQ desc_act: row k uses group g_idx[k] (an int32 [K] tensor given at call time) "
+        "instead of k // group_size. Packing along K only.",
+    )
     arch: str = Field(default="sm_80", description="Minimum compute capability, e.g. sm_80, sm_90.")
 
     @field_validator("arch")
@@ -198,6 +227,12 @@ class Spec(BaseModel):
     def order(self) -> list[int]:
         return self.packing.resolved_order(self.source.bits)
 
+    @property
+    def zero_order(self) -> list[int]:
+        """Element order of packed zero words (always packed along N): the weights' order when they are
+        packed along N too (AWQ's qzeros), sequential otherwise (GPTQ's qzeros)."""
+        return self.order if self.packing.axis == "N" else list(range(self.per_word))
+
     @model_validator(mode="after")
     def _cross(self) -> "Spec":
         bits = self.source.bits
@@ -220,10 +255,15 @@ class Spec(BaseModel):
             raise _field_error(
                 "scales.group_size", g, f"-1 or a multiple of {n}: with packing along K a word holds {n} rows"
             )
-        if self.zeros.mode == "integer" and self.source.kind is not SourceKind.unsigned:
-            raise _field_error("zeros.mode", "integer", f"'none' for {self.source.kind.value} codes (zero points need kind 'unsigned')")
-        if self.zeros.mode == "integer" and self.packing.axis != "N":
-            raise _field_error("zeros.mode", "integer", "'none' with packing along K for now (integer zeros are packed along N like AWQ)")
+        if self.zeros.packed and self.source.kind is not SourceKind.unsigned:
+            raise _field_error(
+                "zeros.mode", self.zeros.mode,
+                f"'none', 'float' or 'additive' for {self.source.kind.value} codes (packed integer zero points need kind 'unsigned')",
+            )
+        if self.act_order and self.packing.axis != "K":
+            raise _field_error("act_order", True, "false with packing along N (g_idx permutes rows of K; GPTQ packs along K)")
+        if self.act_order and g <= 0:
+            raise _field_error("act_order", True, "a positive scales.group_size (g_idx maps rows to groups)")
         return self
 
 
