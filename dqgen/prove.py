@@ -36,8 +36,9 @@ def _fmt(spec: Spec) -> FloatFormat:
     return FP16 if spec.target is Target.fp16 else BF16
 
 
-def code_values(spec: Spec, words: np.ndarray, zeros: np.ndarray | None) -> np.ndarray:
-    """[n, per_word] integer value (code - offset - zero) of each element, in element order."""
+def code_values(spec: Spec, words: np.ndarray, zeros: np.ndarray | None = None) -> np.ndarray:
+    """[n, per_word] integer value of each element, in element order: the code value, minus the
+    integer zero point when the spec has packed zeros (``zeros``: words in the Plan's z layout)."""
     b = spec.source.bits
     mask = np.uint32((1 << b) - 1)
     out = np.empty((words.shape[0], spec.per_word), dtype=np.int64)
@@ -48,17 +49,37 @@ def code_values(spec: Spec, words: np.ndarray, zeros: np.ndarray | None) -> np.n
         elif spec.source.kind is SourceKind.biased:
             q = q - spec.source.offset
         if zeros is not None:
-            q = q - ((zeros >> np.uint32(b * j)) & mask).astype(np.int64)
+            q = q - (((zeros >> np.uint32(b * j)) & mask).astype(np.int64) + spec.zeros.stored_offset)
         out[:, e] = q
     return out
 
 
-def expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray) -> np.ndarray:
-    """[n, per_word] target bit patterns of round((q - z) * s); scales are [n, per_word] bits."""
+def expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,
+                  fzeros: np.ndarray | None = None) -> np.ndarray:
+    """[n, per_word] target bit patterns of each element, by the spec's formula (``Zeros`` docstring).
+    ``scales`` and ``fzeros`` are [n, per_word] target bit patterns."""
     fmt = _fmt(spec)
     s = fmt.values_of(scales)
-    v = code_values(spec, words, zeros).astype(np.float64) * s  # exact in float64
+    mode = spec.zeros.mode
+    if mode == "float":
+        assert fzeros is not None
+        q = code_values(spec, words).astype(np.float64)
+        diff = fmt.values_of(fmt.round_from_f64(q - fmt.values_of(fzeros)))  # q - z is exact in float64
+        return fmt.round_from_f64(diff * s)  # exact product, second rounding
+    if mode == "additive":
+        assert fzeros is not None
+        q = code_values(spec, words).astype(np.float64)
+        return fmt.round_from_f64(_exact_sum(q * s, fmt.values_of(fzeros)))
+    v = code_values(spec, words, zeros if spec.zeros.packed else None).astype(np.float64) * s  # exact in float64
     return fmt.round_from_f64(v)
+
+
+def _exact_sum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x + y rounded to odd at 53 bits, so that one more rounding to <= 24 bits is exact (as in isa)."""
+    from .isa import _round_to_odd_sum
+
+    with np.errstate(all="ignore"):
+        return _round_to_odd_sum(x, y)
 
 
 def random_scales(rng: np.random.Generator, fmt: FloatFormat, shape: tuple[int, ...]) -> np.ndarray:
@@ -69,12 +90,15 @@ def random_scales(rng: np.random.Generator, fmt: FloatFormat, shape: tuple[int, 
     return fmt.round_from_f64(vals)
 
 
-def _run(plan: Plan, spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray) -> np.ndarray:
+def _run(plan: Plan, spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,
+         fzeros: np.ndarray | None = None) -> np.ndarray:
     env: dict[str, np.ndarray] = {"w": words}
     if zeros is not None:
         env["z"] = zeros
     for i in range(spec.per_word // 2):
         env[f"s{i}"] = scales[:, 2 * i] | (scales[:, 2 * i + 1] << np.uint32(16))
+        if fzeros is not None:
+            env[f"f{i}"] = fzeros[:, 2 * i] | (fzeros[:, 2 * i + 1] << np.uint32(16))
     regs = plan.run(env)
     got = np.empty((words.shape[0], spec.per_word), dtype=np.uint32)
     for i, o in enumerate(plan.outputs):
@@ -83,11 +107,21 @@ def _run(plan: Plan, spec: Spec, words: np.ndarray, zeros: np.ndarray | None, sc
     return got
 
 
+def random_float_zeros(rng: np.random.Generator, spec: Spec, shape: tuple[int, ...]) -> np.ndarray | None:
+    """Float zero points near the code range (float mode) or additive zeros of a product's size."""
+    fmt = _fmt(spec)
+    if spec.zeros.mode == "float":
+        return fmt.round_from_f64(rng.uniform(-1, 1 << spec.source.bits, size=shape))
+    if spec.zeros.mode == "additive":
+        return random_scales(rng, fmt, shape)
+    return None
+
+
 def lane_cases(spec: Spec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
     """Every code (and every zero) at every lane, other lanes random."""
     b, n = spec.source.bits, spec.per_word
     codes = np.arange(1 << b, dtype=np.uint32)
-    zs = codes if spec.zeros.mode == "integer" else np.zeros(1, dtype=np.uint32)
+    zs = codes if spec.zeros.packed else np.zeros(1, dtype=np.uint32)
     q, z = np.meshgrid(codes, zs, indexing="ij")
     q, z = q.ravel(), z.ravel()
     words, zeros = [], []
@@ -101,18 +135,19 @@ def lane_cases(spec: Spec, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     words.append(sum(codes << np.uint32(b * j) for j in range(n)).astype(np.uint32))
     zeros.append(np.zeros(codes.size, dtype=np.uint32))
     w = np.concatenate(words)
-    return w, (np.concatenate(zeros) if spec.zeros.mode == "integer" else None)
+    return w, (np.concatenate(zeros) if spec.zeros.packed else None)
 
 
-def _compare(plan: Plan, spec: Spec, words, zeros, scales, label: str, failures: list[str]) -> None:
-    got = _run(plan, spec, words, zeros, scales)
-    want = expected_bits(spec, words, zeros, scales)
+def _compare(plan: Plan, spec: Spec, words, zeros, scales, label: str, failures: list[str], fzeros=None) -> None:
+    got = _run(plan, spec, words, zeros, scales, fzeros)
+    want = expected_bits(spec, words, zeros, scales, fzeros)
     bad = np.nonzero(got != want)
     if bad[0].size:
         r, e = int(bad[0][0]), int(bad[1][0])
         ztxt = f", zero word 0x{int(zeros[r]):08X}" if zeros is not None else ""
+        ftxt = f", zero 0x{int(fzeros[r, e]):04X}" if fzeros is not None else ""
         failures.append(
-            f"{label}: {bad[0].size} of {got.size} elements differ; first: word 0x{int(words[r]):08X}{ztxt}, "
+            f"{label}: {bad[0].size} of {got.size} elements differ; first: word 0x{int(words[r]):08X}{ztxt}{ftxt}, "
             f"element {e}, scale 0x{int(scales[r, e]):04X}: got 0x{int(got[r, e]):04X}, expected 0x{int(want[r, e]):04X}"
         )
 
@@ -124,7 +159,8 @@ def quick_check(plan: Plan, spec: Spec, seed: int = 1) -> str | None:
     words, zeros = lane_cases(spec, rng)
     ones = np.full((words.size, spec.per_word), fmt.encode_exact(1), dtype=np.uint32)
     failures: list[str] = []
-    _compare(plan, spec, words, zeros, ones, "every code at every lane, scale 1", failures)
+    fz = random_float_zeros(rng, spec, ones.shape)
+    _compare(plan, spec, words, zeros, ones, "every code at every lane, scale 1", failures, fz)
     return failures[0] if failures else None
 
 
@@ -135,14 +171,16 @@ def prove(plan: Plan, spec: Spec, n_random: int = 1_000_000, seed: int = 0, chun
     failures: list[str] = []
     words, zeros = lane_cases(spec, rng)
     ones = np.full((words.size, spec.per_word), fmt.encode_exact(1), dtype=np.uint32)
-    _compare(plan, spec, words, zeros, ones, "every code at every lane, scale 1", failures)
-    _compare(plan, spec, words, zeros, random_scales(rng, fmt, ones.shape), "every code at every lane, random scales", failures)
+    _compare(plan, spec, words, zeros, ones, "every code at every lane, scale 1", failures, random_float_zeros(rng, spec, ones.shape))
+    _compare(plan, spec, words, zeros, random_scales(rng, fmt, ones.shape), "every code at every lane, random scales", failures,
+             random_float_zeros(rng, spec, ones.shape))
     lane_words = words.size * 2
     done = 0
     while done < n_random and not failures:
         n = min(chunk, n_random - done)
         w = rng.integers(0, 1 << 32, size=n, dtype=np.uint64).astype(np.uint32)
-        z = rng.integers(0, 1 << 32, size=n, dtype=np.uint64).astype(np.uint32) if spec.zeros.mode == "integer" else None
-        _compare(plan, spec, w, z, random_scales(rng, fmt, (n, spec.per_word)), "random words", failures)
+        z = rng.integers(0, 1 << 32, size=n, dtype=np.uint64).astype(np.uint32) if spec.zeros.packed else None
+        _compare(plan, spec, w, z, random_scales(rng, fmt, (n, spec.per_word)), "random words", failures,
+                 random_float_zeros(rng, spec, (n, spec.per_word)))
         done += n
     return ProofResult(not failures, lane_words + done, lane_words, time.perf_counter() - t0, failures)

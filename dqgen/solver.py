@@ -192,17 +192,30 @@ class Builder:
 
 def _inputs(spec: Spec, pairs: int) -> list[Input]:
     ins = [Input("w", "word", f"one packed 32-bit word: {spec.per_word} codes of {spec.source.bits} bits, field j = element {spec.order}[j]")]
-    if spec.zeros.mode == "integer":
-        ins.append(Input("z", "zero_word", "the packed zero-point word of the same columns, same layout"))
+    if spec.zeros.packed:
+        doc = ("the packed zero-point word of the same columns, same layout" if spec.packing.axis == "N"
+               else "a word holding each element's stored zero point in its field (the kernel replicates the column's zero)")
+        ins.append(Input("z", "zero_word", doc))
     ins += [Input(f"s{i}", "scale", f"scales of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)") for i in range(pairs)]
+    if spec.zeros.mode in ("float", "additive"):
+        what = "float zero points" if spec.zeros.mode == "float" else "additive (pre-scaled) zeros"
+        ins += [Input(f"f{i}", "zero_float", f"{what} of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)") for i in range(pairs)]
     return ins
 
 
 def _scale_stage(B: Builder, diffs: list[str]) -> list[str]:
-    return [
-        B.mul(f"out{i}", d, f"s{i}", f"(code - zero) * scale, rounded once to nearest-even {B.fmt.name}", "scale")
-        for i, d in enumerate(diffs)
-    ]
+    """Apply scale (and a float or additive zero) with exactly the roundings the spec documents."""
+    mode, fmt = B.spec.zeros.mode, B.fmt.name
+    outs = []
+    for i, d in enumerate(diffs):
+        if mode == "float":
+            t = B.sub(f"t{i}", d, f"f{i}", f"q - z for a float zero point, rounded to {fmt} (the first of two roundings)", "scale")
+            outs.append(B.mul(f"out{i}", t, f"s{i}", f"(q - z) * scale, rounded to {fmt} (the second rounding)", "scale"))
+        elif mode == "additive":
+            outs.append(B.emit(B.ar["fma"], f"out{i}", (d, f"s{i}", f"f{i}"), f"q * scale + b, one rounding to nearest-even {fmt} (fma)", "scale"))
+        else:
+            outs.append(B.mul(f"out{i}", d, f"s{i}", f"(code - zero) * scale, rounded once to nearest-even {fmt}", "scale"))
+    return outs
 
 
 def _shift_regs(B: Builder, src: str, shifts: frozenset[int], stage: Stage) -> dict[int, str]:
@@ -252,9 +265,17 @@ def _zero_regs(B: Builder, chosen: list[Placement], shifts: frozenset[int], magi
         else:
             src = _place(B, pl, regs, f"zp{i}", "zero")
             zr = B.emit(Opcode.LOP3, f"zr{i}", (src, field_mask(b, pl.p_lo, pl.p_hi), magic_pair(fmt)), f"{A} + z*2^p in each half", "zero", LUT_AND_OR, LUT_WHY[LUT_AND_OR])
+        plus = B.spec.zeros.stored_offset  # gptq_v1 stores z - 1
         if pl.p_lo or pl.p_hi:
             neg = pair_const(fmt, -Fraction(1, 1 << pl.p_lo), -Fraction(1, 1 << pl.p_hi), "-1/2^p per half")
-            zr = B.mul(f"zc{i}", zr, neg, f"-({A}/2^p + z): the fma addend that removes magic and zero at once (exact)", "zero")
+            if plus:
+                minus = pair_const(fmt, -plus, -plus, f"-{plus}: GPTQ v1 stores z - {plus}")
+                zr = B.emit(B.ar["fma"], f"zc{i}", (zr, neg, minus), f"-({A}/2^p + stored + {plus}): the fma addend that removes magic and zero at once (exact)", "zero")
+            else:
+                zr = B.mul(f"zc{i}", zr, neg, f"-({A}/2^p + z): the fma addend that removes magic and zero at once (exact)", "zero")
+        elif plus:
+            minus = pair_const(fmt, -plus, -plus, f"-{plus}: GPTQ v1 stores z - {plus}")
+            zr = B.sub(f"zv{i}", zr, minus, f"{A} + stored + {plus} = {A} + z (GPTQ v1 stores z - {plus}), exact", "zero")
         out.append(zr)
     return out
 
@@ -269,7 +290,7 @@ def build_lanes(spec: Spec, prexor: bool, shifts: frozenset[int], chosen: list[P
     if any(p.kind == "prmt_magic" for p in chosen):
         mb = magic_bits(fmt) >> 8
         M8 = Const(mb * 0x01010101, f"magic exponent byte 0x{mb:02X} (the high byte of {fmt.name} {A}.0) in every byte", "b32")
-    zregs = _zero_regs(B, chosen, shifts, M8) if spec.zeros.mode == "integer" else [None] * len(chosen)
+    zregs = _zero_regs(B, chosen, shifts, M8) if spec.zeros.packed else [None] * len(chosen)
     src = "w"
     if prexor:
         signs = Const(sum(1 << (b * j + b - 1) for j in range(spec.per_word)), f"the top bit of each of the {spec.per_word} {b}-bit fields")
@@ -318,8 +339,6 @@ def lanes_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
             [p for p in placements(spec, i, room, whole_byte_ok) if p.kind != "prmt_magic" or not signed or prexor]
             for i in range(pairs)
         ]
-        if spec.zeros.mode == "integer":
-            pass  # zeros reuse the same placements, nothing to exclude
         for shifts, chosen in choose_placements(opts):
             plans.append(build_lanes(spec, prexor, shifts, chosen))
         if not plans:
@@ -356,7 +375,7 @@ def sign_split_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
     fmt, b = target_format(spec), spec.source.bits
     if b - 1 != fmt.mbits:
         return [], [f"sign_split: needs fields exactly one bit wider than the mantissa ({fmt.mbits + 1} bits), not {b}"]
-    if spec.zeros.mode != "none":
+    if spec.zeros.packed:
         return [], ["sign_split: no zero-point folding"]
     off = code_offset(spec)
     if off != 1 << (b - 1):
@@ -369,24 +388,36 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
     fmt, b = target_format(spec), spec.source.bits
     if fmt is not BF16 or b != 8:
         return [], ["fp32_carrier: bytes -> bf16 only (bf16 is the upper half of fp32)"]
-    if spec.zeros.mode != "none":
-        return [], ["fp32_carrier: no zero-point folding"]
     B = Builder(spec, fmt)
+    m32 = magic_bits(FP32)
+    M = Const(m32, f"fp32 magic 2^{FP32.mbits} = {magic_value(FP32)}.0: exponent {magic_exponent(FP32)} = {FP32.bias}+{FP32.mbits}, mantissa unit 1", "f32")
+
+    def picks_for(e: int) -> list[int]:
+        return [field_pos(spec, e) // 8, 5, 6, 7]
+
+    zregs: list[str | None] = [None] * spec.per_word
+    if spec.zeros.packed:
+        plus = spec.zeros.stored_offset
+        sub_one = Const(FP32.encode_exact(-plus), f"-{plus}: GPTQ v1 stores z - {plus}", "f32") if plus else None
+        for e in range(spec.per_word):
+            zr = B.emit(Opcode.PRMT, f"zr{e}", ("z", M), f"fp32 {magic_value(FP32)} + stored zero of element {e}", "zero",
+                        prmt_selector(picks_for(e)), f"byte moves {picks_for(e)}")
+            if sub_one is not None:
+                zr = B.emit(Opcode.SUB_F32, f"zv{e}", (zr, sub_one), f"{magic_value(FP32)} + z (GPTQ v1 stores z - {plus}), exact", "zero")
+            zregs[e] = zr
     src = "w"
     if spec.source.kind is SourceKind.signed:
         signs = Const(0x80808080, "the top bit of each byte")
         src = B.emit(Opcode.LOP3, "wx", ("w", signs, signs), "flip every byte's sign bit: two's complement -> offset binary (value + 128)", "convert", LUT_XOR, LUT_WHY[LUT_XOR])
     off = code_offset(spec)
-    m32 = magic_bits(FP32)
-    M = Const(m32, f"fp32 magic 2^{FP32.mbits} = {magic_value(FP32)}.0: exponent {magic_exponent(FP32)} = {FP32.bias}+{FP32.mbits}, mantissa unit 1", "f32")
     sub_c = Const(FP32.encode_exact(magic_value(FP32) + off), f"{magic_value(FP32)} + {off} = {magic_value(FP32) + off}.0 (magic plus offset)", "f32")
     f32 = []
     for e in range(spec.per_word):
-        k = field_pos(spec, e) // 8
-        picks = [k, 5, 6, 7]
-        t = B.emit(Opcode.PRMT, f"f{e}", (src, M), f"fp32 {magic_value(FP32)} + byte of element {e}", "convert", prmt_selector(picks),
-                   f"byte moves {picks}: byte {k} of {src} into the mantissa, bytes 1-3 of the magic above it")
-        f32.append(B.emit(Opcode.SUB_F32, f"v{e}", (t, sub_c), "exact integer value in fp32", "convert"))
+        t = B.emit(Opcode.PRMT, f"c{e}", (src, M), f"fp32 {magic_value(FP32)} + byte of element {e}", "convert", prmt_selector(picks_for(e)),
+                   f"byte moves {picks_for(e)}: byte {picks_for(e)[0]} of {src} into the mantissa, bytes 1-3 of the magic above it")
+        zr = zregs[e]
+        f32.append(B.emit(Opcode.SUB_F32, f"v{e}", (t, zr if zr is not None else sub_c),
+                          "exact integer value in fp32" + (" (the zero point folded into the magic subtraction)" if zr else ""), "convert"))
     diffs = []
     for i in range(spec.per_word // 2):
         picks = [2, 3, 6, 7]
