@@ -2,7 +2,9 @@
 
 from .spec import Spec, SpecError, load_spec
 
-__all__ = ["Spec", "SpecError", "load_spec", "compile", "Kernel"]
+from .packing import pack, pack_zeros, repack, unpack, unpack_zeros
+
+__all__ = ["Spec", "SpecError", "load_spec", "compile", "Kernel", "pack", "unpack", "pack_zeros", "unpack_zeros", "repack"]
 
 
 def __getattr__(name: str):

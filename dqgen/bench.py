@@ -60,7 +60,12 @@ def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
     q = torch.randint(-(2**31), 2**31, qshape, dtype=torch.int32, device="cuda", generator=g)
     tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
     s = (torch.rand((G, N), device="cuda", generator=g) * 2 - 1).mul_(0.05).to(tdt)
-    z = torch.randint(-(2**31), 2**31, (G, N // P), dtype=torch.int32, device="cuda", generator=g) if spec.zeros.mode == "integer" else None
+    if spec.zeros.packed:
+        z = torch.randint(-(2**31), 2**31, (G, N // P), dtype=torch.int32, device="cuda", generator=g)
+    elif spec.zeros.mode in ("float", "additive"):
+        z = (torch.rand((G, N), device="cuda", generator=g) * (1 << spec.source.bits)).to(tdt)
+    else:
+        z = None
     return q, s, z
 
 

@@ -493,6 +493,15 @@ def _numpy_to_torch_dtype(torch: Any, dtype: Any) -> Any:
     return table[dt]
 
 
+def to_host(a: DeviceArray) -> np.ndarray:
+    """Copy a (contiguous) device array to a new numpy array."""
+    host = np.empty(a.shape, dtype=a.dtype)
+    if a.size:
+        primary_context(a.device)
+        _check(driver.cuMemcpyDtoH(host.ctypes.data, a.ptr, host.nbytes), "cuMemcpyDtoH")
+    return host
+
+
 def allocate_like(kind: str, shape: Sequence[int], dtype: Any, device: int) -> Any:
     """A new uninitialized CUDA array of the library that ``kind`` names.
 

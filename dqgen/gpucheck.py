@@ -53,10 +53,10 @@ def check_shape(kernel: Kernel, K: int, N: int, seed: int = 0) -> CheckResult:
     import torch
 
     t0 = time.perf_counter()
-    q, s, z = random_inputs(kernel.spec, K, N, seed)
-    got = kernel(to_torch(q), to_torch(s), to_torch(z))
+    q, s, z, gi = random_inputs(kernel.spec, K, N, seed)
+    got = kernel(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
     torch.cuda.synchronize()
-    want = dequantize_reference(kernel.spec, q, s, z)
+    want = dequantize_reference(kernel.spec, q, s, z, gi)
     g = to_numpy(got).view(np.uint16)
     w = want.view(np.uint16)
     bad = np.argwhere(g != w)

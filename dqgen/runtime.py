@@ -48,8 +48,8 @@ def _dt(a: dev.DeviceArray) -> str:
 
 
 def infer_problem(spec: Spec, qweight: dev.DeviceArray, scales: dev.DeviceArray, zeros: dev.DeviceArray | None,
-                  out: dev.DeviceArray | None) -> Problem:
-    """Validate shapes/dtypes/devices/layout against the spec; pick the kernel variant."""
+                  out: dev.DeviceArray | None, g_idx: dev.DeviceArray | None = None) -> Problem:
+    """Validate shapes/dtypes/devices/layout against the spec (g_idx values are checked by the caller)."""
     P, gs = spec.per_word, spec.scales.group_size
     tdt = target_dtype(spec)
     if qweight.dtype not in _INT_WORDS or len(qweight.shape) != 2:
@@ -67,21 +67,37 @@ def infer_problem(spec: Spec, qweight: dev.DeviceArray, scales: dev.DeviceArray,
         raise ShapeError(f"scales: expected dtype {spec.target.value} (the spec's target), got {_dt(scales)}")
     if tuple(scales.shape) != (G, N):
         raise ShapeError(f"scales: expected shape ({G}, {N}) = [K/group_size, N] for K={K}, N={N}, group_size={gs}; got {tuple(scales.shape)}")
-    if spec.zeros.mode == "integer":
+    mode = spec.zeros.mode
+    if spec.zeros.packed:
+        if N % P:
+            raise ShapeError(f"qweight: N = {N} is not a multiple of {P}, so qzeros cannot be packed along N")
         if zeros is None:
-            raise ShapeError(f"zeros: this spec has integer zero points; pass qzeros of shape ({G}, {N // P}) int32")
+            raise ShapeError(f"zeros: this spec has packed integer zero points ({mode}); pass qzeros of shape ({G}, {N // P}) int32")
         if zeros.dtype not in _INT_WORDS:
-            raise ShapeError(f"zeros: expected int32 packed words, got {_dt(zeros)}")
+            raise ShapeError(f"zeros: expected int32 packed words ({mode}), got {_dt(zeros)}"
+                             + ("; unpacked float zeros need zeros.mode 'float'" if zeros.dtype.kind == "f" else ""))
         if tuple(zeros.shape) != (G, N // P):
             raise ShapeError(f"zeros: expected shape ({G}, {N // P}) = [K/group_size, N/{P}], got {tuple(zeros.shape)}")
+    elif mode in ("float", "additive"):
+        if zeros is None:
+            raise ShapeError(f"zeros: this spec has {mode} zeros; pass a ({G}, {N}) {spec.target.value} tensor")
+        if zeros.dtype != tdt or tuple(zeros.shape) != (G, N):
+            raise ShapeError(f"zeros: expected a ({G}, {N}) {spec.target.value} tensor ({mode} zeros), got {tuple(zeros.shape)} {_dt(zeros)}")
     elif zeros is not None:
         raise ShapeError("zeros: this spec has no zero points (zeros.mode 'none'), but a zeros tensor was given")
+    if spec.act_order:
+        if g_idx is None:
+            raise ShapeError(f"g_idx: this spec has act_order; pass g_idx, an int32 tensor of shape ({K},)")
+        if g_idx.dtype != np.dtype(np.int32) or tuple(g_idx.shape) != (K,):
+            raise ShapeError(f"g_idx: expected an int32 tensor of shape ({K},), got {tuple(g_idx.shape)} {_dt(g_idx)}")
+    elif g_idx is not None:
+        raise ShapeError("g_idx: this spec has no act_order, but a g_idx tensor was given (set act_order: true)")
     if out is not None:
         if out.dtype != tdt:
             raise ShapeError(f"out: expected dtype {spec.target.value}, got {_dt(out)}")
         if tuple(out.shape) != (K, N):
             raise ShapeError(f"out: expected shape ({K}, {N}), got {tuple(out.shape)}")
-    arrays = {"qweight": qweight, "scales": scales, "zeros": zeros, "out": out}
+    arrays = {"qweight": qweight, "scales": scales, "zeros": zeros, "g_idx": g_idx, "out": out}
     for name, a in arrays.items():
         if a is not None and not a.is_c_contiguous:
             raise ShapeError(f"{name}: expected a contiguous (row-major) tensor, got shape {a.shape} with byte strides {a.strides_bytes}; call .contiguous() first")
@@ -106,7 +122,7 @@ def default_variant(spec: Spec, aligned: bool) -> Variant:
 
 class Kernel:
     """A compiled dequantizer for one spec. Call it on CUDA tensors (torch, cupy, or any object with
-    ``__cuda_array_interface__`` / DLPack): ``kernel(qweight, scales, zeros=None, *, out=None, stream=None)``."""
+    ``__cuda_array_interface__`` / DLPack): ``kernel(qweight, scales, zeros=None, *, g_idx=None, out=None, stream=None)``."""
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
@@ -141,15 +157,23 @@ class Kernel:
             return tuned[size_class(prob.K, prob.N)]
         return default_variant(self.spec, prob.aligned)
 
-    def prepare(self, qweight: Any, scales: Any, zeros: Any = None, *, out: Any = None, stream: Any = None,
-                variant: Variant | None = None) -> "Launch":
+    def prepare(self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, out: Any = None,
+                stream: Any = None, variant: Variant | None = None) -> "Launch":
         """Validate the tensors and bind a launch: ``launch()`` runs the kernel, ``launch.out`` is the output.
-        Re-launching a prepared Launch skips the checks (for hot loops and CUDA graphs)."""
+        Re-launching a prepared Launch skips the checks (for hot loops and CUDA graphs). With act_order,
+        g_idx is copied to the host once here and every entry checked against [0, G)."""
         q = dev.as_device_array(qweight, "qweight")
         s = dev.as_device_array(scales, "scales")
         z = dev.as_device_array(zeros, "zeros") if zeros is not None else None
+        gi = dev.as_device_array(g_idx, "g_idx") if g_idx is not None else None
         o = dev.as_device_array(out, "out") if out is not None else None
-        prob = infer_problem(self.spec, q, s, z, o)
+        prob = infer_problem(self.spec, q, s, z, o, gi)
+        if gi is not None and gi.size:
+            host = dev.to_host(gi)
+            bad = np.nonzero((host < 0) | (host >= prob.groups))[0]
+            if bad.size:
+                raise ShapeError(f"g_idx: entry {int(bad[0])} is {int(host[bad[0]])}, outside [0, {prob.groups}) "
+                                 f"({bad.size} such entries; G = K / group_size = {prob.groups})")
         if out is None:
             out = dev.allocate_like(q.kind, (prob.K, prob.N), target_dtype(self.spec), q.device)
             o = dev.as_device_array(out, "out")
@@ -168,13 +192,13 @@ class Kernel:
         # where a capped grid-stride loop leaves a tail of up to a whole block's share of tiles.
         blocks = max(1, min(tiles, MAX_GRID))
         handle = dev.stream_handle(stream) if stream is not None else dev.current_stream(q.kind, q.device)
-        args = [np.uint64(q.ptr), np.uint64(s.ptr), np.uint64(z.ptr if z is not None else 0), np.uint64(o.ptr),
-                np.int64(rows), np.int64(cols), np.int64(self.spec.scales.group_size)]
+        args = [np.uint64(q.ptr), np.uint64(s.ptr), np.uint64(z.ptr if z is not None else 0), np.uint64(gi.ptr if gi is not None else 0),
+                np.uint64(o.ptr), np.int64(rows), np.int64(cols), np.int64(self.spec.scales.group_size)]
         fn = self._function(q.device, kernel_name(self.spec, v)).bind((blocks,), (BLOCK,), args) if rows and cols else None
         return Launch(fn, handle, out, v)
 
-    def __call__(self, qweight: Any, scales: Any, zeros: Any = None, *, out: Any = None, stream: Any = None) -> Any:
-        launch = self.prepare(qweight, scales, zeros, out=out, stream=stream)
+    def __call__(self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, out: Any = None, stream: Any = None) -> Any:
+        launch = self.prepare(qweight, scales, zeros, g_idx=g_idx, out=out, stream=stream)
         launch()
         return launch.out
 

@@ -5,6 +5,7 @@
 // value = bf16( (q - z) * s ), rounded once to nearest-even.
 // Plan: lanes; 11 conversion ops per 8 outputs, 7 zero-point ops per zero word.
 // Proof: every code at every lane with every zero point and 10^6 random words, bit-exact (CPU emulation of these PTX ops).
+// Zero points: integer.
 // Requires sm_80 or newer. Outputs are bf16x2 registers in natural element order:
 // out[i] holds elements 2i (low half) and 2i+1 (high half).
 #pragma once

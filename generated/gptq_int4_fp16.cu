@@ -14,6 +14,7 @@
 // value = fp16( q * s ), rounded once to nearest-even.
 // Plan: lanes; 12 conversion ops per 8 outputs.
 // Proof: every code at every lane and 10^6 random words, bit-exact (CPU emulation of these PTX ops).
+// Zero points: none.
 // Requires sm_53 or newer. Outputs are fp16x2 registers in natural element order:
 // out[i] holds elements 2i (low half) and 2i+1 (high half).
 #pragma once
@@ -160,9 +161,13 @@ __device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const un
 // Tile: ROWS word-rows (ROWS * 8 rows of K) x (kBlock * 8) columns; thread t owns 8 adjacent
 // columns. A word holds 8 rows of one column; PRMT transposes column pairs so that each
 // output row's 8 values leave in one 16-byte store, contiguous across the warp.
+[[maybe_unused]] constexpr int kOrder[kPerWord] = {0, 1, 2, 3, 4, 5, 6, 7};
+[[maybe_unused]] constexpr int kZeroPos[kPerWord] = {0, 1, 2, 3, 4, 5, 6, 7};  // field of element n % 8 in a zero word
+[[maybe_unused]] constexpr unsigned kFieldMask = 0xFu;
+
 template <int VEC, int ROWS, bool ALIGNED, bool STREAM>
 __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales,
-                                    const unsigned* __restrict__ zeros, unsigned* __restrict__ out,
+                                    const unsigned* __restrict__ zeros, const int* __restrict__ g_idx, unsigned* __restrict__ out,
                                     long long KW, long long N, long long group_size) {
     static_assert(VEC == 8, "8 columns per thread");
     const unsigned short* scales16 = reinterpret_cast<const unsigned short*>(scales);
@@ -184,8 +189,8 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
                 for (int j = 0; j < VEC; ++j) q[r][j] = (i0 + r < KW && n0 + j < N) ? __ldg(qweight + (i0 + r) * N + n0 + j) : 0u;
             }
         }
-        long long g_cur = -1;
-        unsigned sp[VEC];
+        [[maybe_unused]] long long g_cur = -1;
+        unsigned s[VEC][kPairs];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
             const long long i = i0 + r;
@@ -194,17 +199,18 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
             if (g != g_cur) {
                 g_cur = g;
 #pragma unroll
-                for (int j = 0; j < VEC; ++j)  // both halves of a pair register hold the column's scale
-                    sp[j] = (n0 + j < N) ? (unsigned)scales16[g * N + n0 + j] * 0x10001u : 0u;
+                for (int j = 0; j < VEC; ++j) {
+                    const long long n = n0 + j;
+                    if (n >= N) continue;
+                    // both halves of every pair register hold the column's scale
+                    const unsigned sj = (unsigned)scales16[g * N + n] * 0x10001u;
+#pragma unroll
+                    for (int p = 0; p < kPairs; ++p) s[j][p] = sj;
+                }
             }
             unsigned o[VEC][kPairs];
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                unsigned s[kPairs];
-#pragma unroll
-                for (int p = 0; p < kPairs; ++p) s[p] = sp[j];
-                dequant(q[r][j], s, o[j]);
-            }
+            for (int j = 0; j < VEC; ++j) dequant(q[r][j], s[j], o[j]);
 #pragma unroll
             for (int p = 0; p < kPairs; ++p) {
                 const long long row = i * kPerWord + 2 * p;
@@ -236,49 +242,49 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r1(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 1, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 1, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r2(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 2, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 2, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r4(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 4, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 4, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r1_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 1, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 1, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r2_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 2, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 2, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r4_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 4, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 4, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r2_cs(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 2, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 2, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_gptq_int4_fp16_v8_r4_cs(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::gptq_int4_fp16::run<8, 4, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::gptq_int4_fp16::run<8, 4, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 

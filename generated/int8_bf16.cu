@@ -14,6 +14,7 @@
 // value = bf16( q * s ), rounded once to nearest-even.
 // Plan: sign_split; 16 conversion ops per 8 outputs.
 // Proof: every code at every lane and 10^6 random words, bit-exact (CPU emulation of these PTX ops).
+// Zero points: none.
 // Requires sm_80 or newer. Outputs are bf16x2 registers in natural element order:
 // out[i] holds elements 2i (low half) and 2i+1 (high half).
 #pragma once
@@ -136,7 +137,7 @@ __device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const un
 // scales and out are addressed as bf16x2 pairs: a row of N elements is W * kPairs pairs.
 template <int VEC, int ROWS, bool ALIGNED, bool STREAM>
 __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales,
-                                    const unsigned* __restrict__ zeros, unsigned* __restrict__ out,
+                                    const unsigned* __restrict__ zeros, const int* __restrict__ g_idx, unsigned* __restrict__ out,
                                     long long K, long long W, long long group_size) {
     const long long tiles_c = (W + kBlock * VEC - 1) / (kBlock * VEC);
     const long long tiles = tiles_c * ((K + ROWS - 1) / ROWS);
@@ -186,91 +187,91 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r1(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<1, 1, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 1, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r2(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<1, 2, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 2, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r4(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<1, 4, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 4, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r8(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<1, 8, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 8, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v2_r4(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<2, 4, true, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<2, 4, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r1_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<1, 1, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 1, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r2_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<1, 2, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 2, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r4_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<1, 4, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 4, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r8_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<1, 8, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 8, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v2_r4_u(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<2, 4, false, false>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<2, 4, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r4_cs(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<1, 4, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 4, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r8_cs(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<1, 8, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 8, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v1_r16_cs(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<1, 16, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<1, 16, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v2_r4_cs(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<2, 4, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<2, 4, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 
 extern "C" __global__ void __launch_bounds__(256) dqgen_int8_bf16_v2_r8_cs(
     const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
-    unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
-    dqgen::int8_bf16::run<2, 8, true, true>(qweight, scales, zeros, out, rows, cols, group_size);
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int8_bf16::run<2, 8, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
 }
 

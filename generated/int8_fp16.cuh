@@ -5,6 +5,7 @@
 // value = fp16( q * s ), rounded once to nearest-even.
 // Plan: lanes; 10 conversion ops per 8 outputs.
 // Proof: every code at every lane and 10^6 random words, bit-exact (CPU emulation of these PTX ops).
+// Zero points: none.
 // Requires sm_53 or newer. Outputs are fp16x2 registers in natural element order:
 // out[i] holds elements 2i (low half) and 2i+1 (high half).
 #pragma once

@@ -1,0 +1,321 @@
+"""Pack, unpack and repack integer codes and zero points in a spec's 32-bit word layout (numpy, CPU).
+
+Layouts (``P = 32 // bits`` codes per word; field ``j`` = bits ``[j*bits, (j+1)*bits)`` of a word
+holds element ``order[j]`` of the word's run of ``P`` consecutive elements):
+
+- ``packing.axis == "N"``: ``qweight`` int32 ``[K, N/P]``; word ``(k, i)`` field ``j`` is ``W[k, i*P + order[j]]``.
+- ``packing.axis == "K"``: ``qweight`` int32 ``[K/P, N]``; word ``(i, n)`` field ``j`` is ``W[i*P + order[j], n]``.
+- packed zero points (``zeros.mode`` integer / gptq_v1 / gptq_v2) are always packed along N:
+  ``qzeros`` int32 ``[G, N/P]``; word ``(g, i)`` field ``j`` is ``Z[g, i*P + zero_order[j]]``
+  with ``spec.zero_order``.
+
+Everything here works on *stored* field values, the unsigned ``bits``-wide integers that sit in
+the words; what they mean (``source.kind``, ``zeros.mode``) is the spec's business. All work is
+integer numpy arithmetic, vectorised over elements (the only Python loops run over the ``P``
+fields of a word), so repacking never passes through floats and is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dqgen.spec import CONTAINER_BITS, PACKED_ZERO_MODES, SourceKind, Spec
+
+__all__ = ["pack", "unpack", "pack_zeros", "unpack_zeros", "repack", "zeros_to_stored", "zeros_from_stored"]
+
+_WORD_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation helpers: every error is one line that starts with the tensor (or spec field) name.
+# ----------------------------------------------------------------------------------------------
+
+
+def _describe(a: np.ndarray) -> str:
+    return f"{tuple(a.shape)} {a.dtype.name}"
+
+
+def _check_spec(spec: object, name: str = "spec") -> Spec:
+    if not isinstance(spec, Spec):
+        raise TypeError(f"{name}: expected a dqgen Spec (see dqgen.load_spec), got {type(spec).__name__}")
+    return spec
+
+
+def _int_array(name: str, a: object, ndim: int | None) -> np.ndarray:
+    """An integer numpy array of ``ndim`` dimensions (None: any), else ValueError naming ``name``."""
+    arr = np.asarray(a)
+    # bool is not an integer dtype to numpy, and silently packing True as 1 would hide a mistake.
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name}: expected an integer array, got {_describe(arr)}")
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D array, got shape {_describe(arr)}")
+    return arr
+
+
+def _word_array(name: str, a: object) -> np.ndarray:
+    """A 2-D int32/uint32 array of packed words, returned as a uint32 view (no copy)."""
+    arr = np.asarray(a)
+    if arr.dtype not in _WORD_DTYPES:
+        raise ValueError(f"{name}: expected dtype int32 (or uint32) packed words, got {_describe(arr)}")
+    if arr.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D array of packed words, got shape {_describe(arr)}")
+    # Same itemsize, so the view reinterprets the two's complement bits as they are, strides and all.
+    return arr.view(np.uint32)
+
+
+def _check_range(name: str, a: np.ndarray, lo: int, hi: int, what: str) -> None:
+    """Raise unless every element of ``a`` lies in ``[lo, hi)``; the message gives the offending min/max."""
+    if a.size == 0:
+        return
+    # Python ints: exact for every integer dtype (uint64 included), no wrap in the comparison.
+    mn, mx = int(a.min()), int(a.max())
+    if mn < lo or mx >= hi:
+        raise ValueError(f"{name}: values must be in [{lo}, {hi}) ({what}), got min {mn}, max {mx}")
+
+
+def _check_packed_axis(name: str, a: np.ndarray, axis: str, p: int, bits: int) -> None:
+    dim = 1 if axis == "N" else 0
+    size = a.shape[dim]
+    if size % p:
+        raise ValueError(
+            f"{name}: {axis}={size} ({name}.shape[{dim}]) is not a multiple of {p}, the number of "
+            f"{bits}-bit codes per {CONTAINER_BITS}-bit word packed along {axis}"
+        )
+
+
+def _packed_zero_spec(spec: Spec, name: str = "zeros.mode") -> None:
+    if not spec.zeros.packed:
+        raise ValueError(
+            f"[{name}] got {spec.zeros.mode!r}; expected one of the packed modes {PACKED_ZERO_MODES} "
+            f"(only those store zero points as packed integer words)"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# The two bit movers. ``vals`` hold stored field values already reduced to [0, 2^bits).
+# ----------------------------------------------------------------------------------------------
+
+
+def _pack_fields(vals: np.ndarray, bits: int, order: list[int], axis: str) -> np.ndarray:
+    """Pack a 2-D array of field values into int32 words along ``axis`` ("N": columns, "K": rows)."""
+    p = CONTAINER_BITS // bits
+    v = vals.astype(np.uint32, copy=False)
+    rows, cols = v.shape
+    if axis == "N":
+        runs = v.reshape(rows, cols // p, p)  # runs[k, i, e] = W[k, i*P + e]
+        out = np.zeros((rows, cols // p), dtype=np.uint32)
+        for j, e in enumerate(order):
+            out |= runs[:, :, e] << np.uint32(j * bits)
+    else:
+        runs = v.reshape(rows // p, p, cols)  # runs[i, e, n] = W[i*P + e, n]
+        out = np.zeros((rows // p, cols), dtype=np.uint32)
+        for j, e in enumerate(order):
+            out |= runs[:, e, :] << np.uint32(j * bits)
+    # Work in uint32 so shifts into bit 31 are plain bit moves; hand back the usual int32 words.
+    return out.view(np.int32)
+
+
+def _unpack_fields(words: np.ndarray, bits: int, order: list[int], axis: str) -> np.ndarray:
+    """Inverse of ``_pack_fields``: uint32 words -> uint8 field values W (bits <= 8 always fits)."""
+    p = CONTAINER_BITS // bits
+    mask = np.uint32((1 << bits) - 1)
+    rows, cols = words.shape
+    if axis == "N":
+        out = np.empty((rows, cols, p), dtype=np.uint8)
+        for j, e in enumerate(order):
+            out[:, :, e] = (words >> np.uint32(j * bits)) & mask
+        return out.reshape(rows, cols * p)
+    out = np.empty((rows, p, cols), dtype=np.uint8)
+    for j, e in enumerate(order):
+        out[:, e, :] = (words >> np.uint32(j * bits)) & mask
+    return out.reshape(rows * p, cols)
+
+
+# ----------------------------------------------------------------------------------------------
+# Weights.
+# ----------------------------------------------------------------------------------------------
+
+
+def _codes_to_fields(codes: object, spec: Spec, name: str) -> np.ndarray:
+    """Validate codes W[K, N] against the spec and reduce them to unsigned field values."""
+    bits = spec.source.bits
+    arr = _int_array(name, codes, 2)
+    if spec.source.kind is SourceKind.signed:
+        # Signed specs take either the stored field value or the two's complement value it means;
+        # both reduce to the same field bits under the mask below.
+        _check_range(name, arr, -(1 << (bits - 1)), 1 << bits,
+                     f"{spec.source.short}: stored field values [0, {1 << bits}) or two's complement "
+                     f"values [{-(1 << (bits - 1))}, {1 << (bits - 1)})")
+    else:
+        # Biased codes are given as stored q (value q - bias), so the same unsigned range applies.
+        _check_range(name, arr, 0, 1 << bits, f"stored {bits}-bit field values of {spec.source.short} codes")
+    _check_packed_axis(name, arr, spec.packing.axis, spec.per_word, bits)
+    # int64 holds every in-range value of every integer dtype; & keeps the two's complement bits.
+    return (arr.astype(np.int64) & ((1 << bits) - 1)).astype(np.uint32)
+
+
+def pack(codes: np.ndarray, spec: Spec) -> np.ndarray:
+    """Pack integer codes ``W[K, N]`` into the spec's int32 ``qweight`` layout.
+
+    ``codes`` (any integer dtype) are the *stored* unsigned field values in ``[0, 2^bits)``; for a
+    ``biased`` spec that is ``q`` (the value being ``q - bias``), not the value. For a ``signed``
+    spec negative values in ``[-2^(bits-1), 0)`` are accepted as well and stored as their two's
+    complement bits (``-1`` stores as ``2^bits - 1``), so both the values and their stored fields
+    may be given. Returns int32 ``[K, N/P]`` (packing along N) or ``[K/P, N]`` (along K).
+
+    Raises ValueError naming ``codes`` for a non-integer or non-2-D array, a value out of range
+    (with the offending min/max and the allowed range) or a packed axis not a multiple of P.
+    """
+    spec = _check_spec(spec)
+    fields = _codes_to_fields(codes, spec, "codes")
+    return _pack_fields(fields, spec.source.bits, spec.order, spec.packing.axis)
+
+
+def unpack(qweight: np.ndarray, spec: Spec) -> np.ndarray:
+    """Inverse of ``pack``: the stored unsigned field values ``W[K, N]`` of int32/uint32 ``qweight``,
+    as uint8 (codes are at most 8 bits wide). Signed and biased codes come back as stored, not as
+    values. Raises ValueError naming ``qweight`` for a wrong dtype or a non-2-D array."""
+    spec = _check_spec(spec)
+    words = _word_array("qweight", qweight)
+    return _unpack_fields(words, spec.source.bits, spec.order, spec.packing.axis)
+
+
+# ----------------------------------------------------------------------------------------------
+# Zero points (packed modes only).
+# ----------------------------------------------------------------------------------------------
+
+
+def _zero_fields(zeros: object, spec: Spec, name: str) -> np.ndarray:
+    bits = spec.source.bits
+    arr = _int_array(name, zeros, 2)
+    _check_range(name, arr, 0, 1 << bits, f"stored {bits}-bit zero fields for zeros.mode {spec.zeros.mode!r}")
+    _check_packed_axis(name, arr, "N", spec.per_word, bits)  # zeros are packed along N in every layout
+    return arr.astype(np.uint32)
+
+
+def pack_zeros(zeros: np.ndarray, spec: Spec) -> np.ndarray:
+    """Pack stored zero values ``Z[G, N]`` (unsigned, ``[0, 2^bits)``) into int32 ``qzeros [G, N/P]``,
+    along N in ``spec.zero_order`` (the weights' order for AWQ-style specs, sequential for GPTQ-style
+    ones). These are *stored* values: use ``zeros_to_stored`` first to go from true zero points
+    (gptq_v1 stores z - 1). Raises ValueError naming ``zeros`` for bad values or shapes, and
+    ``[zeros.mode]`` when the spec has no packed zeros."""
+    spec = _check_spec(spec)
+    _packed_zero_spec(spec)
+    fields = _zero_fields(zeros, spec, "zeros")
+    return _pack_fields(fields, spec.source.bits, spec.zero_order, "N")
+
+
+def unpack_zeros(qzeros: np.ndarray, spec: Spec) -> np.ndarray:
+    """Inverse of ``pack_zeros``: stored zero values ``Z[G, N]`` as uint8 (``zeros_from_stored``
+    turns them into true zero points)."""
+    spec = _check_spec(spec)
+    _packed_zero_spec(spec)
+    words = _word_array("qzeros", qzeros)
+    return _unpack_fields(words, spec.source.bits, spec.zero_order, "N")
+
+
+def _zeros_to_stored(z: object, spec: Spec, name: str) -> np.ndarray:
+    bits = spec.source.bits
+    arr = _int_array(name, z, None)
+    if spec.zeros.mode == "gptq_v1":
+        if arr.size and int(arr.min()) == 0:
+            # Checked before the range so the message says why 0 in particular is refused.
+            raise ValueError(
+                f"{name}: a zero point of 0 is not representable in gptq_v1 (stored as z - 1 it wraps to "
+                f"{(1 << bits) - 1}, which reads back as {1 << bits}); use zeros.mode 'gptq_v2' "
+                f"(or 'integer'), which stores z as is"
+            )
+        _check_range(name, arr, 1, (1 << bits) + 1,
+                     f"true zero points for gptq_v1, stored as z - 1 in {bits} bits; 0 needs gptq_v2")
+    else:
+        _check_range(name, arr, 0, 1 << bits, f"true zero points for zeros.mode {spec.zeros.mode!r}, stored as is")
+    return (arr.astype(np.int64) - spec.zeros.stored_offset).astype(np.uint8)
+
+
+def zeros_to_stored(z: np.ndarray, spec: Spec) -> np.ndarray:
+    """True integer zero points ``z`` (any shape) -> the stored fields for ``spec.zeros.mode``, uint8.
+
+    ``integer`` / ``gptq_v2`` store ``z`` in ``[0, 2^bits)`` as is; ``gptq_v1`` stores ``z - 1``, so it
+    takes ``z`` in ``[1, 2^bits]``. A zero point of 0 under gptq_v1 would wrap (it is what GPTQ's
+    original packer silently did) and raises ValueError naming ``zeros`` and suggesting gptq_v2."""
+    spec = _check_spec(spec)
+    _packed_zero_spec(spec)
+    return _zeros_to_stored(z, spec, "zeros")
+
+
+def _zeros_from_stored(stored: object, spec: Spec, name: str) -> np.ndarray:
+    bits = spec.source.bits
+    arr = _int_array(name, stored, None)
+    _check_range(name, arr, 0, 1 << bits, f"stored {bits}-bit zero fields for zeros.mode {spec.zeros.mode!r}")
+    return arr.astype(np.int32) + np.int32(spec.zeros.stored_offset)
+
+
+def zeros_from_stored(stored: np.ndarray, spec: Spec) -> np.ndarray:
+    """Inverse of ``zeros_to_stored``: stored fields -> true zero points as int32
+    (``stored + 1`` for gptq_v1, so a stored ``2^bits - 1`` reads as ``2^bits``; ``stored`` otherwise)."""
+    spec = _check_spec(spec)
+    _packed_zero_spec(spec)
+    return _zeros_from_stored(stored, spec, "zeros")
+
+
+# ----------------------------------------------------------------------------------------------
+# Repacking between layouts.
+# ----------------------------------------------------------------------------------------------
+
+
+def repack(
+    qweight: np.ndarray, from_spec: Spec, to_spec: Spec, *, qzeros: np.ndarray | None = None
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Move packed integer codes from ``from_spec``'s layout to ``to_spec``'s, exactly, in integers.
+
+    E.g. GPTQ (sequential along K, ``[K/P, N]``) -> AWQ (awq order along N, ``[K, N/P]``). Both specs
+    need the same ``source.bits`` (ValueError naming ``[source.bits]`` otherwise). Repack moves
+    *stored bits*; it does not re-bias: when ``source.kind`` (or ``bias``) differ, every element keeps
+    its stored field, and so may mean a different value under ``to_spec`` (stored 8 is 0 in u4b8,
+    8 in u4 and -8 in s4). Re-bias the unpacked codes yourself if that is what you want.
+
+    With ``qzeros`` (``[G, N/P]``, both specs need a packed ``zeros.mode``) the zero points are repacked
+    too, from ``from_spec.zero_order`` to ``to_spec.zero_order``, and ``(qweight, qzeros)`` is
+    returned. Unlike the weights, zero points keep their *meaning*: when the zero modes store them
+    differently (gptq_v1 stores z - 1, integer / gptq_v2 store z) they are converted, because moving
+    the bits would shift every dequantized value by one scale step; a zero point the target mode
+    cannot hold (gptq_v1's z = 2^bits into gptq_v2, z = 0 into gptq_v1) raises ValueError naming ``qzeros``.
+    """
+    from_spec = _check_spec(from_spec, "from_spec")
+    to_spec = _check_spec(to_spec, "to_spec")
+    bits = from_spec.source.bits
+    if to_spec.source.bits != bits:
+        raise ValueError(
+            f"[source.bits] from_spec has {bits}-bit codes but to_spec has {to_spec.source.bits}-bit codes; "
+            f"repack moves codes between layouts of one width"
+        )
+    codes = _unpack_fields(_word_array("qweight", qweight), bits, from_spec.order, from_spec.packing.axis)
+    # The unpacked W[K, N] is in range by construction; only the new packed axis can fail, and the
+    # message names qweight and the axis (e.g. N not a multiple of P for GPTQ -> AWQ).
+    _check_packed_axis_repacked(codes, to_spec)
+    new_qweight = _pack_fields(codes, bits, to_spec.order, to_spec.packing.axis)
+    if qzeros is None:
+        return new_qweight
+    _packed_zero_spec(from_spec, "zeros.mode (from_spec)")
+    _packed_zero_spec(to_spec, "zeros.mode (to_spec)")
+    stored = _unpack_fields(_word_array("qzeros", qzeros), bits, from_spec.zero_order, "N")
+    if stored.shape[1] != codes.shape[1]:
+        raise ValueError(
+            f"qzeros: holds N={stored.shape[1]} columns (qzeros.shape[1] * {from_spec.per_word}) but qweight "
+            f"holds N={codes.shape[1]}; expected qzeros of shape (G, {codes.shape[1] // from_spec.per_word})"
+        )
+    if from_spec.zeros.stored_offset != to_spec.zeros.stored_offset:
+        z = _zeros_from_stored(stored, from_spec, "qzeros")
+        stored = _zeros_to_stored(z, to_spec, "qzeros")
+    return new_qweight, _pack_fields(stored, bits, to_spec.zero_order, "N")
+
+
+def _check_packed_axis_repacked(codes: np.ndarray, to_spec: Spec) -> None:
+    p = to_spec.per_word
+    axis = to_spec.packing.axis
+    size = codes.shape[1 if axis == "N" else 0]
+    if size % p:
+        raise ValueError(
+            f"qweight: unpacks to W{tuple(codes.shape)}, whose {axis}={size} is not a multiple of {p}, the "
+            f"number of {to_spec.source.bits}-bit codes per word packed along {axis} in to_spec"
+        )
