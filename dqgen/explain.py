@@ -134,9 +134,19 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
     add("")
     add(f"Source   {spec.source.short}: {b}-bit {spec.source.kind.value} codes" + (f", value = q - {spec.source.bias}" if spec.source.bias is not None else "")
         + f"; {spec.per_word} per 32-bit word, packed along {spec.packing.axis}; field j holds element {spec.order}[j]")
-    zero = "(q - z)" if spec.zeros.mode == "integer" else "q"
+    f = fmt.name
+    value = {
+        "none": f"{f}( q * s ), rounded once to nearest-even",
+        "integer": f"{f}( (q - z) * s ), rounded once (z: packed integer zero point)",
+        "gptq_v2": f"{f}( (q - z) * s ), rounded once (z: packed integer zero point, GPTQ v2)",
+        "gptq_v1": f"{f}( (q - (stored + 1)) * s ), rounded once (GPTQ v1 stores z - 1)",
+        "float": f"{f}( {f}(q - z) * s ): two roundings, z a {f} zero point (HQQ)",
+        "additive": f"{f}( q * s + b ), one rounding (fma), b a pre-scaled {f} zero",
+    }[spec.zeros.mode]
     g = "per-channel" if spec.scales.group_size == -1 else f"groups of {spec.scales.group_size} rows of K"
-    add(f"Value    out = {fmt.name}( {zero} * s ), rounded once to nearest-even; scales {g}; target arch {spec.arch}")
+    if spec.act_order:
+        g += " chosen per row by g_idx (act-order)"
+    add(f"Value    out = {value}; scales {g}; target arch {spec.arch}")
     add("")
     add("Float-format facts used")
     for f in plan.facts:
@@ -147,7 +157,7 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
     add("  bits, '.' = bits nobody reads; 0/1 = constant bits.")
     regs = symbolic(plan, spec)
     add(f"  w      = {diagram(regs['w'])}")
-    if spec.zeros.mode == "integer":
+    if spec.zeros.packed:
         add(f"  z      = {diagram(_word_bits(spec, 'z'))}")
     add("")
     add(f"Strategy {plan.strategy}: {plan.summary}")
