@@ -170,3 +170,31 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+@app.command()
+def dequant(
+    file: str = typer.Argument(..., help="An AWQ or GPTQ checkpoint: a .safetensors file, a folder, or a model.safetensors.index.json."),
+    out: str = typer.Option(..., "--out", help="The dense .safetensors file to write (<prefix>.weight as [out_features, in_features])."),
+    dtype: str = typer.Option("fp16", "--dtype", help="Output dtype: fp16 or bf16."),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda (the generated kernels) or cpu (the reference); default cuda when a GPU is present."),
+) -> None:
+    """Dequantize every AWQ / GPTQ layer of FILE into a dense checkpoint OUT; other tensors are copied unchanged."""
+    from .checkpoint import dequantize_file
+
+    if dtype not in ("fp16", "bf16"):
+        _fail(f"[--dtype] got {dtype!r}; expected fp16 or bf16")
+    if device is None:
+        from . import device as dev
+
+        if not dev.gpu_available():
+            _fail("no NVIDIA GPU found; pass --device cpu to dequantize with the CPU reference (slower, same bits)")
+        device = "cuda"
+    if device not in ("cuda", "cpu"):
+        _fail(f"[--device] got {device!r}; expected cuda or cpu")
+    try:
+        # print, not typer.echo: while the progress bar runs on a terminal, rich redirects sys.stdout above it.
+        dequantize_file(file, out, target=dtype, device=device, progress=True, log=lambda line: print(line, flush=True))
+    except (ValueError, OSError) as e:
+        _fail(str(e).replace("\n", " "))
+    typer.echo(f"wrote {out}")

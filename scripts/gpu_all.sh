@@ -10,7 +10,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 rc=0
 if [[ " $STEPS " == *" tests "* ]]; then
-  python -m pytest -q -m gpu tests/test_gpu.py tests/test_nvrtc.py -p no:cacheprovider --junitxml="$OUT/gpu-tests.xml" > "$OUT/pytest.log" 2>&1 || rc=1
+  python -m pytest -q -m gpu tests/test_gpu.py tests/test_nvrtc.py tests/test_checkpoint.py -p no:cacheprovider --junitxml="$OUT/gpu-tests.xml" > "$OUT/pytest.log" 2>&1 || rc=1
   tail -3 "$OUT/pytest.log"
 fi
 if [[ " $STEPS " == *" builds "* ]]; then

@@ -47,7 +47,7 @@ def test_shipped_specs_prove(name: str) -> None:
     r = prove(plan, spec, n_random=100_000)
     assert r.ok, r.failures
     assert not r.failures and r.words >= 100_000 + r.lane_words
-    n_codes = (1 << spec.source.bits) ** (2 if spec.zeros.mode == "integer" else 1)
+    n_codes = (1 << spec.source.bits) ** (2 if spec.zeros.packed else 1)
     # every (code[, zero]) at every lane plus the all-same-code words, with scale 1 and random scales
     assert r.lane_words == 2 * (n_codes * spec.per_word + (1 << spec.source.bits))
     assert "PROVEN" in r.line()
@@ -169,7 +169,7 @@ LANE_SPECS = [load_spec(p) for p in SPECS.values()] + [
 def test_lane_cases_cover_every_code_at_every_lane(spec: Spec) -> None:
     words, zeros = lane_cases(spec, np.random.default_rng(9))
     b, n = spec.source.bits, spec.per_word
-    assert words.dtype == np.uint32 and (zeros is None) == (spec.zeros.mode != "integer")
+    assert words.dtype == np.uint32 and (zeros is None) == (not spec.zeros.packed)
     top = (1 << b) - 1
     ws = [int(w) for w in words]
     zs = [int(z) for z in zeros] if zeros is not None else None

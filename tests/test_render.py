@@ -121,7 +121,7 @@ def test_kernel_entry_points(path, solved, compiled):
 
 def _converter_test_kernel(spec, converter: str) -> str:
     ns = f"dqgen::{spec.name}"
-    if spec.zeros.mode == "integer":
+    if spec.zeros.packed:
         body = f"""
     unsigned zr[{ns}::kZeroRegs];
     {ns}::prepare_zeros(z[threadIdx.x], zr);
@@ -159,7 +159,7 @@ def test_zero_registers_fit_the_kernels_buffer(path, solved):
     assert len(ctx["zero_regs"]) <= ctx["pairs"]
     assert f"constexpr int kZeroRegs = {len(ctx['zero_regs'])};" in converter
     assert f"constexpr int kPairs = {spec.per_word // 2};" in converter
-    if spec.zeros.mode == "integer":
+    if spec.zeros.packed:
         assert "prepare_zeros" in converter and len(ctx["zero_regs"]) > 0
     else:
         assert "prepare_zeros" not in converter and ctx["zero_regs"] == []

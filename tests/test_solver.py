@@ -34,6 +34,7 @@ TABLE: dict[str, tuple[str, int]] = {
     "int8_fp16": ("<=", 10),
     "int8_bf16_shuffled": ("<=", 14),
     "int8_bf16": ("<=", 18),
+    "gptq_int4_asym_act_order_fp16": ("<=", 12),
 }
 
 
