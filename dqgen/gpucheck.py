@@ -17,7 +17,7 @@ from .spec import Spec
 def build_shapes(spec: Spec) -> list[tuple[int, int]]:
     g = spec.scales.group_size
     k_unit = max(g, 1) if g > 0 else spec.per_word if spec.packing.axis == "K" else 1
-    n_unit = spec.per_word if spec.packing.axis == "N" else 1
+    n_unit = spec.per_word if (spec.packing.axis == "N" or spec.zeros.packed) else 1
     return [(4096, 4096), (k_unit, n_unit), (2 * max(k_unit, 64), 1440 if 1440 % n_unit == 0 else 8 * n_unit)]
 
 

@@ -220,7 +220,7 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
             }
         long long g_cur = -1;
         unsigned s[VEC][kPairs];
-        unsigned zr[VEC][kPairs];
+        unsigned zr[VEC][kZeroRegs > 0 ? kZeroRegs : 1];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
             const long long k = k0 + r;

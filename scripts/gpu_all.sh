@@ -18,7 +18,16 @@ if [[ " $STEPS " == *" builds "* ]]; then
   for spec in specs/*.yaml; do
     python -m dqgen build "$spec" --json --words 100000 --out "$tmp/generated" > "$tmp/$(basename "$spec" .yaml).json" 2>> "$OUT/builds.err" || rc=1
   done
-  python -c "import json,sys,glob; json.dump([json.load(open(f)) for f in sorted(glob.glob(sys.argv[1]+'/*.json'))], open(sys.argv[2],'w'), indent=1)" "$tmp" "$OUT/builds.json" || rc=1
+  python - "$tmp" "$OUT/builds.json" <<'PY' || rc=1
+import glob, json, sys
+reports = []
+for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
+    try:
+        reports.append(json.load(open(f)))
+    except ValueError:  # the build failed before printing its JSON: its error is in builds.err
+        reports.append({"spec": f.rsplit("/", 1)[-1][:-5], "ok": False, "ops_per_8": {"convert": "?"}, "steps": {}})
+json.dump(reports, open(sys.argv[2], "w"), indent=1)
+PY
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
   python -m dqgen bench ${BENCH_SPECS:-specs/awq_int4_fp16.yaml specs/awq_int4_bf16.yaml specs/gptq_int4_fp16.yaml specs/int8_fp16.yaml} \
