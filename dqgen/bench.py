@@ -69,6 +69,16 @@ def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
     return q, s, z
 
 
+def make_g_idx(spec: Spec, K: int, seed: int) -> Any:
+    """An act-order g_idx as GPTQ desc_act makes it: each group id group_size times, shuffled."""
+    torch = _torch()
+    if not spec.act_order:
+        return None
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    ids = torch.arange(K, device="cuda", dtype=torch.int32) // spec.scales.group_size
+    return ids[torch.randperm(K, device="cuda", generator=g)].contiguous()
+
+
 def bytes_moved(spec: Spec, q: Any, s: Any, z: Any, K: int, N: int) -> int:
     n = q.numel() * 4 + s.numel() * 2 + K * N * 2
     return n + (z.numel() * 4 if z is not None else 0)

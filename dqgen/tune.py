@@ -55,7 +55,7 @@ def _time(kernel: "Kernel", v: Variant, sets: list, outs: list, reps: int) -> fl
 
     from .bench import time_us
 
-    launches = [kernel.prepare(*st, out=o, variant=v) for st, o in zip(sets, outs)]
+    launches = [kernel.prepare(*st[:3], g_idx=st[3], out=o, variant=v) for st, o in zip(sets, outs)]
     return time_us(lambda i: launches[i](torch.cuda.current_stream()), len(sets), reps=reps, calls=20)
 
 
@@ -63,14 +63,14 @@ def tune(kernel: "Kernel", ordinal: int = 0, reps: int = 10) -> dict:
     """Time each aligned variant on each TUNE_SHAPES problem; cache and return the winners and timings."""
     import torch
 
-    from .bench import bytes_moved, l2_bytes, make_inputs
+    from .bench import bytes_moved, l2_bytes, make_g_idx, make_inputs
 
     best: dict[str, dict] = {}
     timings: dict[str, dict[str, float]] = {}
     for cls, (K, N) in TUNE_SHAPES.items():
-        first = make_inputs(kernel.spec, K, N, 0)
-        nsets = max(1, min(8, math.ceil(2 * l2_bytes() / bytes_moved(kernel.spec, *first, K, N))))
-        sets = [first] + [make_inputs(kernel.spec, K, N, i) for i in range(1, nsets)]
+        first = (*make_inputs(kernel.spec, K, N, 0), make_g_idx(kernel.spec, K, 0))
+        nsets = max(1, min(8, math.ceil(2 * l2_bytes() / bytes_moved(kernel.spec, *first[:3], K, N))))
+        sets = [first] + [(*make_inputs(kernel.spec, K, N, i), make_g_idx(kernel.spec, K, i)) for i in range(1, nsets)]
         outs = [torch.empty((K, N), dtype=first[1].dtype, device=f"cuda:{ordinal}") for _ in sets]
         t = {kernel_name(kernel.spec, v): _time(kernel, v, sets, outs, reps) for v in variants(kernel.spec) if v.aligned}
         name = min(t, key=t.get)
