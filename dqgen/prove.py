@@ -56,6 +56,16 @@ def code_values(spec: Spec, words: np.ndarray, zeros: np.ndarray | None = None) 
 
 def expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,
                   fzeros: np.ndarray | None = None) -> np.ndarray:
+    """As ``_expected_bits``, with every NaN (e.g. 0 * inf) as PTX's canonical NaN 0x7FFF."""
+    bits = _expected_bits(spec, words, zeros, scales, fzeros)
+    fmt = _fmt(spec)
+    exp_mask = np.uint32(((1 << fmt.ebits) - 1) << fmt.mbits)
+    is_nan = ((bits & exp_mask) == exp_mask) & ((bits & np.uint32((1 << fmt.mbits) - 1)) != 0)
+    return np.where(is_nan, np.uint32(0x7FFF), bits).astype(np.uint32)
+
+
+def _expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,
+                   fzeros: np.ndarray | None = None) -> np.ndarray:
     """[n, per_word] target bit patterns of each element, by the spec's formula (``Zeros`` docstring).
     ``scales`` and ``fzeros`` are [n, per_word] target bit patterns."""
     fmt = _fmt(spec)

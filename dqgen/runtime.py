@@ -179,6 +179,8 @@ class Kernel:
             o = dev.as_device_array(out, "out")
         assert o is not None
         v = variant or self.variant_for(q.device, prob)
+        if v not in variants(self.spec):
+            raise ValueError(f"variant {v} is not instantiated for {self.spec.name}; choose one of dqgen.render.variants(spec)")
         if v.aligned and not prob.aligned:
             raise ShapeError(f"qweight: variant {kernel_name(self.spec, v)} needs 16-byte aligned tensors")
         P = self.spec.per_word

@@ -211,6 +211,8 @@ class Spec(BaseModel):
             raise ValueError(f"must look like 'sm_80', got {v!r}")
         if int(m.group(1)) < 75:
             raise ValueError(f"{v} is older than sm_75, the oldest NVRTC 13 targets")
+        if v.endswith("a") and int(m.group(1)) < 90 or v.endswith("f") and int(m.group(1)) < 100:
+            raise ValueError(f"{v}: the 'a' suffix exists from sm_90 on and 'f' from sm_100 on")
         return v
 
     @property
@@ -303,7 +305,12 @@ def load_spec(source: str | Path | dict) -> Spec:
             if not p.exists():
                 raise SpecError(f"{p}: no such spec file")
             origin = str(p)
-            text = p.read_text()
+            try:
+                text = p.read_text()
+            except UnicodeDecodeError:
+                raise SpecError(f"{p}: not a text file (expected UTF-8 YAML)") from None
+            except OSError as e:
+                raise SpecError(f"{p}: cannot read the spec: {e.strerror or e}") from None
         else:
             text = str(source)
         try:

@@ -250,3 +250,16 @@ def test_extreme_scales_match_formula(name: str) -> None:
         regs = plan.run(env)
         got = np.stack([(regs[o] >> np.uint32(16 * h)) & np.uint32(0xFFFF) for o in plan.outputs for h in (0, 1)], axis=1)
         assert np.array_equal(got, expected_bits(spec, words, zeros, scales))
+
+
+def test_nan_products_compare_as_ptx_canonical_nan() -> None:
+    """0 * inf is NaN: PTX writes 0x7FFF, and the expected value must use the same pattern."""
+    from dqgen.prove import expected_bits
+
+    spec = load_spec({"name": "b1", "source": {"bits": 1, "kind": "unsigned"}, "target": "fp16",
+                      "packing": {"axis": "N"}, "scales": {"group_size": -1}})
+    words = np.zeros(1, dtype=np.uint32)  # every code 0
+    scales = np.full((1, 32), 0x7C00, dtype=np.uint32)  # +inf
+    assert (expected_bits(spec, words, None, scales) == 0x7FFF).all()
+    plan = solve(spec)
+    assert prove(plan, spec, n_random=1 << 20).ok
