@@ -57,11 +57,11 @@ def code_values(spec: Spec, words: np.ndarray, zeros: np.ndarray | None = None) 
 def expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,
                   fzeros: np.ndarray | None = None) -> np.ndarray:
     """As ``_expected_bits``, with every NaN (e.g. 0 * inf) as PTX's canonical NaN 0x7FFF."""
+    from .isa import _canonical_nan
+
     bits = _expected_bits(spec, words, zeros, scales, fzeros)
     fmt = _fmt(spec)
-    exp_mask = np.uint32(((1 << fmt.ebits) - 1) << fmt.mbits)
-    is_nan = ((bits & exp_mask) == exp_mask) & ((bits & np.uint32((1 << fmt.mbits) - 1)) != 0)
-    return np.where(is_nan, np.uint32(0x7FFF), bits).astype(np.uint32)
+    return _canonical_nan(bits, fmt.values_of(bits), fmt)
 
 
 def _expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,

@@ -16,7 +16,7 @@ from pathlib import Path
 import jinja2
 
 from .isa import Const, Opcode, prmt_selector
-from .magic import fmt_num
+from .magic import fmt_num, half_pair
 from .plan import Plan
 from .spec import Spec
 
@@ -127,6 +127,9 @@ def context(spec: Spec, plan: Plan) -> dict:
         "zero_regs": [_reg(r) for r in zero_defs if r in later_reads],
         "diffs": [_reg(r) for r in conv_defs if r in scale_reads],
         "outputs": [_reg(r) for r in plan.outputs],
+        # multiplying a 16-bit value by this puts it in both halves of a pair register
+        "broadcast_pair": f"0x{half_pair(1, 1):X}",
+        "low_half_mask": f"0x{half_pair(0xFFFF, 0):X}",
         "sel_low_halves": f"0x{prmt_selector([0, 1, 4, 5]):X}",
         "sel_high_halves": f"0x{prmt_selector([2, 3, 6, 7]):X}",
         "block": BLOCK,

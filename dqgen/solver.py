@@ -218,6 +218,14 @@ def _scale_stage(B: Builder, diffs: list[str]) -> list[str]:
     return outs
 
 
+def _flip_signs(B: Builder) -> str:
+    """One LOP3 per word that XORs every field's top bit: two's complement -> offset binary."""
+    b, n = B.spec.source.bits, B.spec.per_word
+    signs = Const(sum(1 << (b * j + b - 1) for j in range(n)), f"the top bit of each of the {n} {b}-bit fields")
+    return B.emit(Opcode.LOP3, "wx", ("w", signs, signs), f"flip every field's sign bit: two's complement -> offset binary (value + {1 << (b - 1)})",
+                  "convert", LUT_XOR, LUT_WHY[LUT_XOR])
+
+
 def _shift_regs(B: Builder, src: str, shifts: frozenset[int], stage: Stage) -> dict[int, str]:
     regs = {0: src}
     for s in sorted(shifts):
@@ -293,8 +301,7 @@ def build_lanes(spec: Spec, prexor: bool, shifts: frozenset[int], chosen: list[P
     zregs = _zero_regs(B, chosen, shifts, M8) if spec.zeros.packed else [None] * len(chosen)
     src = "w"
     if prexor:
-        signs = Const(sum(1 << (b * j + b - 1) for j in range(spec.per_word)), f"the top bit of each of the {spec.per_word} {b}-bit fields")
-        src = B.emit(Opcode.LOP3, "wx", ("w", signs, signs), f"flip every field's sign bit: two's complement -> offset binary (value + {1 << (b - 1)})", "convert", LUT_XOR, LUT_WHY[LUT_XOR])
+        src = _flip_signs(B)
     regs = _shift_regs(B, src, shifts, "convert")
     diffs = []
     for i, pl in enumerate(chosen):
@@ -407,8 +414,7 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
             zregs[e] = zr
     src = "w"
     if spec.source.kind is SourceKind.signed:
-        signs = Const(0x80808080, "the top bit of each byte")
-        src = B.emit(Opcode.LOP3, "wx", ("w", signs, signs), "flip every byte's sign bit: two's complement -> offset binary (value + 128)", "convert", LUT_XOR, LUT_WHY[LUT_XOR])
+        src = _flip_signs(B)
     off = code_offset(spec)
     sub_c = Const(FP32.encode_exact(magic_value(FP32) + off), f"{magic_value(FP32)} + {off} = {magic_value(FP32) + off}.0 (magic plus offset)", "f32")
     f32 = []
