@@ -13,6 +13,7 @@ integers), so there is exactly one rounding, to nearest-even in the target forma
 
 from __future__ import annotations
 
+import math
 import re
 from enum import Enum
 from pathlib import Path
@@ -49,6 +50,33 @@ class SourceKind(str, Enum):
     unsigned = "unsigned"  # code_value = q
     signed = "signed"  # code_value = two's-complement value of q
     biased = "biased"  # code_value = q - bias (GPTQ u4b8: bias 8; u8b128: bias 128)
+    float = "float"  # code_value = the minifloat whose bits are q (e4m3, e5m2, e2m1)
+    codebook = "codebook"  # code_value = codebook[q], rounded to the target once
+
+
+class MiniFloat(str, Enum):
+    """Minifloat element formats (OCP MX / OFP8 conventions)."""
+
+    e4m3 = "e4m3"  # OCP "fn": bias 7, no infinities, S.1111.111 is NaN, max 448, subnormals
+    e5m2 = "e5m2"  # bias 15, IEEE-like: S.11111.00 is inf, S.11111.xx (xx != 0) NaN
+    e2m1 = "e2m1"  # fp4: bias 1, no inf/NaN: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}
+
+
+#: (exponent bits, mantissa bits, has inf/NaN like IEEE, only NaN is S.1..1.1..1) of each minifloat.
+MINIFLOAT_LAYOUT: dict[str, tuple[int, int, str]] = {
+    "e4m3": (4, 3, "fn"),  # finite except the all-ones code: NaN
+    "e5m2": (5, 2, "ieee"),  # all-ones exponent: inf (mantissa 0) or NaN
+    "e2m1": (2, 1, "finite"),  # every code is finite
+}
+
+#: QLoRA's NF4 (bitsandbytes ``get_4bit_type('nf4')`` / the QLoRA paper, appendix E): 16 values, as published.
+NF4_CODEBOOK: list[float] = [
+    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+]
+CODEBOOK_PRESETS: dict[str, list[float]] = {"nf4": NF4_CODEBOOK}
 
 
 class Source(BaseModel):
@@ -61,10 +89,20 @@ class Source(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    bits: int = Field(description="Width of one code in bits (1..8; must divide 32 for now).")
-    kind: SourceKind = Field(description="How a code's bits map to an integer value.")
+    bits: int = Field(description="Width of one code in bits (1..8). Widths that do not divide 32 (3, 5, 6, 7) "
+                      "straddle words: see ``Packing.words``.")
+    kind: SourceKind = Field(description="How a code's bits map to a value.")
     bias: int | None = Field(
         default=None, description="For kind 'biased' only: the value is q - bias, 0 <= bias < 2^bits."
+    )
+    format: MiniFloat | None = Field(
+        default=None, description="For kind 'float' only: the minifloat format of each code (e4m3, e5m2: 8 bits; e2m1: 4 bits)."
+    )
+    codebook: Union[str, list[float], None] = Field(
+        default=None,
+        description="For kind 'codebook' only: a preset name ('nf4') or up to 2^bits values; code q means codebook[q]. "
+        "Each value is rounded once to the target (nearest-even) when the kernel is built; the product with the scale is "
+        "rounded once more.",
     )
 
     @field_validator("bits")
@@ -72,14 +110,43 @@ class Source(BaseModel):
     def _bits(cls, v: int) -> int:
         if not 1 <= v <= 8:
             raise ValueError(f"must be between 1 and 8, got {v}")
-        if CONTAINER_BITS % v:
-            raise ValueError(
-                f"{v}-bit codes straddle 32-bit words; only widths that divide 32 (1, 2, 4, 8) are supported"
-            )
         return v
 
+    @property
+    def minifloat(self) -> tuple[int, int, str] | None:
+        """(exponent bits, mantissa bits, special-value convention) for kind 'float'."""
+        return MINIFLOAT_LAYOUT[self.format.value] if self.kind is SourceKind.float and self.format else None
+
+    @property
+    def codebook_values(self) -> list[float]:
+        if isinstance(self.codebook, str):
+            return list(CODEBOOK_PRESETS[self.codebook])
+        return list(self.codebook or [])
+
     @model_validator(mode="after")
-    def _bias(self) -> "Source":
+    def _kind_fields(self) -> "Source":
+        if self.kind is not SourceKind.float and self.format is not None:
+            raise ValueError(f"[source.format] ({self.format.value}) is only allowed with kind 'float', not '{self.kind.value}'")
+        if self.kind is not SourceKind.codebook and self.codebook is not None:
+            raise ValueError(f"[source.codebook] is only allowed with kind 'codebook', not '{self.kind.value}'")
+        if self.kind is SourceKind.float:
+            if self.format is None:
+                raise ValueError("[source.format] kind 'float' needs 'format': one of e4m3, e5m2 (8 bits), e2m1 (4 bits)")
+            e, m, _ = MINIFLOAT_LAYOUT[self.format.value]
+            if self.bits != 1 + e + m:
+                raise ValueError(f"[source.bits] format {self.format.value} is {1 + e + m} bits wide, but bits is {self.bits}")
+        if self.kind is SourceKind.codebook:
+            if self.codebook is None:
+                raise ValueError("[source.codebook] kind 'codebook' needs 'codebook': 'nf4' or a list of at most 2^bits values")
+            if isinstance(self.codebook, str) and self.codebook not in CODEBOOK_PRESETS:
+                raise ValueError(f"[source.codebook] {self.codebook!r} is not a preset; presets: {sorted(CODEBOOK_PRESETS)} (or give a list of values)")
+            vals = self.codebook_values
+            if self.bits > 4:
+                raise ValueError(f"[source.bits] codebook codes are at most 4 bits (a 16-entry PRMT lookup), got bits {self.bits}")
+            if not 1 <= len(vals) <= 1 << self.bits:
+                raise ValueError(f"[source.codebook] a {self.bits}-bit codebook has 1 to {1 << self.bits} entries, got {len(vals)}")
+            if not all(math.isfinite(v) for v in vals):
+                raise ValueError("[source.codebook] values must be finite numbers")
         if self.kind is SourceKind.biased:
             if self.bias is None:
                 raise ValueError("kind 'biased' needs 'bias' (e.g. 8 for u4b8, 128 for u8b128)")
@@ -96,6 +163,10 @@ class Source(BaseModel):
 
     @property
     def short(self) -> str:
+        if self.kind is SourceKind.float:
+            return self.format.value if self.format else "float"
+        if self.kind is SourceKind.codebook:
+            return self.codebook if isinstance(self.codebook, str) else f"cb{self.bits}"
         if self.kind is SourceKind.signed:
             return f"s{self.bits}"
         if self.kind is SourceKind.biased:
@@ -117,24 +188,58 @@ class Packing(BaseModel):
     container: Literal[32] = Field(default=32, description="Word width in bits; 32 is the only one.")
     axis: Literal["N", "K"] = Field(description="Logical axis packed into a word.")
     order: Union[str, list[int]] = Field(default="sequential", description="Preset name or permutation.")
+    words: int | None = Field(
+        default=None,
+        description="32-bit words per packing block: bits / gcd(bits, 32). 1 for 1/2/4/8-bit codes; for 3-bit codes GPTQ "
+        "packs 32 codes into 3 words (code i at bits [3i, 3i+3) of the 96-bit little-endian run, some codes straddling "
+        "two words). Derived when omitted; a stated value must match.",
+    )
+
+    def block_words(self, bits: int) -> int:
+        return bits // math.gcd(bits, CONTAINER_BITS)
 
     def resolved_order(self, bits: int) -> list[int]:
         if isinstance(self.order, str):
+            if self.order == "sequential":
+                return list(range(CONTAINER_BITS * self.block_words(bits) // bits))
             return ORDER_PRESETS[self.order][bits]
         return list(self.order)
+
+
+class ScaleDtype(str, Enum):
+    fp16 = "fp16"
+    bf16 = "bf16"
+    e8m0 = "e8m0"  # MX block scale: byte E means 2^(E - 127); 0xFF is NaN
+    e4m3 = "e4m3"  # NVFP4 block scale: an OCP e4m3fn byte (with a per-tensor fp32 global scale)
+
+
+BLOCK_SCALE_DTYPES = ("e8m0", "e4m3")
 
 
 class Scales(BaseModel):
     """One scale per (group of ``group_size`` rows along K, output column n).
 
     ``group_size = -1`` means one group spanning all of K (per-channel). Scales are stored
-    ``[K/group_size, N]`` in ``dtype``, which must equal the target.
+    ``[K/group_size, N]`` in ``dtype``: the target dtype, or a one-byte block-scale code
+    (``e8m0`` for MXFP4, ``e4m3`` for NVFP4, stored as uint8 / float8_e4m3fn). With
+    ``global_scale`` the kernel also takes one fp32 number per tensor (NVFP4's second-level
+    scale). Block-scaled values are formed without intermediate under- or overflow:
+
+    - ``e8m0``: ``round_to_target(code_value * 2^(E-127))``, one rounding (E = 0xFF gives NaN);
+    - ``e4m3`` + global scale: ``round_to_target(round_fp32(code_value * e4m3(s) * global))``: the
+      product of the element and its e4m3 scale is exact, the global scale is applied in fp32
+      (one fp32 rounding, as NVIDIA's reference dequantization does), then one rounding to the target.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     group_size: int = Field(description="Rows of K sharing a scale; -1 for per-channel.")
-    dtype: Target | None = Field(default=None, description="Scale dtype; defaults to the target.")
+    dtype: ScaleDtype | None = Field(default=None, description="Scale dtype; defaults to the target.")
+    global_scale: bool = Field(default=False, description="One fp32 scale per tensor on top of the block scales (NVFP4).")
+
+    @property
+    def block(self) -> bool:
+        return self.dtype is not None and self.dtype.value in BLOCK_SCALE_DTYPES
 
     @field_validator("group_size")
     @classmethod
@@ -222,8 +327,14 @@ class Spec(BaseModel):
         return int(m.group(1))
 
     @property
+    def words(self) -> int:
+        """32-bit words per packing block (1 unless codes straddle words)."""
+        return self.packing.block_words(self.source.bits)
+
+    @property
     def per_word(self) -> int:
-        return CONTAINER_BITS // self.source.bits
+        """Codes per packing block (a single word unless ``words`` > 1)."""
+        return CONTAINER_BITS * self.words // self.source.bits
 
     @property
     def order(self) -> list[int]:
@@ -238,18 +349,58 @@ class Spec(BaseModel):
     @model_validator(mode="after")
     def _cross(self) -> "Spec":
         bits = self.source.bits
-        n = CONTAINER_BITS // bits
+        words = self.packing.block_words(bits)
+        if self.packing.words is not None and self.packing.words != words:
+            raise _field_error(
+                "packing.words", self.packing.words,
+                f"{words}: {bits}-bit codes fill whole 32-bit words only in runs of {words} word{'s' if words > 1 else ''} "
+                f"({CONTAINER_BITS * words // bits} codes)",
+            )
+        n = CONTAINER_BITS * words // bits
+        if words > 1:
+            if self.packing.axis != "K":
+                raise _field_error("packing.axis", self.packing.axis,
+                                   f"'K' for {bits}-bit codes: codes that straddle words are packed along K (GPTQ's layout)")
+            if self.packing.order != "sequential":
+                raise _field_error("packing.order", self.packing.order,
+                                   f"'sequential' for {bits}-bit codes (code i at bits [{bits}i, {bits}i+{bits}) of the {words}-word run)")
+            if self.zeros.packed:
+                raise _field_error("zeros.mode", self.zeros.mode,
+                                   f"'none', 'float' or 'additive' for {bits}-bit codes (packed {bits}-bit zero points straddle words; not supported)")
         order = self.packing.order
         if isinstance(order, str):
             if order not in ORDER_PRESETS:
                 raise _field_error("packing.order", order, f"one of {sorted(ORDER_PRESETS)} or a permutation")
-            if bits not in ORDER_PRESETS[order]:
+            if bits not in ORDER_PRESETS[order] and not (order == "sequential" and words > 1):
                 fits = sorted(ORDER_PRESETS[order])
                 raise _field_error("packing.order", order, f"a preset defined for {bits}-bit codes ({order!r} is for {fits}-bit)")
         elif sorted(order) != list(range(n)):
             raise _field_error("packing.order", order, f"a permutation of 0..{n - 1} ({n} fields of {bits} bits per word)")
-        if self.scales.dtype is not None and self.scales.dtype != self.target:
-            raise _field_error("scales.dtype", self.scales.dtype.value, f"the target dtype {self.target.value!r}")
+        sd = self.scales.dtype
+        kind = self.source.kind
+        if sd is not None and not self.scales.block and sd.value != self.target.value:
+            raise _field_error("scales.dtype", sd.value, f"the target dtype {self.target.value!r}, or a block-scale code (e8m0, e4m3)")
+        if self.scales.block:
+            if not (kind is SourceKind.float and self.source.format is MiniFloat.e2m1):
+                raise _field_error("scales.dtype", sd.value,
+                                   f"{self.target.value!r}: {sd.value} block scales go with e2m1 codes (MXFP4: e8m0 per 32, NVFP4: e4m3 per 16), "
+                                   f"not {self.source.short}")
+            if self.packing.axis != "K":
+                raise _field_error("packing.axis", self.packing.axis, f"'K' with {sd.value} block scales (blocks run along K)")
+            if self.scales.group_size <= 0:
+                raise _field_error("scales.group_size", self.scales.group_size, f"a positive block size with {sd.value} scales (MXFP4: 32, NVFP4: 16)")
+            if sd.value == "e4m3" and not self.scales.global_scale:
+                raise _field_error("scales.global_scale", False,
+                                   "true with e4m3 block scales: NVFP4's e4m3 scales (max 448) only cover a tensor's range together with its fp32 global scale")
+            if sd.value == "e8m0" and self.scales.global_scale:
+                raise _field_error("scales.global_scale", True, "false with e8m0 block scales (MXFP4 has no global scale)")
+        elif self.scales.global_scale:
+            raise _field_error("scales.global_scale", True, "false unless scales.dtype is e4m3 (NVFP4)")
+        if kind in (SourceKind.float, SourceKind.codebook) and self.zeros.mode != "none":
+            raise _field_error("zeros.mode", self.zeros.mode,
+                               f"'none' for {kind.value} codes ({self.source.short}): zero points shift integer codes; a {kind.value} code is already a signed value")
+        if self.act_order and self.scales.block:
+            raise _field_error("act_order", True, "false with block scales (blocks are contiguous along K)")
         if self.target is Target.bf16 and self.sm < 80:
             raise _field_error("arch", self.arch, "sm_80 or newer for bf16 (bf16x2 arithmetic starts at sm_80)")
         g = self.scales.group_size

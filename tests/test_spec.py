@@ -72,7 +72,7 @@ INVALID: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("order of wrong length", spec_with(**{"packing.order": [0, 1, 2, 3]}), ("packing.order", "[0, 1, 2, 3]")),
     ("unknown preset", spec_with(**{"packing.order": "zigzag"}), ("packing.order", "zigzag")),
     ("preset for other bits", spec_with(**{"source.bits": 8}), ("packing.order", "awq", "8")),
-    ("bits 3", spec_with(**{"source.bits": 3, "packing.order": "sequential"}), ("source.bits", "3")),
+    ("bits 3", spec_with(**{"source.bits": 3, "packing.order": "sequential"}), ("packing.axis", "3-bit")),
     ("bits 0", spec_with(**{"source.bits": 0, "packing.order": "sequential"}), ("source.bits", "0")),
     ("bits 16", spec_with(**{"source.bits": 16, "packing.order": "sequential"}), ("source.bits", "16")),
     ("group_size 0", spec_with(**{"scales.group_size": 0}), ("scales.group_size", "0")),
@@ -138,8 +138,8 @@ def test_yaml_not_a_mapping() -> None:
 
 def test_file_error_names_the_file(tmp_path: Path) -> None:
     p = tmp_path / "x.yaml"
-    p.write_text("name: x\nsource: {bits: 5, kind: unsigned}\ntarget: fp16\npacking: {axis: N}\nscales: {group_size: 1}\n")
+    p.write_text("name: x\nsource: {bits: 9, kind: unsigned}\ntarget: fp16\npacking: {axis: N}\nscales: {group_size: 1}\n")
     with pytest.raises(SpecError) as ei:
         load_spec(p)
     msg = str(ei.value)
-    assert msg.startswith(str(p)) and "source.bits" in msg and "5" in msg
+    assert msg.startswith(str(p)) and "source.bits" in msg and "9" in msg
