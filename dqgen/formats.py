@@ -120,3 +120,81 @@ BF16 = FloatFormat("bf16", 8, 7, "bf16", np.dtype(ml_dtypes.bfloat16))
 FP32 = FloatFormat("fp32", 8, 23, "f32", np.dtype(np.float32))
 
 FORMATS: dict[str, FloatFormat] = {f.name: f for f in (FP16, BF16, FP32)}
+
+
+@dataclass(frozen=True)
+class MiniFloat:
+    """A narrow storage float (OCP OFP8 / MX element and scale formats).
+
+    ``specials`` says how the all-ones patterns read: ``ieee`` (all-ones exponent: inf if the
+    mantissa is 0, else NaN; e5m2), ``fn`` (no infinities; only S.1..1.1..1 is NaN; e4m3fn),
+    ``finite`` (every code a number; e2m1) or ``e8m0`` (no sign, no mantissa: 2^(E-127), 0xFF NaN).
+    """
+
+    name: str
+    ebits: int
+    mbits: int
+    specials: str
+    signed: bool = True
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.ebits - 1)) - 1
+
+    @property
+    def width(self) -> int:
+        return int(self.signed) + self.ebits + self.mbits
+
+    def is_nan(self, code: int) -> bool:
+        e = (code >> self.mbits) & ((1 << self.ebits) - 1)
+        m = code & ((1 << self.mbits) - 1)
+        emax = (1 << self.ebits) - 1
+        if self.specials == "ieee":
+            return e == emax and m != 0
+        if self.specials in ("fn", "e8m0"):
+            return e == emax and m == (1 << self.mbits) - 1
+        return False
+
+    def decode(self, code: int) -> Fraction | float:
+        """Exact value of a code (NaN and inf as Python floats)."""
+        sign = -1 if self.signed and (code >> (self.width - 1)) & 1 else 1
+        e = (code >> self.mbits) & ((1 << self.ebits) - 1)
+        m = code & ((1 << self.mbits) - 1)
+        if self.is_nan(code):
+            return float("nan")
+        if self.specials == "ieee" and e == (1 << self.ebits) - 1:
+            return sign * float("inf")
+        if self.specials == "e8m0":
+            return Fraction(2) ** (e - 127)
+        if e == 0:
+            if m == 0 and sign < 0:
+                return -0.0  # keeps its sign; Fraction has no negative zero
+            return sign * Fraction(m, 1 << self.mbits) * Fraction(2) ** (1 - self.bias)
+        return sign * (1 + Fraction(m, 1 << self.mbits)) * Fraction(2) ** (e - self.bias)
+
+    def describe(self) -> str:
+        rules = {
+            "ieee": "all-ones exponent is inf (mantissa 0) or NaN",
+            "fn": "no infinities, only the all-ones code is NaN",
+            "finite": "no inf or NaN",
+            "e8m0": "no sign or mantissa: 2^(E-127), 0xFF is NaN",
+        }[self.specials]
+        return f"{self.name}: {int(self.signed)} sign bit, {self.ebits} exponent bits (bias {self.bias}), {self.mbits} mantissa bits; {rules}"
+
+
+E4M3 = MiniFloat("e4m3", 4, 3, "fn")
+E5M2 = MiniFloat("e5m2", 5, 2, "ieee")
+E2M1 = MiniFloat("e2m1", 2, 1, "finite")
+E8M0 = MiniFloat("e8m0", 8, 0, "e8m0", signed=False)
+MINIFLOATS: dict[str, MiniFloat] = {f.name: f for f in (E4M3, E5M2, E2M1, E8M0)}
+
+
+def exact_bits(fmt: FloatFormat, value: Fraction | float) -> int:
+    """``fmt``'s bit pattern of a value it holds exactly (NaN as the canonical NaN, inf as inf)."""
+    if isinstance(value, float) and value != value:
+        return (1 << (fmt.width - 1)) - 1  # 0x7FFF / 0x7FFFFFFF: PTX's canonical NaN
+    if isinstance(value, float) and value == 0 and str(value).startswith("-"):
+        return 1 << (fmt.width - 1)
+    if isinstance(value, float) and abs(value) == float("inf"):
+        return ((1 << fmt.ebits) - 1) << fmt.mbits | (1 << (fmt.width - 1) if value < 0 else 0)
+    return fmt.encode_exact(value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
 from typing import Callable, Union
 
 import numpy as np
@@ -45,6 +46,10 @@ Operand = Union[str, Const]
 class Opcode(Enum):
     # value: (ptx mnemonic, number of register/const operands, oldest sm, lane format)
     SHR = ("shr.u32", 1, 50, None)
+    SHL = ("shl.b32", 1, 50, None)
+    SHF_R = ("shf.r.clamp.b32", 2, 50, None)  # (a = low word, b = high word) >> imm, low 32 bits
+    ADD_U32 = ("add.u32", 2, 50, None)
+    SET_EQ = ("set.eq.u32.u32", 2, 50, None)  # all ones if a == b, else 0
     PRMT = ("prmt.b32", 2, 50, None)
     LOP3 = ("lop3.b32", 3, 50, None)
     SUB_F16X2 = ("sub.rn.f16x2", 2, 53, "fp16")
@@ -54,6 +59,15 @@ class Opcode(Enum):
     FMA_BF16X2 = ("fma.rn.bf16x2", 3, 80, "bf16")
     MUL_BF16X2 = ("mul.rn.bf16x2", 2, 90, "bf16")
     SUB_F32 = ("sub.rn.f32", 2, 20, "fp32")
+    MUL_F32 = ("mul.rn.f32", 2, 20, "fp32")
+    # conversions; imm selects the 16-bit half of the source register (0 low, 1 high)
+    CVT_F16X2_E4M3X2 = ("cvt.rn.f16x2.e4m3x2", 1, 89, None)
+    CVT_F16X2_E5M2X2 = ("cvt.rn.f16x2.e5m2x2", 1, 89, None)
+    CVT_F32_F16 = ("cvt.f32.f16", 1, 53, None)
+    CVT_F32_BF16 = ("cvt.f32.bf16", 1, 90, None)
+    # two fp32 (a -> low half, b -> high half) rounded to nearest-even into one 16-bit pair
+    CVT_F16X2_F32 = ("cvt.rn.f16x2.f32", 2, 80, None)
+    CVT_BF16X2_F32 = ("cvt.rn.bf16x2.f32", 2, 80, None)
 
     @property
     def ptx(self) -> str:
@@ -74,11 +88,39 @@ class Opcode(Enum):
 
     @property
     def has_imm(self) -> bool:
-        return self in (Opcode.SHR, Opcode.PRMT, Opcode.LOP3)
+        return self in (Opcode.SHR, Opcode.SHL, Opcode.SHF_R, Opcode.PRMT, Opcode.LOP3) or self.half_source
+
+    @property
+    def half_source(self) -> bool:
+        """Reads one 16-bit half of its register (the immediate picks which)."""
+        return self in (Opcode.CVT_F16X2_E4M3X2, Opcode.CVT_F16X2_E5M2X2, Opcode.CVT_F32_F16, Opcode.CVT_F32_BF16)
 
     @property
     def is_float(self) -> bool:
         return self.lane_format is not None
+
+    @property
+    def f32_operands(self) -> tuple[bool, list[bool]]:
+        """Whether the destination and each source are fp32 registers (inline-asm constraint "f")."""
+        if self.lane_format is FP32:
+            return True, [True] * self.arity
+        if self in (Opcode.CVT_F32_F16, Opcode.CVT_F32_BF16):
+            return True, [False]
+        if self in (Opcode.CVT_F16X2_F32, Opcode.CVT_BF16X2_F32):
+            return False, [True, True]
+        return False, [False] * self.arity
+
+    def asm(self, imm: int | None) -> str:
+        """The PTX text, with %0 the destination and %1.. the operands in Plan order."""
+        ops = ", ".join(f"%{i + 1}" for i in range(self.arity))
+        if self.half_source:
+            part = "lo_" if not imm else "hi_"
+            return f"{{ .reg .b16 lo_, hi_; mov.b32 {{lo_, hi_}}, %1; {self.ptx} %0, {part}; }}"
+        if self in (Opcode.CVT_F16X2_F32, Opcode.CVT_BF16X2_F32):
+            return f"{self.ptx} %0, %2, %1;"  # PTX puts its first source in the upper half
+        if self.has_imm:
+            return f"{self.ptx} %0, {ops}, {imm if self in (Opcode.SHR, Opcode.SHL, Opcode.SHF_R) else f'0x{imm:X}'};"
+        return f"{self.ptx} %0, {ops};"
 
 
 def arith_ops(fmt: FloatFormat) -> dict[str, Opcode]:
@@ -176,9 +218,52 @@ def _paired(kind: str, fmt: FloatFormat, *regs: np.ndarray) -> np.ndarray:
     return (lo | (hi << U32(16))).astype(U32)
 
 
+def _table(fn: Callable[[int], int], n: int) -> np.ndarray:
+    return np.array([fn(c) for c in range(n)], dtype=U32)
+
+
+@lru_cache(maxsize=None)
+def _fp8_to_f16_table(name: str) -> np.ndarray:
+    from .formats import MINIFLOATS, exact_bits
+
+    mf = MINIFLOATS[name]
+    return _table(lambda c: exact_bits(FP16, mf.decode(c)), 256)
+
+
+def _f16_to_f32(bits: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    vals = fmt.values_of(bits)
+    out = FP32.bits_of(vals)  # exact widening
+    return _canonical_nan(out, vals, FP32)
+
+
+def _cvt_pack(fmt: FloatFormat, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    a, b = FP32.values_of(lo), FP32.values_of(hi)
+    ra = _canonical_nan(fmt.round_from_f64(a), a, fmt)
+    rb = _canonical_nan(fmt.round_from_f64(b), b, fmt)
+    return (ra | (rb << U32(16))).astype(U32)
+
+
 def emulate(op: Opcode, args: list[np.ndarray], imm: int | None) -> np.ndarray:
     if op is Opcode.SHR:
         return emu_shr(args[0], imm or 0)
+    if op is Opcode.SHL:
+        return (args[0].astype(np.uint64) << np.uint64(imm or 0)).astype(np.uint64).__and__(np.uint64(MASK32)).astype(U32)
+    if op is Opcode.SHF_R:
+        n = min(imm or 0, 32)
+        wide = args[0].astype(np.uint64) | (args[1].astype(np.uint64) << np.uint64(32))
+        return ((wide >> np.uint64(n)) & np.uint64(MASK32)).astype(U32)
+    if op is Opcode.ADD_U32:
+        return ((args[0].astype(np.uint64) + args[1].astype(np.uint64)) & np.uint64(MASK32)).astype(U32)
+    if op is Opcode.SET_EQ:
+        return np.where(args[0] == args[1], U32(MASK32), U32(0)).astype(U32)
+    if op.half_source:
+        half = (args[0] >> U32(16 * (imm or 0))) & U32(0xFFFF)
+        if op in (Opcode.CVT_F16X2_E4M3X2, Opcode.CVT_F16X2_E5M2X2):
+            t = _fp8_to_f16_table("e4m3" if op is Opcode.CVT_F16X2_E4M3X2 else "e5m2")
+            return (t[half & U32(0xFF)] | (t[half >> U32(8)] << U32(16))).astype(U32)
+        return _f16_to_f32(half, FP16 if op is Opcode.CVT_F32_F16 else BF16)
+    if op in (Opcode.CVT_F16X2_F32, Opcode.CVT_BF16X2_F32):
+        return _cvt_pack(FP16 if op is Opcode.CVT_F16X2_F32 else BF16, args[0], args[1])
     if op is Opcode.PRMT:
         assert imm is not None
         return emu_prmt(args[0], args[1], imm)

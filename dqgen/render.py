@@ -67,11 +67,8 @@ def _operand(a: str | Const) -> str:
 
 @dataclass
 class RenderedOp:
-    ptx: str
     dst: str
-    args: list[str]
-    imm: str | None
-    float32: bool
+    stmt: str  # one C++ statement: the inline asm that computes dst
     comments: list[str]
 
 
@@ -81,10 +78,15 @@ def _render_op(op) -> RenderedOp:
         comments.append(_comment(f"0x{c.value:08X}: {c.why}"))
     if op.imm_why:
         comments.append(_comment(op.imm_why))
-    imm = None
-    if op.imm is not None:
-        imm = str(int(op.imm)) if op.opcode is Opcode.SHR else f"0x{int(op.imm):X}"
-    return RenderedOp(op.opcode.ptx, _reg(op.dst), [_operand(a) for a in op.args], imm, op.opcode is Opcode.SUB_F32, comments)
+    dst = _reg(op.dst)
+    f_dst, f_src = op.opcode.f32_operands
+    ins = ", ".join(f'"f"(__uint_as_float({_operand(a)}))' if f else f'"r"({_operand(a)})' for a, f in zip(op.args, f_src))
+    text = op.opcode.asm(None if op.imm is None else int(op.imm))
+    if f_dst:
+        stmt = f'{dst} = __float_as_uint([&] {{ float r_; asm("{text}" : "=f"(r_) : {ins}); return r_; }}());'
+    else:
+        stmt = f'asm("{text}" : "=r"({dst}) : {ins});'
+    return RenderedOp(dst, stmt, comments)
 
 
 def context(spec: Spec, plan: Plan) -> dict:
