@@ -51,6 +51,7 @@ class Opcode(Enum):
     ADD_U32 = ("add.u32", 2, 50, None)
     SET_EQ = ("set.eq.u32.u32", 2, 50, None)  # all ones if a == b, else 0
     PRMT = ("prmt.b32", 2, 50, None)
+    PRMT_R = ("prmt.b32", 3, 50, None)  # selector from a register: a table lookup, 4 byte indices per op
     LOP3 = ("lop3.b32", 3, 50, None)
     SUB_F16X2 = ("sub.rn.f16x2", 2, 53, "fp16")
     FMA_F16X2 = ("fma.rn.f16x2", 3, 53, "fp16")
@@ -170,6 +171,20 @@ def emu_prmt(a: np.ndarray, b: np.ndarray, sel: int) -> np.ndarray:
     return out
 
 
+def emu_prmt_r(a: np.ndarray, b: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """PRMT with a per-register selector (its low 16 bits: 4 nibbles)."""
+    a, b, sel = np.broadcast_arrays(a, b, sel)
+    src = [(a >> U32(8 * k)) & U32(0xFF) for k in range(4)] + [(b >> U32(8 * k)) & U32(0xFF) for k in range(4)]
+    stack = np.stack(src)  # [8, ...]
+    out = np.zeros(a.shape, dtype=U32)
+    for k in range(4):
+        s = (sel >> U32(4 * k)) & U32(0xF)
+        byte = np.take_along_axis(stack, (s & U32(7)).astype(np.int64)[None], axis=0)[0]
+        byte = np.where(s & U32(8), np.where(byte & U32(0x80), U32(0xFF), U32(0)), byte)
+        out |= (byte.astype(U32) << U32(8 * k)).astype(U32)
+    return out
+
+
 def emu_lop3(a: np.ndarray, b: np.ndarray, c: np.ndarray, lut: int) -> np.ndarray:
     out = np.zeros(np.broadcast(a, b, c).shape, dtype=U32)
     na, nb, nc = ~a, ~b, ~c
@@ -267,6 +282,8 @@ def emulate(op: Opcode, args: list[np.ndarray], imm: int | None) -> np.ndarray:
     if op is Opcode.PRMT:
         assert imm is not None
         return emu_prmt(args[0], args[1], imm)
+    if op is Opcode.PRMT_R:
+        return emu_prmt_r(args[0], args[1], args[2])
     if op is Opcode.LOP3:
         assert imm is not None
         return emu_lop3(args[0], args[1], args[2], imm)

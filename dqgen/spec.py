@@ -100,7 +100,7 @@ class Source(BaseModel):
     )
     codebook: Union[str, list[float], None] = Field(
         default=None,
-        description="For kind 'codebook' only: a preset name ('nf4') or up to 2^bits values; code q means codebook[q]. "
+        description="For kind 'codebook' only: a preset name ('nf4') or 1 to 16 values (4-bit codes); code q means codebook[q]. "
         "Each value is rounded once to the target (nearest-even) when the kernel is built; the product with the scale is "
         "rounded once more.",
     )
@@ -137,12 +137,13 @@ class Source(BaseModel):
                 raise ValueError(f"[source.bits] format {self.format.value} is {1 + e + m} bits wide, but bits is {self.bits}")
         if self.kind is SourceKind.codebook:
             if self.codebook is None:
-                raise ValueError("[source.codebook] kind 'codebook' needs 'codebook': 'nf4' or a list of at most 2^bits values")
+                raise ValueError("[source.codebook] kind 'codebook' needs 'codebook': 'nf4' or a list of 1 to 16 values")
             if isinstance(self.codebook, str) and self.codebook not in CODEBOOK_PRESETS:
                 raise ValueError(f"[source.codebook] {self.codebook!r} is not a preset; presets: {sorted(CODEBOOK_PRESETS)} (or give a list of values)")
             vals = self.codebook_values
-            if self.bits > 4:
-                raise ValueError(f"[source.bits] codebook codes are at most 4 bits (a 16-entry PRMT lookup), got bits {self.bits}")
+            if self.bits != 4:
+                raise ValueError(f"[source.bits] codebook codes are 4 bits wide (a 16-entry PRMT lookup; a shorter codebook "
+                                 f"leaves codes unused), got bits {self.bits}")
             if not 1 <= len(vals) <= 1 << self.bits:
                 raise ValueError(f"[source.codebook] a {self.bits}-bit codebook has 1 to {1 << self.bits} entries, got {len(vals)}")
             if not all(math.isfinite(v) for v in vals):
