@@ -8,6 +8,8 @@ it and ``explain`` prints it. Every op carries its constants and the reason for 
 Ops are grouped in stages, because they run at different rates in a kernel:
 - ``zero``: once per (group, word of columns): turns the packed zero word into the registers
   that replace the magic subtraction's constant (the zero folded into the fix-up);
+- ``scale_prep``: once per block scale (block-scaled formats only): decodes the scale code (and
+  the global scale) into the registers ``scale_regs`` that the scale stage multiplies by;
 - ``convert``: per weight word: bits -> exact integer (code - offset - zero) in the target;
 - ``scale``: per weight word: one rounding of (integer * scale) to the target.
 """
@@ -22,8 +24,8 @@ import numpy as np
 
 from .isa import Const, Opcode, Operand, emulate
 
-Stage = Literal["zero", "convert", "scale"]
-STAGES: tuple[Stage, ...] = ("zero", "convert", "scale")
+Stage = Literal["zero", "scale_prep", "convert", "scale"]
+STAGES: tuple[Stage, ...] = ("zero", "scale_prep", "convert", "scale")
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Op:
 @dataclass(frozen=True)
 class Input:
     name: str
-    role: Literal["word", "zero_word", "scale"]
+    role: Literal["word", "zero_word", "scale", "zero_float", "scale_code", "global_scale"]
     doc: str
 
 
@@ -65,12 +67,27 @@ class Plan:
     summary: str
     target: str
     sm: int
-    elements: int  # elements produced per weight word
+    elements: int  # elements produced per packing block (one word unless codes straddle words)
     inputs: list[Input]
     ops: list[Op]
     outputs: list[str]  # pair registers, natural element order
     facts: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)  # other strategies considered, and why they lost
+    scale_regs: list[str] = field(default_factory=list)  # what the scale stage multiplies by; [] = the s* inputs
+
+    def __post_init__(self) -> None:
+        if not self.scale_regs:
+            self.scale_regs = [i.name for i in self.inputs if i.role == "scale"]
+
+    @property
+    def words(self) -> list[str]:
+        """The input word registers, low word first."""
+        return [i.name for i in self.inputs if i.role == "word"]
+
+    @property
+    def pairs(self) -> list[tuple[int, int]]:
+        """Elements (low half, high half) of each output register."""
+        return [(2 * i, 2 * i + 1) for i in range(len(self.outputs))]
 
     def stage_ops(self, stage: Stage) -> list[Op]:
         return [op for op in self.ops if op.stage == stage]
@@ -135,6 +152,8 @@ class Plan:
             "target": self.target,
             "sm": self.sm,
             "elements_per_word": self.elements,
+            "words": self.words,
+            "scale_regs": self.scale_regs,
             "inputs": [{"name": i.name, "role": i.role, "doc": i.doc} for i in self.inputs],
             "ops": [
                 {

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .formats import BF16, FP16, FloatFormat
+from .formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat
 from .plan import Plan
 from .spec import Spec, SourceKind, Target
 
@@ -36,39 +36,97 @@ def _fmt(spec: Spec) -> FloatFormat:
     return FP16 if spec.target is Target.fp16 else BF16
 
 
+def _as2d(words: np.ndarray) -> np.ndarray:
+    """Blocks as [n, words per block] (a 1-D array is one word per block)."""
+    w = np.asarray(words, dtype=np.uint32)
+    return w[:, None] if w.ndim == 1 else w
+
+
+def field_position(spec: Spec, element: int) -> int:
+    """Bit of the block where ``element``'s code starts (word 0's bit 0 is bit 0)."""
+    return spec.source.bits * spec.order.index(element)
+
+
+def code_fields(spec: Spec, words: np.ndarray) -> np.ndarray:
+    """[n, per_word] raw unsigned code of each element, in element order."""
+    w = _as2d(words).astype(np.uint64)
+    b = spec.source.bits
+    out = np.zeros((w.shape[0], spec.per_word), dtype=np.int64)
+    for e in range(spec.per_word):
+        P = field_position(spec, e)
+        k, off = divmod(P, 32)
+        v = w[:, k] >> np.uint64(off)
+        if off + b > 32:  # the code straddles into the next word
+            v |= w[:, k + 1] << np.uint64(32 - off)
+        out[:, e] = (v & np.uint64((1 << b) - 1)).astype(np.int64)
+    return out
+
+
 def code_values(spec: Spec, words: np.ndarray, zeros: np.ndarray | None = None) -> np.ndarray:
     """[n, per_word] integer value of each element, in element order: the code value, minus the
     integer zero point when the spec has packed zeros (``zeros``: words in the Plan's z layout)."""
     b = spec.source.bits
     mask = np.uint32((1 << b) - 1)
-    out = np.empty((words.shape[0], spec.per_word), dtype=np.int64)
-    for j, e in enumerate(spec.order):
-        q = ((words >> np.uint32(b * j)) & mask).astype(np.int64)
-        if spec.source.kind is SourceKind.signed:
-            q = np.where(q >= (1 << (b - 1)), q - (1 << b), q)
-        elif spec.source.kind is SourceKind.biased:
-            q = q - spec.source.offset
-        if zeros is not None:
-            q = q - (((zeros >> np.uint32(b * j)) & mask).astype(np.int64) + spec.zeros.stored_offset)
-        out[:, e] = q
-    return out
+    q = code_fields(spec, words)
+    if spec.source.kind is SourceKind.signed:
+        q = np.where(q >= (1 << (b - 1)), q - (1 << b), q)
+    elif spec.source.kind is SourceKind.biased:
+        q = q - spec.source.offset
+    if zeros is not None:
+        for j, e in enumerate(spec.order):
+            q[:, e] -= ((zeros >> np.uint32(b * j)) & mask).astype(np.int64) + spec.zeros.stored_offset
+    return q
+
+
+def element_values(spec: Spec, words: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """[n, per_word] float64 value of each element's code: exact (minifloats; integers) or the
+    codebook entry rounded once to ``fmt`` (the spec's rule). NaN / inf as float64."""
+    fields = code_fields(spec, words)
+    if spec.source.kind is SourceKind.float:
+        mf = MINIFLOATS[spec.source.format.value]
+        table = np.array([float(mf.decode(c)) for c in range(1 << mf.width)])
+        return table[fields]
+    if spec.source.kind is SourceKind.codebook:
+        vals = spec.source.codebook_values
+        vals = vals + [0.0] * ((1 << spec.source.bits) - len(vals))
+        table = fmt.values_of(fmt.round_from_f64(np.array(vals, dtype=np.float64)))
+        return table[fields]
+    return code_values(spec, words).astype(np.float64)
+
+
+def block_scale_values(spec: Spec, codes: np.ndarray) -> np.ndarray:
+    """float64 value of block-scale codes (e8m0: 2^(E-127), 0xFF NaN; e4m3: OCP e4m3fn)."""
+    mf = MINIFLOATS[spec.scales.dtype.value]
+    table = np.array([float(mf.decode(c)) for c in range(256)])
+    return table[np.asarray(codes, dtype=np.int64) & 0xFF]
 
 
 def expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,
-                  fzeros: np.ndarray | None = None) -> np.ndarray:
+                  fzeros: np.ndarray | None = None, gs: np.ndarray | None = None) -> np.ndarray:
     """As ``_expected_bits``, with every NaN (e.g. 0 * inf) as PTX's canonical NaN 0x7FFF."""
     from .isa import _canonical_nan
 
-    bits = _expected_bits(spec, words, zeros, scales, fzeros)
+    bits = _expected_bits(spec, words, zeros, scales, fzeros, gs)
     fmt = _fmt(spec)
     return _canonical_nan(bits, fmt.values_of(bits), fmt)
 
 
 def _expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,
-                   fzeros: np.ndarray | None = None) -> np.ndarray:
-    """[n, per_word] target bit patterns of each element, by the spec's formula (``Zeros`` docstring).
-    ``scales`` and ``fzeros`` are [n, per_word] target bit patterns."""
+                   fzeros: np.ndarray | None = None, gs: np.ndarray | None = None) -> np.ndarray:
+    """[n, per_word] target bit patterns of each element, by the spec's formula (``Zeros`` and
+    ``Scales`` docstrings). ``scales`` and ``fzeros`` are [n, per_word] target bit patterns; for
+    block-scaled specs ``scales`` is [n] scale codes and ``gs`` [n] fp32 bit patterns."""
     fmt = _fmt(spec)
+    with np.errstate(all="ignore"):
+        if spec.scales.block:
+            v = element_values(spec, words, fmt) * block_scale_values(spec, scales)[:, None]  # exact in float64
+            if spec.scales.global_scale:
+                assert gs is not None
+                g = FP32.values_of(gs)[:, None]
+                v = (v * g).astype(np.float32).astype(np.float64)  # exact product, rounded once to fp32
+            return fmt.round_from_f64(v)
+        if spec.source.kind in (SourceKind.float, SourceKind.codebook):
+            return fmt.round_from_f64(element_values(spec, words, fmt) * fmt.values_of(scales))
     s = fmt.values_of(scales)
     mode = spec.zeros.mode
     if mode == "float":
@@ -101,19 +159,26 @@ def random_scales(rng: np.random.Generator, fmt: FloatFormat, shape: tuple[int, 
 
 
 def _run(plan: Plan, spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,
-         fzeros: np.ndarray | None = None) -> np.ndarray:
-    env: dict[str, np.ndarray] = {"w": words}
+         fzeros: np.ndarray | None = None, gs: np.ndarray | None = None) -> np.ndarray:
+    w = _as2d(words)
+    names = plan.words
+    env: dict[str, np.ndarray] = {n: w[:, k] for k, n in enumerate(names)}
     if zeros is not None:
         env["z"] = zeros
-    for i in range(spec.per_word // 2):
-        env[f"s{i}"] = scales[:, 2 * i] | (scales[:, 2 * i + 1] << np.uint32(16))
-        if fzeros is not None:
-            env[f"f{i}"] = fzeros[:, 2 * i] | (fzeros[:, 2 * i + 1] << np.uint32(16))
+    if spec.scales.block:
+        env["sc"] = np.asarray(scales, dtype=np.uint32)
+        if gs is not None:
+            env["gs"] = gs
+    else:
+        for i in range(spec.per_word // 2):
+            env[f"s{i}"] = scales[:, 2 * i] | (scales[:, 2 * i + 1] << np.uint32(16))
+            if fzeros is not None:
+                env[f"f{i}"] = fzeros[:, 2 * i] | (fzeros[:, 2 * i + 1] << np.uint32(16))
     regs = plan.run(env)
-    got = np.empty((words.shape[0], spec.per_word), dtype=np.uint32)
-    for i, o in enumerate(plan.outputs):
-        got[:, 2 * i] = regs[o] & np.uint32(0xFFFF)
-        got[:, 2 * i + 1] = regs[o] >> np.uint32(16)
+    got = np.empty((w.shape[0], spec.per_word), dtype=np.uint32)
+    for o, (lo, hi) in zip(plan.outputs, plan.pairs):
+        got[:, lo] = regs[o] & np.uint32(0xFFFF)
+        got[:, hi] = regs[o] >> np.uint32(16)
     return got
 
 
@@ -127,70 +192,125 @@ def random_float_zeros(rng: np.random.Generator, spec: Spec, shape: tuple[int, .
     return None
 
 
+def _set_field(words: np.ndarray, P: int, b: int, codes: np.ndarray) -> None:
+    """Write ``codes`` into bits [P, P + b) of each block (in place; fields may straddle words)."""
+    for j in range(b):
+        k, bit = divmod(P + j, 32)
+        one = np.uint32(1 << bit)
+        words[:, k] = (words[:, k] & ~one) | (((codes >> np.uint32(j)) & np.uint32(1)) << np.uint32(bit))
+
+
+def _random_words(rng: np.random.Generator, n: int, per_block: int) -> np.ndarray:
+    return rng.integers(0, 1 << 32, size=(n, per_block), dtype=np.uint64).astype(np.uint32)
+
+
 def lane_cases(spec: Spec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
-    """Every code (and every zero) at every lane, other lanes random."""
-    b, n = spec.source.bits, spec.per_word
+    """Every code (and every zero) at every lane, other lanes random. Words are 1-D for one-word
+    blocks, else [n, words]."""
+    b, n, W = spec.source.bits, spec.per_word, spec.words
     codes = np.arange(1 << b, dtype=np.uint32)
     zs = codes if spec.zeros.packed else np.zeros(1, dtype=np.uint32)
     q, z = np.meshgrid(codes, zs, indexing="ij")
     q, z = q.ravel(), z.ravel()
     words, zeros = [], []
     for lane in range(n):
-        clear = np.uint32(~(((1 << b) - 1) << (b * lane)) & 0xFFFFFFFF)
-        bg = rng.integers(0, 1 << 32, size=q.size, dtype=np.uint64).astype(np.uint32)
-        words.append((bg & clear) | (q << np.uint32(b * lane)))
-        zbg = rng.integers(0, 1 << 32, size=q.size, dtype=np.uint64).astype(np.uint32)
-        zeros.append((zbg & clear) | (z << np.uint32(b * lane)))
-    # and the words where every lane holds the same code (e.g. all-ones, the maximum)
-    words.append(sum(codes << np.uint32(b * j) for j in range(n)).astype(np.uint32))
+        w = _random_words(rng, q.size, W)
+        _set_field(w, field_position(spec, lane), b, q)
+        words.append(w)
+        zw = _random_words(rng, q.size, 1)
+        if spec.zeros.packed:
+            _set_field(zw, b * spec.order.index(lane) if W == 1 else b * lane, b, z)
+        zeros.append(zw[:, 0])
+    # and the blocks where every lane holds the same code (e.g. all-ones, the maximum)
+    same = np.zeros((codes.size, W), dtype=np.uint32)
+    for lane in range(n):
+        _set_field(same, b * lane, b, codes)
+    words.append(same)
     zeros.append(np.zeros(codes.size, dtype=np.uint32))
     w = np.concatenate(words)
-    return w, (np.concatenate(zeros) if spec.zeros.packed else None)
+    return (w[:, 0] if W == 1 else w), (np.concatenate(zeros) if spec.zeros.packed else None)
 
 
-def _compare(plan: Plan, spec: Spec, words, zeros, scales, label: str, failures: list[str], fzeros=None) -> None:
-    got = _run(plan, spec, words, zeros, scales, fzeros)
-    want = expected_bits(spec, words, zeros, scales, fzeros)
+def scale_cases(spec: Spec, rng: np.random.Generator, n: int, exhaustive: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Scale codes for block-scaled specs (every one of the 256 when ``exhaustive``, cycling) and
+    fp32 global scales (of every magnitude, tiny ones included)."""
+    codes = (np.arange(n) % 256 if exhaustive else rng.integers(0, 256, size=n)).astype(np.uint32)
+    gs = None
+    if spec.scales.global_scale:
+        exps = np.where(rng.random(n) < 0.7, rng.uniform(-12, 4, size=n), rng.uniform(-140, 100, size=n))
+        gs = FP32.bits_of(np.float32(np.where(rng.random(n) < 0.2, -1.0, 1.0) * np.exp2(exps)).astype(np.float64))
+    return codes, gs
+
+
+def _compare(plan: Plan, spec: Spec, words, zeros, scales, label: str, failures: list[str], fzeros=None, gs=None) -> None:
+    got = _run(plan, spec, words, zeros, scales, fzeros, gs)
+    want = expected_bits(spec, words, zeros, scales, fzeros, gs)
     bad = np.nonzero(got != want)
     if bad[0].size:
         r, e = int(bad[0][0]), int(bad[1][0])
+        wtxt = " ".join(f"0x{int(x):08X}" for x in _as2d(words)[r])
         ztxt = f", zero word 0x{int(zeros[r]):08X}" if zeros is not None else ""
         ftxt = f", zero 0x{int(fzeros[r, e]):04X}" if fzeros is not None else ""
+        stxt = f"scale code 0x{int(scales[r]):02X}" if spec.scales.block else f"scale 0x{int(scales[r, e]):04X}"
+        if gs is not None:
+            stxt += f", global scale 0x{int(gs[r]):08X}"
         failures.append(
-            f"{label}: {bad[0].size} of {got.size} elements differ; first: word 0x{int(words[r]):08X}{ztxt}{ftxt}, "
-            f"element {e}, scale 0x{int(scales[r, e]):04X}: got 0x{int(got[r, e]):04X}, expected 0x{int(want[r, e]):04X}"
+            f"{label}: {bad[0].size} of {got.size} elements differ; first: word {wtxt}{ztxt}{ftxt}, "
+            f"element {e}, {stxt}: got 0x{int(got[r, e]):04X}, expected 0x{int(want[r, e]):04X}"
         )
 
 
-def quick_check(plan: Plan, spec: Spec, seed: int = 1) -> str | None:
-    """The lane-exhaustive part with scale 1: fast enough to screen every candidate."""
-    rng = np.random.default_rng(seed)
+def _scales(spec: Spec, rng: np.random.Generator, n: int, unit: bool, exhaustive: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """Scales for n blocks: target pairs (1.0 when ``unit``) or block-scale codes (+ global scales)."""
     fmt = _fmt(spec)
+    if spec.scales.block:
+        return scale_cases(spec, rng, n, exhaustive)
+    if unit:
+        return np.full((n, spec.per_word), fmt.encode_exact(1), dtype=np.uint32), None
+    return random_scales(rng, fmt, (n, spec.per_word)), None
+
+
+def _lane_suite(plan: Plan, spec: Spec, rng: np.random.Generator, failures: list[str], random_too: bool) -> int:
     words, zeros = lane_cases(spec, rng)
-    ones = np.full((words.size, spec.per_word), fmt.encode_exact(1), dtype=np.uint32)
+    n = _as2d(words).shape[0]
+    if spec.scales.block:
+        # every code at every lane, against every one of the 256 scale codes
+        reps = 256
+        words = np.repeat(words, reps, axis=0)
+        zeros = None
+        sc = np.tile(np.arange(reps, dtype=np.uint32), n)
+        gs = scale_cases(spec, rng, sc.size, True)[1]
+        _compare(plan, spec, words, zeros, sc, "every code at every lane x every scale code", failures, None, gs)
+        return sc.size
+    s, _ = _scales(spec, rng, n, True)
+    _compare(plan, spec, words, zeros, s, "every code at every lane, scale 1", failures, random_float_zeros(rng, spec, s.shape))
+    if random_too:
+        s, _ = _scales(spec, rng, n, False)
+        _compare(plan, spec, words, zeros, s, "every code at every lane, random scales", failures, random_float_zeros(rng, spec, s.shape))
+        return 2 * n
+    return n
+
+
+def quick_check(plan: Plan, spec: Spec, seed: int = 1) -> str | None:
+    """The lane-exhaustive part (with scale 1 where scales are not block codes): fast enough to
+    screen every candidate."""
     failures: list[str] = []
-    fz = random_float_zeros(rng, spec, ones.shape)
-    _compare(plan, spec, words, zeros, ones, "every code at every lane, scale 1", failures, fz)
+    _lane_suite(plan, spec, np.random.default_rng(seed), failures, False)
     return failures[0] if failures else None
 
 
 def prove(plan: Plan, spec: Spec, n_random: int = 1_000_000, seed: int = 0, chunk: int = 1 << 18) -> ProofResult:
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
-    fmt = _fmt(spec)
     failures: list[str] = []
-    words, zeros = lane_cases(spec, rng)
-    ones = np.full((words.size, spec.per_word), fmt.encode_exact(1), dtype=np.uint32)
-    _compare(plan, spec, words, zeros, ones, "every code at every lane, scale 1", failures, random_float_zeros(rng, spec, ones.shape))
-    _compare(plan, spec, words, zeros, random_scales(rng, fmt, ones.shape), "every code at every lane, random scales", failures,
-             random_float_zeros(rng, spec, ones.shape))
-    lane_words = words.size * 2
+    lane_words = _lane_suite(plan, spec, rng, failures, True)
     done = 0
     while done < n_random and not failures:
         n = min(chunk, n_random - done)
-        w = rng.integers(0, 1 << 32, size=n, dtype=np.uint64).astype(np.uint32)
+        w = _random_words(rng, n, spec.words)
+        w = w[:, 0] if spec.words == 1 else w
         z = rng.integers(0, 1 << 32, size=n, dtype=np.uint64).astype(np.uint32) if spec.zeros.packed else None
-        _compare(plan, spec, w, z, random_scales(rng, fmt, (n, spec.per_word)), "random words", failures,
-                 random_float_zeros(rng, spec, (n, spec.per_word)))
+        s, gs = _scales(spec, rng, n, False)
+        _compare(plan, spec, w, z, s, "random words", failures, random_float_zeros(rng, spec, (n, spec.per_word)), gs)
         done += n
     return ProofResult(not failures, lane_words + done, lane_words, time.perf_counter() - t0, failures)

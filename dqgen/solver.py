@@ -108,10 +108,12 @@ def _byte_slot(pos: int, bits: int) -> tuple[int, int] | None:
     return (k, o) if o + bits <= 8 else None
 
 
-def placements(spec: Spec, pair: int, room: int, whole_bytes_magic: bool) -> list[Placement]:
-    """All ways to put pair ``pair``'s fields at bits [0, room] of each half."""
+def placements(spec: Spec, pair: int, room: int, whole_bytes_magic: bool, pos: dict[int, int] | None = None) -> list[Placement]:
+    """All ways to put pair ``pair``'s fields at bits [0, room] of each half (``pos``: each element's
+    bit in the source register, when that is not the spec's word)."""
     b = spec.source.bits
-    P_lo, P_hi = field_pos(spec, 2 * pair), field_pos(spec, 2 * pair + 1)
+    where = (lambda e: pos[e]) if pos is not None else (lambda e: field_pos(spec, e))
+    P_lo, P_hi = where(2 * pair), where(2 * pair + 1)
     out: list[Placement] = []
     for s in range(32):
         p_lo, p_hi = P_lo - s, P_hi - 16 - s
@@ -190,13 +192,26 @@ class Builder:
         return self.emit(self.ar["fma"], dst, (a, b, neg_zero), why + f" ({self.ar['mul'].ptx} needs sm_90)", stage)
 
 
+def word_names(spec: Spec) -> list[str]:
+    return ["w"] if spec.words == 1 else [f"w{k}" for k in range(spec.words)]
+
+
 def _inputs(spec: Spec, pairs: int) -> list[Input]:
-    ins = [Input("w", "word", f"one packed 32-bit word: {spec.per_word} codes of {spec.source.bits} bits, field j = element {spec.order}[j]")]
+    if spec.words == 1:
+        ins = [Input("w", "word", f"one packed 32-bit word: {spec.per_word} codes of {spec.source.bits} bits, field j = element {spec.order}[j]")]
+    else:
+        ins = [Input(n, "word", f"word {k} of a {spec.words}-word block: {spec.per_word} codes of {spec.source.bits} bits, code i at bits "
+                     f"[{spec.source.bits}i, {spec.source.bits}i+{spec.source.bits}) of the block") for k, n in enumerate(word_names(spec))]
     if spec.zeros.packed:
         doc = ("the packed zero-point word of the same columns, same layout" if spec.packing.axis == "N"
                else "a word holding each element's stored zero point in its field (the kernel replicates the column's zero)")
         ins.append(Input("z", "zero_word", doc))
-    ins += [Input(f"s{i}", "scale", f"scales of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)") for i in range(pairs)]
+    if spec.scales.block:
+        ins.append(Input("sc", "scale_code", f"the block's {spec.scales.dtype.value} scale code (one byte, zero-extended)"))
+        if spec.scales.global_scale:
+            ins.append(Input("gs", "global_scale", "the tensor's fp32 global scale (its bits)"))
+    else:
+        ins += [Input(f"s{i}", "scale", f"scales of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)") for i in range(pairs)]
     if spec.zeros.mode in ("float", "additive"):
         what = "float zero points" if spec.zeros.mode == "float" else "additive (pre-scaled) zeros"
         ins += [Input(f"f{i}", "zero_float", f"{what} of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)") for i in range(pairs)]
@@ -332,7 +347,71 @@ def _facts(*fmts: FloatFormat) -> list[str]:
     return facts + [magic_fact(f) for f in fmts]
 
 
+def block_views(spec: Spec) -> list[tuple[int, list[int]]]:
+    """For codes that straddle words: 32-bit windows of the block (start bit, pairs inside) that
+    together hold every output pair whole. Each window starts at its first pair's low code."""
+    b, n = spec.source.bits, spec.per_word
+    views, pair = [], 0
+    while pair < n // 2:
+        start = b * 2 * pair
+        inside = []
+        while pair < n // 2 and b * (2 * pair + 2) <= start + 32:
+            inside.append(pair)
+            pair += 1
+        views.append((start, inside))
+    return views
+
+
+def build_lanes_multiword(spec: Spec) -> Plan:
+    """Multi-word blocks: a funnel shift (one op) brings each window of the block into one register,
+    then every pair of the window is placed and fixed up as in ``lanes``."""
+    fmt, b = target_format(spec), spec.source.bits
+    B = Builder(spec, fmt)
+    A = magic_value(fmt)
+    signed = spec.source.kind is SourceKind.signed
+    off = code_offset(spec)
+    room = fmt.mbits - b
+    names = word_names(spec)
+    diffs: list[str] = []
+    kinds: set[str] = set()
+    for start, pairs in block_views(spec):
+        k, sh = divmod(start, 32)
+        if sh == 0:
+            src = names[k]
+        elif k + 1 < len(names):
+            src = B.emit(Opcode.SHF_R, f"v{start}", (names[k], names[k + 1]), f"block bits {start}..{start + 31}: codes of pairs {pairs[0]}..{pairs[-1]}, "
+                         "straddling ones whole", "convert", sh, f"funnel shift of ({names[k + 1]}:{names[k]}) by {sh}")
+        else:
+            src = B.emit(Opcode.SHR, f"v{start}", (names[k],), f"block bits {start}.. of the last word", "convert", sh, f"shift by {sh}")
+        pos = {e: b * e - start for p in pairs for e in (2 * p, 2 * p + 1)}
+        opts = [placements(spec, p, room, False, pos) for p in pairs]
+        best = choose_placements(opts)
+        if not best:
+            raise NoPlanError(f"{spec.name}: pairs {pairs} of the window at bit {start} cannot be placed")
+        shifts, chosen = best[0]
+        regs = _shift_regs(B, src, shifts, "convert")
+        for p, pl in zip(pairs, chosen):
+            kinds.add(pl.kind)
+            t = _place(B, pl, regs, f"p{p}", "convert")
+            flip = (1 << (pl.p_lo + b - 1), 1 << (pl.p_hi + b - 1)) if signed else (0, 0)
+            lut = LUT_AND_XOR if any(flip) else LUT_AND_OR
+            x = B.emit(Opcode.LOP3, f"x{p}", (t, field_mask(b, pl.p_lo, pl.p_hi), magic_pair(fmt, flip)),
+                       f"{A} + field*2^p in each half (p = {pl.p_lo}, {pl.p_hi})", "convert", lut, LUT_WHY[lut])
+            diffs.append(_fixup(B, x, pl, off, None, p))
+    outs = _scale_stage(B, diffs)
+    summary = (f"{spec.words}-word blocks cut into 32-bit windows by funnel shifts; fields placed by {', '.join(sorted(kinds))}, "
+               f"OR-ed under the {fmt.name} magic {A} and fixed up by one sub/fma")
+    return Plan(spec.name, "lanes", summary, fmt.name, spec.sm, spec.per_word, _inputs(spec, spec.per_word // 2), B.ops, outs, _facts(fmt))
+
+
 def lanes_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
+    if not _integer(spec):
+        return [], []
+    if spec.words > 1:
+        try:
+            return [build_lanes_multiword(spec)], []
+        except NoPlanError as e:
+            return [], [f"lanes: {e}"]
     fmt, b = target_format(spec), spec.source.bits
     room = fmt.mbits - b
     if room < 0:
@@ -379,6 +458,8 @@ def build_sign_split(spec: Spec, shifts: frozenset[int], chosen: list[Placement]
 
 
 def sign_split_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
+    if not _integer(spec):
+        return [], []
     fmt, b = target_format(spec), spec.source.bits
     if b - 1 != fmt.mbits:
         return [], [f"sign_split: needs fields exactly one bit wider than the mantissa ({fmt.mbits + 1} bits), not {b}"]
@@ -392,6 +473,8 @@ def sign_split_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
 
 
 def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
+    if not _integer(spec):
+        return [], []
     fmt, b = target_format(spec), spec.source.bits
     if fmt is not BF16 or b != 8:
         return [], ["fp32_carrier: bytes -> bf16 only (bf16 is the upper half of fp32)"]
@@ -434,7 +517,16 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
     return [Plan(spec.name, "fp32_carrier", summary, fmt.name, spec.sm, spec.per_word, _inputs(spec, spec.per_word // 2), B.ops, outs, _facts(fmt, FP32))], []
 
 
-STRATEGIES = {"lanes": lanes_candidates, "sign_split": sign_split_candidates, "fp32_carrier": fp32_carrier_candidates}
+def _integer(spec: Spec) -> bool:
+    return spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
+
+
+from .solver_float import codebook_candidates, minifloat_candidates  # noqa: E402 - they build on the helpers above
+
+STRATEGIES = {"lanes": lanes_candidates, "sign_split": sign_split_candidates, "fp32_carrier": fp32_carrier_candidates,
+              "minifloat": minifloat_candidates, "codebook": codebook_candidates}
+#: the names plans carry (``Plan.strategy``), for ``solve(strategy=...)``
+PLAN_STRATEGIES = ("lanes", "sign_split", "fp32_carrier", "bit_place", "cvt", "lut")
 
 
 def plan_key(plan: Plan) -> tuple:
@@ -469,8 +561,8 @@ def candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
 def solve(spec: Spec, strategy: str | None = None) -> Plan:
     plans, notes = candidates(spec)
     if strategy is not None:
-        if strategy not in STRATEGIES:
-            raise NoPlanError(f"[strategy] got {strategy!r}; expected one of {sorted(STRATEGIES)}")
+        if strategy not in PLAN_STRATEGIES:
+            raise NoPlanError(f"[strategy] got {strategy!r}; expected one of {sorted(PLAN_STRATEGIES)}")
         plans = [p for p in plans if p.strategy == strategy]
     if not plans:
         raise NoPlanError(f"{spec.name}: no exact plan for {spec.source.short} -> {spec.target.value}: " + "; ".join(notes))
