@@ -149,20 +149,100 @@ def bench(
         raise typer.Exit(1)
 
 
+def _bits_text(widths: list[int]) -> str:
+    """[1, 2, 3, 4] -> '1-4'; [1, 2, 4, 8] -> '1, 2, 4, 8'."""
+    runs: list[list[int]] = []
+    for b in sorted(widths):
+        if runs and b == runs[-1][-1] + 1:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
+def _accepted_widths(packing: dict, zeros: str = "none") -> list[int]:
+    """The widths of unsigned codes for which the spec validator accepts this packing and zero mode."""
+    from pydantic import ValidationError
+
+    from .spec import Spec
+
+    widths = []
+    for bits in range(1, 9):
+        try:
+            Spec.model_validate({"name": "w", "source": {"bits": bits, "kind": "unsigned"}, "target": "fp16",
+                                 "packing": packing, "scales": {"group_size": -1}, "zeros": {"mode": zeros}})
+            widths.append(bits)
+        except ValidationError:
+            pass
+    return widths
+
+
+def _preset_rows() -> list[tuple[str, str, str, str]]:
+    """(spec field, name, code bits, one-line description) of every preset, from dqgen.spec's own tables."""
+    import math
+    from typing import get_args
+
+    from . import formats
+    from . import spec as sp
+
+    rows = []
+    for name, by_bits in sp.ORDER_PRESETS.items():
+        orders = "" if name == "sequential" else "; " + "; ".join(f"{b}-bit fields hold elements {o}" for b, o in sorted(by_bits.items()))
+        rows.append(("packing.order", name, _bits_text(_accepted_widths({"axis": "K", "order": name})), sp.ORDER_PRESET_DOCS.get(name, "") + orders))
+    for name, values in sp.CODEBOOK_PRESETS.items():
+        bits = max(1, (len(values) - 1).bit_length())
+        rows.append(("source.codebook", name, str(bits),
+                     f"{sp.CODEBOOK_PRESET_DOCS.get(name, '')}; {len(values)} values from {min(values):g} to {max(values):g}"))
+    for mf in sp.MiniFloat:
+        fmt = formats.MINIFLOATS[mf.value]
+        finite = sorted({abs(v) for v in map(fmt.decode, range(1 << fmt.width)) if math.isfinite(v)})
+        values = "+-{" + ", ".join(f"{float(v):g}" for v in finite) + "}" if len(finite) <= 8 else f"max {float(finite[-1]):g}"
+        layout = fmt.describe().removeprefix(f"{fmt.name}: ")
+        rows.append(("source.format", mf.value, str(fmt.width), f"{sp.MINIFLOAT_DOCS.get(mf.value, '')}; {layout}; {values}"))
+    for name in sp.BLOCK_SCALE_DTYPES:
+        rows.append(("scales.dtype", name, str(formats.MINIFLOATS[name].width), sp.BLOCK_SCALE_DOCS.get(name, "")))
+    for name in get_args(sp.ZeroMode):
+        rows.append(("zeros.mode", name, _bits_text(_accepted_widths({"axis": "K"}, zeros=name)), sp.ZERO_MODE_DOCS.get(name, "")))
+    return rows
+
+
 @app.command("list")
 def list_specs(directory: str = typer.Argument("specs", help="Folder of spec files.")) -> None:
-    """List the specs in DIRECTORY with a one-line description."""
-    from .spec import ORDER_PRESETS
+    """List the specs in DIRECTORY and every preset (packing orders, codebooks, minifloat formats, block scales, zero modes)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
     if not Path(directory).is_dir():
         _fail(f"{directory}: no such folder of specs")
-    for p in sorted(Path(directory).glob("*.yaml")):
+    paths = sorted(Path(directory).glob("*.yaml"))
+    console = Console()
+    specs = Table(title=f"Specs in {directory}/", box=box.SIMPLE_HEAD, title_justify="left")
+    specs.add_column("spec", no_wrap=True, min_width=max([len(p.name) for p in paths], default=4))
+    specs.add_column("conversion", no_wrap=True)
+    specs.add_column("description")
+    for p in paths:
         try:
             s = load_spec(p)
-            typer.echo(f"{p.name:<28} {s.source.short} -> {s.target.value:<5} {s.description.strip().splitlines()[0] if s.description else ''}")
         except SpecError as e:
-            typer.echo(f"{p.name:<28} INVALID: {e}")
-    typer.echo("order presets: " + ", ".join(f"{k} ({', '.join(f'{b}-bit' for b in v)})" for k, v in ORDER_PRESETS.items()))
+            specs.add_row(Text(p.name), Text("INVALID", style="red"), Text(str(e).removeprefix(f"{p}: ")))
+            continue
+        line = s.description.strip().splitlines()[0] if s.description.strip() else ""
+        name = "" if s.name == p.stem else f" (name: {s.name})"
+        specs.add_row(Text(p.name), Text(f"{s.source.short} -> {s.target.value}"), Text(line + name))
+    console.print(specs)
+    presets = Table(title="Presets", box=box.SIMPLE_HEAD, title_justify="left")
+    rows = _preset_rows()
+    presets.add_column("field", no_wrap=True)
+    presets.add_column("name", no_wrap=True, min_width=max(len(r[1]) for r in rows))
+    presets.add_column("bits", no_wrap=True)
+    presets.add_column("description")
+    for i, (field, name, bits, doc) in enumerate(rows):
+        if i and field != rows[i - 1][0]:
+            presets.add_section()
+        presets.add_row(Text(field), Text(name), Text(bits), Text(doc))
+    console.print(presets)
 
 
 def main() -> None:

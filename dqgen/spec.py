@@ -36,6 +36,15 @@ ORDER_PRESETS: dict[str, dict[int, list[int]]] = {
     "ft_int8": {8: [0, 2, 1, 3]},
 }
 
+#: One line per order preset, for ``dqgen list``.
+ORDER_PRESET_DOCS: dict[str, str] = {
+    "sequential": "element j in field j, plain little-endian packing (GPTQ's qweight along K); codes that straddle "
+    "words (3, 5, 6, 7 bits): code i is bits [bits*i, bits*i + bits) of a run of packing.words words",
+    "awq": "AutoAWQ's AWQ_ORDER (awq/utils/packing_utils.py): FasterTransformer's interleaved register order "
+    "[e7 e5 e3 e1 e6 e4 e2 e0]",
+    "ft_int8": "FasterTransformer's int8 register order, written MSB-first as [e3 e1 e2 e0] (CUTLASS: \"[3120]\")",
+}
+
 
 class SpecError(ValueError):
     """An invalid spec: one line naming the field, the value and what is allowed."""
@@ -69,6 +78,13 @@ MINIFLOAT_LAYOUT: dict[str, tuple[int, int, str]] = {
     "e2m1": (2, 1, "finite"),  # every code is finite
 }
 
+#: One line per minifloat source format, for ``dqgen list`` (``dqgen.formats.MINIFLOATS`` describes the bits).
+MINIFLOAT_DOCS: dict[str, str] = {
+    "e4m3": "OCP OFP8 E4M3 (torch float8_e4m3fn)",
+    "e5m2": "OCP OFP8 E5M2 (torch float8_e5m2)",
+    "e2m1": "OCP MX FP4, the element of MXFP4 and NVFP4",
+}
+
 #: QLoRA's NF4 (bitsandbytes ``get_4bit_type('nf4')`` / the QLoRA paper, appendix E): 16 values, as published.
 NF4_CODEBOOK: list[float] = [
     -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
@@ -77,6 +93,10 @@ NF4_CODEBOOK: list[float] = [
     0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
 ]
 CODEBOOK_PRESETS: dict[str, list[float]] = {"nf4": NF4_CODEBOOK}
+#: One line per codebook preset, for ``dqgen list``.
+CODEBOOK_PRESET_DOCS: dict[str, str] = {
+    "nf4": "QLoRA's NormalFloat4 (bitsandbytes get_4bit_type('nf4'), the QLoRA paper's appendix E), as published",
+}
 
 
 class Source(BaseModel):
@@ -216,6 +236,13 @@ class ScaleDtype(str, Enum):
 
 BLOCK_SCALE_DTYPES = ("e8m0", "e4m3")
 
+#: One line per block-scale dtype, for ``dqgen list``.
+BLOCK_SCALE_DOCS: dict[str, str] = {
+    "e8m0": "MXFP4: a byte E per block of e2m1 codes along K (32 in MX) meaning 2^(E - 127), 0xFF NaN; no global scale",
+    "e4m3": "NVFP4: an OCP e4m3fn byte per block of e2m1 codes along K (16 in NVFP4), times a per-tensor fp32 "
+    "global scale (global_scale: true)",
+}
+
 
 class Scales(BaseModel):
     """One scale per (group of ``group_size`` rows along K, output column n).
@@ -252,6 +279,16 @@ class Scales(BaseModel):
 
 ZeroMode = Literal["none", "integer", "gptq_v1", "gptq_v2", "float", "additive"]
 PACKED_ZERO_MODES = ("integer", "gptq_v1", "gptq_v2")
+
+#: One line per zero-point mode, for ``dqgen list`` (``Zeros`` documents the rounding of each).
+ZERO_MODE_DOCS: dict[str, str] = {
+    "none": "symmetric: round(q * s); the only mode for float and codebook sources",
+    "integer": "AWQ, GPTQ gptq_v2: unsigned bits-wide zero codes z packed along N (qzeros [G, N/P] int32), round((q - z) * s)",
+    "gptq_v2": "the same as integer (GPTQ's checkpoint_format name for it)",
+    "gptq_v1": "GPTQ's original checkpoints: stored zero = z - 1, round((q - (stored + 1)) * s)",
+    "float": "HQQ: zeros [G, N] in the target dtype, round(round(q - z) * s)",
+    "additive": "TensorRT-LLM fine-grained: pre-scaled zeros b [G, N] in the target dtype, round(q * s + b)",
+}
 
 
 class Zeros(BaseModel):

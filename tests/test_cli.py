@@ -3,6 +3,7 @@ and the README it documents: the op counts in its table and the commands the CI 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -219,27 +220,108 @@ def test_build_summary_table(tmp_path):
 # --------------------------------------------------------------------------- list
 
 
-def test_list_subprocess():
-    r = dqgen("list")
-    assert r.returncode == 0, r.stderr
+def _presets() -> list[tuple[str, str, str]]:
+    """(spec field, preset name, its one-line description) of every preset, enumerated from dqgen.spec."""
+    from typing import get_args
+
+    from dqgen import spec as sp
+
+    return ([("packing.order", n, sp.ORDER_PRESET_DOCS[n]) for n in sp.ORDER_PRESETS]
+            + [("source.codebook", n, sp.CODEBOOK_PRESET_DOCS[n]) for n in sp.CODEBOOK_PRESETS]
+            + [("source.format", m.value, sp.MINIFLOAT_DOCS[m.value]) for m in sp.MiniFloat]
+            + [("scales.dtype", n, sp.BLOCK_SCALE_DOCS[n]) for n in sp.BLOCK_SCALE_DTYPES]
+            + [("zeros.mode", n, sp.ZERO_MODE_DOCS[n]) for n in get_args(sp.ZeroMode)])
+
+
+def _spec_rows() -> list[tuple[str, str, str]]:
+    """(file name, 'source -> target', first line of the YAML description) of every file in specs/."""
+    import yaml
+
+    from dqgen.spec import load_spec
+
+    rows = []
     for p in SPECS:
-        assert re.search(rf"^{re.escape(p.name)}\s", r.stdout, flags=re.M), r.stdout
-    assert "INVALID" not in r.stdout
-    assert "order presets: sequential" in r.stdout and "awq (4-bit)" in r.stdout
+        s = load_spec(p)
+        desc = yaml.safe_load(p.read_text())["description"].strip().splitlines()[0]
+        rows.append((p.name, f"{s.source.short} -> {s.target.value}", desc))
+    return rows
+
+
+def _row(out: str, *cells: str) -> str:
+    """The output line holding these cells in this order, separated by table padding."""
+    pat = r"^[ \t]*" + r"[ \t]+".join(re.escape(c) for c in cells) + r"(?!\w)"
+    m = re.search(pat, out, flags=re.M)
+    assert m, f"no row {cells} in:\n{out}"
+    return out[m.start():out.index("\n", m.start())]
+
+
+def test_list_shows_every_spec_and_preset():
+    # wide enough that no description wraps: each spec and preset is one line with its description
+    r = dqgen("list", env={"COLUMNS": "400"})
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert "INVALID" not in r.stdout and "Traceback" not in r.stdout
+    for name, conversion, desc in _spec_rows():
+        _row(r.stdout, name, conversion, desc)
+    for field, name, doc in _presets():
+        line = _row(r.stdout, field, name)
+        assert doc in line, line
+    from dqgen.formats import MINIFLOATS
+
+    for m in ("e4m3", "e5m2", "e2m1"):  # the bit layout comes from dqgen.formats
+        assert MINIFLOATS[m].describe().removeprefix(f"{m}: ") in _row(r.stdout, "source.format", m)
+    # the widths each preset is accepted for are the validator's
+    assert re.search(r"^\s*packing\.order\s+sequential\s+1-8\s", r.stdout, flags=re.M)
+    assert re.search(r"^\s*packing\.order\s+awq\s+4\s", r.stdout, flags=re.M)
+    assert re.search(r"^\s*zeros\.mode\s+integer\s+1, 2, 4, 8\s", r.stdout, flags=re.M)
+    assert re.search(r"^\s*source\.format\s+e2m1\s+4\s.*\+-\{0, 0\.5, 1, 1\.5, 2, 3, 4, 6\}", r.stdout, flags=re.M)
+    assert re.search(r"^\s*source\.format\s+e4m3\s+8\s.*max 448\b", r.stdout, flags=re.M)
+
+
+def test_list_narrow_terminal_keeps_names_whole():
+    """At 80 columns (a pipe's default) descriptions wrap, but no spec file or preset name is cut."""
+    r = dqgen("list", env={"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    assert max(len(line.rstrip()) for line in r.stdout.splitlines()) <= 80
+    for p in SPECS:
+        assert re.search(rf"^\s*{re.escape(p.name)}\s", r.stdout, flags=re.M), r.stdout
+    for field, name, _ in _presets():
+        assert re.search(rf"^\s*{re.escape(field)}\s+{re.escape(name)}\s", r.stdout, flags=re.M), r.stdout
+
+
+def test_list_is_fast():
+    """`dqgen list` validates specs and reads the preset tables: it never solves, proves or loads a GPU runtime."""
+    code = ("import sys; from typer.testing import CliRunner; from dqgen.cli import app; "
+            "r = CliRunner().invoke(app, ['list']); assert r.exit_code == 0, r.output; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dqgen', 'torch', 'numba', 'cuda', 'triton')))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    loaded = set(ast.literal_eval(r.stdout))
+    assert loaded.isdisjoint({"dqgen.solver", "dqgen.prove", "dqgen.plan", "dqgen.runtime", "dqgen.render", "torch", "numba"}), loaded
 
 
 def test_list_cli_runner(monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
-    r = CliRunner().invoke(app, ["list"])
-    assert r.exit_code == 0
-    assert [line.split()[0] for line in r.output.splitlines() if line.endswith(".yaml") or ".yaml " in line] == [p.name for p in SPECS]
-    # an invalid spec in a directory is listed as INVALID with its error, not a crash
+    r = CliRunner().invoke(app, ["list"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    listed = [m.group(1) for m in re.finditer(r"^\s*(\S+\.yaml)\s", r.output, flags=re.M)]
+    assert listed == [p.name for p in SPECS]
+    # an invalid spec in a directory is listed as INVALID with its one-line error, not a crash
     (tmp_path / "bad.yaml").write_text(AWQ_TEXT.replace("group_size: 128", "group_size: 0"))
     (tmp_path / "good.yaml").write_text(AWQ_TEXT)
-    r = CliRunner().invoke(app, ["list", str(tmp_path)])
-    assert r.exit_code == 0
-    assert re.search(r"^bad\.yaml\s+INVALID: .*scales\.group_size", r.output, flags=re.M)
-    assert re.search(r"^good\.yaml\s+u4 -> fp16", r.output, flags=re.M)
+    (tmp_path / "notes.yaml").write_text("- just\n- a list\n")
+    r = CliRunner().invoke(app, ["list", str(tmp_path)], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    bad = _row(r.output, "bad.yaml", "INVALID", "[scales.group_size] got 0")
+    assert str(tmp_path) not in bad  # the file is named once, in its own column
+    _row(r.output, "notes.yaml", "INVALID", "expected a mapping")
+    _row(r.output, "good.yaml", "u4 -> fp16", "AutoAWQ")
+    # presets are listed whatever the folder
+    for field, name, _ in _presets():
+        _row(r.output, field, name)
+
+
+def test_list_missing_folder_is_one_error_line(tmp_path):
+    _assert_one_error_line(dqgen("list", str(tmp_path / "nope")), "nope", "no such folder")
 
 
 def test_explain_json_cli_runner(monkeypatch):

@@ -5,11 +5,31 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
-from dqgen.spec import SourceKind, Spec, SpecError, Target, load_spec
+from dqgen.formats import MINIFLOATS
+from dqgen.spec import (
+    BLOCK_SCALE_DOCS,
+    BLOCK_SCALE_DTYPES,
+    CODEBOOK_PRESET_DOCS,
+    CODEBOOK_PRESETS,
+    MINIFLOAT_DOCS,
+    MINIFLOAT_LAYOUT,
+    NF4_CODEBOOK,
+    ORDER_PRESET_DOCS,
+    ORDER_PRESETS,
+    ZERO_MODE_DOCS,
+    MiniFloat,
+    ScaleDtype,
+    SourceKind,
+    Spec,
+    SpecError,
+    Target,
+    ZeroMode,
+    load_spec,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_FILES = sorted((ROOT / "specs").glob("*.yaml"))
@@ -143,3 +163,159 @@ def test_file_error_names_the_file(tmp_path: Path) -> None:
         load_spec(p)
     msg = str(ei.value)
     assert msg.startswith(str(p)) and "source.bits" in msg and "9" in msg
+
+
+# --------------------------------------------------------------------------- issue #5: minifloat, codebook, 3-bit, block scales
+
+# Each new format on its own, packed along K (where 3-bit codes and block scales must be).
+E4M3 = {"bits": 8, "kind": "float", "format": "e4m3"}
+E5M2 = {"bits": 8, "kind": "float", "format": "e5m2"}
+E2M1 = {"bits": 4, "kind": "float", "format": "e2m1"}
+NF4 = {"bits": 4, "kind": "codebook", "codebook": "nf4"}
+U3B4 = {"bits": 3, "kind": "biased", "bias": 4}
+MXFP4_SCALES = {"group_size": 32, "dtype": "e8m0"}
+NVFP4_SCALES = {"group_size": 16, "dtype": "e4m3", "global_scale": True}
+
+
+def k_spec(source: dict[str, Any], group_size: int = 128, **changes: Any) -> dict[str, Any]:
+    """A spec packed sequentially along K with ``source`` and per-group fp16 scales, plus dotted changes."""
+    return spec_with(**{"source": copy.deepcopy(source), "packing": {"axis": "K", "order": "sequential"},
+                        "scales.group_size": group_size, **copy.deepcopy(changes)})
+
+
+def test_new_formats_load() -> None:
+    for src, fmt, bits in ((E4M3, "e4m3", 8), (E5M2, "e5m2", 8), (E2M1, "e2m1", 4)):
+        for axis in ("K", "N"):
+            s = load_spec(k_spec(src, **{"packing.axis": axis}))
+            assert s.source.kind is SourceKind.float and s.source.short == fmt and s.per_word == 32 // bits
+            assert s.source.minifloat == MINIFLOAT_LAYOUT[fmt] and not s.scales.block and s.words == 1
+
+    nf4 = load_spec(k_spec(NF4))
+    assert nf4.source.codebook_values == CODEBOOK_PRESETS["nf4"] and nf4.source.short == "nf4" and nf4.per_word == 8
+    assert load_spec(k_spec(NF4, target="bf16", **{"packing.axis": "N"})).target is Target.bf16
+    user = load_spec(k_spec({"bits": 4, "kind": "codebook", "codebook": [-1.0, -0.5, 0, 0.5, 1.0]}))
+    assert user.source.codebook_values == [-1.0, -0.5, 0.0, 0.5, 1.0] and user.source.short == "cb4"
+
+    mx = load_spec(k_spec(E2M1, scales=MXFP4_SCALES))
+    assert mx.scales.block and mx.scales.dtype is ScaleDtype.e8m0 and not mx.scales.global_scale
+    nv = load_spec(k_spec(E2M1, scales=NVFP4_SCALES))
+    assert nv.scales.block and nv.scales.dtype is ScaleDtype.e4m3 and nv.scales.global_scale
+    assert load_spec(k_spec(E2M1, target="bf16", scales=NVFP4_SCALES)).target is Target.bf16
+
+    for words in (None, 3):  # derived, or stated and matching
+        u3 = load_spec(k_spec(U3B4, **({"packing.words": words} if words else {})))
+        assert (u3.words, u3.per_word, u3.source.short, u3.source.offset) == (3, 32, "u3b4", 4)
+        assert u3.order == list(range(32))
+    assert load_spec(k_spec(U3B4, zeros={"mode": "float"})).zeros.mode == "float"
+    u2 = load_spec(k_spec({"bits": 2, "kind": "biased", "bias": 2}))
+    assert (u2.words, u2.per_word, u2.source.short) == (1, 16, "u2b2")
+
+
+def test_new_format_yaml_loads() -> None:
+    text = ("name: mxfp4\nsource: {bits: 4, kind: float, format: e2m1}\ntarget: bf16\n"
+            "packing: {axis: K}\nscales: {group_size: 32, dtype: e8m0}\n")
+    assert load_spec(text).scales.dtype is ScaleDtype.e8m0
+
+
+INVALID_V5: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+    # zero points shift integer codes: none with a minifloat or a codebook
+    *[(f"{mode} zeros with {name}", k_spec(src, zeros={"mode": mode}), ("[zeros.mode]", repr(mode), "'none'", name))
+      for mode in ("integer", "gptq_v1", "float", "additive")
+      for name, src in (("e4m3", E4M3), ("e2m1", E2M1), ("nf4", NF4))],
+    # block scales
+    ("NVFP4 without global_scale", k_spec(E2M1, scales={"group_size": 16, "dtype": "e4m3"}),
+     ("[scales.global_scale]", "False", "true", "e4m3")),
+    ("global_scale with e8m0", k_spec(E2M1, scales={**MXFP4_SCALES, "global_scale": True}),
+     ("[scales.global_scale]", "True", "false", "e8m0")),
+    ("global_scale with fp16 scales", k_spec(E2M1, scales={"group_size": 32, "global_scale": True}),
+     ("[scales.global_scale]", "True", "false", "e4m3")),
+    ("global_scale with explicit fp16 scales", k_spec(E2M1, scales={"group_size": 32, "dtype": "fp16", "global_scale": True}),
+     ("[scales.global_scale]", "True", "false")),
+    ("e8m0 scales with e4m3 codes", k_spec(E4M3, scales=MXFP4_SCALES), ("[scales.dtype]", "'e8m0'", "e2m1", "e4m3")),
+    ("e4m3 scales with nf4 codes", k_spec(NF4, scales=NVFP4_SCALES), ("[scales.dtype]", "'e4m3'", "e2m1", "nf4")),
+    ("e8m0 scales with integer codes", k_spec({"bits": 4, "kind": "unsigned"}, scales=MXFP4_SCALES),
+     ("[scales.dtype]", "'e8m0'", "e2m1", "u4")),
+    ("block scales packed along N", k_spec(E2M1, scales=MXFP4_SCALES, **{"packing.axis": "N"}),
+     ("[packing.axis]", "'N'", "'K'", "e8m0")),
+    ("block scales with group_size -1", k_spec(E2M1, scales={**MXFP4_SCALES, "group_size": -1}),
+     ("[scales.group_size]", "-1", "positive")),
+    ("NVFP4 with group_size -1", k_spec(E2M1, scales={**NVFP4_SCALES, "group_size": -1}),
+     ("[scales.group_size]", "-1", "positive")),
+    ("act_order with e8m0 block scales", k_spec(E2M1, scales=MXFP4_SCALES, act_order=True), ("[act_order]", "True", "block scales")),
+    ("act_order with e4m3 block scales", k_spec(E2M1, scales=NVFP4_SCALES, act_order=True), ("[act_order]", "True", "block scales")),
+    ("unknown scale dtype", k_spec(E2M1, scales={"group_size": 32, "dtype": "e5m2"}), ("[scales.dtype]", "'e5m2'", "e8m0")),
+    # codebooks
+    ("codebook with 17 entries", k_spec({"bits": 4, "kind": "codebook", "codebook": [float(i) for i in range(17)]}),
+     ("[source.codebook]", "17", "16")),
+    ("empty codebook", k_spec({"bits": 4, "kind": "codebook", "codebook": []}), ("[source.codebook]", "got 0")),
+    ("codebook on 5-bit codes", k_spec({"bits": 5, "kind": "codebook", "codebook": [0.0, 1.0]}), ("[source.bits]", "5", "4 bits")),
+    ("nf4 on 3-bit codes", k_spec({"bits": 3, "kind": "codebook", "codebook": "nf4"}), ("[source.bits]", "3", "4 bits")),
+    ("unknown codebook preset", k_spec({"bits": 4, "kind": "codebook", "codebook": "nf5"}), ("[source.codebook]", "'nf5'", "nf4")),
+    ("codebook with inf", k_spec({"bits": 4, "kind": "codebook", "codebook": [float("inf")]}), ("[source.codebook]", "finite")),
+    ("codebook kind without codebook", k_spec({"bits": 4, "kind": "codebook"}), ("[source.codebook]", "needs", "nf4")),
+    ("codebook on an integer kind", k_spec({"bits": 4, "kind": "unsigned", "codebook": "nf4"}), ("[source.codebook]", "'unsigned'")),
+    # bits that do not divide the stated packing
+    ("3-bit with packing.words 1", k_spec(U3B4, **{"packing.words": 1}), ("[packing.words]", "got 1", "3")),
+    ("3-bit with packing.words 2", k_spec(U3B4, **{"packing.words": 2}), ("[packing.words]", "got 2", "3")),
+    ("4-bit with packing.words 3", k_spec({"bits": 4, "kind": "unsigned"}, **{"packing.words": 3}), ("[packing.words]", "got 3", "1")),
+    ("3-bit packed along N", k_spec(U3B4, **{"packing.axis": "N"}), ("[packing.axis]", "'N'", "'K'", "3-bit")),
+    ("3-bit with the awq order", k_spec(U3B4, **{"packing.order": "awq"}), ("[packing.order]", "'awq'", "'sequential'", "3-bit")),
+    ("3-bit with packed integer zeros", k_spec({"bits": 3, "kind": "unsigned"}, zeros={"mode": "integer"}),
+     ("[zeros.mode]", "'integer'", "3-bit")),
+    ("3-bit group not a multiple of 32", k_spec(U3B4, group_size=16), ("[scales.group_size]", "16", "32")),
+    # minifloat formats
+    ("e4m3 with bits 4", k_spec({**E4M3, "bits": 4}), ("[source.bits]", "e4m3", "8", "4")),
+    ("e2m1 with bits 8", k_spec({**E2M1, "bits": 8}), ("[source.bits]", "e2m1", "4", "8")),
+    ("kind float without format", k_spec({"bits": 8, "kind": "float"}), ("[source.format]", "float", "e4m3", "e5m2", "e2m1")),
+    ("unknown minifloat format", k_spec({"bits": 8, "kind": "float", "format": "e3m4"}), ("[source.format]", "e3m4", "e4m3")),
+    ("format on an unsigned kind", k_spec({"bits": 8, "kind": "unsigned", "format": "e4m3"}),
+     ("[source.format]", "e4m3", "'float'", "'unsigned'")),
+    ("format on a biased kind", k_spec({"bits": 8, "kind": "biased", "bias": 128, "format": "e4m3"}),
+     ("[source.format]", "e4m3", "'float'", "'biased'")),
+    ("format on a codebook kind", k_spec({**NF4, "format": "e2m1"}), ("[source.format]", "e2m1", "'codebook'")),
+]
+
+
+@pytest.mark.parametrize("data,needles", [(d, n) for _, d, n in INVALID_V5], ids=[c for c, _, _ in INVALID_V5])
+def test_invalid_new_format_spec(data: dict[str, Any], needles: tuple[str, ...]) -> None:
+    """One line that names the field (as [field]), the value and what is expected."""
+    with pytest.raises(SpecError) as ei:
+        load_spec(data)
+    msg = str(ei.value)
+    assert "\n" not in msg and msg.count("[") >= 1
+    for n in needles:
+        assert n in msg, f"{n!r} not in {msg!r}"
+
+
+def test_invalid_new_format_yaml_names_file_and_field(tmp_path: Path) -> None:
+    p = tmp_path / "nvfp4.yaml"
+    p.write_text("name: nvfp4\nsource: {bits: 4, kind: float, format: e2m1}\ntarget: fp16\n"
+                 "packing: {axis: K}\nscales: {group_size: 16, dtype: e4m3}\n")
+    with pytest.raises(SpecError) as ei:
+        load_spec(p)
+    msg = str(ei.value)
+    assert msg.startswith(f"{p}: [scales.global_scale]") and "\n" not in msg
+
+
+# --------------------------------------------------------------------------- presets and their descriptions (dqgen list)
+
+
+def test_every_preset_has_a_one_line_description() -> None:
+    assert set(ORDER_PRESET_DOCS) == set(ORDER_PRESETS)
+    assert set(CODEBOOK_PRESET_DOCS) == set(CODEBOOK_PRESETS)
+    assert set(MINIFLOAT_DOCS) == {m.value for m in MiniFloat} == set(MINIFLOAT_LAYOUT)
+    assert set(BLOCK_SCALE_DOCS) == set(BLOCK_SCALE_DTYPES) <= {d.value for d in ScaleDtype}
+    assert set(ZERO_MODE_DOCS) == set(get_args(ZeroMode))
+    for docs in (ORDER_PRESET_DOCS, CODEBOOK_PRESET_DOCS, MINIFLOAT_DOCS, BLOCK_SCALE_DOCS, ZERO_MODE_DOCS):
+        for name, line in docs.items():
+            assert line.strip() and "\n" not in line, name
+
+
+def test_minifloat_layouts_agree_with_formats() -> None:
+    """spec.MINIFLOAT_LAYOUT and formats.MINIFLOATS (what the solver and `dqgen list` use) describe the same bits."""
+    for name, (ebits, mbits, specials) in MINIFLOAT_LAYOUT.items():
+        f = MINIFLOATS[name]
+        assert (f.ebits, f.mbits, f.specials, f.signed) == (ebits, mbits, specials, True), name
+    for name in BLOCK_SCALE_DTYPES:
+        assert MINIFLOATS[name].width == 8, name
+    assert len(NF4_CODEBOOK) == 16 and NF4_CODEBOOK == sorted(NF4_CODEBOOK) and (NF4_CODEBOOK[0], NF4_CODEBOOK[-1]) == (-1.0, 1.0)
