@@ -21,8 +21,10 @@ from .spec import Spec
 Bit = tuple  # ("c", 0|1) | ("w", element, inverted) | ("z", element) | ("?",)
 
 
-def _word_bits(spec: Spec, kind: str) -> list[Bit]:
+def _word_bits(spec: Spec, kind: str, word: int = 0) -> list[Bit]:
     b = spec.source.bits
+    if spec.words > 1:
+        return [(kind, (32 * word + i) // b, False) for i in range(32)]
     return [(kind, spec.order[i // b], False) for i in range(32)]
 
 
@@ -54,6 +56,8 @@ def _lop3_bit(a: Bit, b: Bit, c: Bit, lut: int) -> Bit:
 def symbolic(plan: Plan, spec: Spec) -> dict[str, list[Bit] | None]:
     """Bits of every integer register; None for float-valued registers."""
     regs: dict[str, list[Bit] | None] = {"w": _word_bits(spec, "w"), "z": _word_bits(spec, "z")}
+    for k, name in enumerate(plan.words):
+        regs[name] = _word_bits(spec, "w", k)
 
     def get(a: str | Const) -> list[Bit] | None:
         return _const_bits(a.value) if isinstance(a, Const) else regs.get(a)
@@ -66,6 +70,12 @@ def symbolic(plan: Plan, spec: Spec) -> dict[str, list[Bit] | None]:
         if op.opcode is Opcode.SHR:
             n = op.imm or 0
             regs[op.dst] = [args[0][i + n] if i + n < 32 else ("c", 0) for i in range(32)]
+        elif op.opcode is Opcode.SHL:
+            n = op.imm or 0
+            regs[op.dst] = [args[0][i - n] if i >= n else ("c", 0) for i in range(32)]
+        elif op.opcode is Opcode.SHF_R:
+            n, wide = op.imm or 0, args[0] + args[1]
+            regs[op.dst] = [wide[i + n] for i in range(32)]
         elif op.opcode is Opcode.PRMT:
             src = args[0] + args[1]
             out: list[Bit] = []
@@ -76,6 +86,8 @@ def symbolic(plan: Plan, spec: Spec) -> dict[str, list[Bit] | None]:
             regs[op.dst] = out
         elif op.opcode is Opcode.LOP3:
             regs[op.dst] = [_lop3_bit(args[0][i], args[1][i], args[2][i], op.imm or 0) for i in range(32)]
+        else:  # arithmetic, table lookups and conversions: no bit diagram
+            regs[op.dst] = None
     return regs
 
 
@@ -85,7 +97,7 @@ def _bit_char(bit: Bit) -> str:
     if bit[0] == "?":
         return "."
     if bit[0] == "w":
-        ch = chr(ord("a") + bit[1])
+        ch = "abcdefghijklmnopqrstuvwxyz[]{}<>"[bit[1]]
         return ch.upper() if bit[2] else ch
     return str(bit[1])
 
@@ -111,16 +123,24 @@ def const_text(c: Const, lane: FloatFormat | None) -> str:
     return f"{text}  ({c.why})"
 
 
+def dec(x: Fraction | int) -> str:
+    """A count per 8 outputs as a short decimal (8.5, 13.5)."""
+    return f"{float(x):g}"
+
+
 def _op_line(op) -> str:
     args = [a if isinstance(a, str) else a.hex for a in op.args]
-    if op.imm is not None:
-        args.append(f"{op.imm}" if op.opcode is Opcode.SHR else f"0x{op.imm:X}")
+    if op.opcode.half_source:
+        args[0] += ".hi" if op.imm else ".lo"
+    elif op.imm is not None:
+        args.append(f"{op.imm}" if op.opcode in (Opcode.SHR, Opcode.SHL, Opcode.SHF_R) else f"0x{op.imm:X}")
     return f"{op.opcode.ptx} {op.dst}, {', '.join(args)};"
 
 
 STAGE_TITLES = {
     "zero": "once per zero-point word (per group of columns): zero points folded into the fix-up",
-    "convert": "per weight word: bits -> exact integers in the target format",
+    "scale_prep": "once per block scale: the scale code decoded (shared by the block's elements)",
+    "convert": "per weight word: bits -> exact values in the target format",
     "scale": "per weight word: multiply by the group scale, one rounding",
 }
 
@@ -132,8 +152,11 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
     add = lines.append
     add(f"dqgen explain: {spec.name}" + (f" - {spec.description.strip()}" if spec.description else ""))
     add("")
-    add(f"Source   {spec.source.short}: {b}-bit {spec.source.kind.value} codes" + (f", value = q - {spec.source.bias}" if spec.source.bias is not None else "")
-        + f"; {spec.per_word} per 32-bit word, packed along {spec.packing.axis}; field j holds element {spec.order}[j]")
+    src = spec.source
+    what = {"float": f"{src.format.value if src.format else ''} minifloat", "codebook": f"codebook ({src.codebook if isinstance(src.codebook, str) else f'{len(src.codebook_values)} user values'})"}.get(src.kind.value, src.kind.value)
+    layout = (f"{spec.per_word} per 32-bit word, packed along {spec.packing.axis}; field j holds element {spec.order}[j]" if spec.words == 1 else
+              f"{spec.per_word} per {spec.words}-word block (w0 lowest), packed along {spec.packing.axis}; code i at block bits [{b}i, {b}i+{b}), some straddling two words")
+    add(f"Source   {src.short}: {b}-bit {what} codes" + (f", value = q - {src.bias}" if src.bias is not None else "") + f"; {layout}")
     f = fmt.name
     value = {
         "none": f"{f}( q * s ), rounded once to nearest-even",
@@ -143,6 +166,14 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         "float": f"{f}( {f}(q - z) * s ): two roundings, z a {f} zero point (HQQ)",
         "additive": f"{f}( q * s + b ), one rounding (fma), b a pre-scaled {f} zero",
     }[spec.zeros.mode]
+    if src.kind.value == "float":
+        value = f"{f}( {src.format.value}(q) * s ), rounded once to nearest-even ({src.format.value}(q) is exact in {f})"
+    elif src.kind.value == "codebook":
+        value = f"{f}( {f}(codebook[q]) * s ): the entry rounded once to {f} when the kernel is built, the product once more"
+    if spec.scales.dtype is not None and spec.scales.dtype.value == "e8m0":
+        value = f"{f}( e2m1(q) * 2^(E-127) ), one rounding, no intermediate under/overflow (E = the block's e8m0 scale; 0xFF is NaN)"
+    elif spec.scales.dtype is not None and spec.scales.dtype.value == "e4m3":
+        value = f"{f}( fp32( e2m1(q) * e4m3(s) * g ) ): e2m1 * e4m3 exact, times the fp32 global scale g rounded to fp32, then once to {f}"
     g = "per-channel" if spec.scales.group_size == -1 else f"groups of {spec.scales.group_size} rows of K"
     if spec.act_order:
         g += " chosen per row by g_idx (act-order)"
@@ -153,10 +184,11 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         add(f"  - {f}")
     add("")
     add("How to read the bit diagrams: bit 31 on the left, '|' between the high and low 16-bit halves;")
-    add("  a..h = bits of element 0..7's code (upper case = inverted), 0-7 in a zero word = that element's zero")
+    add("  a, b, c.. = bits of element 0, 1, 2..'s code (upper case = inverted; elements 26-31: [ ] { } < >), 0-7 in a zero word = that element's zero")
     add("  bits, '.' = bits nobody reads; 0/1 = constant bits.")
     regs = symbolic(plan, spec)
-    add(f"  w      = {diagram(regs['w'])}")
+    for name in plan.words:
+        add(f"  {name:<6} = {diagram(regs[name])}")
     if spec.zeros.packed:
         add(f"  z      = {diagram(_word_bits(spec, 'z'))}")
     add("")
@@ -166,12 +198,16 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         if not ops:
             continue
         add("")
-        add(f"Stage {stage} - {STAGE_TITLES[stage]} ({len(ops)} ops per word, {fmt_num(plan.per8(stage))} per 8 outputs)")
+        unit = "word" if spec.words == 1 else "block"
+        if stage == "scale_prep":
+            add(f"Stage {stage} - {STAGE_TITLES[stage]} ({len(ops)} ops per block of {spec.scales.group_size} elements)")
+        else:
+            add(f"Stage {stage} - {STAGE_TITLES[stage]} ({len(ops)} ops per {unit}, {dec(plan.per8(stage))} per 8 outputs)")
         for n, op in enumerate(ops, 1):
             add(f"  [{n}] {_op_line(op)}")
             add(f"       why: {op.why}")
             if op.imm_why:
-                label = {Opcode.LOP3: "immLut", Opcode.PRMT: "selector", Opcode.SHR: "amount"}[op.opcode]
+                label = {Opcode.LOP3: "immLut", Opcode.PRMT: "selector", Opcode.SHR: "amount", Opcode.SHL: "amount", Opcode.SHF_R: "amount"}.get(op.opcode, "operand")
                 add(f"       {label}: {op.imm_why}")
             for c in op.consts:
                 add(f"       const {const_text(c, op.opcode.lane_format or fmt)}")
@@ -180,9 +216,10 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
                 add(f"       {op.dst:<6} = {diagram(bits)}")
     add("")
     pub = published(spec)
-    conv = fmt_num(plan.per8("convert"))
-    add(f"Ops per 8 outputs: convert {conv}" + (f" (best published: {pub[0]}, {pub[1]})" if pub else "")
-        + f"; scale {fmt_num(plan.per8('scale'))}" + (f"; zero-point preparation {plan.count('zero')} per zero word, shared by a whole group" if plan.count("zero") else ""))
+    conv = dec(plan.per8("convert"))
+    add(f"Ops per 8 outputs: convert {conv}" + (f" (best published: {dec(pub[0])}, {pub[1]})" if pub else " (no published figure)")
+        + f"; scale {dec(plan.per8('scale'))}" + (f"; zero-point preparation {plan.count('zero')} per zero word, shared by a whole group" if plan.count("zero") else "")
+        + (f"; block-scale preparation {plan.count('scale_prep')} per block scale, shared by its {spec.scales.group_size} elements" if plan.count("scale_prep") else ""))
     if plan.rejected:
         add("Also considered:")
         for r in plan.rejected:

@@ -421,8 +421,8 @@ class Spec(BaseModel):
         if self.scales.block:
             if not (kind is SourceKind.float and self.source.format is MiniFloat.e2m1):
                 raise _field_error("scales.dtype", sd.value,
-                                   f"{self.target.value!r}: {sd.value} block scales go with e2m1 codes (MXFP4: e8m0 per 32, NVFP4: e4m3 per 16), "
-                                   f"not {self.source.short}")
+                                   f"the target dtype {self.target.value!r} for {self.source.short} codes: {sd.value} block scales go with e2m1 codes "
+                                   "(MXFP4: e8m0 per 32, NVFP4: e4m3 per 16)")
             if self.packing.axis != "K":
                 raise _field_error("packing.axis", self.packing.axis, f"'K' with {sd.value} block scales (blocks run along K)")
             if self.scales.group_size <= 0:
@@ -436,7 +436,16 @@ class Spec(BaseModel):
             raise _field_error("scales.global_scale", True, "false unless scales.dtype is e4m3 (NVFP4)")
         if kind in (SourceKind.float, SourceKind.codebook) and self.zeros.mode != "none":
             raise _field_error("zeros.mode", self.zeros.mode,
-                               f"'none' for {kind.value} codes ({self.source.short}): zero points shift integer codes; a {kind.value} code is already a signed value")
+                               f"'none' for {kind.value} codes ({self.source.short}): zero points shift integer codes; "
+                               + ("a minifloat code is already a signed value" if kind is SourceKind.float else "a codebook entry is already the value"))
+        if kind is SourceKind.codebook:
+            import ml_dtypes
+            import numpy as np
+
+            dt = np.float16 if self.target is Target.fp16 else ml_dtypes.bfloat16
+            big = [v for v in self.source.codebook_values if np.isinf(np.array(v, dtype=np.float64).astype(dt))]
+            if big:
+                raise _field_error("source.codebook", big[0], f"values within the {self.target.value} range: this one rounds to inf")
         if self.act_order and self.scales.block:
             raise _field_error("act_order", True, "false with block scales (blocks are contiguous along K)")
         if self.target is Target.bf16 and self.sm < 80:
@@ -444,7 +453,7 @@ class Spec(BaseModel):
         g = self.scales.group_size
         if self.packing.axis == "K" and g != -1 and g % n:
             raise _field_error(
-                "scales.group_size", g, f"-1 or a multiple of {n}: with packing along K a word holds {n} rows"
+                "scales.group_size", g, f"-1 or a multiple of {n}: with packing along K a {'word' if words == 1 else f'{words}-word block'} holds {n} rows"
             )
         if self.zeros.packed and self.source.kind is not SourceKind.unsigned:
             raise _field_error(

@@ -114,7 +114,7 @@ INVALID = {
     "order_not_permutation": (AWQ_TEXT.replace("order: awq", "order: [0, 1, 2, 3, 4, 5, 6, 6]"), "packing.order"),
     "target_fp8": (AWQ_TEXT.replace("target: fp16", "target: fp8"), "target"),
     "unknown_field": (AWQ_TEXT + "colour: blue\n", "colour"),
-    "bits_3": (AWQ_TEXT.replace("bits: 4", "bits: 3"), "source.bits"),
+    "bits_3": (AWQ_TEXT.replace("bits: 4", "bits: 3"), "packing.axis"),
     "zeros_for_signed": (
         (ROOT / "specs" / "int8_fp16.yaml").read_text() + "zeros: {mode: integer}\n", "zeros.mode"),
 }
