@@ -443,7 +443,8 @@ class Spec(BaseModel):
             import numpy as np
 
             dt = np.float16 if self.target is Target.fp16 else ml_dtypes.bfloat16
-            big = [v for v in self.source.codebook_values if np.isinf(np.array(v, dtype=np.float64).astype(dt))]
+            with np.errstate(over="ignore"):
+                big = [v for v in self.source.codebook_values if np.isinf(np.array(v, dtype=np.float64).astype(dt))]
             if big:
                 raise _field_error("source.codebook", big[0], f"values within the {self.target.value} range: this one rounds to inf")
         if self.act_order and self.scales.block:
