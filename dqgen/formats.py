@@ -100,7 +100,8 @@ class FloatFormat:
 
     def bits_of(self, exact: np.ndarray) -> np.ndarray:
         """Bit patterns of float64 values that are exactly representable (or inf/nan)."""
-        cast = np.asarray(exact, dtype=np.float64).astype(self.np_dtype)
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN / inf inputs are meant
+            cast = np.asarray(exact, dtype=np.float64).astype(self.np_dtype)
         uint = {16: np.uint16, 32: np.uint32}[self.width]
         return cast.view(uint).astype(np.uint32)
 

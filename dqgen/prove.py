@@ -138,7 +138,8 @@ def _expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scal
         assert fzeros is not None
         q = code_values(spec, words).astype(np.float64)
         return fmt.round_from_f64(_exact_sum(q * s, fmt.values_of(fzeros)))
-    v = code_values(spec, words, zeros if spec.zeros.packed else None).astype(np.float64) * s  # exact in float64
+    with np.errstate(invalid="ignore"):  # 0 * inf is NaN, as on the GPU
+        v = code_values(spec, words, zeros if spec.zeros.packed else None).astype(np.float64) * s  # exact in float64
     return fmt.round_from_f64(v)
 
 
