@@ -41,8 +41,10 @@ def nvdisasm_path() -> str:
 
 
 def _is_constant_move(op: str, operands: str) -> bool:
-    """MOV/IMAD.MOV, and HFMA2.MMA Rd, -RZ, RZ, imm, imm: ptxas's ways to put a constant in a register."""
-    return op.startswith(("MOV", "IMAD.MOV", "UMOV")) or (op.startswith("HFMA2") and "-RZ, RZ" in operands)
+    """MOV/IMAD.MOV, HFMA2.MMA Rd, -RZ, RZ, imm, imm and IMAD.U32 Rd, RZ, RZ, imm: ptxas's ways to put a
+    constant (a magic number, a lookup table) in a register."""
+    return (op.startswith(("MOV", "IMAD.MOV", "UMOV")) or (op.startswith("HFMA2") and "-RZ, RZ" in operands)
+            or (op.startswith("IMAD.U32") and "RZ, RZ" in operands))
 
 
 def disassemble(cubin: bytes) -> list[str]:
@@ -55,26 +57,31 @@ def disassemble(cubin: bytes) -> list[str]:
 
 
 def _probe(spec: Spec, convert: bool) -> str:
+    plan = solve(spec)
     n = spec.per_word // 2
-    has_z = spec.zeros.mode == "integer"
+    words = plan.words
+    has_z = spec.zeros.packed
     name = spec.name
-    # Both probes load w and the zero registers and store n + 1 words, so only the conversion differs.
+    args = "".join(f"{w}, " for w in words)
+    # Both probes load the words and the zero registers and store n + words words, so only the conversion differs.
     body = (
-        f"unsigned d[{n}]; dqgen::{name}::convert(w, {'zr, ' if has_z else ''}d);"
+        f"unsigned d[{n}]; dqgen::{name}::convert({args}{'zr, ' if has_z else ''}d);"
         if convert
         else f"unsigned d[{n}]; for (int i = 0; i < {n}; ++i) d[i] = zr[i];"
     )
+    loads = "\n    ".join(f"const unsigned {w} = in[{k}];" for k, w in enumerate(words))
+    keep = "\n    ".join(f"out[{n + k}] = {w};" for k, w in enumerate(words))
     return (
-        render_converter(spec, solve(spec))
+        render_converter(spec, plan)
         + f"""
 extern "C" __global__ void probe(const unsigned* __restrict__ in, unsigned* __restrict__ out) {{
-    const unsigned w = in[0];
+    {loads}
     unsigned zr[{n}];
-    for (int i = 0; i < {n}; ++i) zr[i] = in[1 + i];
+    for (int i = 0; i < {n}; ++i) zr[i] = in[{len(words)} + i];
     (void)zr;
     {body}
     for (int i = 0; i < {n}; ++i) out[i] = d[i];
-    out[{n}] = w;
+    {keep}
 }}
 """
     )
@@ -104,7 +111,9 @@ def sass_count(spec: Spec, arch: str) -> SassCount:
     diff.subtract(_count(base))
     ops = Counter({k: v for k, v in diff.items() if v > 0})
     per8 = Fraction(sum(ops.values()) * 8, spec.per_word)
-    slow = sorted({op for op in conv if op.split(".")[0] in SLOW_CONVERSIONS})
+    # conversion instructions are only "slow" where the plan did not ask for a hardware cvt itself
+    wants_cvt = any(op.opcode.name.startswith("CVT") for op in solve(spec).stage_ops("convert"))
+    slow = [] if wants_cvt else sorted({op for op in conv if op.split(".")[0] in SLOW_CONVERSIONS})
     return SassCount(spec.name, arch, per8, ops, slow)
 
 
