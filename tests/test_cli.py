@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dqgen.cli import app
+from dqgen.spec import load_spec
 
 from .conftest import ROOT, SPECS
 
@@ -36,8 +37,8 @@ def readme_table() -> dict[str, str]:
 
 
 def readme_best_published() -> dict[str, str]:
-    """spec name -> the number in the README table's 'best published' column."""
-    rows = re.findall(r"^\|\s*`(\w+)`\s*\|[^|\n]*\|[^|\n]*\|\s*([0-9][0-9./]*)\b[^|\n]*\|", README, flags=re.M)
+    """spec name -> the number in the README table's 'best published' column ('none' where none is)."""
+    rows = re.findall(r"^\|\s*`(\w+)`\s*\|[^|\n]*\|[^|\n]*\|\s*([0-9][0-9./]*|none)\b[^|\n]*\|", README, flags=re.M)
     return dict(rows)
 
 
@@ -100,10 +101,13 @@ def test_every_spec_explains_proves_and_matches_readme(path):
     table = readme_table()
     assert path.stem in table, f"README's table has no row for {path.stem}"
     assert shown_convert(r.stdout) == table[path.stem], f"README says {table[path.stem]} convert ops per 8 for {path.stem}"
-    # "The scale multiply adds 4 ops per 8 outputs", and the "best published" column
-    assert re.search(r"^Ops per 8 outputs: convert [0-9./]+ \(best published: ([0-9./]+),.*\); scale 4\b", r.stdout, flags=re.M)
-    best = re.search(r"best published: ([0-9./]+),", r.stdout).group(1)
-    assert readme_best_published()[path.stem] == best
+    # "The scale multiply adds 4 ops per 8 outputs" (+4 for float zeros; block scales: 20 / 24), and
+    # the "best published" column
+    spec = load_spec(path)
+    scale = {"e8m0": "20", "e4m3": "24"}.get(spec.scales.dtype.value if spec.scales.block else "", "8" if spec.zeros.mode == "float" else "4")
+    m = re.search(r"^Ops per 8 outputs: convert [0-9./]+ \((?:best published: ([0-9./]+),.*|no published figure)\); scale (\d+)\b", r.stdout, flags=re.M)
+    assert m and m.group(2) == scale, r.stdout[-600:]
+    assert readme_best_published()[path.stem] == (m.group(1) or "none")
 
 
 # --------------------------------------------------------------------------- invalid input
