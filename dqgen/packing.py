@@ -5,18 +5,29 @@ holds element ``order[j]`` of the word's run of ``P`` consecutive elements):
 
 - ``packing.axis == "N"``: ``qweight`` int32 ``[K, N/P]``; word ``(k, i)`` field ``j`` is ``W[k, i*P + order[j]]``.
 - ``packing.axis == "K"``: ``qweight`` int32 ``[K/P, N]``; word ``(i, n)`` field ``j`` is ``W[i*P + order[j], n]``.
+- multi-word blocks (``bits`` does not divide 32: 3, 5, 6, 7; along K only, sequential order): a block
+  of ``words = bits / gcd(bits, 32)`` int32 words holds ``B = 32 * words / bits`` codes; ``qweight`` is
+  int32 ``[K * words / B, N]`` (3-bit: ``[3K/32, N]``) and code ``i`` of block ``b`` (row ``b*B + order[i]``)
+  is bits ``[bits*i, bits*i + bits)`` of the little-endian integer of words ``qweight[b*words + 0..words-1, n]``
+  (word 0 lowest): 3-bit code 10 is bits 30-31 of word 0 and bit 0 of word 1, code 21 is bit 31 of word 1
+  and bits 0-1 of word 2. ``spec.words`` and ``spec.per_word`` (= B) carry these numbers.
 - packed zero points (``zeros.mode`` integer / gptq_v1 / gptq_v2) are always packed along N:
   ``qzeros`` int32 ``[G, N/P]``; word ``(g, i)`` field ``j`` is ``Z[g, i*P + zero_order[j]]``
   with ``spec.zero_order``.
 
 Everything here works on *stored* field values, the unsigned ``bits``-wide integers that sit in
-the words; what they mean (``source.kind``, ``zeros.mode``) is the spec's business. All work is
+the words; what they mean (``source.kind``, ``zeros.mode``) is the spec's business. For ``float``
+sources (e4m3, e5m2, e2m1) and ``codebook`` sources the codes are the raw bit patterns / codebook
+indices ``0 .. 2^bits - 1``. All work is
 integer numpy arithmetic, vectorised over elements (the only Python loops run over the ``P``
 fields of a word), so repacking never passes through floats and is exact.
 """
 
 from __future__ import annotations
 
+import math
+
+import ml_dtypes
 import numpy as np
 
 from dqgen.spec import CONTAINER_BITS, PACKED_ZERO_MODES, SourceKind, Spec
@@ -24,6 +35,22 @@ from dqgen.spec import CONTAINER_BITS, PACKED_ZERO_MODES, SourceKind, Spec
 __all__ = ["pack", "unpack", "pack_zeros", "unpack_zeros", "repack", "zeros_to_stored", "zeros_from_stored"]
 
 _WORD_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
+
+#: ml_dtypes arrays that ``pack`` accepts for float sources, read as their bit patterns.
+_MINIFLOAT_DTYPES: dict[str, np.dtype] = {
+    "e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "e2m1": np.dtype(ml_dtypes.float4_e2m1fn),
+}
+
+
+def _block_words(bits: int) -> int:
+    """32-bit words per packing block: 1 when ``bits`` divides 32, else ``bits / gcd(bits, 32)``."""
+    return bits // math.gcd(bits, CONTAINER_BITS)
+
+
+def _per_block(bits: int) -> int:
+    return CONTAINER_BITS * _block_words(bits) // bits
 
 
 # ----------------------------------------------------------------------------------------------
@@ -77,9 +104,27 @@ def _check_packed_axis(name: str, a: np.ndarray, axis: str, p: int, bits: int) -
     dim = 1 if axis == "N" else 0
     size = a.shape[dim]
     if size % p:
+        words = _block_words(bits)
+        unit = f"{CONTAINER_BITS}-bit word" if words == 1 else f"block of {words} {CONTAINER_BITS}-bit words"
         raise ValueError(
             f"{name}: {axis}={size} ({name}.shape[{dim}]) is not a multiple of {p}, the number of "
-            f"{bits}-bit codes per {CONTAINER_BITS}-bit word packed along {axis}"
+            f"{bits}-bit codes per {unit} packed along {axis}"
+        )
+
+
+def _check_block_rows(name: str, words: np.ndarray, bits: int, axis: str) -> None:
+    """Multi-word blocks: the packed rows must come in whole blocks of ``words`` int32 words."""
+    nw = _block_words(bits)
+    if nw == 1:
+        return
+    if axis != "K":
+        raise ValueError(f"[packing.axis] {bits}-bit codes straddle words and are packed along K only, got {axis!r}")
+    if words.shape[0] % nw:
+        b = _per_block(bits)
+        raise ValueError(
+            f"{name}: {words.shape[0]} rows ({name}.shape[0]) is not a multiple of {nw}: {bits}-bit codes are packed "
+            f"along K in blocks of {nw} int32 words holding {b} rows each; expected shape (K * {nw} / {b}, N), "
+            f"got {_describe(words)}"
         )
 
 
@@ -97,38 +142,58 @@ def _packed_zero_spec(spec: Spec, name: str = "zeros.mode") -> None:
 
 
 def _pack_fields(vals: np.ndarray, bits: int, order: list[int], axis: str) -> np.ndarray:
-    """Pack a 2-D array of field values into int32 words along ``axis`` ("N": columns, "K": rows)."""
-    p = CONTAINER_BITS // bits
+    """Pack a 2-D array of field values into int32 words along ``axis`` ("N": columns, "K": rows).
+
+    Along K, widths that do not divide 32 fill blocks of several words (see the module docstring):
+    field j of a block sits at bits [j*bits, (j+1)*bits) of the block, and one that crosses a word
+    boundary puts its low bits at the top of word j*bits // 32 and the rest at the bottom of the next."""
+    nw = _block_words(bits)
+    p = _per_block(bits)
     v = vals.astype(np.uint32, copy=False)
     rows, cols = v.shape
     if axis == "N":
+        if nw != 1:
+            raise ValueError(f"[packing.axis] {bits}-bit codes straddle words and are packed along K only, got 'N'")
         runs = v.reshape(rows, cols // p, p)  # runs[k, i, e] = W[k, i*P + e]
         out = np.zeros((rows, cols // p), dtype=np.uint32)
         for j, e in enumerate(order):
             out |= runs[:, :, e] << np.uint32(j * bits)
-    else:
-        runs = v.reshape(rows // p, p, cols)  # runs[i, e, n] = W[i*P + e, n]
-        out = np.zeros((rows // p, cols), dtype=np.uint32)
-        for j, e in enumerate(order):
-            out |= runs[:, e, :] << np.uint32(j * bits)
+        # Work in uint32 so shifts into bit 31 are plain bit moves; hand back the usual int32 words.
+        return out.view(np.int32)
+    runs = v.reshape(rows // p, p, cols)  # runs[b, e, n] = W[b*P + e, n]
+    blocks = np.zeros((rows // p, nw, cols), dtype=np.uint32)
+    for j, e in enumerate(order):
+        w, off = divmod(j * bits, CONTAINER_BITS)
+        # uint32 shifts drop the bits pushed past bit 31; a straddling field's rest goes to the next word.
+        blocks[:, w, :] |= runs[:, e, :] << np.uint32(off)
+        if off + bits > CONTAINER_BITS:
+            blocks[:, w + 1, :] |= runs[:, e, :] >> np.uint32(CONTAINER_BITS - off)
     # Work in uint32 so shifts into bit 31 are plain bit moves; hand back the usual int32 words.
-    return out.view(np.int32)
+    return blocks.reshape(rows // p * nw, cols).view(np.int32)
 
 
 def _unpack_fields(words: np.ndarray, bits: int, order: list[int], axis: str) -> np.ndarray:
     """Inverse of ``_pack_fields``: uint32 words -> uint8 field values W (bits <= 8 always fits)."""
-    p = CONTAINER_BITS // bits
-    mask = np.uint32((1 << bits) - 1)
+    nw = _block_words(bits)
+    p = _per_block(bits)
+    mask = (1 << bits) - 1
     rows, cols = words.shape
     if axis == "N":
+        if nw != 1:
+            raise ValueError(f"[packing.axis] {bits}-bit codes straddle words and are packed along K only, got 'N'")
         out = np.empty((rows, cols, p), dtype=np.uint8)
         for j, e in enumerate(order):
-            out[:, :, e] = (words >> np.uint32(j * bits)) & mask
+            out[:, :, e] = (words >> np.uint32(j * bits)) & np.uint32(mask)
         return out.reshape(rows, cols * p)
-    out = np.empty((rows, p, cols), dtype=np.uint8)
+    blocks = words.reshape(rows // nw, nw, cols)  # callers check rows % nw == 0
+    out = np.empty((rows // nw, p, cols), dtype=np.uint8)
     for j, e in enumerate(order):
-        out[:, e, :] = (words >> np.uint32(j * bits)) & mask
-    return out.reshape(rows * p, cols)
+        w, off = divmod(j * bits, CONTAINER_BITS)
+        x = blocks[:, w, :] >> np.uint32(off)
+        if off + bits > CONTAINER_BITS:  # the field's high bits are the low bits of the next word
+            x = x | (blocks[:, w + 1, :] << np.uint32(CONTAINER_BITS - off))
+        out[:, e, :] = x & np.uint32(mask)
+    return out.reshape(rows // nw * p, cols)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -139,13 +204,23 @@ def _unpack_fields(words: np.ndarray, bits: int, order: list[int], axis: str) ->
 def _codes_to_fields(codes: object, spec: Spec, name: str) -> np.ndarray:
     """Validate codes W[K, N] against the spec and reduce them to unsigned field values."""
     bits = spec.source.bits
-    arr = _int_array(name, codes, 2)
-    if spec.source.kind is SourceKind.signed:
+    kind = spec.source.kind
+    arr = np.asarray(codes)
+    if kind is SourceKind.float and spec.source.format is not None:
+        ml = _MINIFLOAT_DTYPES[spec.source.format.value]
+        if arr.dtype == ml:
+            arr = arr.view(np.uint8)  # a minifloat array: its bit patterns are the codes
+    arr = _int_array(name, arr, 2)
+    if kind is SourceKind.signed:
         # Signed specs take either the stored field value or the two's complement value it means;
         # both reduce to the same field bits under the mask below.
         _check_range(name, arr, -(1 << (bits - 1)), 1 << bits,
                      f"{spec.source.short}: stored field values [0, {1 << bits}) or two's complement "
                      f"values [{-(1 << (bits - 1))}, {1 << (bits - 1)})")
+    elif kind is SourceKind.float:
+        _check_range(name, arr, 0, 1 << bits, f"raw {bits}-bit patterns of {spec.source.short} codes")
+    elif kind is SourceKind.codebook:
+        _check_range(name, arr, 0, 1 << bits, f"{bits}-bit indices into the {spec.source.short} codebook")
     else:
         # Biased codes are given as stored q (value q - bias), so the same unsigned range applies.
         _check_range(name, arr, 0, 1 << bits, f"stored {bits}-bit field values of {spec.source.short} codes")
@@ -161,7 +236,11 @@ def pack(codes: np.ndarray, spec: Spec) -> np.ndarray:
     ``biased`` spec that is ``q`` (the value being ``q - bias``), not the value. For a ``signed``
     spec negative values in ``[-2^(bits-1), 0)`` are accepted as well and stored as their two's
     complement bits (``-1`` stores as ``2^bits - 1``), so both the values and their stored fields
-    may be given. Returns int32 ``[K, N/P]`` (packing along N) or ``[K/P, N]`` (along K).
+    may be given. For ``float`` specs the codes are the minifloats' raw bit patterns (an ml_dtypes
+    float8_e4m3fn / float8_e5m2 / float4_e2m1fn array of the spec's format is accepted as such), for
+    ``codebook`` specs the indices into the codebook. Returns int32 ``[K, N/P]`` (packing along N),
+    ``[K/P, N]`` (along K) or, for multi-word blocks (``spec.words`` > 1, e.g. 3-bit),
+    ``[K * words / P, N]`` with P = ``spec.per_word`` codes per block (3-bit: ``[3K/32, N]``).
 
     Raises ValueError naming ``codes`` for a non-integer or non-2-D array, a value out of range
     (with the offending min/max and the allowed range) or a packed axis not a multiple of P.
@@ -174,9 +253,11 @@ def pack(codes: np.ndarray, spec: Spec) -> np.ndarray:
 def unpack(qweight: np.ndarray, spec: Spec) -> np.ndarray:
     """Inverse of ``pack``: the stored unsigned field values ``W[K, N]`` of int32/uint32 ``qweight``,
     as uint8 (codes are at most 8 bits wide). Signed and biased codes come back as stored, not as
-    values. Raises ValueError naming ``qweight`` for a wrong dtype or a non-2-D array."""
+    values; float codes as their bit patterns. Raises ValueError naming ``qweight`` for a wrong dtype,
+    a non-2-D array, or (multi-word blocks) a row count that is not a whole number of blocks."""
     spec = _check_spec(spec)
     words = _word_array("qweight", qweight)
+    _check_block_rows("qweight", np.asarray(qweight), spec.source.bits, spec.packing.axis)
     return _unpack_fields(words, spec.source.bits, spec.order, spec.packing.axis)
 
 
@@ -268,7 +349,8 @@ def repack(
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Move packed integer codes from ``from_spec``'s layout to ``to_spec``'s, exactly, in integers.
 
-    E.g. GPTQ (sequential along K, ``[K/P, N]``) -> AWQ (awq order along N, ``[K, N/P]``). Both specs
+    E.g. GPTQ (sequential along K, ``[K/P, N]``) -> AWQ (awq order along N, ``[K, N/P]``). Multi-word
+    blocks (3-, 5-, 6-, 7-bit, along K only) and float / codebook codes move as raw bits too. Both specs
     need the same ``source.bits`` (ValueError naming ``[source.bits]`` otherwise). Repack moves
     *stored bits*; it does not re-bias: when ``source.kind`` (or ``bias``) differ, every element keeps
     its stored field, and so may mean a different value under ``to_spec`` (stored 8 is 0 in u4b8,
@@ -289,7 +371,9 @@ def repack(
             f"[source.bits] from_spec has {bits}-bit codes but to_spec has {to_spec.source.bits}-bit codes; "
             f"repack moves codes between layouts of one width"
         )
-    codes = _unpack_fields(_word_array("qweight", qweight), bits, from_spec.order, from_spec.packing.axis)
+    words = _word_array("qweight", qweight)
+    _check_block_rows("qweight", np.asarray(qweight), bits, from_spec.packing.axis)
+    codes = _unpack_fields(words, bits, from_spec.order, from_spec.packing.axis)
     # The unpacked W[K, N] is in range by construction; only the new packed axis can fail, and the
     # message names qweight and the axis (e.g. N not a multiple of P for GPTQ -> AWQ).
     _check_packed_axis_repacked(codes, to_spec)
@@ -315,7 +399,8 @@ def _check_packed_axis_repacked(codes: np.ndarray, to_spec: Spec) -> None:
     axis = to_spec.packing.axis
     size = codes.shape[1 if axis == "N" else 0]
     if size % p:
+        unit = "word" if to_spec.words == 1 else f"{to_spec.words}-word block"
         raise ValueError(
             f"qweight: unpacks to W{tuple(codes.shape)}, whose {axis}={size} is not a multiple of {p}, the "
-            f"number of {to_spec.source.bits}-bit codes per word packed along {axis} in to_spec"
+            f"number of {to_spec.source.bits}-bit codes per {unit} packed along {axis} in to_spec"
         )

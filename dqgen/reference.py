@@ -11,7 +11,15 @@ Layouts (P = 32 // bits codes per int32 word; field j = bits [j*bits, (j+1)*bits
 
 - packing along N: ``qweight`` int32 [K, N/P]; word (k, i) field j is W[k, i*P + order[j]].
 - packing along K: ``qweight`` int32 [K/P, N]; word (i, n) field j is W[i*P + order[j], n].
-- ``scales`` [G, N] in the target dtype, G = K // group_size (1 for group_size -1).
+- multi-word blocks (``bits`` does not divide 32: 3, 5, 6, 7; along K only): a block of
+  ``words = bits / gcd(bits, 32)`` int32 words holds ``B = 32 * words / bits`` codes; ``qweight`` is
+  int32 [K * words / B, N] (3-bit: [3K/32, N]), and code i of block b (row b*B + order[i]) is bits
+  [bits*i, bits*i + bits) of the little-endian integer of words qweight[b*words + 0 .. words-1, n]
+  (word 0 lowest), so some codes straddle two words (3-bit: codes 10 and 21).
+- ``scales`` [G, N] in the target dtype, G = K // group_size (1 for group_size -1); for block
+  scales (``scales.dtype`` e8m0 / e4m3) uint8 codes [G, N] (ml_dtypes float8_e8m0fnu /
+  float8_e4m3fn arrays are read as their bytes).
+- ``global_scale`` (``scales.global_scale`` only): a one-element float32 array.
 - ``zeros`` by ``zeros.mode``:
   - ``none``: no tensor.
   - ``integer`` / ``gptq_v2`` / ``gptq_v1``: int32 [G, N/P], always packed along N: word (g, i)
@@ -22,10 +30,25 @@ Layouts (P = 32 // bits codes per int32 word; field j = bits [j*bits, (j+1)*bits
 - ``g_idx`` (``act_order`` only): int [K]; row k uses scales / zeros row ``g_idx[k]`` instead of
   ``k // group_size``.
 
+Code values (``source.kind``), decoded here from the bit fields with this module's own constants:
+
+- unsigned / signed / biased: q, two's complement, q - bias (small integers).
+- float: OCP minifloats, sign = top bit. e4m3 (bias 7, E=0 subnormal m/8 2^-6, S.1111.111 NaN, no
+  inf), e5m2 (bias 15, IEEE-like: E=31 m=0 inf, m!=0 NaN; subnormal m/4 2^-14), e2m1 (bias 1, every
+  code finite: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; 0x8 is -0). Each is exact in float64 and in fp16/bf16.
+- codebook: codebook[q] rounded once (nearest-even) to the target; codes past the end of a short
+  list have value 0. The product with the scale is rounded once more.
+
 Values (q is the element's code value, s its scale, round = round-to-nearest-even in the target):
 
-- ``none``: round(q * s). q * s (<= 9-bit integer times <= 11-bit significand) is exact in float64,
-  so rounding that float64 once is the correctly rounded result.
+- ``none``: round(q * s). q * s (<= 11-bit significand times <= 11-bit significand) is exact in
+  float64, so rounding that float64 once is the correctly rounded result. inf and NaN codes (e5m2,
+  e4m3) propagate as IEEE says (inf * 0 is NaN); every NaN result is the target's canonical NaN.
+- e8m0 block scales: byte E is 2^(E-127) (E = 0xFF: NaN); round(q * 2^(E-127)), exact in float64,
+  one rounding.
+- e4m3 block scales with the fp32 global scale g: round(round_fp32(q * e4m3(s) * g)). The product of
+  the three (<= 2 + 4 + 24 significant bits, magnitudes in [2^-159, 2^142]) is exact in float64; it
+  is rounded to fp32 (nearest-even, subnormals kept) by this module's own rounding, then to the target.
 - packed modes: round((q - z) * s); q - z is an exact small integer, then as above.
 - ``float``: round(round(q - z) * s). Both steps are done as below: q - z by an exact TwoSum and a
   round-to-odd sticky bit (z may be far larger than 2^53 in bf16), then one rounding; the product
@@ -50,12 +73,38 @@ from numba import njit
 
 from dqgen.spec import SourceKind, Spec, Target
 
-__all__ = ["dequantize_reference", "shapes_for", "element_value", "random_inputs", "target_dtype"]
+__all__ = [
+    "dequantize_reference",
+    "element_value",
+    "random_global_scale",
+    "random_inputs",
+    "shapes_for",
+    "target_dtype",
+]
 
 # (ebits, mbits) of the targets; stated here rather than imported so the oracle stays independent.
 _FORMAT_BITS: dict[Target, tuple[int, int]] = {Target.fp16: (5, 10), Target.bf16: (8, 7)}
 
 _KIND_CODE: dict[SourceKind, int] = {SourceKind.unsigned: 0, SourceKind.signed: 1, SourceKind.biased: 2}
+
+# Special-value conventions of the source minifloats.
+_SPECIAL_IEEE = 0  # all-ones exponent: inf (mantissa 0) or NaN
+_SPECIAL_FN = 1  # finite except S.1..1.1..1 (all exponent and mantissa bits set): NaN
+_SPECIAL_FINITE = 2  # every code is a finite number
+
+#: (ebits, mbits, bias, special) of each source minifloat, written from the OCP MX / OFP8 definitions
+#: (see the module docstring), not taken from dqgen.spec.
+_MINIFLOATS: dict[str, tuple[int, int, int, int]] = {
+    "e4m3": (4, 3, 7, _SPECIAL_FN),
+    "e5m2": (5, 2, 15, _SPECIAL_IEEE),
+    "e2m1": (2, 1, 1, _SPECIAL_FINITE),
+}
+#: e8m0 scale bytes: 2^(E - 127); E = 0xFF is NaN.
+_E8M0_BIAS = 127
+_E8M0_NAN = 0xFF
+#: fp32's exponent and mantissa widths (the global-scale step of e4m3 block scales rounds to fp32).
+_FP32_EBITS = 8
+_FP32_MBITS = 23
 
 
 def target_dtype(spec: Spec) -> np.dtype:
@@ -64,24 +113,24 @@ def target_dtype(spec: Spec) -> np.dtype:
 
 
 # ----------------------------------------------------------------------------------------------
-# Rounding float64 -> 16-bit float bits, round to nearest even.
+# Rounding float64 -> fp16 / bf16 (and fp32) bits, round to nearest even.
 # ----------------------------------------------------------------------------------------------
 
 
 @njit(cache=False)
-def _round_bits(x: float, ebits: int, mbits: int) -> np.uint16:
-    """Round a float64 to the nearest-even value of a 1+ebits+mbits format; return its bits."""
+def _round_to_bits(x: float, ebits: int, mbits: int) -> np.int64:
+    """Round a float64 to the nearest-even value of a 1+ebits+mbits format (up to fp32); return its bits."""
     sign_bit = np.int64(1) << (ebits + mbits)
     exp_all_ones = (np.int64(1) << ebits) - 1
-    if x != x:  # NaN: the canonical quiet NaN; the reference never produces one from finite inputs
-        return np.uint16((exp_all_ones << mbits) | (np.int64(1) << (mbits - 1)))
+    if x != x:  # NaN: the canonical quiet NaN (payloads are not propagated)
+        return np.int64((exp_all_ones << mbits) | (np.int64(1) << (mbits - 1)))
     # copysign, not x < 0, so that -0.0 keeps its sign.
     sign = sign_bit if math.copysign(1.0, x) < 0.0 else np.int64(0)
     a = abs(x)
     if a == 0.0:
-        return np.uint16(sign)
+        return np.int64(sign)
     if math.isinf(a):
-        return np.uint16(sign | (exp_all_ones << mbits))
+        return np.int64(sign | (exp_all_ones << mbits))
     bias = (np.int64(1) << (ebits - 1)) - 1
     emin = 1 - bias  # exponent of the smallest normal
     m, e = math.frexp(a)  # a = m * 2^e, m in [0.5, 1)
@@ -89,14 +138,14 @@ def _round_bits(x: float, ebits: int, mbits: int) -> np.uint16:
     exp = np.int64(e) - 1  # a = 1.f * 2^exp
     if exp + bias >= exp_all_ones:
         # Even the rounded-down value would not fit: beyond any finite value.
-        return np.uint16(sign | (exp_all_ones << mbits))
+        return np.int64(sign | (exp_all_ones << mbits))
     # Below the normal range the quantum stays 2^(emin - mbits), so more bits are dropped.
     shift = np.int64(52 - mbits)
     if exp < emin:
         shift += emin - exp
     if shift > 60:
         # big_m < 2^53 <= 2^(shift - 1) / 2^6: far below half the smallest subnormal.
-        return np.uint16(sign)
+        return np.int64(sign)
     r = big_m >> shift
     rem = big_m & ((np.int64(1) << shift) - 1)
     half = np.int64(1) << (shift - 1)
@@ -105,10 +154,16 @@ def _round_bits(x: float, ebits: int, mbits: int) -> np.uint16:
     if exp < emin:
         # r counts quanta of the subnormal range; r == 2^mbits lands exactly on the smallest
         # normal, whose bit pattern is that same integer.
-        return np.uint16(sign | r)
+        return np.int64(sign | r)
     # r includes the hidden bit (in [2^mbits, 2^(mbits+1)]); adding it to (biased_exp - 1)
     # lets a rounding carry bump the exponent, and turn the largest finite into inf.
-    return np.uint16(sign | (((exp + bias - 1) << mbits) + r))
+    return np.int64(sign | (((exp + bias - 1) << mbits) + r))
+
+
+@njit(cache=False)
+def _round_bits(x: float, ebits: int, mbits: int) -> np.uint16:
+    """Round a float64 to the nearest-even value of a 1+ebits+mbits (<= 16-bit) format; return its bits."""
+    return np.uint16(_round_to_bits(x, ebits, mbits))
 
 
 @njit(cache=False)
@@ -117,6 +172,15 @@ def _round_array(x: np.ndarray, ebits: int, mbits: int) -> np.ndarray:
     out = np.empty(x.shape[0], dtype=np.uint16)
     for i in range(x.shape[0]):
         out[i] = _round_bits(x[i], ebits, mbits)
+    return out
+
+
+@njit(cache=False)
+def _round_to_bits_array(x: np.ndarray, ebits: int, mbits: int) -> np.ndarray:
+    """``_round_to_bits`` over a 1-D float64 array, as int64 bit patterns (for tests)."""
+    out = np.empty(x.shape[0], dtype=np.int64)
+    for i in range(x.shape[0]):
+        out[i] = _round_to_bits(x[i], ebits, mbits)
     return out
 
 
@@ -152,6 +216,55 @@ def _decode_bits(u: np.int64, ebits: int, mbits: int) -> float:
     else:
         v = math.ldexp(np.float64(m + (np.int64(1) << mbits)), e - bias - mbits)
     return -v if neg else v
+
+
+@njit(cache=False)
+def _decode_minifloat(u: np.int64, ebits: int, mbits: int, bias: int, special: int) -> float:
+    """The float64 value (exact) of the bits ``u`` of a 1+ebits+mbits source minifloat.
+
+    Sign = the top bit; E = 0: subnormal m * 2^(1 - bias - mbits); otherwise (2^mbits + m) *
+    2^(E - bias - mbits), except the special codes of ``special``: IEEE (E all ones: inf for m = 0,
+    NaN otherwise), fn (only E and m all ones: NaN) or finite (none)."""
+    u = np.int64(u)
+    neg = (u >> (ebits + mbits)) & 1
+    e = (u >> mbits) & ((np.int64(1) << ebits) - 1)
+    m = u & ((np.int64(1) << mbits) - 1)
+    e_ones = (np.int64(1) << ebits) - 1
+    m_ones = (np.int64(1) << mbits) - 1
+    if special == 0 and e == e_ones:
+        v = math.inf if m == 0 else math.nan
+    elif special == 1 and e == e_ones and m == m_ones:
+        v = math.nan
+    elif e == 0:
+        v = math.ldexp(np.float64(m), 1 - bias - mbits)
+    else:
+        v = math.ldexp(np.float64(m + (np.int64(1) << mbits)), e - bias - mbits)
+    return -v if neg else v
+
+
+@njit(cache=False)
+def _decode_e8m0(u: np.int64) -> float:
+    """The float64 value (exact) of an e8m0 scale byte: 2^(E - 127), NaN for E = 0xFF."""
+    u = np.int64(u) & 0xFF
+    if u == _E8M0_NAN:
+        return math.nan
+    return math.ldexp(1.0, u - _E8M0_BIAS)
+
+
+@njit(cache=False)
+def _decode_minifloat_array(u: np.ndarray, ebits: int, mbits: int, bias: int, special: int) -> np.ndarray:
+    out = np.empty(u.shape[0], dtype=np.float64)
+    for i in range(u.shape[0]):
+        out[i] = _decode_minifloat(u[i], ebits, mbits, bias, special)
+    return out
+
+
+@njit(cache=False)
+def _decode_e8m0_array(u: np.ndarray) -> np.ndarray:
+    out = np.empty(u.shape[0], dtype=np.float64)
+    for i in range(u.shape[0]):
+        out[i] = _decode_e8m0(u[i])
+    return out
 
 
 @njit(cache=False)
@@ -205,25 +318,32 @@ def _code_value(q: np.int64, bits: int, kind: int, bias: int) -> np.int64:
 
 @njit(cache=False)
 def _element(
-    d: np.int64,  # code value
+    d: float,  # code value (exact)
     g: np.int64,
     n: np.int64,
-    sc: np.ndarray,  # float64 [G, N]
+    sc: np.ndarray,  # float64 [G, N]: target scales, or decoded block scales
     zi: np.ndarray,  # int64 [G, N] (packed modes) or a dummy
     zf: np.ndarray,  # float64 [G, N] (float / additive) or a dummy
     mode: int,
+    gscale: float,  # the fp32 global scale (NaN-free dummy 1.0 when there is none)
+    fp32_step: bool,  # e4m3 block scales: apply gscale and round to fp32 first
     ebits: int,
     mbits: int,
 ) -> np.uint16:
     s = sc[g, n]
+    if fp32_step:
+        # d * s * g: at most 2 + 4 + 24 significant bits, magnitudes in [2^-159, 2^142]: exact in float64.
+        t = d * s * gscale
+        t = _decode_bits(_round_to_bits(t, _FP32_EBITS, _FP32_MBITS), _FP32_EBITS, _FP32_MBITS)  # one fp32 rounding
+        return _round_bits(t, ebits, mbits)
     if mode == 1:  # packed integer zeros: exact integer subtraction, one rounding
-        return _round_bits(np.float64(d - zi[g, n]) * s, ebits, mbits)
+        return _round_bits((d - np.float64(zi[g, n])) * s, ebits, mbits)
     if mode == 2:  # float zeros: round(round(q - z) * s)
-        t = _decode_bits(_round_bits(_sum_round_to_odd(np.float64(d), -zf[g, n]), ebits, mbits), ebits, mbits)
+        t = _decode_bits(_round_bits(_sum_round_to_odd(d, -zf[g, n]), ebits, mbits), ebits, mbits)
         return _round_bits(t * s, ebits, mbits)  # <= 11-bit times <= 11-bit significands: exact
     if mode == 3:  # additive: round(q * s + b), one rounding of the exact sum
-        return _round_bits(_sum_round_to_odd(np.float64(d) * s, zf[g, n]), ebits, mbits)
-    return _round_bits(np.float64(d) * s, ebits, mbits)
+        return _round_bits(_sum_round_to_odd(d * s, zf[g, n]), ebits, mbits)
+    return _round_bits(d * s, ebits, mbits)
 
 
 @njit(cache=False)
@@ -243,24 +363,42 @@ def _unpack_zeros(zw: np.ndarray, order: np.ndarray, bits: int, offset: int) -> 
 @njit(cache=False)
 def _dequant_kernel(
     qw: np.ndarray,  # uint32 2-D
-    sc: np.ndarray,  # float64 [G, N], exact copies of the target-dtype scales
+    cvals: np.ndarray,  # float64 [2^bits]: the exact code value of every stored code
+    sc: np.ndarray,  # float64 [G, N], exact values of the scales (target dtype or decoded block scales)
     zi: np.ndarray,  # int64 [G, N] unpacked integer zero points z (mode 1), else a dummy
     zf: np.ndarray,  # float64 [G, N] float zeros / additive b (modes 2, 3), else a dummy
     row_group: np.ndarray,  # int64 [K]: the scales / zeros row of each row k
     order: np.ndarray,  # int64 [P]
     bits: int,
-    kind: int,
-    bias: int,
+    words: int,
     axis_n: bool,
     mode: int,
+    gscale: float,
+    fp32_step: bool,
     k_rows: int,
     n_cols: int,
     ebits: int,
     mbits: int,
 ) -> np.ndarray:
-    per_word = 32 // bits
     mask = (np.int64(1) << bits) - 1
     out = np.empty((k_rows, n_cols), dtype=np.uint16)
+    if words > 1:
+        # Multi-word blocks along K: code i of block b is bits [bits*i, bits*i + bits) of the
+        # little-endian integer of words qw[b*words + 0 .. words-1, n]. Read one bit at a time:
+        # bit p of the block is bit p % 32 of its word p // 32.
+        per_block = 32 * words // bits
+        for b in range(qw.shape[0] // words):
+            for n in range(n_cols):
+                for i in range(per_block):
+                    q = np.int64(0)
+                    for t in range(bits):
+                        p = bits * i + t
+                        w = np.int64(qw[b * words + p // 32, n])
+                        q |= ((w >> (p % 32)) & 1) << t
+                    k = b * per_block + order[i]
+                    out[k, n] = _element(cvals[q], row_group[k], n, sc, zi, zf, mode, gscale, fp32_step, ebits, mbits)
+        return out
+    per_word = 32 // bits
     if axis_n:
         for k in range(k_rows):
             g = row_group[k]
@@ -269,19 +407,43 @@ def _dequant_kernel(
                 w = np.int64(qw[k, i])
                 for j in range(per_word):
                     q = (w >> (bits * j)) & mask
-                    d = _code_value(q, bits, kind, bias)
                     n = i * per_word + order[j]
-                    out[k, n] = _element(d, g, n, sc, zi, zf, mode, ebits, mbits)
+                    out[k, n] = _element(cvals[q], g, n, sc, zi, zf, mode, gscale, fp32_step, ebits, mbits)
     else:
         for i in range(qw.shape[0]):
             for n in range(n_cols):
                 w = np.int64(qw[i, n])
                 for j in range(per_word):
                     q = (w >> (bits * j)) & mask
-                    d = _code_value(q, bits, kind, bias)
                     k = i * per_word + order[j]
-                    out[k, n] = _element(d, row_group[k], n, sc, zi, zf, mode, ebits, mbits)
+                    out[k, n] = _element(cvals[q], row_group[k], n, sc, zi, zf, mode, gscale, fp32_step, ebits, mbits)
     return out
+
+
+def _code_values(spec: Spec) -> np.ndarray:
+    """float64 [2^bits]: the exact code value of every stored code q (see the module docstring).
+
+    Integer kinds: q, two's complement or q - bias. float: the minifloat decoded from its fields.
+    codebook: each listed value rounded once (nearest-even) to the target; codes past the end: 0."""
+    bits = spec.source.bits
+    codes = np.arange(1 << bits, dtype=np.int64)
+    kind = spec.source.kind
+    if kind is SourceKind.float:
+        assert spec.source.format is not None
+        ebits, mbits, bias, special = _MINIFLOATS[spec.source.format.value]
+        if 1 + ebits + mbits != bits:
+            raise ValueError(f"[source.bits] {spec.source.format.value} is {1 + ebits + mbits} bits wide, got {bits}")
+        return _decode_minifloat_array(codes, ebits, mbits, bias, special)
+    if kind is SourceKind.codebook:
+        tb, tm = _FORMAT_BITS[spec.target]
+        vals = [float(v) for v in spec.source.codebook_values]
+        out = np.zeros(1 << bits, dtype=np.float64)
+        for q, v in enumerate(vals[: 1 << bits]):
+            out[q] = _decode_bits(_round_bits(v, tb, tm), tb, tm)
+        return out
+    return np.array(
+        [float(_code_value(q, bits, _KIND_CODE[kind], int(spec.source.offset))) for q in codes], dtype=np.float64
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -295,9 +457,13 @@ def _groups(spec: Spec, k: int) -> int:
 
 
 def shapes_for(spec: Spec, K: int, N: int) -> dict[str, tuple[int, ...]]:
-    """Expected shapes of ``qweight``, ``scales``, ``zeros`` (any mode but ``none``) and ``g_idx``
-    (``act_order`` only) for W[K, N]."""
+    """Expected shapes of ``qweight``, ``scales``, ``zeros`` (any mode but ``none``), ``g_idx``
+    (``act_order`` only) and ``global_scale`` (``scales.global_scale`` only: (1,)) for W[K, N].
+
+    With multi-word blocks (``spec.words`` > 1, e.g. 3-bit) ``qweight`` is ``(K * words / B, N)``,
+    B = ``spec.per_word`` codes per block (3-bit: ``(3K/32, N)``)."""
     p = spec.per_word
+    words = spec.words
     g = spec.scales.group_size
     if K < 0 or N < 0:
         raise ValueError(f"K and N must be non-negative, got K={K}, N={N}")
@@ -309,8 +475,9 @@ def shapes_for(spec: Spec, K: int, N: int) -> dict[str, tuple[int, ...]]:
         shapes: dict[str, tuple[int, ...]] = {"qweight": (K, N // p)}
     else:
         if K % p:
-            raise ValueError(f"K={K} is not a multiple of {p} ({p} {spec.source.bits}-bit codes per word packed along K)")
-        shapes = {"qweight": (K // p, N)}
+            unit = "word" if words == 1 else f"{words}-word block"
+            raise ValueError(f"K={K} is not a multiple of {p} ({p} {spec.source.bits}-bit codes per {unit} packed along K)")
+        shapes = {"qweight": (K // p * words, N)}
     shapes["scales"] = (_groups(spec, K), N)
     mode = spec.zeros.mode
     if mode in _PACKED_MODES:
@@ -321,14 +488,21 @@ def shapes_for(spec: Spec, K: int, N: int) -> dict[str, tuple[int, ...]]:
         shapes["zeros"] = (_groups(spec, K), N)
     if spec.act_order:
         shapes["g_idx"] = (K,)
+    if spec.scales.global_scale:
+        shapes["global_scale"] = (1,)
     return shapes
 
 
-def element_value(spec: Spec, code: int, zero: int = 0) -> int:
+def element_value(spec: Spec, code: int, zero: int = 0) -> int | float:
     """The exact integer ``code_value(code) - z`` of one element (pure Python). ``zero`` is the
-    stored packed zero field; z is that field plus 1 for ``gptq_v1`` (no wrap-around)."""
+    stored packed zero field; z is that field plus 1 for ``gptq_v1`` (no wrap-around).
+
+    For ``float`` and ``codebook`` sources (which take no zero points) the exact code value as a
+    float: the decoded minifloat (inf / NaN included), or the codebook entry rounded to the target."""
     bits = spec.source.bits
     q = code & ((1 << bits) - 1)
+    if spec.source.kind in (SourceKind.float, SourceKind.codebook):
+        return float(_code_values(spec)[q])
     if spec.source.kind is SourceKind.signed:
         v = q - (1 << bits) if q >> (bits - 1) else q
     elif spec.source.kind is SourceKind.biased:
@@ -356,11 +530,21 @@ _WORD_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
+#: ml_dtypes arrays accepted as block-scale codes (read as their bytes), besides uint8.
+_BLOCK_SCALE_ML_DTYPES: dict[str, np.dtype] = {
+    "e8m0": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
+}
+
+
 def _validate(
-    spec: Spec, qweight: object, scales: object, zeros: object, g_idx: object
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, int, int]:
-    """Check every input against the spec; return (qweight, scales, zeros, g_idx, K, N)."""
+    spec: Spec, qweight: object, scales: object, zeros: object, g_idx: object, global_scale: object = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, float | None, int, int]:
+    """Check every input against the spec; return (qweight, scales, zeros, g_idx, global_scale, K, N).
+
+    Block-scale codes come back as a uint8 view; the global scale as the float64 value of its fp32."""
     p = spec.per_word
+    words = spec.words
     bits = spec.source.bits
     axis = spec.packing.axis
     g = spec.scales.group_size
@@ -371,10 +555,23 @@ def _validate(
     if qw.dtype not in _WORD_DTYPES:
         raise ValueError(f"qweight: expected dtype int32 (or uint32) packed words, got {_describe(qw)}")
     sc = _check_array("scales", scales, 2)
-    if sc.dtype != tdt:
-        raise ValueError(
-            f"scales: expected dtype {tdt.name} (the target {spec.target.value}), got {_describe(sc)}"
-        )
+    if spec.scales.block:
+        assert spec.scales.dtype is not None
+        sd = spec.scales.dtype.value
+        ml = _BLOCK_SCALE_ML_DTYPES[sd]
+        if sc.dtype not in (np.dtype(np.uint8), ml):
+            raise ValueError(
+                f"scales: expected uint8 {sd} block-scale codes (or ml_dtypes {ml.name}) for scales.dtype {sd}, "
+                f"got {_describe(sc)}"
+            )
+        sc = sc.view(np.uint8)
+        sdt_name = f"uint8 ({sd} codes)"
+    else:
+        if sc.dtype != tdt:
+            raise ValueError(
+                f"scales: expected dtype {tdt.name} (the target {spec.target.value}), got {_describe(sc)}"
+            )
+        sdt_name = tdt.name
     zr: np.ndarray | None = None
     if mode in _PACKED_MODES:
         if zeros is None:
@@ -396,9 +593,20 @@ def _validate(
     elif zeros is not None:
         raise ValueError(f"zeros: spec has zeros.mode 'none' but zeros were given ({_describe(np.asarray(zeros))})")
 
-    k_rows = qw.shape[0] * (p if axis == "K" else 1)
+    if words > 1 and qw.shape[0] % words:
+        raise ValueError(
+            f"qweight: {qw.shape[0]} rows (qweight.shape[0]) is not a multiple of {words}: {bits}-bit codes are "
+            f"packed along K in blocks of {words} int32 words holding {p} rows each; expected shape "
+            f"(K * {words} / {p}, N), got {_describe(qw)}"
+        )
+    k_rows = qw.shape[0] // words * p if axis == "K" else qw.shape[0]
     n_cols = sc.shape[1]
-    k_src = "qweight.shape[0]" if axis == "N" else f"qweight.shape[0] * {p}"
+    if axis == "N":
+        k_src = "qweight.shape[0]"
+    elif words == 1:
+        k_src = f"qweight.shape[0] * {p}"
+    else:
+        k_src = f"qweight.shape[0] / {words} * {p}"
     if g != -1 and k_rows % g:
         raise ValueError(
             f"qweight: K={k_rows} (from {k_src}) is not a multiple of scales.group_size={g}"
@@ -420,7 +628,7 @@ def _validate(
     if sc.shape != shapes["scales"]:
         gdesc = "per-channel (group_size -1)" if g == -1 else f"group_size={g}"
         raise ValueError(
-            f"scales: expected shape {shapes['scales']} {tdt.name} for K={k_rows}, N={n_cols}, {gdesc}, "
+            f"scales: expected shape {shapes['scales']} {sdt_name} for K={k_rows}, N={n_cols}, {gdesc}, "
             f"got {_describe(sc)}"
         )
     if zr is not None and zr.shape != shapes["zeros"]:
@@ -451,7 +659,27 @@ def _validate(
             f"g_idx: spec has act_order false but g_idx was given ({_describe(np.asarray(g_idx))}); "
             "rows use group k // group_size"
         )
-    return qw, sc, zr, gi, k_rows, n_cols
+
+    gs: float | None = None
+    if spec.scales.global_scale:
+        if global_scale is None:
+            raise ValueError(
+                "global_scale: required for scales.global_scale true (NVFP4: a 1-element float32 array, the "
+                "per-tensor fp32 scale), got None"
+            )
+        if not isinstance(global_scale, np.ndarray):
+            raise ValueError(
+                f"global_scale: expected a 1-element float32 numpy array, got {type(global_scale).__name__}"
+            )
+        if global_scale.dtype != np.float32 or global_scale.size != 1:
+            raise ValueError(f"global_scale: expected a 1-element float32 array, got {_describe(global_scale)}")
+        gs = float(global_scale.reshape(-1)[0])  # exact widening of fp32
+    elif global_scale is not None:
+        raise ValueError(
+            f"global_scale: spec has scales.global_scale false but global_scale was given "
+            f"({_describe(np.asarray(global_scale))})"
+        )
+    return qw, sc, zr, gi, gs, k_rows, n_cols
 
 
 def dequantize_reference(
@@ -460,12 +688,16 @@ def dequantize_reference(
     scales: np.ndarray,
     zeros: np.ndarray | None = None,
     g_idx: np.ndarray | None = None,
+    global_scale: np.ndarray | None = None,
 ) -> np.ndarray:
     """Dequantize packed ``qweight`` to ``W[K, N]`` in the target dtype (float16 or bfloat16).
 
-    ``zeros`` is required iff ``zeros.mode`` is not ``none`` (see the module docstring for its
-    layout per mode); ``g_idx`` is required iff ``spec.act_order``."""
-    qw, sc, zr, gi, k_rows, n_cols = _validate(spec, qweight, scales, zeros, g_idx)
+    ``scales`` are in the target dtype, or uint8 block-scale codes for ``scales.dtype`` e8m0 / e4m3
+    (ml_dtypes float8_e8m0fnu / float8_e4m3fn arrays are read as their bytes). ``zeros`` is required
+    iff ``zeros.mode`` is not ``none`` (see the module docstring for its layout per mode); ``g_idx``
+    is required iff ``spec.act_order``; ``global_scale`` (a one-element float32 array) is required iff
+    ``scales.global_scale``. Every error is a ValueError starting with the offending tensor's name."""
+    qw, sc, zr, gi, gs, k_rows, n_cols = _validate(spec, qweight, scales, zeros, g_idx, global_scale)
     ebits, mbits = _FORMAT_BITS[spec.target]
     g = spec.scales.group_size
     mode = spec.zeros.mode
@@ -488,25 +720,90 @@ def dequantize_reference(
         assert zr is not None
         zf = np.ascontiguousarray(zr.astype(np.float64))  # exact widening of fp16 / bf16
     qw_u = np.ascontiguousarray(qw).view(np.uint32)
-    sc64 = np.ascontiguousarray(sc.astype(np.float64))  # exact widening of fp16 / bf16
+    fp32_step = False
+    if spec.scales.block:
+        assert spec.scales.dtype is not None
+        codes = np.ascontiguousarray(sc, dtype=np.uint8).reshape(-1).astype(np.int64)
+        if spec.scales.dtype.value == "e8m0":
+            flat = _decode_e8m0_array(codes)
+        else:
+            eb, mb, bias, special = _MINIFLOATS["e4m3"]
+            flat = _decode_minifloat_array(codes, eb, mb, bias, special)
+            fp32_step = gs is not None
+        sc64 = flat.reshape(sc.shape)
+    else:
+        sc64 = np.ascontiguousarray(sc.astype(np.float64))  # exact widening of fp16 / bf16
     bits_out = _dequant_kernel(
         qw_u,
+        _code_values(spec),
         sc64,
         zi,
         zf,
         row_group,
         np.asarray(spec.order, dtype=np.int64),
         int(spec.source.bits),
-        _KIND_CODE[spec.source.kind],
-        int(spec.source.offset),
+        int(spec.words),
         spec.packing.axis == "N",
         _MODE_CODE[mode],
+        1.0 if gs is None else gs,
+        fp32_step,
         int(k_rows),
         int(n_cols),
         ebits,
         mbits,
     )
     return bits_out.view(target_dtype(spec))
+
+
+#: Exponent of the global scale per ``seed % 7`` in ``random_global_scale``: tiny ones first
+#: (2^-20 * an e4m3 scale underflows fp16 before the element is applied), then ordinary ones.
+_GLOBAL_SCALE_EXPONENTS = (-20, -24, -12, -6, -2, 0, 3)
+
+
+def _block_scale_codes(spec: Spec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """uint8 block-scale codes [G, N]: mostly structured, realistic scales, plus every one of the 256
+    codes somewhere (up to a quarter of the blocks; the special codes first when fewer fit).
+
+    Structured part: the scale exponent of block (g, n) is a shuffled cycle of 13 exponents indexed
+    by (3g + 5n) mod 13, so neighbouring blocks along K and along N always differ (random exponents
+    repeat, and hide a block read from the wrong place). e8m0: 2^-10 .. 2^2; e4m3: positive, exponent
+    2^-6 .. 2^6 with a random mantissa."""
+    assert spec.scales.dtype is not None
+    sd = spec.scales.dtype.value
+    G, N = shape
+    idx = (3 * np.arange(G)[:, None] + 5 * np.arange(N)[None, :]) % 13
+    cycle = rng.permutation(13)
+    if sd == "e8m0":
+        codes = (127 - 10 + cycle[idx]).astype(np.int64)
+        specials = [0x00, 0xFF, 0x01, 0xFE, 0x7F, 0x80]
+    else:
+        mant = rng.integers(0, 8, size=(G, N))
+        codes = ((1 + cycle[idx]) << 3) | mant  # exponent field 1..13: 2^-6 .. 2^6
+        # NaNs, zeros, subnormals (smallest, largest), the largest finite, negatives.
+        specials = [0x7F, 0xFF, 0x00, 0x80, 0x01, 0x07, 0x7E, 0x81, 0xFE, 0x08]
+    flat = codes.reshape(-1)
+    rest = [c for c in rng.permutation(256).tolist() if c not in specials]
+    every = np.array(specials + rest, dtype=np.int64)
+    n_every = min(256, flat.size // 4)
+    if n_every:
+        flat[rng.choice(flat.size, size=n_every, replace=False)] = every[:n_every]
+    return flat.reshape(G, N).astype(np.uint8)
+
+
+def random_global_scale(spec: Spec, seed: int) -> np.ndarray | None:
+    """A random per-tensor fp32 global scale, float32 shape (1,), for specs with
+    ``scales.global_scale``; None otherwise.
+
+    Positive, with a random 24-bit mantissa (so the fp32 rounding of ``q * e4m3(s) * g`` is inexact)
+    and an exponent picked by ``seed % 7`` from (-20, -24, -12, -6, -2, 0, 3): seeds 0 and 1 give
+    tiny scales (2^-20, 2^-24), with which scaling in fp16 before applying the global scale
+    underflows although the bf16 result is representable."""
+    if not spec.scales.global_scale:
+        return None
+    rng = np.random.default_rng(seed)
+    e = _GLOBAL_SCALE_EXPONENTS[seed % len(_GLOBAL_SCALE_EXPONENTS)]
+    mant = 1.0 + rng.integers(1, 1 << 23) * 2.0**-23  # in (1, 2), exact in fp32
+    return np.array([math.ldexp(mant, e)], dtype=np.float32)
 
 
 def random_inputs(
@@ -517,6 +814,11 @@ def random_inputs(
     ``act_order``, a g_idx in which every group id appears exactly group_size times, shuffled
     (like GPTQ's desc_act); None otherwise.
 
+    - ``qweight``: uniform random words, so every code appears (minifloat NaN / inf / -0 codes
+      included); multi-word blocks are ``[K * words / per_block, N]``.
+    - block scales (e8m0 / e4m3): uint8 codes, see ``_block_scale_codes``: structured per-block
+      exponents plus every one of the 256 codes (NaN ones included) somewhere in the tensor. The
+      global scale of NVFP4 specs comes from ``random_global_scale``.
     - packed zero modes: full-range packed words (every stored zero, 2^bits - 1 included).
     - ``float``: zeros uniform in [0, 2^bits), rounded to the target (mostly non-integers).
     - ``additive``: b = -u * s with u uniform in [0, 2^bits), rounded to the target: a pre-scaled
@@ -533,9 +835,12 @@ def random_inputs(
 
     qweight = words(shapes["qweight"])
     sshape = shapes["scales"]
-    sign = np.where(rng.random(sshape) < 0.5, -1.0, 1.0)
-    mag = 2.0 ** rng.uniform(-12.0, 2.0, size=sshape)
-    scales = (sign * mag).astype(tdt)
+    if spec.scales.block:
+        scales = _block_scale_codes(spec, sshape, rng)
+    else:
+        sign = np.where(rng.random(sshape) < 0.5, -1.0, 1.0)
+        mag = 2.0 ** rng.uniform(-12.0, 2.0, size=sshape)
+        scales = (sign * mag).astype(tdt)
     mode = spec.zeros.mode
     zeros: np.ndarray | None = None
     if mode in _PACKED_MODES:

@@ -6,6 +6,9 @@ element order[j] of the word's run), never taken from dqgen.packing itself.
 
 from __future__ import annotations
 
+import math
+
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -367,3 +370,197 @@ def test_repack_errors() -> None:
         repack(q, GPTQ, AWQ, qzeros=np.zeros((1, 2), dtype=np.int32))
     with pytest.raises(ValueError, match=r"^qzeros:.*int32"):
         repack(q, GPTQ, AWQ, qzeros=np.zeros((1, 1), dtype=np.float32))
+
+
+# ----------------------------------------------------------------------------------------------
+# Multi-word blocks (3-bit GPTQ and other widths that do not divide 32) and float / codebook codes.
+# ----------------------------------------------------------------------------------------------
+
+WIDE = [3, 5, 6, 7]
+
+
+def wide_spec(bits: int, kind: str = "unsigned", bias: int | None = None) -> Spec:
+    source: dict = {"bits": bits, "kind": kind}
+    if bias is not None:
+        source["bias"] = bias
+    return load_spec({"name": "w", "source": source, "target": "fp16", "packing": {"axis": "K"},
+                      "scales": {"group_size": -1}})
+
+
+def src_spec(source: dict, axis: str = "K", target: str = "bf16") -> Spec:
+    return load_spec({"name": "f", "source": source, "target": target, "packing": {"axis": axis},
+                      "scales": {"group_size": -1}})
+
+
+def _block_layout(bits: int) -> tuple[int, int]:
+    """(words per block, codes per block) from the layout rule: bits / gcd(bits, 32) words."""
+    words = bits // math.gcd(bits, 32)
+    return words, 32 * words // bits
+
+
+def _pack_bit_loop(codes: np.ndarray, bits: int) -> np.ndarray:
+    """The slowest possible packer: bit t of code i of block b is bit bits*i + t of the block,
+    i.e. bit (bits*i + t) % 32 of word (bits*i + t) // 32."""
+    words, per = _block_layout(bits)
+    K, N = codes.shape
+    out = [[0] * N for _ in range(K // per * words)]
+    for b in range(K // per):
+        for n in range(N):
+            for i in range(per):
+                c = int(codes[b * per + i, n])
+                for t in range(bits):
+                    if (c >> t) & 1:
+                        pos = bits * i + t
+                        out[b * words + pos // 32][n] |= 1 << (pos % 32)
+    return np.array(out, dtype=np.uint32).reshape(K // per * words, N).view(np.int32)
+
+
+def test_three_bit_straddling_codes_known_answer() -> None:
+    """docs/formats.md: code 10 = bits 30-31 of word 0 and bit 0 of word 1; code 21 = bit 31 of word 1
+    and bits 0-1 of word 2."""
+    spec = wide_spec(3)
+    codes = np.zeros((32, 2), dtype=np.int64)
+    codes[10, 0] = 0b101  # low bits 01 -> word 0 bits 30-31, high bit 1 -> word 1 bit 0
+    codes[21, 1] = 0b011  # bit 0 (1) -> word 1 bit 31, bits 1-2 (01) -> word 2 bits 0-1
+    q = pack(codes, spec)
+    assert q.shape == (3, 2) and q.dtype == np.int32
+    np.testing.assert_array_equal(q.view(np.uint32), [[0x40000000, 0], [0x00000001, 0x80000000], [0, 0x00000001]])
+    np.testing.assert_array_equal(unpack(q, spec), codes)
+    # Codes 0..31 mod 8 in order: the whole 96-bit block written out by hand, 3 bits per code.
+    seq = (np.arange(32) % 8)[:, None]
+    block = sum(int(c) << (3 * i) for i, c in enumerate(seq[:, 0]))
+    want = [(block >> (32 * w)) & 0xFFFFFFFF for w in range(3)]
+    assert want[0] & 0xF == 0b1000 and want[0] >> 30 == 0b10  # code 1 at bits 3-5, code 10 (=2) low bits
+    np.testing.assert_array_equal(pack(seq, spec).view(np.uint32)[:, 0], want)
+
+
+@pytest.mark.parametrize("bits", WIDE)
+def test_multiword_pack_vs_bit_loop(bits: int) -> None:
+    spec = wide_spec(bits)
+    words, per = _block_layout(bits)
+    assert (spec.words, spec.per_word) == (words, per)
+    rng = np.random.default_rng(bits)
+    K, N = per * 5, 7
+    codes = rng.integers(0, 1 << bits, size=(K, N))
+    codes[:, 0] = (1 << bits) - 1  # every field at its maximum, straddling ones included
+    codes[:, 1] = 0
+    q = pack(codes, spec)
+    np.testing.assert_array_equal(q, _pack_bit_loop(codes, bits))
+    assert q.shape == (K * words // per, N)
+    np.testing.assert_array_equal(unpack(q, spec), codes)
+
+
+@st.composite
+def wide_spec_and_shape(draw: st.DrawFn) -> tuple[Spec, int, int]:
+    bits = draw(st.sampled_from(WIDE))
+    kind = draw(st.sampled_from(["unsigned", "signed", "biased"]))
+    bias = draw(st.integers(0, (1 << bits) - 1)) if kind == "biased" else None
+    return wide_spec(bits, kind, bias), draw(st.integers(0, 3)) * _block_layout(bits)[1], draw(st.integers(0, 6))
+
+
+@FAST
+@given(data=st.data(), sks=wide_spec_and_shape())
+def test_multiword_round_trips(data: st.DataObject, sks: tuple[Spec, int, int]) -> None:
+    spec, k, n = sks
+    bits = spec.source.bits
+    top = (1 << bits) - 1
+    codes = data.draw(arrays(np.int64, (k, n), elements=st.integers(0, top)))
+    if codes.size:
+        codes.flat[0], codes.flat[-1] = top, 0
+    q = pack(codes, spec)
+    assert q.dtype == np.int32 and q.shape == (k * spec.words // spec.per_word, n)
+    np.testing.assert_array_equal(unpack(q, spec), codes)
+    # Every word pattern is a valid block: unpack then pack gives the words back.
+    words = data.draw(arrays(np.uint32, q.shape, elements=st.integers(0, 2**32 - 1)))
+    np.testing.assert_array_equal(pack(unpack(words, spec), spec), words.view(np.int32))
+    # repack to another kind of the same width moves the bits unchanged.
+    other = wide_spec(bits, "signed" if spec.source.kind.value != "signed" else "unsigned")
+    np.testing.assert_array_equal(repack(q, spec, other), q)
+
+
+def test_multiword_errors() -> None:
+    spec = wide_spec(3)
+    with pytest.raises(ValueError, match=r"^qweight: 4 rows \(qweight.shape\[0\]\) is not a multiple of 3.*"
+                                         r"blocks of 3 int32 words holding 32 rows.*expected shape \(K \* 3 / 32, N\), "
+                                         r"got \(4, 2\) int32"):
+        unpack(np.zeros((4, 2), dtype=np.int32), spec)
+    with pytest.raises(ValueError, match=r"^qweight: 5 rows"):
+        repack(np.zeros((5, 2), dtype=np.int32), spec, wide_spec(3, "signed"))
+    with pytest.raises(ValueError, match=r"^codes: K=48 \(codes.shape\[0\]\) is not a multiple of 32.*block of 3 "
+                                         r"32-bit words packed along K"):
+        pack(np.zeros((48, 2), dtype=np.int32), spec)
+    with pytest.raises(ValueError, match=r"^codes:.*\[0, 8\).*max 8"):
+        pack(np.full((32, 1), 8), spec)
+    with pytest.raises(ValueError, match=r"source\.bits.*3-bit.*4-bit"):
+        repack(np.zeros((3, 1), dtype=np.int32), spec, make_spec(4, "K"))
+    with pytest.raises(ValueError, match=r"zeros\.mode"):
+        pack_zeros(np.zeros((1, 32), dtype=np.int32), spec)
+
+
+def test_multiword_agrees_with_reference_dequantizer() -> None:
+    from dqgen.reference import dequantize_reference
+
+    rng = np.random.default_rng(1)
+    for bits in WIDE:
+        spec = wide_spec(bits, "biased", bias=1 << (bits - 1))
+        codes = rng.integers(0, 1 << bits, size=(spec.per_word * 2, 8))
+        w = dequantize_reference(spec, pack(codes, spec), np.ones((1, 8), dtype=np.float16))
+        np.testing.assert_array_equal(w.astype(np.int64), codes - (1 << (bits - 1)))
+
+
+ML_FLOAT = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml_dtypes.float4_e2m1fn}
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1"])
+@pytest.mark.parametrize("axis", ["N", "K"])
+def test_float_codes_are_raw_bit_patterns(fmt: str, axis: str) -> None:
+    bits = 4 if fmt == "e2m1" else 8
+    spec = src_spec({"bits": bits, "kind": "float", "format": fmt}, axis)
+    p = 32 // bits
+    rng = np.random.default_rng(2)
+    codes = rng.integers(0, 1 << bits, size=(p * 4, p * 4))
+    codes[0, :] = np.arange(p * 4) % (1 << bits)
+    q = pack(codes, spec)
+    np.testing.assert_array_equal(unpack(q, spec), codes)
+    # An ml_dtypes array of the spec's format is packed as its bits.
+    as_ml = codes.astype(np.uint8).view(ML_FLOAT[fmt])
+    np.testing.assert_array_equal(pack(as_ml, spec), q)
+    # ... and means the same values to the reference (scale 1; NaN codes compare as NaN).
+    from dqgen.reference import dequantize_reference
+
+    w = dequantize_reference(spec, q, np.ones((1, codes.shape[1]), dtype=ml_dtypes.bfloat16)).astype(np.float64)
+    np.testing.assert_array_equal(w, as_ml.astype(np.float64))
+
+
+def test_e2m1_nibble_order_known_answer() -> None:
+    """e2m1 along K, sequential: row k of a word's run is nibble k (no [hi|lo] swap)."""
+    spec = src_spec({"bits": 4, "kind": "float", "format": "e2m1"}, "K")
+    vals = np.array([0.5, -0.0, 6.0, -6.0, 1.5, 0.0, -1.0, 3.0], dtype=np.float32)[:, None]
+    # OCP e2m1 codes: 0.5 = 0x1, -0 = 0x8, 6 = 0x7, -6 = 0xF, 1.5 = 0x3, 0 = 0x0, -1 = 0xA, 3 = 0x5.
+    assert int(pack(vals.astype(ml_dtypes.float4_e2m1fn), spec).view(np.uint32)[0, 0]) == 0x5A03F781
+
+
+def test_float_and_codebook_code_errors() -> None:
+    e4m3 = src_spec({"bits": 8, "kind": "float", "format": "e4m3"}, "N")
+    with pytest.raises(ValueError, match=r"^codes:.*\[0, 256\) \(raw 8-bit patterns of e4m3 codes\).*max 256"):
+        pack(np.full((1, 4), 256), e4m3)
+    with pytest.raises(ValueError, match=r"^codes:.*min -1"):
+        pack(np.full((1, 4), -1), e4m3)
+    with pytest.raises(ValueError, match=r"^codes: expected an integer array.*float8_e5m2"):
+        pack(np.zeros((1, 4), dtype=ml_dtypes.float8_e5m2), e4m3)  # another format's floats
+    with pytest.raises(ValueError, match=r"^codes: expected an integer array.*float32"):
+        pack(np.zeros((1, 4), dtype=np.float32), e4m3)
+    nf4 = src_spec({"bits": 4, "kind": "codebook", "codebook": "nf4"}, "K")
+    with pytest.raises(ValueError, match=r"^codes:.*4-bit indices into the nf4 codebook.*max 16"):
+        pack(np.full((8, 1), 16), nf4)
+    np.testing.assert_array_equal(unpack(pack(np.arange(16).reshape(16, 1), nf4), nf4)[:, 0], np.arange(16))
+
+
+def test_repack_float_codes_between_axes() -> None:
+    k_spec = src_spec({"bits": 4, "kind": "float", "format": "e2m1"}, "K")
+    n_spec = src_spec({"bits": 4, "kind": "float", "format": "e2m1"}, "N")
+    codes = np.random.default_rng(3).integers(0, 16, size=(16, 24))
+    out = repack(pack(codes, k_spec), k_spec, n_spec)
+    assert out.shape == (16, 3)
+    np.testing.assert_array_equal(unpack(out, n_spec), codes)
+    np.testing.assert_array_equal(repack(out, n_spec, k_spec), pack(codes, k_spec))

@@ -15,11 +15,15 @@ import numpy as np
 import pytest
 
 from dqgen.reference import (
+    _code_values,
+    _decode_e8m0_array,
     _round_array,
     _round_bits,
+    _round_to_bits_array,
     _sum_round_to_odd_array,
     dequantize_reference,
     element_value,
+    random_global_scale,
     random_inputs,
     shapes_for,
 )
@@ -64,11 +68,18 @@ EXTRA_SPECS: dict[str, dict] = {
 }
 
 
+def _integer_single_word(s: Spec) -> bool:
+    """Integer codes in single words with target-dtype scales: what sections 2-8 model. Minifloat,
+    codebook, block-scaled and multi-word specs are modelled in section 9."""
+    return s.source.kind.value in ("unsigned", "signed", "biased") and s.words == 1 and not s.scales.block
+
+
 def _all_specs() -> list:
     # The layout/zero tests below model AWQ-style zeros and row // group groups; shipped specs with
     # other zero modes or act-order are covered by MODE_SPECS and the act-order tests further down.
     shipped = [load_spec(p) for p in SPEC_FILES]
-    params = [pytest.param(s, id=s.name) for s in shipped if s.zeros.mode in ("none", "integer") and not s.act_order]
+    params = [pytest.param(s, id=s.name) for s in shipped
+              if s.zeros.mode in ("none", "integer") and not s.act_order and _integer_single_word(s)]
     params += [pytest.param(load_spec(d), id=name) for name, d in EXTRA_SPECS.items()]
     return params
 
@@ -994,3 +1005,740 @@ def test_g_idx_errors() -> None:
     assert "2 such entries" in msg
     expect(r"^g_idx: spec has act_order false but g_idx was given", g, off)
     expect(r"^g_idx: spec has act_order false", np.arange(K, dtype=np.int32) // 16, off)
+
+
+# ----------------------------------------------------------------------------------------------
+# 9. Formats of issue #5 (docs/formats.md): minifloats, codebooks, block scales, global scale,
+#    multi-word (3-bit GPTQ) packing. Expected values come from ml_dtypes, exact Fractions and a
+#    plain Python big-integer packer.
+# ----------------------------------------------------------------------------------------------
+
+ML_SOURCE = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml_dtypes.float4_e2m1fn}
+E8M0 = ml_dtypes.float8_e8m0fnu
+E4M3 = ml_dtypes.float8_e4m3fn
+
+
+def _ml_values(dt: type, n: int) -> np.ndarray:
+    """float64 values of the bit patterns 0..n-1 read as an ml_dtypes type."""
+    return np.arange(n, dtype=np.uint8).view(dt).astype(np.float64)
+
+
+def _nspec(name: str, source: dict, *, target: str = "fp16", axis: str = "K", gs: int = -1,
+           sdtype: str | None = None, glob: bool = False, mode: str = "none", act_order: bool = False) -> Spec:
+    scales: dict = {"group_size": gs}
+    if sdtype is not None:
+        scales["dtype"] = sdtype
+    if glob:
+        scales["global_scale"] = True
+    return load_spec({"name": name, "source": source, "target": target, "packing": {"axis": axis},
+                      "scales": scales, "zeros": {"mode": mode}, "act_order": act_order})
+
+
+def _fp(fmt: str) -> dict:
+    return {"bits": {"e4m3": 8, "e5m2": 8, "e2m1": 4}[fmt], "kind": "float", "format": fmt}
+
+
+E2M1 = {"bits": 4, "kind": "float", "format": "e2m1"}
+
+
+def _mxfp4(target: str = "bf16") -> Spec:
+    return _nspec(f"mxfp4_{target}", E2M1, target=target, gs=32, sdtype="e8m0")
+
+
+def _nvfp4(target: str = "bf16") -> Spec:
+    return _nspec(f"nvfp4_{target}", E2M1, target=target, gs=16, sdtype="e4m3", glob=True)
+
+
+def _inf_bits(spec: Spec, neg: bool) -> int:
+    # IEEE facts: fp16 inf is 0x7C00, bf16 inf is 0x7F80; the sign is the top bit.
+    return (0x7C00 if spec.target.value == "fp16" else 0x7F80) | (0x8000 if neg else 0)
+
+
+def _is_nan_bits(spec: Spec, b: int) -> bool:
+    exp_mask, man_mask = (0x7C00, 0x03FF) if spec.target.value == "fp16" else (0x7F80, 0x007F)
+    return (b & exp_mask) == exp_mask and (b & man_mask) != 0
+
+
+def _model_product(spec: Spec, factors: list[float]) -> int | None:
+    """round_target(prod(factors)) with one rounding, IEEE specials; None means NaN."""
+    if any(math.isnan(f) for f in factors):
+        return None
+    p = 1.0
+    for f in factors:
+        p = p * f  # only for the IEEE special cases below (inf * 0 = NaN, signs)
+    neg = sum(_neg(f) for f in factors) % 2 == 1
+    if any(math.isinf(f) for f in factors):
+        return None if math.isnan(p) else _inf_bits(spec, neg)
+    exact = Fraction(1)
+    for f in factors:
+        exact *= Fraction(f)
+    return _target_bits(spec, exact, neg)
+
+
+def _model_nvfp4(spec: Spec, cv: float, s: float, g: float) -> int | None:
+    """round_target(round_fp32(cv * s * g)), from docs/formats.md; None means NaN."""
+    if math.isnan(cv) or math.isnan(s) or math.isnan(g):
+        return None
+    neg = (_neg(cv) + _neg(s) + _neg(g)) % 2 == 1
+    exact = Fraction(cv) * Fraction(s) * Fraction(g)
+    f32 = (-0.0 if neg else 0.0) if exact == 0 else _rne(exact, 8, 23)
+    if math.isinf(f32):
+        return _inf_bits(spec, f32 < 0)
+    return _target_bits(spec, Fraction(f32), _neg(f32))
+
+
+def _assert_bits(spec: Spec, W: np.ndarray, want: list | np.ndarray, where: str = "") -> None:
+    got = _bits16(W).reshape(-1)
+    want_l = list(np.asarray(want, dtype=object).reshape(-1))
+    bad = []
+    for i, (g, w) in enumerate(zip(got, want_l)):
+        if w is None:
+            if not _is_nan_bits(spec, int(g)):
+                bad.append((i, hex(int(g)), "NaN"))
+        elif int(g) != int(w):
+            bad.append((i, hex(int(g)), hex(int(w))))
+    assert not bad, (where, len(bad), bad[:6])
+
+
+def _pack_blocks_py(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Pack W[K, N] along K GPTQ-style with Python big integers: block b is the integer
+    sum(code_i << bits*i) over its 32*words/bits rows, cut into little-endian 32-bit words."""
+    words = bits // math.gcd(bits, 32)
+    per = 32 * words // bits
+    K, N = codes.shape
+    out = np.zeros((K // per * words, N), dtype=np.uint32)
+    for b in range(K // per):
+        for n in range(N):
+            block = 0
+            for i in range(per):
+                c = int(codes[b * per + i, n])
+                assert 0 <= c < 2**bits
+                block |= c << (bits * i)
+            for w in range(words):
+                out[b * words + w, n] = (block >> (32 * w)) & 0xFFFFFFFF
+    return out.view(np.int32)
+
+
+def _unpack_blocks_py(qweight: np.ndarray, bits: int) -> np.ndarray:
+    words = bits // math.gcd(bits, 32)
+    per = 32 * words // bits
+    q = qweight.view(np.uint32)
+    R, N = q.shape
+    out = np.zeros((R // words * per, N), dtype=np.int64)
+    for b in range(R // words):
+        for n in range(N):
+            block = sum(int(q[b * words + w, n]) << (32 * w) for w in range(words))
+            for i in range(per):
+                out[b * per + i, n] = (block >> (bits * i)) & (2**bits - 1)
+    return out
+
+
+# -- minifloat decoding, every code --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1"])
+def test_minifloat_code_values_every_code_vs_ml_dtypes(fmt: str) -> None:
+    spec = _nspec(f"f_{fmt}", _fp(fmt))
+    n = 2**spec.source.bits
+    got = _code_values(spec)
+    want = _ml_values(ML_SOURCE[fmt], n)
+    assert got.shape == (n,)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(got[ok], want[ok])
+    np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]))  # -0 included
+    for q in range(n):
+        v = element_value(spec, q)
+        assert (math.isnan(v) and math.isnan(want[q])) or (v == want[q] and _neg(v) == _neg(want[q]))
+
+
+def test_minifloat_known_facts() -> None:
+    """Facts from the OCP OFP8 / MX specifications, independent of any implementation."""
+    e4m3 = _code_values(_nspec("a", _fp("e4m3")))
+    assert math.isnan(e4m3[0x7F]) and math.isnan(e4m3[0xFF])
+    assert np.isnan(e4m3).sum() == 2  # no inf, only S.1111.111 is NaN
+    assert e4m3[0x7E] == 448.0 and e4m3[0xFE] == -448.0
+    assert e4m3[0x01] == 2.0**-9 and e4m3[0x07] == 7 * 2.0**-9 and e4m3[0x08] == 2.0**-6
+    assert e4m3[0x38] == 1.0 and e4m3[0x80] == 0.0 and _neg(e4m3[0x80])
+    e5m2 = _code_values(_nspec("b", _fp("e5m2")))
+    assert e5m2[0x7C] == math.inf and e5m2[0xFC] == -math.inf
+    assert all(math.isnan(e5m2[c]) for c in (0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF))
+    assert e5m2[0x7B] == 57344.0 and e5m2[0x01] == 2.0**-16 and e5m2[0x3C] == 1.0
+    e2m1 = _code_values(_nspec("c", E2M1))
+    assert list(e2m1[:8]) == [0, 0.5, 1, 1.5, 2, 3, 4, 6]
+    assert list(e2m1[8:]) == [-0.0, -0.5, -1, -1.5, -2, -3, -4, -6] and _neg(e2m1[8])
+
+
+@pytest.mark.parametrize("target", ["fp16", "bf16"])
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1"])
+@pytest.mark.parametrize("axis", ["N", "K"])
+def test_minifloat_dequant_every_code_scale_one(fmt: str, target: str, axis: str) -> None:
+    """All codes through the whole reference with scale 1: ml_dtypes' value, exact in the target;
+    NaN codes give NaN; -0 keeps its sign (ROCm PR#11290: e2m1 0x8 came out as +32768)."""
+    spec = _nspec(f"f_{fmt}", _fp(fmt), target=target, axis=axis)
+    n = 2**spec.source.bits
+    p = 32 // spec.source.bits
+    codes = np.tile(np.arange(n), 2).reshape(1, -1) if axis == "N" else np.tile(np.arange(n), 2).reshape(-1, 1)
+    if axis == "K":
+        codes = np.repeat(codes, p, axis=1)  # a few columns, all the same
+    qweight = _pack_words(codes, spec, axis)
+    scales = np.ones((1, codes.shape[1]), dtype=_target_dtype(spec))
+    W = dequantize_reference(spec, qweight, scales)
+    assert W.shape == codes.shape and W.dtype == _target_dtype(spec)
+    vals = _ml_values(ML_SOURCE[fmt], n)[codes]
+    want = [None if math.isnan(v) else (_inf_bits(spec, v < 0) if math.isinf(v) else _target_bits(spec, Fraction(v), _neg(v)))
+            for v in vals.reshape(-1)]
+    _assert_bits(spec, W, want, fmt)
+    # The same, through numpy / ml_dtypes casts (exact: every code value fits the target).
+    ok = ~np.isnan(vals)
+    np.testing.assert_array_equal(_bits16(W)[ok], vals[ok].astype(np.float32).astype(_target_dtype(spec)).view(np.uint16))
+
+
+@pytest.mark.parametrize("target", ["fp16", "bf16"])
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1"])
+def test_minifloat_times_target_scales_exact(fmt: str, target: str) -> None:
+    """round_target(code_value * s), one rounding, against exact rationals: every code against wide,
+    signed, zero and -0 scales (inf * 0 is NaN, inf * -s is -inf)."""
+    spec = _nspec(f"f_{fmt}", _fp(fmt), target=target, axis="N", gs=16)
+    n = 2**spec.source.bits
+    K, N = 64, n
+    rng = np.random.default_rng(50)
+    codes = (np.arange(N)[None, :] + rng.integers(0, n, size=(K, 1))) % n  # every code in every row
+    scales = _wide_scales(spec, (K // 16, N), rng)
+    scales[1, :4] = np.array([0.0, -0.0, -1.0, 2.0**-20], dtype=np.float64).astype(_target_dtype(spec))
+    W = dequantize_reference(spec, _pack_words(codes, spec, "N"), scales)
+    cv = _ml_values(ML_SOURCE[fmt], n)
+    s64 = scales.astype(np.float64)
+    want = [[_model_product(spec, [float(cv[codes[k, c]]), float(s64[k // 16, c])]) for c in range(N)] for k in range(K)]
+    _assert_bits(spec, W, want, fmt)
+
+
+# -- e8m0 block scales (MXFP4) -------------------------------------------------------------------
+
+
+def test_e8m0_decode_every_code_vs_ml_dtypes() -> None:
+    got = _decode_e8m0_array(np.arange(256, dtype=np.int64))
+    want = _ml_values(E8M0, 256)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert math.isnan(got[0xFF]) and np.isnan(got).sum() == 1
+    np.testing.assert_array_equal(got[:255], want[:255])
+    assert got[0] == 2.0**-127 and got[127] == 1.0 and got[254] == 2.0**127  # 2^(E - 127)
+
+
+@pytest.mark.parametrize("target", ["fp16", "bf16"])
+def test_mxfp4_every_scale_code_every_element_code(target: str) -> None:
+    """One block row, 256 columns: column n has scale code n, and each column runs through all 16
+    e2m1 codes twice. value = round_target(e2m1 * 2^(E - 127)) with one rounding; 0xFF is NaN."""
+    spec = _mxfp4(target)
+    K, N = 32, 256
+    codes = (np.arange(K)[:, None] + np.arange(N)[None, :]) % 16
+    qweight = _pack_words(codes, spec, "K")
+    sc = np.arange(256, dtype=np.uint8).reshape(1, N)
+    W = dequantize_reference(spec, qweight, sc)
+    e2m1 = _ml_values(ML_SOURCE["e2m1"], 16)
+    e8 = _ml_values(E8M0, 256)
+    want = [[_model_product(spec, [float(e2m1[codes[k, n]]), float(e8[n])]) for n in range(N)] for k in range(K)]
+    _assert_bits(spec, W, want, "mxfp4")
+    if target == "bf16":
+        # bf16 holds 2^-127 (subnormal) .. 6 * 2^127: nothing under- or overflows except 6 * 2^127, 4 * 2^127.
+        assert (np.abs(W.astype(np.float64))[:, :255][codes[:, :255] % 8 != 0] > 0).all()
+    # ml_dtypes float8_e8m0fnu scales are read as their bytes.
+    W2 = dequantize_reference(spec, qweight, sc.view(E8M0))
+    np.testing.assert_array_equal(_bits16(W2), _bits16(W))
+
+
+# -- e4m3 block scales + fp32 global scale (NVFP4) ----------------------------------------------
+
+
+def _nvfp4_every_scale_case(spec: Spec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """K = 256 rows (16 blocks of 16), N = 16: block (g, n) has e4m3 scale code 16g + n (all 256)."""
+    K, N = 256, 16
+    codes = rng.integers(0, 16, size=(K, N))
+    codes[:16, :] = np.arange(16)[:, None]  # every element code in every column once
+    return codes, _pack_words(codes, spec, "K"), np.arange(256, dtype=np.uint8).reshape(16, N)
+
+
+GLOBALS = [2.0**-20 * (1 + 5 * 2.0**-23), 2.0**-24, 1.0, (1 + 2.0**-23) * 2.0**-3, 2.0**-126, 2.0**-140, 1.5 * 2.0**127, -0.75]
+
+
+@pytest.mark.parametrize("target", ["fp16", "bf16"])
+@pytest.mark.parametrize("g", GLOBALS)
+def test_nvfp4_every_scale_code_exact(target: str, g: float) -> None:
+    spec = _nvfp4(target)
+    gs = np.array([g], dtype=np.float32)
+    assert float(gs[0]) == g  # the test values are fp32 numbers
+    codes, qweight, sc = _nvfp4_every_scale_case(spec, np.random.default_rng(60))
+    W = dequantize_reference(spec, qweight, sc, global_scale=gs)
+    e2m1 = _ml_values(ML_SOURCE["e2m1"], 16)
+    e4 = _ml_values(E4M3, 256)
+    s64 = e4[sc.astype(np.int64)]
+    K, N = codes.shape
+    want = [[_model_nvfp4(spec, float(e2m1[codes[k, n]]), float(s64[k // 16, n]), g) for n in range(N)] for k in range(K)]
+    _assert_bits(spec, W, want, f"nvfp4 g={g}")
+    # ml_dtypes float8_e4m3fn scales and a 0-d global scale are accepted.
+    W2 = dequantize_reference(spec, qweight, sc.view(E4M3), global_scale=gs.reshape(()))
+    np.testing.assert_array_equal(_bits16(W2), _bits16(W))
+
+
+def test_nvfp4_tiny_global_scale_bf16_does_not_underflow() -> None:
+    """vllm PRs #37135 / #34577: with global scale 2^-20 the bf16 result is representable where
+    e2m1 * e4m3 * g >= 2^-133, although e4m3(s) * g (or the whole product) underflows fp16. Every such
+    element must be nonzero and equal the exactly computed double rounding."""
+    spec = _nvfp4("bf16")
+    rng = np.random.default_rng(61)
+    codes, qweight, sc = _nvfp4_every_scale_case(spec, rng)
+    g = float(np.float32(2.0**-20 * 1.2345678))
+    W = dequantize_reference(spec, qweight, sc, global_scale=np.array([g], dtype=np.float32)).astype(np.float64)
+    e2m1 = _ml_values(ML_SOURCE["e2m1"], 16)
+    s64 = _ml_values(E4M3, 256)[sc.astype(np.int64)]
+    exact = e2m1[codes] * np.repeat(s64, 16, axis=0) * g  # float64, exact (<= 30 significant bits)
+    finite = ~np.isnan(exact)
+    representable = finite & (np.abs(exact) >= 2.0**-133)
+    assert representable.sum() > 3000
+    assert (W[representable] != 0).all()
+    # Where scaling in fp16 first would lose everything: e4m3(s) * g below half fp16's smallest subnormal.
+    fp16_first = (np.repeat(s64, 16, axis=0) * g).astype(np.float16).astype(np.float64)
+    lost = representable & (fp16_first == 0)
+    assert lost.sum() > 100 and (W[lost] != 0).all()
+    rel = np.abs(W[representable] - exact[representable]) / np.abs(exact[representable])
+    normal = np.abs(exact[representable]) >= 2.0**-126
+    assert (rel[normal] <= 2.0**-8 * (1 + 2.0**-16)).all()  # within half a bf16 ulp (plus the fp32 step)
+
+
+def test_nvfp4_fp32_step_is_observable() -> None:
+    """Cases where round_bf16(round_fp32(x)) != round_bf16(x): the fp32 rounding lands on a bf16 tie.
+    Found by search (numpy's float64 -> float32 cast is correctly rounded), then checked one by one."""
+    spec = _nvfp4("bf16")
+    e2m1 = _ml_values(ML_SOURCE["e2m1"], 16)
+    e4 = _ml_values(E4M3, 256)
+    rng = np.random.default_rng(62)
+    cs = [(q, s) for q in range(1, 8) for s in range(0x08, 0x7F)]  # positive normal scales
+    g_all = rng.uniform(1.0, 2.0, 200_000).astype(np.float32).astype(np.float64)
+    found: tuple[float, list[tuple[int, int]]] | None = None
+    for q, s in cs:
+        x = float(e2m1[q] * e4[s]) * g_all  # exact in float64
+        f32 = x.astype(np.float32)
+        tie = ((f32.view(np.uint32) & 0xFFFF) == 0x8000) & (f32.astype(np.float64) != x)
+        for i in np.nonzero(tie)[0][:4]:
+            g = float(g_all[i])
+            single = _target_bits(spec, Fraction(float(e2m1[q])) * Fraction(float(e4[s])) * Fraction(g), False)
+            if single != _model_nvfp4(spec, float(e2m1[q]), float(e4[s]), g):
+                # Every (code, scale) pair that double-rounds differently with this g.
+                keep = [(q2, s2) for q2, s2 in cs
+                        if _model_nvfp4(spec, float(e2m1[q2]), float(e4[s2]), g)
+                        != _target_bits(spec, Fraction(float(e2m1[q2])) * Fraction(float(e4[s2])) * Fraction(g), False)]
+                found = (g, keep)
+                break
+        if found:
+            break
+    assert found is not None
+    g, keep = found
+    N = len(keep)
+    codes = np.zeros((16, N), dtype=np.int64)
+    codes[0, :] = [q for q, _ in keep]
+    sc = np.array([[s for _, s in keep]], dtype=np.uint8)
+    W = dequantize_reference(spec, _pack_words(codes, spec, "K"), sc, global_scale=np.array([g], np.float32))
+    for n, (q, s) in enumerate(keep):
+        double = _model_nvfp4(spec, float(e2m1[q]), float(e4[s]), g)
+        single = _target_bits(spec, Fraction(float(e2m1[q])) * Fraction(float(e4[s])) * Fraction(g), False)
+        assert int(_bits16(W)[0, n]) == double != single
+
+
+@pytest.mark.parametrize("target", ["fp16", "bf16"])
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+@pytest.mark.parametrize("seed", [0, 1, 2, 5])
+def test_block_scaled_random_inputs_vectorized(fmt: str, target: str, seed: int) -> None:
+    """A whole random_inputs tensor against a numpy model: test-side nibble unpacking, ml_dtypes
+    decoding, float64 products (exact) and numpy's correctly rounded casts."""
+    spec = _mxfp4(target) if fmt == "mxfp4" else _nvfp4(target)
+    K, N = 512, 128
+    q, s, z, gi = random_inputs(spec, K, N, seed)
+    gsc = random_global_scale(spec, seed)
+    assert z is None and gi is None
+    assert (gsc is None) == (fmt == "mxfp4")
+    W = _bits16(dequantize_reference(spec, q, s, global_scale=gsc))
+    codes = _unpack_fields(q, 4).transpose(0, 2, 1).reshape(K, N)
+    cv = _ml_values(ML_SOURCE["e2m1"], 16)[codes]
+    gsz = spec.scales.group_size
+    sv = np.repeat(_ml_values(E8M0 if fmt == "mxfp4" else E4M3, 256)[s.astype(np.int64)], gsz, axis=0)
+    x = cv * sv
+    with np.errstate(over="ignore", invalid="ignore"):
+        if fmt == "nvfp4":
+            assert gsc is not None
+            x = (x * float(gsc[0])).astype(np.float32).astype(np.float64)  # one fp32 rounding
+        if target == "fp16":
+            want = x.astype(np.float16).view(np.uint16)
+        else:
+            want = x.astype(np.float32).astype(BF16).view(np.uint16)  # float32 step exact (or inf both ways)
+    nan = np.isnan(x)
+    assert nan.any() and (~nan).any()
+    np.testing.assert_array_equal(W[~nan], want[~nan])
+    assert all(_is_nan_bits(spec, int(b)) for b in W[nan])
+
+
+# -- random block scales and global scales -------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+def test_random_block_scales_cover_codes_and_are_structured(fmt: str) -> None:
+    spec = _mxfp4() if fmt == "mxfp4" else _nvfp4()
+    K, N = 2048, 256
+    q, s, _, _ = random_inputs(spec, K, N, seed=3)
+    G = K // spec.scales.group_size
+    assert s.dtype == np.uint8 and s.shape == (G, N) == shapes_for(spec, K, N)["scales"]
+    assert set(np.unique(s).tolist()) == set(range(256))  # every code, the NaN ones included
+    # Mostly realistic: e8m0 exponents near 2^0, e4m3 scales positive normal numbers.
+    if fmt == "mxfp4":
+        realistic = (s >= 127 - 12) & (s <= 127 + 4)
+    else:
+        realistic = (s >= 0x08) & (s < 0x78)
+    assert realistic.mean() > 0.9
+    # Neighbouring blocks along K and along N differ (random exponents would repeat).
+    assert (s[1:, :] != s[:-1, :]).mean() > 0.95 and (s[:, 1:] != s[:, :-1]).mean() > 0.95
+    # So a scale read from the neighbouring block changes most nonzero elements.
+    gsc = random_global_scale(spec, 2)
+    W = dequantize_reference(spec, q, s, global_scale=gsc).astype(np.float64)
+    W_shift = dequantize_reference(spec, q, np.roll(s, 1, axis=0), global_scale=gsc).astype(np.float64)
+    ok = np.isfinite(W) & np.isfinite(W_shift) & (W != 0)
+    assert (W[ok] != W_shift[ok]).mean() > 0.9
+    # Deterministic per seed.
+    assert np.array_equal(random_inputs(spec, K, N, seed=3)[1], s)
+    assert not np.array_equal(random_inputs(spec, K, N, seed=4)[1], s)
+
+
+def test_random_global_scale() -> None:
+    assert random_global_scale(_mxfp4(), 0) is None
+    assert random_global_scale(_spec("gptq_int4_fp16"), 0) is None
+    spec = _nvfp4()
+    exps = set()
+    for seed in range(14):
+        g = random_global_scale(spec, seed)
+        assert g is not None and g.dtype == np.float32 and g.shape == (1,)
+        v = float(g[0])
+        assert math.isfinite(v) and v > 0
+        exps.add(math.frexp(v)[1])
+        assert np.array_equal(random_global_scale(spec, seed), g)
+    assert len(exps) >= 5
+    assert min(exps) <= -19  # 2^-20 and below: fp16 casting before scaling would underflow
+    assert max(exps) >= 1
+    tiny = float(random_global_scale(spec, 0)[0])
+    assert tiny * 2.0**-9 < 2.0**-25  # the smallest e4m3 scale times it underflows fp16 ...
+    assert tiny * 2.0**-9 * 0.5 >= 2.0**-133  # ... but not bf16
+
+
+# -- global scale / block scale errors ----------------------------------------------------------
+
+
+def test_block_scale_and_global_scale_errors() -> None:
+    nv, mx, plain = _nvfp4(), _mxfp4(), _spec("gptq_int4_fp16")
+    q, s, _, _ = random_inputs(nv, 64, 32, 0)
+    g = random_global_scale(nv, 0)
+    mq, ms, _, _ = random_inputs(mx, 64, 32, 0)
+    pq, ps, _, _ = random_inputs(plain, 128, 32, 0)
+
+    def expect(pattern: str, call) -> None:
+        with pytest.raises(ValueError, match=pattern):
+            call()
+
+    expect(r"^global_scale: required for scales.global_scale", lambda: dequantize_reference(nv, q, s))
+    expect(r"^global_scale: expected a 1-element float32 array, got \(1,\) float64",
+           lambda: dequantize_reference(nv, q, s, global_scale=g.astype(np.float64)))
+    expect(r"^global_scale: expected a 1-element float32 array, got \(2,\) float32",
+           lambda: dequantize_reference(nv, q, s, global_scale=np.ones(2, np.float32)))
+    expect(r"^global_scale: expected a 1-element float32 numpy array, got float",
+           lambda: dequantize_reference(nv, q, s, global_scale=0.5))
+    expect(r"^global_scale: spec has scales.global_scale false", lambda: dequantize_reference(mx, mq, ms, global_scale=g))
+    expect(r"^global_scale: spec has scales.global_scale false", lambda: dequantize_reference(plain, pq, ps, global_scale=g))
+    expect(r"^scales: expected uint8 e4m3 block-scale codes \(or ml_dtypes float8_e4m3fn\)",
+           lambda: dequantize_reference(nv, q, s.astype(BF16), global_scale=g))
+    expect(r"^scales: expected uint8 e4m3", lambda: dequantize_reference(nv, q, s.view(E8M0), global_scale=g))
+    expect(r"^scales: expected uint8 e8m0", lambda: dequantize_reference(mx, mq, ms.view(E4M3)))
+    expect(r"^scales: expected uint8 e8m0", lambda: dequantize_reference(mx, mq, ms.view(np.int8)))
+    expect(r"^scales: expected shape \(4, 32\) uint8 \(e4m3 codes\)", lambda: dequantize_reference(nv, q, s[:2], global_scale=g))
+    expect(r"^scales: expected dtype float16", lambda: dequantize_reference(plain, pq, ps.view(np.uint16).astype(np.uint8)))
+    assert shapes_for(nv, 64, 32) == {"qweight": (8, 32), "scales": (4, 32), "global_scale": (1,)}
+    assert shapes_for(mx, 64, 32) == {"qweight": (8, 32), "scales": (2, 32)}
+
+
+# -- codebooks -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["fp16", "bf16"])
+def test_nf4_values_and_scaling(target: str) -> None:
+    """nf4: each codebook value rounded once to the target, then the product with the scale rounded
+    once more. The codebook is taken from the spec (the published QLoRA table); the rounding is exact
+    rational arithmetic here."""
+    spec = _nspec(f"nf4_{target}", {"bits": 4, "kind": "codebook", "codebook": "nf4"}, target=target, axis="N", gs=32)
+    cb = spec.source.codebook_values
+    assert len(cb) == 16 and cb[0] == -1.0 and cb[7] == 0.0 and cb[15] == 1.0
+    ebits, mbits = _fmt(spec)
+    cb_t = [_rne(Fraction(v), ebits, mbits) for v in cb]
+    table = _code_values(spec)
+    np.testing.assert_array_equal(table, np.array(cb_t))
+    assert table[0] == -1.0 and table[7] == 0.0 and table[15] == 1.0
+    for q in range(16):
+        assert element_value(spec, q) == cb_t[q]
+    K, N = 128, 64
+    rng = np.random.default_rng(70)
+    codes = rng.integers(0, 16, size=(K, N))
+    scales = _wide_scales(spec, (K // 32, N), rng)
+    W = dequantize_reference(spec, _pack_words(codes, spec, "N"), scales)
+    s64 = scales.astype(np.float64)
+    want = [[_model_product(spec, [cb_t[codes[k, n]], float(s64[k // 32, n])]) for n in range(N)] for k in range(K)]
+    _assert_bits(spec, W, want, "nf4")
+    # The two roundings are observable: rounding the unrounded codebook value times s once differs somewhere.
+    single = [[_target_bits(spec, Fraction(cb[codes[k, n]]) * Fraction(float(s64[k // 32, n])),
+                            (cb[codes[k, n]] < 0) != _neg(float(s64[k // 32, n])))
+               for n in range(N)] for k in range(K)]
+    assert (np.array(single, dtype=np.int64) != _bits16(W).astype(np.int64)).any()
+
+
+@pytest.mark.parametrize("book", [[-2.5, 0.1, 3.0, 1 / 3, -0.0, 7.77], [0.3, -1.7, 1e-3], [5.0], [0.1 * i for i in range(15)]])
+def test_short_user_codebook(book: list[float]) -> None:
+    """A user codebook with fewer than 2^bits entries: codes past the end are 0; -0.0 stays -0."""
+    bits = 4
+    spec_dict = {"name": "cb", "source": {"bits": bits, "kind": "codebook", "codebook": book}, "target": "bf16",
+                 "packing": {"axis": "K"}, "scales": {"group_size": -1}}
+    spec = load_spec(spec_dict)
+    n = 2**bits
+    cb_t = [_rne(Fraction(v), 8, 7) if v != 0 else v for v in book] + [0.0] * (n - len(book))
+    table = _code_values(spec)
+    assert table.shape == (n,)
+    np.testing.assert_array_equal(table, np.array(cb_t))
+    np.testing.assert_array_equal(np.signbit(table), np.signbit(np.array(cb_t)))
+    K = spec.per_word * spec.words * 4
+    N = 8
+    rng = np.random.default_rng(71)
+    codes = rng.integers(0, n, size=(K, N))
+    codes[:n, 0] = np.arange(n)
+    qweight = _pack_words(codes, spec, "K")
+    scales = np.array([[1.0, -1.0, 0.75, 2.0**-100, 3.0, -0.0, 1e30, 0.1]]).astype(BF16)
+    W = dequantize_reference(spec, qweight, scales)
+    s64 = scales.astype(np.float64)
+    want = [[_model_product(spec, [cb_t[codes[k, c]], float(s64[0, c])]) for c in range(N)] for k in range(K)]
+    _assert_bits(spec, W, want, "user codebook")
+    assert (W.astype(np.float64)[codes >= len(book)] == 0).all()
+
+
+# -- multi-word blocks (3-bit GPTQ and other widths) ------------------------------------------------
+
+
+def _gptq3(target: str = "fp16", kind: str = "unsigned", bias: int | None = None, gs: int = 32,
+           mode: str = "none", act_order: bool = False, bits: int = 3) -> Spec:
+    src: dict = {"bits": bits, "kind": kind}
+    if bias is not None:
+        src["bias"] = bias
+    return _nspec(f"g{bits}", src, target=target, gs=gs, mode=mode, act_order=act_order)
+
+
+def test_three_bit_straddling_codes_by_hand() -> None:
+    """docs/formats.md: 3-bit code 10 = bits 30-31 of word 0 and bit 0 of word 1; code 21 = bit 31 of
+    word 1 and bits 0-1 of word 2."""
+    spec = _gptq3()
+    assert spec.words == 3 and spec.per_word == 32
+    one = np.ones((1, 1), dtype=np.float16)
+    # Code 10 = 0b101: low bits 01 at word-0 bits 30-31, high bit 1 at word-1 bit 0.
+    q = np.array([[0x40000000], [0x00000001], [0]], dtype=np.uint32).view(np.int32)
+    W = dequantize_reference(spec, q, one).astype(np.float64)[:, 0]
+    assert W[10] == 5 and np.count_nonzero(W) == 1
+    # Code 21 = 0b111: bit 0 at word-1 bit 31, bits 1-2 at word-2 bits 0-1.
+    q = np.array([[0], [0x80000000], [0x00000003]], dtype=np.uint32).view(np.int32)
+    W = dequantize_reference(spec, q, one).astype(np.float64)[:, 0]
+    assert W[21] == 7 and np.count_nonzero(W) == 1
+    # Code 21 = 0b110: only word 2 (bits 0-1 = 0b11), word 1 bit 31 clear.
+    q = np.array([[0], [0], [0x00000003]], dtype=np.uint32).view(np.int32)
+    W = dequantize_reference(spec, q, one).astype(np.float64)[:, 0]
+    assert W[21] == 6 and np.count_nonzero(W) == 1
+    # Every field 7: the whole 96-bit block set.
+    q = np.full((3, 1), -1, dtype=np.int32)
+    np.testing.assert_array_equal(dequantize_reference(spec, q, one).astype(np.float64)[:, 0], np.full(32, 7.0))
+    # The Python packer agrees with the hand-written words.
+    codes = np.zeros((32, 1), dtype=np.int64)
+    codes[10, 0], codes[21, 0] = 5, 7
+    np.testing.assert_array_equal(_pack_blocks_py(codes, 3).view(np.uint32)[:, 0], [0x40000000, 0x80000001, 0x3])
+
+
+@pytest.mark.parametrize("bits", [3, 5, 6, 7])
+@pytest.mark.parametrize("kind,target", [("unsigned", "fp16"), ("signed", "bf16"), ("biased", "fp16")])
+def test_multiword_every_element_vs_python_packer(bits: int, kind: str, target: str) -> None:
+    spec = _gptq3(target, kind, bias=(2 ** (bits - 1) if kind == "biased" else None), gs=-1, bits=bits)
+    per = spec.per_word
+    assert spec.words == bits // math.gcd(bits, 32) and per == 32 * spec.words // bits
+    K, N = per * 6, 12
+    rng = np.random.default_rng(80 + bits)
+    codes = rng.integers(0, 2**bits, size=(K, N))
+    codes[0, 0], codes[1, 0] = 2**bits - 1, 0
+    qweight = _pack_blocks_py(codes, bits)
+    assert qweight.shape == shapes_for(spec, K, N)["qweight"] == (K * spec.words // per, N)
+    scales = _wide_scales(spec, (1, N), rng)
+    W = dequantize_reference(spec, qweight, scales)
+    s64 = scales.astype(np.float64)
+    want = [[_model_product(spec, [float(_value(spec, int(codes[k, n]))), float(s64[0, n])]) for n in range(N)]
+            for k in range(K)]
+    _assert_bits(spec, W, want, f"{bits}-bit")
+
+
+@pytest.mark.parametrize("mode", ["none", "float", "additive"])
+def test_three_bit_groups_zero_modes_act_order(mode: str) -> None:
+    """3-bit GPTQ with groups, the zero modes it allows, and act_order, against exact rationals."""
+    for act in (False, True):
+        spec = _gptq3("bf16" if act else "fp16", "unsigned", gs=32, mode=mode, act_order=act)
+        K, N = 128, 16
+        c = _exact_case(spec, K, N, seed=81)
+        qweight = _pack_blocks_py(c["codes"], 3)
+        W = _bits16(dequantize_reference(spec, qweight, c["scales"], c["zeros"], c["g_idx"]))
+        s64 = c["scales"].astype(np.float64)
+        for k in range(K):
+            g = int(c["rows"][k])
+            for n in range(N):
+                z = None if c["zval"] is None else c["zval"][g, n]
+                want = _model_element(spec, int(c["codes"][k, n]), float(s64[g, n]), z)
+                assert int(W[k, n]) == want, (act, k, n)
+
+
+def test_three_bit_shapes_and_errors() -> None:
+    spec = _gptq3(gs=128)
+    assert shapes_for(spec, 4096, 11008) == {"qweight": (384, 11008), "scales": (32, 11008)}
+    with pytest.raises(ValueError, match=r"K=48 is not a multiple of 32 \(32 3-bit codes per 3-word block"):
+        shapes_for(_gptq3(gs=-1), 48, 8)
+    q, s, _, _ = random_inputs(spec, 256, 64, 0)
+    assert q.shape == (24, 64) and q.dtype == np.int32
+    with pytest.raises(ValueError, match=r"^qweight: 23 rows \(qweight.shape\[0\]\) is not a multiple of 3.*"
+                                         r"expected shape \(K \* 3 / 32, N\), got \(23, 64\) int32"):
+        dequantize_reference(spec, q[:23], s)
+    with pytest.raises(ValueError, match=r"^qweight: K=224 \(from qweight.shape\[0\] / 3 \* 32\) is not a multiple of "
+                                         r"scales.group_size=128"):
+        dequantize_reference(spec, q[:21], s)
+    with pytest.raises(ValueError, match=r"^qweight: expected shape \(24, 64\) int32 .*got \(24, 63\) int32"):
+        dequantize_reference(spec, q[:, :63], s)
+    with pytest.raises(ValueError, match=r"^scales: expected shape \(2, 64\) float16 for K=256"):
+        dequantize_reference(spec, q, np.concatenate([s, s]))
+
+
+def test_three_bit_random_inputs_cover_codes() -> None:
+    spec = _gptq3(gs=64)
+    K, N = 256, 32
+    q, s, z, gi = random_inputs(spec, K, N, seed=7)
+    assert z is None and gi is None
+    assert q.shape == shapes_for(spec, K, N)["qweight"] == (24, 32)
+    codes = _unpack_blocks_py(q, 3)
+    assert codes.shape == (K, N)
+    for i in (10, 21):  # the straddling codes take every value too
+        assert set(codes[i::32].reshape(-1).tolist()) == set(range(8))
+    W = dequantize_reference(spec, q, s).astype(np.float64)
+    want = (codes * np.repeat(s.astype(np.float64), 64, axis=0)).astype(np.float16).astype(np.float64)
+    np.testing.assert_array_equal(W, want)
+
+
+# -- fp32 rounding used by the global-scale step --------------------------------------------------
+
+
+def test_round_fp32_matches_numpy() -> None:
+    rng = np.random.default_rng(90)
+    x = np.concatenate([
+        _wide_f64(rng, 30000, -160, 130),  # fp32 subnormals, normals and overflow
+        _ties_and_neighbours(23, -126, 127),
+        rng.integers(0x3600_0000_0000_0000, 0x47F0_0000_0000_0000, 20000, dtype=np.uint64).view(np.float64),
+        np.array([0.0, -0.0, np.inf, -np.inf, 2.0**-149, 2.0**-150, 3 * 2.0**-151]),
+    ])
+    got = _round_to_bits_array(x, 8, 23)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float32).view(np.uint32).astype(np.int64)
+    bad = np.nonzero(got != want)[0]
+    assert bad.size == 0, [(x[i], hex(got[i]), hex(want[i])) for i in bad[:5]]
+
+
+def test_independence_of_the_reference() -> None:
+    """The oracle imports nothing from dqgen but the spec (a shared bug would go unnoticed)."""
+    import ast
+
+    tree = ast.parse((ROOT / "dqgen" / "reference.py").read_text())
+    mods = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            mods.add(("." * node.level) + (node.module or ""))
+        elif isinstance(node, ast.Import):
+            mods.update(a.name for a in node.names)
+    dq = {m for m in mods if m.startswith(("dqgen", "."))}
+    assert dq == {"dqgen.spec"}, dq
+    assert "ml_dtypes" in mods  # only for the bfloat16 dtype and for reading ml_dtypes scale arrays
+
+
+# -- every shipped spec, whatever its format -----------------------------------------------------
+
+SHIPPED = [pytest.param(load_spec(p), id=p.stem) for p in SPEC_FILES]
+
+
+def _codes_generic(spec: Spec, qweight: np.ndarray, K: int, N: int) -> np.ndarray:
+    """Test-side unpacking of any layout: big-integer blocks for multi-word specs, else fields."""
+    if spec.words > 1:
+        return _unpack_blocks_py(qweight, spec.source.bits)
+    p, order = 32 // spec.source.bits, np.asarray(spec.order)
+    fields = _unpack_fields(qweight, spec.source.bits)
+    codes = np.empty((K, N), dtype=np.int64)
+    if spec.packing.axis == "N":
+        codes.reshape(K, N // p, p)[:, :, order] = fields
+    else:
+        codes.reshape(K // p, p, N)[:, order, :] = fields.transpose(0, 2, 1)
+    return codes
+
+
+def _code_value_generic(spec: Spec, q: int) -> float:
+    kind = spec.source.kind.value
+    if kind == "float":
+        return float(_ml_values(ML_SOURCE[spec.source.format.value], 2**spec.source.bits)[q])
+    if kind == "codebook":
+        cb = spec.source.codebook_values
+        if q >= len(cb):
+            return 0.0
+        return cb[q] if cb[q] == 0 else _rne(Fraction(cb[q]), *_fmt(spec))
+    return float(_value(spec, q))
+
+
+def _scale_values(spec: Spec, scales: np.ndarray) -> np.ndarray:
+    if not spec.scales.block:
+        return scales.astype(np.float64)
+    dt = E8M0 if spec.scales.dtype.value == "e8m0" else E4M3
+    return _ml_values(dt, 256)[scales.astype(np.int64)]
+
+
+@pytest.mark.parametrize("spec", SHIPPED)
+def test_shipped_spec_every_element(spec: Spec) -> None:
+    """Every shipped spec on random_inputs (+ random_global_scale), element by element against the
+    test-side models: exact rationals, ml_dtypes decoding, a big-integer unpacker for 3-bit blocks."""
+    K, N = 256, 32
+    q, s, z, gi = random_inputs(spec, K, N, seed=12)
+    g = random_global_scale(spec, 0)
+    assert q.shape == shapes_for(spec, K, N)["qweight"] and q.dtype == np.int32
+    W = _bits16(dequantize_reference(spec, q, s, z, gi, g))
+    codes = _codes_generic(spec, q, K, N)
+    assert codes.min() == 0 and codes.max() == 2**spec.source.bits - 1
+    gs = spec.scales.group_size
+    rows = gi.astype(np.int64) if gi is not None else (np.zeros(K, np.int64) if gs == -1 else np.arange(K) // gs)
+    sv = _scale_values(spec, s)
+    mode = spec.zeros.mode
+    zval = None
+    if mode in PACKED:
+        assert z is not None
+        zval = np.empty((z.shape[0], N), dtype=np.int64)
+        zval.reshape(z.shape[0], N // spec.per_word, spec.per_word)[:, :, np.asarray(_zero_order_model(spec))] = (
+            _unpack_fields(z, spec.source.bits))
+        zval = zval + (1 if mode == "gptq_v1" else 0)
+    elif mode != "none":
+        assert z is not None
+        zval = z.astype(np.float64)
+    table = [_code_value_generic(spec, c) for c in range(2**spec.source.bits)]
+    integer = spec.source.kind.value in ("unsigned", "signed", "biased")
+    want = []
+    for k in range(K):
+        r = int(rows[k])
+        for n in range(N):
+            cv, sc = table[codes[k, n]], float(sv[r, n])
+            if integer:
+                want.append(_model_element(spec, int(cv), sc, None if zval is None else zval[r, n]))
+            elif spec.scales.global_scale:
+                assert g is not None
+                want.append(_model_nvfp4(spec, cv, sc, float(g[0])))
+            else:
+                want.append(_model_product(spec, [cv, sc]))
+    _assert_bits(spec, W.reshape(K, N), np.array(want, dtype=object).reshape(K, N), spec.name)
