@@ -50,16 +50,25 @@ def _with_group(spec: Spec, group: int) -> Spec:
     return load_spec(data)
 
 
+#: Block-scale codes make_inputs draws from: scales of ordinary size (e8m0: 2^-10 .. 2^2; e4m3: 2^-2 .. 2^4).
+_BLOCK_SCALE_CODES = {"e8m0": (117, 130), "e4m3": (0x28, 0x58)}
+
+
 def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
-    """Full-range random packed words, random signed scales, random zeros, on the GPU."""
+    """Full-range random packed words, random signed scales (block scales: uint8 codes), random zeros,
+    on the GPU. Multi-word blocks (3-bit) give qweight [K * words / per_block, N]."""
     torch = _torch()
     g = torch.Generator(device="cuda").manual_seed(seed)
     P, gs = spec.per_word, spec.scales.group_size
     G = K // gs if gs > 0 else 1
-    qshape = (K, N // P) if spec.packing.axis == "N" else (K // P, N)
+    qshape = (K, N // P) if spec.packing.axis == "N" else (K // P * spec.words, N)
     q = torch.randint(-(2**31), 2**31, qshape, dtype=torch.int32, device="cuda", generator=g)
     tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
-    s = (torch.rand((G, N), device="cuda", generator=g) * 2 - 1).mul_(0.05).to(tdt)
+    if spec.scales.block:
+        lo, hi = _BLOCK_SCALE_CODES[spec.scales.dtype.value]
+        s = torch.randint(lo, hi, (G, N), dtype=torch.uint8, device="cuda", generator=g)
+    else:
+        s = (torch.rand((G, N), device="cuda", generator=g) * 2 - 1).mul_(0.05).to(tdt)
     if spec.zeros.packed:
         z = torch.randint(-(2**31), 2**31, (G, N // P), dtype=torch.int32, device="cuda", generator=g)
     elif spec.zeros.mode in ("float", "additive"):
@@ -67,6 +76,21 @@ def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
     else:
         z = None
     return q, s, z
+
+
+def make_global_scale(spec: Spec, seed: int) -> Any:
+    """NVFP4's per-tensor fp32 global scale (a one-element tensor on the GPU), or None."""
+    if not spec.scales.global_scale:
+        return None
+    from .reference import random_global_scale
+
+    return _torch().from_numpy(random_global_scale(spec, seed)).to("cuda")
+
+
+def classic(spec: Spec) -> bool:
+    """Formats the other implementations (torch eager, static_cast CUDA, Triton) know: integer codes
+    in single words with target-dtype scales."""
+    return spec.words == 1 and not spec.scales.block and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
 
 
 def make_g_idx(spec: Spec, K: int, seed: int) -> Any:
@@ -80,7 +104,7 @@ def make_g_idx(spec: Spec, K: int, seed: int) -> Any:
 
 
 def bytes_moved(spec: Spec, q: Any, s: Any, z: Any, K: int, N: int) -> int:
-    n = q.numel() * 4 + s.numel() * 2 + K * N * 2
+    n = q.numel() * 4 + s.numel() * s.element_size() + K * N * 2
     return n + (z.numel() * 4 if z is not None else 0)
 
 
@@ -219,6 +243,16 @@ __device__ __forceinline__ void traffic(const unsigned* __restrict__ src, unsign
     }
 }
 extern "C" __global__ void __launch_bounds__(256) traffic4(const unsigned* s, unsigned* d, long long n) { traffic<4>(s, d, n); }
+// Multi-word blocks (3-bit): 3 words in, 16 words (32 fp16 values) out per block.
+extern "C" __global__ void __launch_bounds__(256) traffic3x16(const unsigned* __restrict__ src, unsigned* __restrict__ dst, long long n) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < n; b += stride) {
+        const unsigned v0 = __ldg(src + 3 * b), v1 = __ldg(src + 3 * b + 1), v2 = __ldg(src + 3 * b + 2);
+#pragma unroll
+        for (int i = 0; i < 16; i += 4)
+            *reinterpret_cast<uint4*>(dst + b * 16 + i) = make_uint4(v0 + i, v1 + i, v2 + i, v0 ^ v1 ^ i);
+    }
+}
 extern "C" __global__ void __launch_bounds__(256) traffic2(const unsigned* s, unsigned* d, long long n) { traffic<2>(s, d, n); }
 """
 
@@ -230,16 +264,18 @@ def traffic_copy(spec: Spec) -> Callable:
 
     torch = _torch()
     out_words = spec.per_word // 2
+    if spec.words > 1 and (spec.words, out_words) != (3, 16):
+        raise ValueError(f"no same-bytes copy kernel for {spec.words}-word blocks of {spec.per_word} codes")
     cub = compile_source(_TRAFFIC_KERNEL, arch=dev.device_arch(0), want="cubin", name="traffic.cu").cubin
-    kern = dev.LoadedKernel(cub, f"traffic{out_words}", 0)
+    kern = dev.LoadedKernel(cub, "traffic3x16" if spec.words > 1 else f"traffic{out_words}", 0)
     blocks = dev.sm_count(0) * 8
 
     def fn(q: Any, s: Any, z: Any, out: Any = None) -> Any:
-        K = q.shape[0] * (1 if spec.packing.axis == "N" else spec.per_word)
+        K = q.shape[0] * (1 if spec.packing.axis == "N" else spec.per_word) // spec.words
         N = q.shape[1] * (spec.per_word if spec.packing.axis == "N" else 1)
         if out is None:
-            out = torch.empty((K, N), dtype=s.dtype, device="cuda")
-        kern((blocks,), (256,), [np.uint64(q.data_ptr()), np.uint64(out.data_ptr()), np.int64(q.numel())],
+            out = torch.empty((K, N), dtype=torch.float16 if spec.target.value == "fp16" else torch.bfloat16, device="cuda")
+        kern((blocks,), (256,), [np.uint64(q.data_ptr()), np.uint64(out.data_ptr()), np.int64(q.numel() // spec.words)],
              stream=torch.cuda.current_stream().cuda_stream)
         return out
 
@@ -285,6 +321,8 @@ def bench_spec(spec: Spec, shapes: list[tuple[int, int, int]], copy_gbps: float,
     torch = _torch()
     rows: list[Row] = []
     for K, N, G in shapes:
+        if spec.scales.block:  # the block size is the format's (MXFP4: 32, NVFP4: 16), not the shape's
+            G = spec.scales.group_size
         sp = _with_group(spec, G) if G != spec.scales.group_size else spec
         kernel = Kernel(sp)
         from .tune import load_tuning, tune
@@ -295,18 +333,21 @@ def bench_spec(spec: Spec, shapes: list[tuple[int, int, int]], copy_gbps: float,
         per_set = bytes_moved(sp, *first, K, N)
         nsets = max(1, min(8, math.ceil(2 * l2_bytes() / per_set)))
         sets = [first] + [make_inputs(sp, K, N, i) for i in range(1, nsets)]
-        outs = [torch.empty((K, N), dtype=first[1].dtype, device="cuda") for _ in range(nsets)]
-        want = kernel(*first)
+        gscales = [make_global_scale(sp, i) for i in range(nsets)]
+        tdt = torch.float16 if sp.target.value == "fp16" else torch.bfloat16
+        outs = [torch.empty((K, N), dtype=tdt, device="cuda") for _ in range(nsets)]
+        want = kernel(*first, global_scale=gscales[0])
         candidates: dict[str, Callable] = {"dqgen": lambda q, s, z, i=None: kernel(q, s, z), "copy, same bytes": traffic_copy(sp)}
-        if impls is None or "torch" in impls:
+        others = classic(sp)  # the other implementations only know integer codes in single words
+        if others and (impls is None or "torch" in impls):
             candidates["torch eager"] = torch_eager(sp)
-        if impls is None or "cuda-naive" in impls:
+        if others and (impls is None or "cuda-naive" in impls):
             candidates["cuda static_cast"] = naive_cuda(sp)
-        if impls is None or "triton" in impls:
+        if others and (impls is None or "triton" in impls):
             t = triton_impl(sp)
             if t is not None:
                 candidates["triton"] = t
-        launches = [kernel.prepare(*sets[i], out=outs[i]) for i in range(nsets)]
+        launches = [kernel.prepare(*sets[i], global_scale=gscales[i], out=outs[i]) for i in range(nsets)]
         for name, fn in candidates.items():
             if name == "dqgen":
                 run = lambda i: launches[i](torch.cuda.current_stream())  # noqa: E731

@@ -52,6 +52,7 @@ def build_spec(spec: Spec, arch: str, out_dir: Path, words: int = 1_000_000, gpu
     report["strategy"] = plan.strategy
     report["ops_per_8"] = {s: fmt_num(plan.per8(s)) for s in ("convert", "scale")}
     report["zero_ops_per_word"] = plan.count("zero")
+    report["scale_prep_ops"] = plan.count("scale_prep")  # once per block scale (MXFP4 / NVFP4)
     report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
     proof = prove(plan, spec, n_random=words)
     steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
@@ -115,7 +116,8 @@ def print_summary(report: dict) -> None:
     console = Console()
     t = Table(title=f"dqgen build {report['spec']} ({report['arch']})", show_header=False)
     t.add_row("plan", f"{report['strategy']}: {report['ops_per_8']['convert']} conversion ops per 8 outputs (+{report['ops_per_8']['scale']} scale)"
-              + (f", {report['zero_ops_per_word']} zero-point ops per zero word" if report["zero_ops_per_word"] else ""))
+              + (f", {report['zero_ops_per_word']} zero-point ops per zero word" if report["zero_ops_per_word"] else "")
+              + (f", {report['scale_prep_ops']} ops per block scale" if report.get("scale_prep_ops") else ""))
     t.add_row("constants", "\n".join(f"{c['hex']}  {c['why']}" for c in report["constants"]))
     for name, step in report["steps"].items():
         mark = "skipped" if step.get("skipped") else ("OK" if step["ok"] else "FAILED")

@@ -314,6 +314,12 @@ def _torch_to_numpy_dtype(torch: Any, tdtype: Any, name: str) -> np.dtype:
             table[getattr(torch, attr)] = np_t
     if tdtype == torch.bfloat16:
         return _bfloat16()
+    # float8 tensors (e.g. NVFP4's e4m3 / MXFP4's e8m0 block scales) map to ml_dtypes' dtypes of the same bytes
+    for attr in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"):
+        if hasattr(torch, attr) and tdtype == getattr(torch, attr):
+            import ml_dtypes
+
+            return np.dtype(getattr(ml_dtypes, attr))
     if tdtype not in table:
         raise TypeError(f"{name}: unsupported torch dtype {tdtype}")
     return np.dtype(table[tdtype])

@@ -39,6 +39,9 @@ VARIANTS_N = [Variant(v, r, a) for a in (True, False) for v, r in ((1, 1), (1, 2
     Variant(v, r, True, True) for v, r in ((1, 4), (1, 8), (1, 16), (2, 4), (2, 8))
 ]
 VARIANTS_K = [Variant(8, r, a) for a in (True, False) for r in (1, 2, 4)] + [Variant(8, r, True, True) for r in (2, 4)]
+# Multi-word blocks (3-bit: 32 rows, 16 output pairs per column and block): 4 columns per thread keep a
+# block's outputs in registers; ROWS counts blocks.
+VARIANTS_KB = [Variant(4, r, a) for a in (True, False) for r in (1, 2)] + [Variant(4, r, True, True) for r in (1, 2)]
 
 
 def _env() -> jinja2.Environment:
@@ -89,13 +92,43 @@ def _render_op(op) -> RenderedOp:
     return RenderedOp(dst, stmt, comments)
 
 
+def _check_interface(spec: Spec, plan: Plan) -> None:
+    """What the templates rely on beyond ``Plan.check``: the word inputs the spec's packing block
+    needs, block-scale inputs exactly when the spec has block scales, and each stage reading only
+    what its device function receives."""
+    want_words = ["w"] if spec.words == 1 else [f"w{t}" for t in range(spec.words)]
+    if plan.words != want_words:
+        raise ValueError(f"plan {plan.strategy}: word inputs {plan.words}, expected {want_words} for {spec.words}-word blocks")
+    roles = {i.role for i in plan.inputs}
+    block = spec.scales.block
+    if block != ("scale_code" in roles) or spec.scales.global_scale != ("global_scale" in roles):
+        raise ValueError(f"plan {plan.strategy}: inputs {sorted(roles)} do not match the spec's scales "
+                         f"(block scales: {block}, global scale: {spec.scales.global_scale})")
+    if not block and plan.stage_ops("scale_prep"):
+        raise ValueError(f"plan {plan.strategy}: scale_prep ops without block scales")
+    if (spec.words > 1 or block) and spec.packing.axis != "K":
+        raise ValueError(f"{spec.name}: multi-word blocks and block scales are rendered along K only")
+    prep = {i.name for i in plan.inputs if i.role in ("scale_code", "global_scale")} | {op.dst for op in plan.stage_ops("scale_prep")}
+    for op in plan.ops:
+        if op.stage in ("convert", "scale"):
+            # the scale stage sees the prepared registers only; convert sees none of them
+            hidden = prep - (set(plan.scale_regs) if op.stage == "scale" else set())
+            bad = [r for r in op.reads if r in hidden or (op.stage == "convert" and r in plan.scale_regs)]
+            if bad:
+                raise ValueError(f"plan {plan.strategy}: {op.stage} op {op.opcode.ptx} -> {op.dst} reads {bad}, "
+                                 f"which its device function does not receive")
+
+
 def context(spec: Spec, plan: Plan) -> dict:
+    _check_interface(spec, plan)
     ops = [_render_op(op) for op in plan.ops]
-    by_stage = {s: [r for r, op in zip(ops, plan.ops) if op.stage == s] for s in ("zero", "convert", "scale")}
+    by_stage = {s: [r for r, op in zip(ops, plan.ops) if op.stage == s] for s in ("zero", "scale_prep", "convert", "scale")}
     zero_defs = [op.dst for op in plan.ops if op.stage == "zero"]
     later_reads = {a for op in plan.ops if op.stage != "zero" for a in op.reads}
     conv_defs = [op.dst for op in plan.ops if op.stage == "convert"]
     scale_reads = {a for op in plan.ops if op.stage == "scale" for a in op.reads}
+    role = {i.role: i.name for i in plan.inputs}
+    sd = spec.scales.dtype.value if spec.scales.block else spec.target.value
     return {
         "name": spec.name,
         "source_short": spec.source.short,
@@ -135,8 +168,34 @@ def context(spec: Spec, plan: Plan) -> dict:
         "sel_low_halves": f"0x{prmt_selector([0, 1, 4, 5]):X}",
         "sel_high_halves": f"0x{prmt_selector([2, 3, 6, 7]):X}",
         "block": BLOCK,
+        # multi-word packing blocks (3-bit GPTQ: 32 codes in 3 words): the block's word inputs, low first
+        "words": spec.words,
+        "integer_codes": spec.source.kind.value in ("unsigned", "signed", "biased"),
+        "word_regs": [_reg(w) for w in plan.words],
+        # block scales (MXFP4 / NVFP4): a scale byte per (group, column), decoded once by prepare_scales
+        "block_scales": spec.scales.block,
+        "scale_dtype": sd,
+        "global_scale": spec.scales.global_scale,
+        "scale_code_reg": _reg(role.get("scale_code", "sc")),
+        "global_scale_reg": _reg(role.get("global_scale", "gs")),
+        "scale_prep_ops": by_stage["scale_prep"],
+        "scale_regs": [_reg(r) for r in plan.scale_regs],
+        "group_size": spec.scales.group_size,
+        "value_doc": _value_doc(spec),
         "variants": [{"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream, "entry": kernel_name(spec, v)} for v in variants(spec)],
     }
+
+
+def _value_doc(spec: Spec) -> str:
+    """The value formula of block-scaled specs, for the converter's header comment."""
+    t = spec.target.value
+    if not spec.scales.block:
+        return ""
+    if spec.scales.dtype.value == "e8m0":
+        return f"value = {t}( q * 2^(E - 127) ), E the block's e8m0 scale byte (0xFF: NaN), rounded once to nearest-even."
+    g = " * g" if spec.scales.global_scale else ""
+    return (f"value = {t}( fp32( q * e4m3(s){g} ) ): q * e4m3(s) exact{', the fp32 global scale g applied in fp32' if g else ''}, "
+            f"then one rounding to nearest-even {t}.")
 
 
 def render_converter(spec: Spec, plan: Plan) -> str:
@@ -148,7 +207,9 @@ def render_kernel(spec: Spec, plan: Plan) -> str:
 
 
 def variants(spec: Spec) -> list[Variant]:
-    return VARIANTS_N if spec.packing.axis == "N" else VARIANTS_K
+    if spec.packing.axis == "N":
+        return VARIANTS_N
+    return VARIANTS_KB if spec.words > 1 else VARIANTS_K
 
 
 def kernel_name(spec: Spec, v: Variant) -> str:

@@ -27,6 +27,15 @@ _INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
 MAX_GRID = 2**31 - 1
 
 
+#: Dtypes a block-scale tensor may have, per ``scales.dtype``: its raw bytes (uint8), or the torch float8
+#: dtype of the same bytes (torch.float8_e8m0fnu / torch.float8_e4m3fn, seen here as ml_dtypes' dtypes).
+_BLOCK_SCALE_DTYPES: dict[str, tuple[np.dtype, ...]] = {
+    "e8m0": (np.dtype(np.uint8), np.dtype(ml_dtypes.float8_e8m0fnu)),
+    "e4m3": (np.dtype(np.uint8), np.dtype(ml_dtypes.float8_e4m3fn)),
+}
+_TORCH_FLOAT8 = {"e8m0": "torch.float8_e8m0fnu", "e4m3": "torch.float8_e4m3fn"}
+
+
 class ShapeError(ValueError):
     """A tensor does not match the spec; the message names the tensor."""
 
@@ -40,7 +49,7 @@ class Problem:
     K: int
     N: int
     groups: int
-    aligned: bool  # every base pointer 16-byte aligned (and, packing along K, N % 8 == 0)
+    aligned: bool  # every base pointer 16-byte aligned (and, packing along K, N % 8 == 0; N % 4 for multi-word blocks)
 
 
 def _dt(a: dev.DeviceArray) -> str:
@@ -48,22 +57,35 @@ def _dt(a: dev.DeviceArray) -> str:
 
 
 def infer_problem(spec: Spec, qweight: dev.DeviceArray, scales: dev.DeviceArray, zeros: dev.DeviceArray | None,
-                  out: dev.DeviceArray | None, g_idx: dev.DeviceArray | None = None) -> Problem:
-    """Validate shapes/dtypes/devices/layout against the spec (g_idx values are checked by the caller)."""
-    P, gs = spec.per_word, spec.scales.group_size
+                  out: dev.DeviceArray | None, g_idx: dev.DeviceArray | None = None,
+                  global_scale: dev.DeviceArray | None = None) -> Problem:
+    """Validate shapes/dtypes/devices/layout against the spec (g_idx values are checked by the caller).
+    With multi-word blocks (3-bit: 32 codes in 3 words) qweight is [K * words / per_block, N];
+    block scales are uint8 codes [K / group_size, N]; ``global_scale`` is a one-element fp32 tensor."""
+    P, gs, W = spec.per_word, spec.scales.group_size, spec.words
     tdt = target_dtype(spec)
     if qweight.dtype not in _INT_WORDS or len(qweight.shape) != 2:
         raise ShapeError(f"qweight: expected a 2-D int32 tensor of packed words, got {len(qweight.shape)}-D {_dt(qweight)}")
     if spec.packing.axis == "N":
         K, N = qweight.shape[0], qweight.shape[1] * P
         layout = f"[K, N/{P}] (packed along N)"
+    elif W > 1:
+        if qweight.shape[0] % W:
+            raise ShapeError(f"qweight: expected shape [{W}K/{P}, N] ({W}-word blocks of {P} {spec.source.bits}-bit codes packed along K), "
+                             f"got {tuple(qweight.shape)}: {qweight.shape[0]} rows is not a multiple of {W}")
+        K, N = qweight.shape[0] // W * P, qweight.shape[1]
+        layout = f"[{W}K/{P}, N] (packed along K in {W}-word blocks)"
     else:
         K, N = qweight.shape[0] * P, qweight.shape[1]
         layout = f"[K/{P}, N] (packed along K)"
     if gs > 0 and K % gs:
         raise ShapeError(f"qweight: K = {K} (from shape {qweight.shape} {layout}) is not a multiple of scales.group_size = {gs}")
     G = K // gs if gs > 0 else 1
-    if scales.dtype != tdt:
+    if spec.scales.block:
+        sd = spec.scales.dtype.value
+        if scales.dtype not in _BLOCK_SCALE_DTYPES[sd]:
+            raise ShapeError(f"scales: expected uint8 {sd} block-scale codes (or a {_TORCH_FLOAT8[sd]} tensor), got {_dt(scales)}")
+    elif scales.dtype != tdt:
         raise ShapeError(f"scales: expected dtype {spec.target.value} (the spec's target), got {_dt(scales)}")
     if tuple(scales.shape) != (G, N):
         raise ShapeError(f"scales: expected shape ({G}, {N}) = [K/group_size, N] for K={K}, N={N}, group_size={gs}; got {tuple(scales.shape)}")
@@ -92,6 +114,16 @@ def infer_problem(spec: Spec, qweight: dev.DeviceArray, scales: dev.DeviceArray,
             raise ShapeError(f"g_idx: expected an int32 tensor of shape ({K},), got {tuple(g_idx.shape)} {_dt(g_idx)}")
     elif g_idx is not None:
         raise ShapeError("g_idx: this spec has no act_order, but a g_idx tensor was given (set act_order: true)")
+    if spec.scales.global_scale:
+        if global_scale is None:
+            raise ShapeError("global_scale: this spec has a global scale (scales.global_scale: true); pass global_scale=, "
+                             "a one-element float32 tensor on the GPU")
+        if global_scale.dtype != np.dtype(np.float32) or global_scale.size != 1:
+            raise ShapeError(f"global_scale: expected a one-element float32 tensor, got shape {tuple(global_scale.shape)} {_dt(global_scale)}")
+        if global_scale.ptr % 4:
+            raise ShapeError("global_scale: expected a 4-byte aligned float32 tensor")
+    elif global_scale is not None:
+        raise ShapeError("global_scale: this spec has no global scale (scales.global_scale: false), but a global_scale tensor was given")
     if out is not None:
         if out.dtype != tdt:
             raise ShapeError(f"out: expected dtype {spec.target.value}, got {_dt(out)}")
@@ -101,19 +133,21 @@ def infer_problem(spec: Spec, qweight: dev.DeviceArray, scales: dev.DeviceArray,
     for name, a in arrays.items():
         if a is not None and not a.is_c_contiguous:
             raise ShapeError(f"{name}: expected a contiguous (row-major) tensor, got shape {a.shape} with byte strides {a.strides_bytes}; call .contiguous() first")
-    for name, a in arrays.items():
+    for name, a in (arrays | {"global_scale": global_scale}).items():
         if a is not None and a.device != qweight.device:
             raise ShapeError(f"{name}: on CUDA device {a.device}, but qweight is on device {qweight.device}; all tensors must share one device")
+    # (the global scale is one float, read with a 4-byte load: it takes no part in the vector-access rule)
     aligned = all(a.ptr % 16 == 0 for a in arrays.values() if a is not None and a.size)
-    if spec.packing.axis == "K":
-        aligned = aligned and N % 8 == 0
+    if spec.packing.axis == "K":  # a thread's 8 columns (4 for multi-word blocks) are one vector access
+        aligned = aligned and N % (8 if W == 1 else 4) == 0
     return Problem(K, N, G, aligned)
 
 
 def default_variant(spec: Spec, aligned: bool) -> Variant:
     """The launch rule before tuning: 4 rows per thread along N (one zero/scale preparation for
-    4 rows, 4 independent loads in flight), 2 word-rows (16 rows of K) along K."""
-    rows = 4 if spec.packing.axis == "N" else 2
+    4 rows, 4 independent loads in flight), 2 word-rows (16 rows of K) along K, one block (32 rows
+    of K, 3 word-rows) for multi-word blocks."""
+    rows = 4 if spec.packing.axis == "N" else 1 if spec.words > 1 else 2  # multi-word: 1 block = 32 rows of K
     for v in variants(spec):
         if v.rows == rows and v.aligned == aligned and not v.stream and (v.vec == 1 or spec.packing.axis == "K"):
             return v
@@ -122,7 +156,9 @@ def default_variant(spec: Spec, aligned: bool) -> Variant:
 
 class Kernel:
     """A compiled dequantizer for one spec. Call it on CUDA tensors (torch, cupy, or any object with
-    ``__cuda_array_interface__`` / DLPack): ``kernel(qweight, scales, zeros=None, *, g_idx=None, out=None, stream=None)``."""
+    ``__cuda_array_interface__`` / DLPack):
+    ``kernel(qweight, scales, zeros=None, *, g_idx=None, global_scale=None, out=None, stream=None)``;
+    ``global_scale`` (a one-element fp32 tensor) is required exactly when the spec has one (NVFP4)."""
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
@@ -157,8 +193,8 @@ class Kernel:
             return tuned[size_class(prob.K, prob.N)]
         return default_variant(self.spec, prob.aligned)
 
-    def prepare(self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, out: Any = None,
-                stream: Any = None, variant: Variant | None = None) -> "Launch":
+    def prepare(self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None,
+                out: Any = None, stream: Any = None, variant: Variant | None = None) -> "Launch":
         """Validate the tensors and bind a launch: ``launch()`` runs the kernel, ``launch.out`` is the output.
         Re-launching a prepared Launch skips the checks (for hot loops and CUDA graphs). With act_order,
         g_idx is copied to the host once here and every entry checked against [0, G)."""
@@ -166,8 +202,9 @@ class Kernel:
         s = dev.as_device_array(scales, "scales")
         z = dev.as_device_array(zeros, "zeros") if zeros is not None else None
         gi = dev.as_device_array(g_idx, "g_idx") if g_idx is not None else None
+        gsc = dev.as_device_array(global_scale, "global_scale") if global_scale is not None else None
         o = dev.as_device_array(out, "out") if out is not None else None
-        prob = infer_problem(self.spec, q, s, z, o, gi)
+        prob = infer_problem(self.spec, q, s, z, o, gi, gsc)
         if gi is not None and gi.size:
             host = dev.to_host(gi)
             bad = np.nonzero((host < 0) | (host >= prob.groups))[0]
@@ -187,20 +224,24 @@ class Kernel:
         if self.spec.packing.axis == "N":
             rows, cols = prob.K, prob.N // P
             tiles = -(-cols // (BLOCK * v.vec)) * -(-rows // v.rows)
-        else:
+        else:  # rows: packing blocks along K (one word each, or spec.words words for 3-bit codes)
             rows, cols = prob.K // P, prob.N
             tiles = -(-cols // (BLOCK * v.vec)) * -(-rows // v.rows)
         # One block per tile: the hardware balances blocks across SMs at the granularity of one tile,
         # where a capped grid-stride loop leaves a tail of up to a whole block's share of tiles.
         blocks = max(1, min(tiles, MAX_GRID))
         handle = dev.stream_handle(stream) if stream is not None else dev.current_stream(q.kind, q.device)
-        args = [np.uint64(q.ptr), np.uint64(s.ptr), np.uint64(z.ptr if z is not None else 0), np.uint64(gi.ptr if gi is not None else 0),
-                np.uint64(o.ptr), np.int64(rows), np.int64(cols), np.int64(self.spec.scales.group_size)]
+        args = [np.uint64(q.ptr), np.uint64(s.ptr), np.uint64(z.ptr if z is not None else 0), np.uint64(gi.ptr if gi is not None else 0)]
+        if self.spec.scales.global_scale:  # the entry points of such specs take `const float* global_scale` here
+            assert gsc is not None
+            args.append(np.uint64(gsc.ptr))
+        args += [np.uint64(o.ptr), np.int64(rows), np.int64(cols), np.int64(self.spec.scales.group_size)]
         fn = self._function(q.device, kernel_name(self.spec, v)).bind((blocks,), (BLOCK,), args) if rows and cols else None
         return Launch(fn, handle, out, v)
 
-    def __call__(self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, out: Any = None, stream: Any = None) -> Any:
-        launch = self.prepare(qweight, scales, zeros, g_idx=g_idx, out=out, stream=stream)
+    def __call__(self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None,
+                 out: Any = None, stream: Any = None) -> Any:
+        launch = self.prepare(qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, out=out, stream=stream)
         launch()
         return launch.out
 

@@ -55,7 +55,7 @@ def _time(kernel: "Kernel", v: Variant, sets: list, outs: list, reps: int) -> fl
 
     from .bench import time_us
 
-    launches = [kernel.prepare(*st[:3], g_idx=st[3], out=o, variant=v) for st, o in zip(sets, outs)]
+    launches = [kernel.prepare(*st[:3], g_idx=st[3], global_scale=st[4], out=o, variant=v) for st, o in zip(sets, outs)]
     return time_us(lambda i: launches[i](torch.cuda.current_stream()), len(sets), reps=reps, calls=20)
 
 
@@ -63,15 +63,18 @@ def tune(kernel: "Kernel", ordinal: int = 0, reps: int = 10) -> dict:
     """Time each aligned variant on each TUNE_SHAPES problem; cache and return the winners and timings."""
     import torch
 
-    from .bench import bytes_moved, l2_bytes, make_g_idx, make_inputs
+    from .bench import bytes_moved, l2_bytes, make_g_idx, make_global_scale, make_inputs
 
     best: dict[str, dict] = {}
     timings: dict[str, dict[str, float]] = {}
+    spec = kernel.spec
+    tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
     for cls, (K, N) in TUNE_SHAPES.items():
-        first = (*make_inputs(kernel.spec, K, N, 0), make_g_idx(kernel.spec, K, 0))
-        nsets = max(1, min(8, math.ceil(2 * l2_bytes() / bytes_moved(kernel.spec, *first[:3], K, N))))
-        sets = [first] + [(*make_inputs(kernel.spec, K, N, i), make_g_idx(kernel.spec, K, i)) for i in range(1, nsets)]
-        outs = [torch.empty((K, N), dtype=first[1].dtype, device=f"cuda:{ordinal}") for _ in sets]
+        # (qweight, scales, zeros, g_idx, global_scale) per input set
+        first = (*make_inputs(spec, K, N, 0), make_g_idx(spec, K, 0), make_global_scale(spec, 0))
+        nsets = max(1, min(8, math.ceil(2 * l2_bytes() / bytes_moved(spec, *first[:3], K, N))))
+        sets = [first] + [(*make_inputs(spec, K, N, i), make_g_idx(spec, K, i), make_global_scale(spec, i)) for i in range(1, nsets)]
+        outs = [torch.empty((K, N), dtype=tdt, device=f"cuda:{ordinal}") for _ in sets]
         t = {kernel_name(kernel.spec, v): _time(kernel, v, sets, outs, reps) for v in variants(kernel.spec) if v.aligned}
         name = min(t, key=t.get)
         v = next(v for v in variants(kernel.spec) if kernel_name(kernel.spec, v) == name)

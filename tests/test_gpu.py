@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dqgen.gpucheck import to_numpy, to_torch
-from dqgen.reference import dequantize_reference, random_inputs
+import math
+
+from dqgen.gpucheck import nan_equal_mismatches, to_numpy, to_torch
+from dqgen.reference import dequantize_reference, random_global_scale, random_inputs
 from dqgen.runtime import Kernel, ShapeError
 from dqgen.spec import load_spec
 
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.gpu
 
 def _spec(path, group_size=None):
     s = load_spec(path)
-    if group_size is not None:
+    if group_size is not None and not s.scales.block:  # a block-scale format keeps its block size
         data = s.model_dump(mode="json")
         data["scales"]["group_size"] = group_size
         s = load_spec(data)
@@ -47,16 +49,30 @@ def _kernel(spec):
     return _KERNELS[key]
 
 
+def _k_unit(spec):
+    """The smallest K the spec allows: whole packing blocks along K and whole block-scale groups."""
+    unit = spec.per_word if spec.packing.axis == "K" else 1
+    return math.lcm(unit, spec.scales.group_size) if spec.scales.block else unit
+
+
+def _assert_equal(spec, got, want, what):
+    """Bit-exact, any NaN matching any NaN (PTX writes the canonical NaN 0x7FFF)."""
+    bad = nan_equal_mismatches(np.asarray(got).view(np.uint16), want.view(np.uint16), spec.target.value)
+    if bad.size:
+        r, c = bad[0]
+        raise AssertionError(f"{what}: {len(bad)} mismatches, first at [{r}, {c}]: "
+                             f"got 0x{int(got.view(np.uint16)[r, c]):04X}, reference 0x{int(want.view(np.uint16)[r, c]):04X}")
+
+
 def _check(kernel, K, N, seed=0, **kw):
     import torch
 
     q, s, z, gi = random_inputs(kernel.spec, K, N, seed)
-    got = kernel(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), **kw)
+    gsc = random_global_scale(kernel.spec, seed)
+    got = kernel(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc), **kw)
     torch.cuda.synchronize()
-    want = dequantize_reference(kernel.spec, q, s, z, gi)
-    g, w = to_numpy(got).view(np.uint16), want.view(np.uint16)
-    bad = np.argwhere(g != w)
-    assert not bad.size, f"{kernel.spec.name} {K}x{N}: {len(bad)} mismatches, first at {bad[0]}"
+    want = dequantize_reference(kernel.spec, q, s, z, gi, global_scale=gsc)
+    _assert_equal(kernel.spec, to_numpy(got), want, f"{kernel.spec.name} {K}x{N}")
     return got
 
 
@@ -64,7 +80,9 @@ def _check(kernel, K, N, seed=0, **kw):
 def test_bit_exact_all_shapes(path):
     base = load_spec(path)
     for K, N, G in _shapes(base):
-        if G > 0 and (K % G or (base.packing.axis == "K" and G % base.per_word)):
+        if base.scales.block:
+            G = base.scales.group_size
+        if G > 0 and (K % G or (base.packing.axis == "K" and G % base.per_word)) or K % _k_unit(base):
             continue
         if base.act_order and G < 0 or base.zeros.packed and N % base.per_word:
             continue  # act-order needs groups; packed zeros need whole words along N
@@ -76,7 +94,7 @@ def test_unaligned_fallback_path(path):
     """Shapes whose rows are not a multiple of 16 bytes take the scalar variant; still exact."""
     spec = _spec(path, None if load_spec(path).act_order else -1)
     N = 3 * spec.per_word if (spec.packing.axis == "N" or spec.zeros.packed) else 13
-    K = (256 if spec.act_order else 24) if spec.packing.axis == "K" else 5
+    K = (256 if spec.act_order else 3 * _k_unit(spec)) if spec.packing.axis == "K" else 5
     _check(_kernel(spec), K, N, seed=7)
 
 
@@ -153,14 +171,14 @@ def test_every_kernel_variant_bit_exact_with_tails(path):
     P = spec.per_word
     K, N = (37, P * 333) if spec.packing.axis == "N" else (P * 32, 1000)
     q, s, z, gi = random_inputs(spec, K, N, 11)
-    want = dequantize_reference(spec, q, s, z, gi).view(np.uint16)
-    tq, ts, tz, tg = to_torch(q), to_torch(s), to_torch(z), to_torch(gi)
+    gsc = random_global_scale(spec, 11)
+    want = dequantize_reference(spec, q, s, z, gi, global_scale=gsc)
+    tq, ts, tz, tg, tgs = to_torch(q), to_torch(s), to_torch(z), to_torch(gi), to_torch(gsc)
     for v in variants(spec):
-        launch = k.prepare(tq, ts, tz, g_idx=tg, variant=v)
+        launch = k.prepare(tq, ts, tz, g_idx=tg, global_scale=tgs, variant=v)
         launch()
         torch.cuda.synchronize()
-        got = to_numpy(launch.out).view(np.uint16)
-        assert np.array_equal(got, want), f"{kernel_name(spec, v)}: {(got != want).sum()} mismatches"
+        _assert_equal(spec, to_numpy(launch.out), want, kernel_name(spec, v))
 
 
 ZERO_MODE_CASES = [
@@ -204,4 +222,119 @@ def test_bad_g_idx_rejected_before_launch():
         k(tq, ts, g_idx=to_torch(gi[:100]))
     with pytest.raises(ShapeError, match="g_idx: this spec has act_order"):
         k(tq, ts)
+    torch.cuda.synchronize()
+
+
+# --------------------------------------------------------------------------- issue #5: 3-bit blocks, MXFP4, NVFP4
+
+_E2M1 = dict(bits=4, kind="float", format="e2m1")
+NEW_FORMAT_CASES = [
+    (f"{name}-{target}", dict(name="nf", source=source, target=target, packing=dict(axis="K"), scales=scales, **extra))
+    for target in ("fp16", "bf16")
+    for name, source, scales, extra in (
+        ("u3b4-g128", dict(bits=3, kind="biased", bias=4), dict(group_size=128), {}),
+        ("s3-g32", dict(bits=3, kind="signed"), dict(group_size=32), {}),
+        ("u3-perchannel", dict(bits=3, kind="unsigned"), dict(group_size=-1), {}),
+        ("u3-float-zeros", dict(bits=3, kind="unsigned"), dict(group_size=64), dict(zeros=dict(mode="float"))),
+        ("u3-act-order", dict(bits=3, kind="biased", bias=4), dict(group_size=64), dict(act_order=True)),
+        ("mxfp4", _E2M1, dict(group_size=32, dtype="e8m0"), {}),
+        ("nvfp4", _E2M1, dict(group_size=16, dtype="e4m3", global_scale=True), {}),
+        ("nvfp4-sm90", _E2M1, dict(group_size=16, dtype="e4m3", global_scale=True), dict(arch="sm_90")),
+    )
+]
+
+
+def _new_format_shapes(spec):
+    """(K, N): several groups, partial column tiles (N not a multiple of 4 / 8, N below one thread's
+    columns, N beyond one block's columns), one block-row, many block-rows."""
+    u = _k_unit(spec) if spec.scales.group_size < 0 else math.lcm(_k_unit(spec), spec.scales.group_size)
+    return [(u, 1), (u, 13), (2 * u, 8), (4 * u, 328), (3 * u, 1000), (8 * u, 2052), (max(4096 // u, 1) * u, 4104), (4096, 4096)]
+
+
+@pytest.mark.parametrize("case", NEW_FORMAT_CASES, ids=lambda c: c[0])
+def test_new_formats_bit_exact(case):
+    import torch
+
+    spec = load_spec(case[1])
+    major, minor = torch.cuda.get_device_capability()
+    if 10 * major + minor < spec.sm:
+        pytest.skip(f"needs {spec.arch}")
+    k = _kernel(spec)
+    for i, (K, N) in enumerate(_new_format_shapes(spec)):
+        _check(k, K, N, seed=sum(map(ord, case[0])) + i)
+
+
+@pytest.mark.parametrize("case", [c for c in NEW_FORMAT_CASES if "act" not in c[0]], ids=lambda c: c[0])
+def test_new_formats_every_variant_with_tails(case):
+    """Every entry point on a shape with partial tiles along K (rows of blocks) and N."""
+    import torch
+
+    from dqgen.render import kernel_name, variants
+
+    spec = load_spec(case[1])
+    k = _kernel(spec)
+    u = math.lcm(_k_unit(spec), max(spec.scales.group_size, 1))
+    K, N = 7 * u, 1003
+    q, s, z, gi = random_inputs(spec, K, N, 5)
+    gsc = random_global_scale(spec, 5)
+    want = dequantize_reference(spec, q, s, z, gi, global_scale=gsc)
+    tq, ts, tz, tgs = to_torch(q), to_torch(s), to_torch(z), to_torch(gsc)
+    for v in variants(spec):
+        launch = k.prepare(tq, ts, tz, global_scale=tgs, variant=v)
+        launch()
+        torch.cuda.synchronize()
+        _assert_equal(spec, to_numpy(launch.out), want, kernel_name(spec, v))
+
+
+@pytest.mark.parametrize("target", ["fp16", "bf16"])
+def test_nvfp4_every_global_scale(target):
+    """The global-scale seeds cycle through tiny (2^-20, 2^-24) and ordinary scales."""
+    spec = load_spec(dict(NEW_FORMAT_CASES[0][1], source=_E2M1, target=target,
+                          scales=dict(group_size=16, dtype="e4m3", global_scale=True)))
+    k = _kernel(spec)
+    for seed in range(7):
+        _check(k, 256, 264, seed=seed)
+
+
+def test_block_scales_as_float8_tensors_and_cupy():
+    """torch float8_e4m3fn / float8_e8m0fnu scale tensors are read as their bytes; cupy uint8 works."""
+    import torch
+
+    for case in (c for c in NEW_FORMAT_CASES if c[0] in ("mxfp4-bf16", "nvfp4-fp16")):
+        spec = load_spec(case[1])
+        k = _kernel(spec)
+        q, s, _, _ = random_inputs(spec, 512, 256, 3)
+        gsc = random_global_scale(spec, 3)
+        want = dequantize_reference(spec, q, s, global_scale=gsc)
+        f8 = getattr(torch, "float8_e4m3fn" if spec.scales.dtype.value == "e4m3" else "float8_e8m0fnu", None)
+        if f8 is not None:
+            out = k(to_torch(q), to_torch(s).view(f8), global_scale=to_torch(gsc))
+            torch.cuda.synchronize()
+            _assert_equal(spec, to_numpy(out), want, f"{case[0]} {f8}")
+        cupy = pytest.importorskip("cupy") if spec.target.value == "fp16" else None
+        if cupy is not None:
+            out = k(cupy.asarray(q), cupy.asarray(s), global_scale=cupy.asarray(gsc))
+            assert isinstance(out, cupy.ndarray)
+            _assert_equal(spec, cupy.asnumpy(out), want, f"{case[0]} cupy")
+
+
+def test_new_format_bad_inputs_rejected_before_launch():
+    import torch
+
+    spec = load_spec(next(c for c in NEW_FORMAT_CASES if c[0] == "nvfp4-bf16")[1])
+    k = _kernel(spec)
+    q, s, _, _ = random_inputs(spec, 256, 64, 6)
+    tq, ts = to_torch(q), to_torch(s)
+    with pytest.raises(ShapeError, match="^global_scale: this spec has a global scale"):
+        k(tq, ts)
+    with pytest.raises(ShapeError, match="^global_scale: expected a one-element float32"):
+        k(tq, ts, global_scale=torch.ones(2, device="cuda"))
+    with pytest.raises(ValueError, match="^global_scale: expected a CUDA tensor"):
+        k(tq, ts, global_scale=torch.ones(1))
+    with pytest.raises(ShapeError, match="^scales: expected uint8 e4m3"):
+        k(tq, ts.to(torch.float16), global_scale=torch.ones(1, device="cuda"))
+    spec3 = load_spec(NEW_FORMAT_CASES[0][1])
+    q3, s3, _, _ = random_inputs(spec3, 256, 64, 6)
+    with pytest.raises(ShapeError, match=r"^qweight: expected shape \[3K/32, N\]"):
+        _kernel(spec3)(to_torch(q3[:-1]), to_torch(s3))
     torch.cuda.synchronize()

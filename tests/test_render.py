@@ -9,7 +9,7 @@ import pytest
 
 from dqgen.build import ptx_problems
 from dqgen.nvrtc import compile_source
-from dqgen.render import VARIANTS_K, VARIANTS_N, context, kernel_name, render_converter, render_kernel
+from dqgen.render import context, kernel_name, render_converter, render_kernel, variants
 from dqgen.solver import solve
 from dqgen.spec import load_spec
 
@@ -89,10 +89,21 @@ def test_rendering_is_deterministic(path, solved):
 # --------------------------------------------------------------------------- NVRTC: kernel
 
 
+def _arch_sm(arch: str) -> int:
+    return int(arch[3:].rstrip("af"))
+
+
+def _build_arch(spec) -> str:
+    """The oldest of ARCHS the spec runs on (sm_80 unless the spec needs more, e.g. fp8 cvt: sm_90)."""
+    return next(a for a in ARCHS if _arch_sm(a) >= spec.sm)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("path", SPECS, **_ids)
 def test_kernel_compiles_ptx_and_cubin(path, arch, solved, compiled):
-    _, plan, _, _ = solved(path)
+    spec, plan, _, _ = solved(path)
+    if _arch_sm(arch) < spec.sm:
+        pytest.skip(f"{spec.name} targets {spec.arch}")
     ptx, cubin = compiled(path, arch)
     assert cubin.startswith(b"\x7fELF")
     assert f".target {arch}" in ptx
@@ -106,10 +117,9 @@ def test_kernel_compiles_ptx_and_cubin(path, arch, solved, compiled):
 @pytest.mark.parametrize("path", SPECS, **_ids)
 def test_kernel_entry_points(path, solved, compiled):
     spec, _, source, _ = solved(path)
-    ptx, _ = compiled(path, "sm_80")
-    variants = VARIANTS_N if spec.packing.axis == "N" else VARIANTS_K
+    ptx, _ = compiled(path, _build_arch(spec))
     entries = set(re.findall(r"\.entry\s+(\w+)\s*\(", ptx))
-    want = {kernel_name(spec, v) for v in variants}
+    want = {kernel_name(spec, v) for v in variants(spec)}
     assert want == entries
     for name in want:
         assert name.startswith(f"dqgen_{spec.name}_v")
@@ -120,20 +130,33 @@ def test_kernel_entry_points(path, solved, compiled):
 
 
 def _converter_test_kernel(spec, converter: str) -> str:
+    """A kernel that uses the header the way a user's kernel would: a packing block's words (one, or
+    spec.words for 3-bit codes), prepared zero points, scale pairs or prepared block scales."""
     ns = f"dqgen::{spec.name}"
+    words = "w[threadIdx.x], " if spec.words == 1 else "".join(f"w[{spec.words} * threadIdx.x + {t}], " for t in range(spec.words))
+    body = ""
+    zr = ""
     if spec.zeros.packed:
-        body = f"""
+        body += f"""
     unsigned zr[{ns}::kZeroRegs];
-    {ns}::prepare_zeros(z[threadIdx.x], zr);
-    {ns}::dequant(w[threadIdx.x], zr, s + threadIdx.x * {ns}::kPairs, out + threadIdx.x * {ns}::kPairs);"""
+    {ns}::prepare_zeros(z[threadIdx.x], zr);"""
+        zr = "zr, "
+    if spec.scales.block:
+        gs = "__float_as_uint(*g), " if spec.scales.global_scale else ""
+        body += f"""
+    unsigned sr[{ns}::kScaleRegs];
+    {ns}::prepare_scales(s[threadIdx.x] & 0xFFu, {gs}sr);"""
+        scales = "sr, "
     else:
-        body = f"""
-    {ns}::dequant(w[threadIdx.x], s + threadIdx.x * {ns}::kPairs, out + threadIdx.x * {ns}::kPairs);"""
+        scales = f"s + threadIdx.x * {ns}::kPairs, "
+    fz = f"z + threadIdx.x * {ns}::kPairs, " if spec.zeros.mode in ("float", "additive") else ""
+    body += f"""
+    {ns}::dequant({words}{zr}{scales}{fz}out + threadIdx.x * {ns}::kPairs);"""
     return (
         converter
         + f"""
-extern "C" __global__ void converter_test(const unsigned* w, const unsigned* z, const unsigned* s, unsigned* out) {{
-    (void)z;{body}
+extern "C" __global__ void converter_test(const unsigned* w, const unsigned* z, const unsigned* s, const float* g, unsigned* out) {{
+    (void)z; (void)g;{body}
 }}
 """
     )
@@ -143,11 +166,10 @@ extern "C" __global__ void converter_test(const unsigned* w, const unsigned* z, 
 def test_converter_header_compiles_alone(path, solved):
     spec, plan, _, converter = solved(path)
     src = _converter_test_kernel(spec, converter)
-    ptx = compile_source(src, arch="sm_80", want="ptx", name=f"{spec.name}_converter_test.cu").ptx
+    ptx = compile_source(src, arch=_build_arch(spec), want="ptx", name=f"{spec.name}_converter_test.cu").ptx
     assert ptx is not None
     assert re.search(r"\.entry\s+converter_test\s*\(", ptx)
-    assert "lop3.b32" in ptx or "prmt.b32" in ptx
-    assert ptx_problems(plan, ptx) == []
+    assert ptx_problems(plan, ptx) == []  # every op of the Plan, zero / scale preparation included
     assert not INT_TO_FLOAT.search(ptx)
 
 
@@ -202,6 +224,128 @@ def test_emitted_constants_come_from_the_plan(path, solved):
     plan_values = {c.value for c in plan.constants()}
     for text in (converter, (ROOT / "generated" / f"{spec.name}.cuh").read_text()):
         emitted = {int(h[2:-1], 16) for h in HEX_CONST.findall(text)}
-        assert emitted, "no 32-bit constants emitted"
+        assert emitted or not plan_values, "no 32-bit constants emitted"  # (a plain cvt plan has none)
         assert emitted <= plan_values, f"constants not in the Plan: {sorted(hex(v) for v in emitted - plan_values)}"
         assert emitted == plan_values, f"Plan constants never emitted: {sorted(hex(v) for v in plan_values - emitted)}"
+
+
+# --------------------------------------------------------------------------- issue #5: multi-word blocks, block scales
+
+_K = dict(packing=dict(axis="K"))
+NEW_FORMATS = {
+    # 3-bit GPTQ: 32 codes in 3 words (w0, w1, w2); fp16 and bf16, grouped and per-channel, float zeros
+    "u3b4_fp16": dict(source=dict(bits=3, kind="biased", bias=4), target="fp16", scales=dict(group_size=128)),
+    "s3_bf16": dict(source=dict(bits=3, kind="signed"), target="bf16", scales=dict(group_size=32)),
+    "u3_fp16_hqq": dict(source=dict(bits=3, kind="unsigned"), target="fp16", scales=dict(group_size=64), zeros=dict(mode="float")),
+    # MXFP4: e2m1 + e8m0 scale byte per 32 along K
+    "mxfp4_fp16": dict(source=dict(bits=4, kind="float", format="e2m1"), target="fp16", scales=dict(group_size=32, dtype="e8m0")),
+    "mxfp4_bf16": dict(source=dict(bits=4, kind="float", format="e2m1"), target="bf16", scales=dict(group_size=32, dtype="e8m0")),
+    # NVFP4: e2m1 + e4m3 scale byte per 16 + fp32 global scale
+    "nvfp4_fp16": dict(source=dict(bits=4, kind="float", format="e2m1"), target="fp16",
+                       scales=dict(group_size=16, dtype="e4m3", global_scale=True)),
+    "nvfp4_bf16": dict(source=dict(bits=4, kind="float", format="e2m1"), target="bf16",
+                       scales=dict(group_size=16, dtype="e4m3", global_scale=True)),
+}
+
+
+@pytest.fixture(scope="module")
+def new_format():
+    cache: dict = {}
+
+    def get(key):
+        if key not in cache:
+            spec = load_spec(dict(name=f"t_{key}", **_K, **NEW_FORMATS[key]))
+            plan = solve(spec)
+            cache[key] = (spec, plan, render_kernel(spec, plan), render_converter(spec, plan))
+        return cache[key]
+
+    return get
+
+
+def _entry_params(ptx: str, entry: str) -> int:
+    m = re.search(rf"\.entry\s+{entry}\s*\((.*?)\)", ptx, re.S)
+    assert m, entry
+    return len(re.findall(r"\.param\s", m.group(1)))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("key", sorted(NEW_FORMATS))
+def test_new_format_kernel_compiles(key, arch, new_format):
+    """Kernel: PTX and cubin for sm_80 and sm_90, every variant an entry point, every Plan op in the PTX;
+    entry points take `const float* global_scale` (9 parameters) exactly when the spec has one."""
+    spec, plan, source, _ = new_format(key)
+    name = f"{spec.name}.cu"
+    ptx = compile_source(source, arch=arch, want="ptx", name=name).ptx
+    cubin = compile_source(source, arch=arch, want="cubin", name=name).cubin
+    assert ptx is not None and cubin is not None and cubin.startswith(b"\x7fELF")
+    assert ptx_problems(plan, ptx) == []
+    entries = set(re.findall(r"\.entry\s+(\w+)\s*\(", ptx))
+    assert entries == {kernel_name(spec, v) for v in variants(spec)}
+    for e in entries:
+        assert _entry_params(ptx, e) == (9 if spec.scales.global_scale else 8)
+    assert ("const float* __restrict__ global_scale" in source) == spec.scales.global_scale
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("key", sorted(NEW_FORMATS))
+def test_new_format_converter_compiles_alone(key, arch, new_format):
+    spec, plan, _, converter = new_format(key)
+    src = _converter_test_kernel(spec, converter)
+    for want in ("ptx", "cubin"):
+        r = compile_source(src, arch=arch, want=want, name=f"{spec.name}_converter_test.cu")
+        assert (r.ptx if want == "ptx" else r.cubin)
+    assert ptx_problems(plan, compile_source(src, arch=arch, want="ptx", name=f"{spec.name}_converter_test.cu").ptx) == []
+
+
+def test_multi_word_interface(new_format):
+    """3-bit: convert/dequant take the block's three words; the kernel loads them per block-row
+    (rows 3i..3i+2 of qweight) and 4 columns per thread."""
+    spec, plan, source, converter = new_format("u3b4_fp16")
+    assert spec.words == 3 and spec.per_word == 32 and plan.words == ["w0", "w1", "w2"]
+    assert "void convert(unsigned w0, unsigned w1, unsigned w2, unsigned* d)" in converter
+    assert "void dequant(unsigned w0, unsigned w1, unsigned w2, const unsigned* s, unsigned* out)" in converter
+    assert "convert(w0, w1, w2, d);" in converter
+    assert "constexpr int kWords = 3;" in converter and "constexpr int kPairs = 16;" in converter
+    assert "prepare_scales" not in converter and "kScaleRegs" not in converter
+    assert "qweight + ((i0 + r) * kWords + t) * N + n0" in source
+    assert "dequant(q[r][0][j], q[r][1][j], q[r][2][j], s[j], o[j]);" in source
+    assert {v.vec for v in variants(spec)} == {4}
+    # float zeros ride along: f[i] next to s[i]
+    spec, plan, _, converter = new_format("u3_fp16_hqq")
+    assert "void dequant(unsigned w0, unsigned w1, unsigned w2, const unsigned* s, const unsigned* f, unsigned* out)" in converter
+    assert "const unsigned f15 = f[15];" in converter
+
+
+@pytest.mark.parametrize("key", ["mxfp4_fp16", "mxfp4_bf16", "nvfp4_fp16", "nvfp4_bf16"])
+def test_block_scale_interface(key, new_format):
+    """Block scales: prepare_scales(sc[, gs], sr) from the scale_prep ops fills len(plan.scale_regs)
+    registers; dequant reads them from s; the kernel loads one scale byte per (group, column)."""
+    spec, plan, source, converter = new_format(key)
+    ctx = context(spec, plan)
+    assert ctx["block_scales"] and ctx["scale_regs"] == plan.scale_regs
+    gs = "unsigned gs, " if spec.scales.global_scale else ""
+    assert f"void prepare_scales(unsigned sc, {gs}unsigned* sr)" in converter
+    assert f"constexpr int kScaleRegs = {len(plan.scale_regs)};" in converter
+    for i, r in enumerate(plan.scale_regs):
+        assert f"sr[{i}] = {r};" in converter
+        assert f"const unsigned {r} = s[{i}];" in converter
+    for op in plan.stage_ops("scale_prep"):
+        assert f"({op.dst})" in converter.split("void prepare_scales", 1)[1].split("void convert", 1)[0]
+    assert "void dequant(unsigned w, const unsigned* s, unsigned* out)" in converter
+    assert "unsigned s[VEC][kScaleRegs];" in source
+    assert "scales8 + g * N + n0" in source
+    assert ("__ldg(global_scale)" in source) == spec.scales.global_scale
+
+
+def test_interface_mismatch_is_an_error(new_format):
+    """A Plan whose inputs do not match the spec's packing block or scales is refused by render."""
+    import dataclasses
+
+    spec, plan, _, _ = new_format("u3b4_fp16")
+    bad = dataclasses.replace(plan, inputs=[i for i in plan.inputs if i.name != "w2"])
+    with pytest.raises(ValueError, match="word inputs"):
+        context(spec, bad)
+    spec_mx, plan_mx, _, _ = new_format("mxfp4_fp16")
+    with pytest.raises(ValueError, match="do not match the spec's scales"):
+        context(spec_mx, solve(load_spec(dict(name="plain", **_K, source=dict(bits=4, kind="float", format="e2m1"),
+                                                   target="fp16", scales=dict(group_size=32)))))

@@ -385,3 +385,132 @@ def test_compile_invalid_spec_raises_spec_error():
     data["scales"]["group_size"] = 0
     with pytest.raises(SpecError, match=r"scales\.group_size"):
         dqgen.compile(data)
+
+
+# --------------------------------------------------------------------------- issue #5: 3-bit blocks, block scales, global scale
+
+U8 = np.dtype(np.uint8)
+E8M0, E4M3 = np.dtype(ml_dtypes.float8_e8m0fnu), np.dtype(ml_dtypes.float8_e4m3fn)
+INT3, MXFP4, NVFP4 = (spec(n) for n in ("gptq_int3_fp16", "mxfp4_bf16", "nvfp4_fp16"))
+
+
+def int3_inputs(K=256, N=64, **kw):
+    """qweight [3K/32, N] (32 3-bit codes per 3 words along K), scales [K/128, N] fp16."""
+    return dict(qweight=arr((3 * K // 32, N), I32), scales=arr((K // 128, N), F16), zeros=None, out=arr((K, N), F16)) | kw
+
+
+def fp4_inputs(s, K=256, N=64, sdt=U8, **kw):
+    """qweight [K/8, N], uint8 block-scale codes [K/group, N], out [K, N]; a global scale for NVFP4."""
+    tdt = BF16 if s.target.value == "bf16" else F16
+    d = dict(qweight=arr((K // 8, N), I32), scales=arr((K // s.scales.group_size, N), sdt), zeros=None, out=arr((K, N), tdt))
+    d["global_scale"] = arr((1,), F32) if s.scales.global_scale else None
+    return d | kw
+
+
+def infer_gs(s, d):
+    return infer_problem(s, d["qweight"], d["scales"], d["zeros"], d["out"], None, d.get("global_scale"))
+
+
+def raises_gs(s, d, tensor, *fragments):
+    with pytest.raises(ShapeError) as ei:
+        infer_gs(s, d)
+    msg = str(ei.value)
+    assert msg.startswith(f"{tensor}: "), msg
+    for f in fragments:
+        assert f in msg, msg
+    return msg
+
+
+def test_int3_shapes_and_variant():
+    assert INT3.words == 3 and INT3.per_word == 32
+    p = infer(INT3, int3_inputs(K=256, N=64))
+    assert p == Problem(K=256, N=64, groups=2, aligned=True)
+    check_variant(INT3, p)
+    v = default_variant(INT3, True)
+    assert (v.vec, v.rows) == (4, 1)
+    assert infer(INT3, int3_inputs(K=4096, N=11008, out=None)) == Problem(4096, 11008, 32, True)
+    # 4 columns per thread: N % 4 == 0 keeps the vector accesses, other N take the scalar variant
+    assert infer(INT3, int3_inputs(K=128, N=12)).aligned is True
+    p = infer(INT3, int3_inputs(K=128, N=13))
+    assert p == Problem(128, 13, 1, False)
+    check_variant(INT3, p)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4, 13, 25])
+def test_int3_rows_not_multiple_of_three(rows):
+    d = int3_inputs()
+    d["qweight"] = arr((rows, 64), I32)
+    raises(INT3, d, "qweight", "[3K/32, N]", f"{rows} rows is not a multiple of 3")
+
+
+def test_int3_other_errors():
+    d = int3_inputs(K=256)
+    d["qweight"] = arr((9, 64), I32)  # K = 96: not whole groups of 128
+    raises(INT3, d, "qweight", "K = 96", "group_size = 128", "[3K/32, N]")
+    raises(INT3, int3_inputs(K=256, scales=arr((8, 64), F16)), "scales", "(2, 64)")
+    raises(INT3, int3_inputs(K=256, out=arr((24, 64), F16)), "out", "(256, 64)")
+    raises(INT3, int3_inputs(K=256, scales=arr((2, 64), U8)), "scales", "fp16")
+
+
+@pytest.mark.parametrize("sdt", [U8, E8M0])
+def test_mxfp4_scale_codes(sdt):
+    p = infer_gs(MXFP4, fp4_inputs(MXFP4, K=256, N=64, sdt=sdt))
+    assert p == Problem(K=256, N=64, groups=8, aligned=True)
+    check_variant(MXFP4, p)
+
+
+@pytest.mark.parametrize("sdt", [E4M3, BF16, F16, np.int8, I32])
+def test_mxfp4_wrong_scale_dtype(sdt):
+    raises_gs(MXFP4, fp4_inputs(MXFP4, sdt=sdt), "scales", "uint8", "e8m0", "torch.float8_e8m0fnu")
+
+
+@pytest.mark.parametrize("shape", [(4, 64), (256, 64), (8, 32), (8,)])
+def test_block_scales_wrong_shape(shape):
+    raises_gs(MXFP4, fp4_inputs(MXFP4, K=256, N=64, scales=arr(shape, U8)), "scales", "(8, 64)")
+    raises_gs(NVFP4, fp4_inputs(NVFP4, K=256, N=64, scales=arr(shape, U8)), "scales", "(16, 64)")
+
+
+@pytest.mark.parametrize("sdt", [U8, E4M3])
+def test_nvfp4_shapes(sdt):
+    p = infer_gs(NVFP4, fp4_inputs(NVFP4, K=256, N=64, sdt=sdt))
+    assert p == Problem(K=256, N=64, groups=16, aligned=True)
+    check_variant(NVFP4, p)
+    # the global scale takes no part in the alignment rule (it is read as one float)
+    d = fp4_inputs(NVFP4, global_scale=arr((1,), F32, aligned=False))
+    assert infer_gs(NVFP4, d).aligned is True
+
+
+@pytest.mark.parametrize("sdt", [E8M0, F16])
+def test_nvfp4_wrong_scale_dtype(sdt):
+    raises_gs(NVFP4, fp4_inputs(NVFP4, sdt=sdt), "scales", "uint8", "e4m3", "torch.float8_e4m3fn")
+
+
+def test_global_scale_required_and_checked():
+    raises_gs(NVFP4, fp4_inputs(NVFP4, global_scale=None), "global_scale", "global_scale=", "float32")
+    for bad in (arr((1,), F16), arr((1,), BF16), arr((2,), F32), arr((1, 2), F32), arr((0,), F32), arr((1,), I32)):
+        raises_gs(NVFP4, fp4_inputs(NVFP4, global_scale=bad), "global_scale", "one-element float32")
+    raises_gs(NVFP4, fp4_inputs(NVFP4, global_scale=arr((1,), F32, device=2)), "global_scale", "device 2", "qweight")
+    raises_gs(MXFP4, fp4_inputs(MXFP4, global_scale=arr((1,), F32)), "global_scale", "no global scale")
+    d = gptq_inputs()
+    with pytest.raises(ShapeError, match="^global_scale: .*no global scale"):
+        infer_problem(GPTQ, d["qweight"], d["scales"], d["zeros"], d["out"], None, arr((1,), F32))
+    # the global scale is checked after every other tensor, so earlier messages stay as they were
+    raises_gs(NVFP4, fp4_inputs(NVFP4, global_scale=None, scales=arr((3, 64), U8)), "scales")
+
+
+def test_new_format_kernels_check_inputs_before_touching_a_gpu():
+    k = dqgen.compile(NVFP4)
+    d = fp4_inputs(NVFP4)
+    with pytest.raises(ShapeError, match="^global_scale: this spec has a global scale"):
+        k(d["qweight"], d["scales"], out=d["out"])
+    with pytest.raises(ValueError, match="^global_scale: expected a CUDA tensor"):
+        k(d["qweight"], d["scales"], global_scale=np.ones(1, np.float32), out=d["out"])
+    with pytest.raises(ShapeError, match="^scales: expected uint8"):
+        k(d["qweight"], arr(d["scales"].shape, F16), global_scale=d["global_scale"], out=d["out"])
+    with pytest.raises(ShapeError, match="^global_scale: "):
+        dqgen.compile(MXFP4)(d["qweight"], arr((8, 64), U8), global_scale=d["global_scale"], out=arr((256, 64), BF16))
+    k3 = dqgen.compile(INT3)
+    with pytest.raises(ShapeError, match=r"^qweight: expected shape \[3K/32, N\]"):
+        k3(arr((20, 64), I32), arr((1, 64), F16))
+    assert " dqgen_nvfp4_fp16_v8_r2(" in k.source and "const float* __restrict__ global_scale" in k.source
+    assert "global_scale" not in k3.source

@@ -1,0 +1,292 @@
+// dqgen standalone dequantize kernel for spec "fp8_e4m3_bf16_sm80" (e4m3 -> bf16), generated.
+// Do not edit: `dqgen build specs/fp8_e4m3_bf16_sm80.yaml` regenerates it.
+//   qweight [K/4, N] int32 (packed along K), scales [G, N] bf16,
+//   out [K, N] bf16 row-major; G = K / group_size (1 when group_size == -1).
+// Index arithmetic is 64-bit throughout; any shape the packing allows is handled (tails are guarded).
+// Entry points dqgen_fp8_e4m3_bf16_sm80_v<VEC>_r<ROWS>[_u]: each thread converts ROWS rows x VEC words, all of
+// its loads issued before any conversion (memory-level parallelism), one scale/zero-point preparation
+// per group; "_u" variants make only 4-byte accesses, for base pointers that are not 16-byte aligned.
+
+// dqgen device converter for spec "fp8_e4m3_bf16_sm80" (e4m3 -> bf16), generated from its Plan.
+// Do not edit: `dqgen build specs/fp8_e4m3_bf16_sm80.yaml` regenerates it.
+//
+// Input word: 4 codes of 8 bits; field j holds element order[j], order = [0, 1, 2, 3].
+// value = bf16( q * s ), rounded once to nearest-even.
+// Plan: bit_place; 32 conversion ops per 8 outputs.
+// Proof: every code at every lane and 10^6 random words, bit-exact (CPU emulation of these PTX ops).
+// Zero points: none.
+// Requires sm_80 or newer. Outputs are bf16x2 registers in natural element order:
+// out[i] holds elements 2i (low half) and 2i+1 (high half).
+#pragma once
+
+namespace dqgen {
+namespace fp8_e4m3_bf16_sm80 {
+
+[[maybe_unused]] constexpr int kBits = 8;
+[[maybe_unused]] constexpr int kPerWord = 4;
+[[maybe_unused]] constexpr int kPairs = 2;
+[[maybe_unused]] constexpr int kZeroRegs = 0;
+
+// The conversion: one packed word -> 2 bf16x2 registers holding the exact code values.
+__device__ __forceinline__ void convert(unsigned w, unsigned* d) {
+    unsigned r0, m0, c0, f0, t0, p0, q0, d0, r1, m1, c1, f1, t1, p1, q1, d1;
+    // each code's byte to the top of its half: code sign on the half's sign bit
+    // byte moves [0, 0, 1, 1] (0-3 = w, 4-7 = w)
+    asm("prmt.b32 %0, %1, %2, 0x1100;" : "=r"(r0) : "r"(w), "r"(w));
+    // the magnitude bits of each code
+    // 0x7F007F00: the code's 4 exponent and 3 mantissa bits, under the sign
+    // 0x00000000: zero bytes
+    // immLut = 0xF0 & 0xCC: d = a & b
+    asm("lop3.b32 %0, %1, %2, %3, 0xC0;" : "=r"(m0) : "r"(r0), "r"(0x7F007F00u), "r"(0x00000000u));
+    // carries into bit 15 of a half exactly for the all-ones magnitude (NaN) codes
+    // 0x01000100: one unit of the last bit
+    asm("add.u32 %0, %1, %2;" : "=r"(c0) : "r"(m0), "r"(0x01000100u));
+    // 0xFF in the high byte of a half exactly where the carry (bit 15) is set
+    // 0x00000000: zero bytes
+    // byte moves [4, 9, 4, 11]: bytes 1 and 3 replicate their sign bit; 0 and 2 are zero
+    asm("prmt.b32 %0, %1, %2, 0xB494;" : "=r"(f0) : "r"(c0), "r"(0x00000000u));
+    // exponent and mantissa to their bf16 places: mantissa tops aligned
+    // shift by 8 - 4 = 4
+    asm("shr.u32 %0, %1, 4;" : "=r"(t0) : "r"(m0));
+    // the code's sign back on top
+    // 0x80008000: the sign bit of each half
+    // immLut = (0xF0 & 0xAA) | 0xCC: d = (a & c) | b
+    asm("lop3.b32 %0, %1, %2, %3, 0xEC;" : "=r"(p0) : "r"(r0), "r"(t0), "r"(0x80008000u));
+    // NaN / inf codes: all bf16 exponent bits set (the mantissa keeps inf vs NaN)
+    // 0x78007800: the 4 bf16 exponent bits above the placed exponent
+    // immLut = 0xF0 | (0xCC & 0xAA): d = a | (b & c)
+    asm("lop3.b32 %0, %1, %2, %3, 0xF8;" : "=r"(q0) : "r"(p0), "r"(f0), "r"(0x78007800u));
+    // exact re-bias: the placed bits read 2^-120 times the code's value (normal and subnormal alike) (mul.rn.bf16x2 needs sm_90)
+    // 0x7B807B80: 2^120 = 2^(127 - 7): the bf16 and e4m3 exponent biases differ by 120
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d0) : "r"(q0), "r"(0x7B807B80u), "r"(0x80008000u));
+    // each code's byte to the top of its half: code sign on the half's sign bit
+    // byte moves [2, 2, 3, 3] (0-3 = w, 4-7 = w)
+    asm("prmt.b32 %0, %1, %2, 0x3322;" : "=r"(r1) : "r"(w), "r"(w));
+    // the magnitude bits of each code
+    // 0x7F007F00: the code's 4 exponent and 3 mantissa bits, under the sign
+    // 0x00000000: zero bytes
+    // immLut = 0xF0 & 0xCC: d = a & b
+    asm("lop3.b32 %0, %1, %2, %3, 0xC0;" : "=r"(m1) : "r"(r1), "r"(0x7F007F00u), "r"(0x00000000u));
+    // carries into bit 15 of a half exactly for the all-ones magnitude (NaN) codes
+    // 0x01000100: one unit of the last bit
+    asm("add.u32 %0, %1, %2;" : "=r"(c1) : "r"(m1), "r"(0x01000100u));
+    // 0xFF in the high byte of a half exactly where the carry (bit 15) is set
+    // 0x00000000: zero bytes
+    // byte moves [4, 9, 4, 11]: bytes 1 and 3 replicate their sign bit; 0 and 2 are zero
+    asm("prmt.b32 %0, %1, %2, 0xB494;" : "=r"(f1) : "r"(c1), "r"(0x00000000u));
+    // exponent and mantissa to their bf16 places: mantissa tops aligned
+    // shift by 8 - 4 = 4
+    asm("shr.u32 %0, %1, 4;" : "=r"(t1) : "r"(m1));
+    // the code's sign back on top
+    // 0x80008000: the sign bit of each half
+    // immLut = (0xF0 & 0xAA) | 0xCC: d = (a & c) | b
+    asm("lop3.b32 %0, %1, %2, %3, 0xEC;" : "=r"(p1) : "r"(r1), "r"(t1), "r"(0x80008000u));
+    // NaN / inf codes: all bf16 exponent bits set (the mantissa keeps inf vs NaN)
+    // 0x78007800: the 4 bf16 exponent bits above the placed exponent
+    // immLut = 0xF0 | (0xCC & 0xAA): d = a | (b & c)
+    asm("lop3.b32 %0, %1, %2, %3, 0xF8;" : "=r"(q1) : "r"(p1), "r"(f1), "r"(0x78007800u));
+    // exact re-bias: the placed bits read 2^-120 times the code's value (normal and subnormal alike) (mul.rn.bf16x2 needs sm_90)
+    // 0x7B807B80: 2^120 = 2^(127 - 7): the bf16 and e4m3 exponent biases differ by 120
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d1) : "r"(q1), "r"(0x7B807B80u), "r"(0x80008000u));
+    d[0] = d0;
+    d[1] = d1;
+}
+
+// convert, then scale: out[i] = round(d[i] * s[i]); s[i] holds the scales of elements 2i, 2i+1.
+__device__ __forceinline__ void dequant(unsigned w, const unsigned* s, unsigned* out) {
+    unsigned d[kPairs];
+    convert(w, d);
+    const unsigned d0 = d[0];
+    const unsigned d1 = d[1];
+    const unsigned s0 = s[0];
+    const unsigned s1 = s[1];
+    unsigned out0, out1;
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out0) : "r"(d0), "r"(s0), "r"(0x80008000u));
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out1) : "r"(d1), "r"(s1), "r"(0x80008000u));
+    out[0] = out0;
+    out[1] = out1;
+}
+
+}  // namespace fp8_e4m3_bf16_sm80
+}  // namespace dqgen
+
+
+namespace dqgen {
+namespace fp8_e4m3_bf16_sm80 {
+
+[[maybe_unused]] constexpr int kBlock = 256;
+
+// n consecutive 32-bit words, as 16- or 8-byte accesses when ALIGNED (n = 4 or 2), else one by one.
+template <int n, bool ALIGNED>
+__device__ __forceinline__ void load_words(unsigned* dst, const unsigned* __restrict__ src) {
+    if constexpr (ALIGNED && n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(src + i));
+            dst[i] = v.x; dst[i + 1] = v.y; dst[i + 2] = v.z; dst[i + 3] = v.w;
+        }
+    } else if constexpr (ALIGNED && n == 2) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+        dst[0] = v.x; dst[1] = v.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < n; ++i) dst[i] = __ldg(src + i);
+    }
+}
+
+// STREAM: st.global.cs, the evict-first hint for data this kernel never reads again.
+template <int n, bool ALIGNED, bool STREAM = false>
+__device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const unsigned* src) {
+    if constexpr (ALIGNED && STREAM && n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4)
+            asm volatile("st.global.cs.v4.u32 [%0], {" "%1, %2, %3, %4};" :: "l"(dst + i), "r"(src[i]), "r"(src[i + 1]), "r"(src[i + 2]), "r"(src[i + 3]) : "memory");
+    } else if constexpr (ALIGNED && STREAM && n == 2) {
+        asm volatile("st.global.cs.v2.u32 [%0], {" "%1, %2};" :: "l"(dst), "r"(src[0]), "r"(src[1]) : "memory");
+    } else if constexpr (ALIGNED && n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4) *reinterpret_cast<uint4*>(dst + i) = make_uint4(src[i], src[i + 1], src[i + 2], src[i + 3]);
+    } else if constexpr (ALIGNED && n == 2) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(src[0], src[1]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < n; ++i) dst[i] = src[i];
+    }
+}
+
+// Tile: ROWS word-rows (ROWS * 4 rows of K) x (kBlock * 8) columns; thread t owns 8 adjacent
+// columns. A word holds 4 rows of one column; PRMT transposes column pairs so that each
+// output row's 8 values leave in one 16-byte store, contiguous across the warp.
+[[maybe_unused]] constexpr int kOrder[kPerWord] = {0, 1, 2, 3};
+[[maybe_unused]] constexpr int kZeroPos[kPerWord] = {0, 1, 2, 3};  // field of element n % 4 in a zero word
+[[maybe_unused]] constexpr unsigned kFieldMask = 0xFFu;
+
+template <int VEC, int ROWS, bool ALIGNED, bool STREAM>
+__device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales,
+                                    const unsigned* __restrict__ zeros, const int* __restrict__ g_idx, unsigned* __restrict__ out,
+                                    long long KW, long long N, long long group_size) {
+    static_assert(VEC == 8, "8 columns per thread");
+    const unsigned short* scales16 = reinterpret_cast<const unsigned short*>(scales);
+    unsigned short* out16 = reinterpret_cast<unsigned short*>(out);
+    const long long tiles_n = (N + kBlock * VEC - 1) / (kBlock * VEC);
+    const long long tiles = tiles_n * ((KW + ROWS - 1) / ROWS);
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const long long n0 = (tile % tiles_n) * (kBlock * VEC) + (long long)threadIdx.x * VEC;
+        const long long i0 = (tile / tiles_n) * ROWS;
+        if (n0 >= N) continue;
+        const bool full = ALIGNED && n0 + VEC <= N;  // a whole 8-column group: vector accesses
+        unsigned q[ROWS][VEC];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            if (full && i0 + r < KW) {
+                load_words<VEC, true>(q[r], qweight + (i0 + r) * N + n0);
+            } else {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) q[r][j] = (i0 + r < KW && n0 + j < N) ? __ldg(qweight + (i0 + r) * N + n0 + j) : 0u;
+            }
+        }
+        [[maybe_unused]] long long g_cur = -1;
+        unsigned s[VEC][kPairs];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const long long i = i0 + r;
+            if (i >= KW) break;
+            const long long g = group_size > 0 ? (i * kPerWord) / group_size : 0;
+            if (g != g_cur) {
+                g_cur = g;
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) {
+                    const long long n = n0 + j;
+                    if (n >= N) continue;
+                    // both halves of every pair register hold the column's scale
+                    const unsigned sj = (unsigned)scales16[g * N + n] * 0x10001u;
+#pragma unroll
+                    for (int p = 0; p < kPairs; ++p) s[j][p] = sj;
+                }
+            }
+            unsigned o[VEC][kPairs];
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) dequant(q[r][j], s[j], o[j]);
+#pragma unroll
+            for (int p = 0; p < kPairs; ++p) {
+                const long long row = i * kPerWord + 2 * p;
+                if (full) {
+                    unsigned lo[VEC / 2], hi[VEC / 2];
+#pragma unroll
+                    for (int c = 0; c < VEC / 2; ++c) {
+                        asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(lo[c]) : "r"(o[2 * c][p]), "r"(o[2 * c + 1][p]));
+                        asm("prmt.b32 %0, %1, %2, 0x7632;" : "=r"(hi[c]) : "r"(o[2 * c][p]), "r"(o[2 * c + 1][p]));
+                    }
+                    store_words<VEC / 2, true, STREAM>(out + (row * N + n0) / 2, lo);
+                    store_words<VEC / 2, true, STREAM>(out + ((row + 1) * N + n0) / 2, hi);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) {
+                        if (n0 + j < N) {
+                            out16[row * N + n0 + j] = (unsigned short)(o[j][p] & 0xFFFFu);
+                            out16[(row + 1) * N + n0 + j] = (unsigned short)(o[j][p] >> 16);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace fp8_e4m3_bf16_sm80
+}  // namespace dqgen
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_fp8_e4m3_bf16_sm80_v8_r1(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::fp8_e4m3_bf16_sm80::run<8, 1, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_fp8_e4m3_bf16_sm80_v8_r2(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::fp8_e4m3_bf16_sm80::run<8, 2, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_fp8_e4m3_bf16_sm80_v8_r4(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::fp8_e4m3_bf16_sm80::run<8, 4, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_fp8_e4m3_bf16_sm80_v8_r1_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::fp8_e4m3_bf16_sm80::run<8, 1, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_fp8_e4m3_bf16_sm80_v8_r2_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::fp8_e4m3_bf16_sm80::run<8, 2, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_fp8_e4m3_bf16_sm80_v8_r4_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::fp8_e4m3_bf16_sm80::run<8, 4, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_fp8_e4m3_bf16_sm80_v8_r2_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::fp8_e4m3_bf16_sm80::run<8, 2, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_fp8_e4m3_bf16_sm80_v8_r4_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::fp8_e4m3_bf16_sm80::run<8, 4, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+

@@ -1,0 +1,336 @@
+// dqgen device converter for spec "gptq_int3_fp16" (u3b4 -> fp16), generated from its Plan.
+// Do not edit: `dqgen build specs/gptq_int3_fp16.yaml` regenerates it.
+//
+// Input block: 3 words (w0, w1, w2, low first) holding 32 codes of 3 bits; code i is bits
+// [3i, 3i + 3) of the 96-bit little-endian run (codes that straddle two words included).
+// value = fp16( q * s ), rounded once to nearest-even.
+// Plan: lanes; 27/2 conversion ops per 8 outputs.
+// Proof: every code at every lane and 10^6 random words, bit-exact (CPU emulation of these PTX ops).
+// Zero points: none.
+// Requires sm_53 or newer. Outputs are fp16x2 registers in natural element order:
+// out[i] holds elements 2i (low half) and 2i+1 (high half).
+#pragma once
+
+namespace dqgen {
+namespace gptq_int3_fp16 {
+
+[[maybe_unused]] constexpr int kBits = 3;
+[[maybe_unused]] constexpr int kPerWord = 32;
+[[maybe_unused]] constexpr int kPairs = 16;
+[[maybe_unused]] constexpr int kZeroRegs = 0;
+[[maybe_unused]] constexpr int kWords = 3;  // 32-bit words per packing block
+
+// The conversion: one 3-word block -> 16 fp16x2 registers holding the exact code values.
+__device__ __forceinline__ void convert(unsigned w0, unsigned w1, unsigned w2, unsigned* d) {
+    unsigned w0_s3, p0, x0, d0, p1, x1, d1, p2, x2, d2, p3, x3, d3, p4, x4, d4, v30, v30_s3, p5, x5, d5, p6, x6, d6, p7, x7, d7, p8, x8, d8, p9, x9, d9, v60, v60_s3, p10, x10, d10, p11, x11, d11, p12, x12, d12, p13, x13, d13, p14, x14, d14, v90, p15, x15, d15;
+    // bring fields 3 bits down, to where a mask can reach them
+    // shift by 3
+    asm("shr.u32 %0, %1, 3;" : "=r"(w0_s3) : "r"(w0));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [0, 0, 4, 4] (result byte k <- source byte picks[k]; 0-3 = w0, 4-7 = w0_s3)
+    asm("prmt.b32 %0, %1, %2, 0x4400;" : "=r"(p0) : "r"(w0), "r"(w0_s3));
+    // 1024 + field*2^p in each half (p = 0, 0)
+    // 0x00070007: mask: the 3-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x0) : "r"(p0), "r"(0x00070007u), "r"(0x64006400u));
+    // (1024 + field) - 1028 = code value, exact
+    // 0x64046404: 1024 (magic) + 4 (offset) in both halves
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d0) : "r"(x0), "r"(0x64046404u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [0, 0, 5, 5] (result byte k <- source byte picks[k]; 0-3 = w0_s3, 4-7 = w0)
+    asm("prmt.b32 %0, %1, %2, 0x5500;" : "=r"(p1) : "r"(w0_s3), "r"(w0));
+    // 1024 + field*2^p in each half (p = 3, 1)
+    // 0x000E0038: mask: the 3-bit fields at bit 3 of the low half and bit 1 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x1) : "r"(p1), "r"(0x000E0038u), "r"(0x64006400u));
+    // (1024 + field*2^p)/2^p - (1024/2^p + 4) = code value, exact
+    // 0x38003000: {1/8, 1/2}: undo the field's position 2^p in each half
+    // 0xE008D820: -(1024/2^p + 4) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d1) : "r"(x1), "r"(0x38003000u), "r"(0xE008D820u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [1, 1, 5, 5] (result byte k <- source byte picks[k]; 0-3 = w0, 4-7 = w0_s3)
+    asm("prmt.b32 %0, %1, %2, 0x5511;" : "=r"(p2) : "r"(w0), "r"(w0_s3));
+    // 1024 + field*2^p in each half (p = 4, 4)
+    // 0x00700070: mask: the 3-bit fields at bit 4 of the low half and bit 4 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x2) : "r"(p2), "r"(0x00700070u), "r"(0x64006400u));
+    // (1024 + field*2^p)/2^p - (1024/2^p + 4) = code value, exact
+    // 0x2C002C00: {1/16, 1/16}: undo the field's position 2^p in each half
+    // 0xD440D440: -(1024/2^p + 4) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d2) : "r"(x2), "r"(0x2C002C00u), "r"(0xD440D440u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [2, 2, 2, 2] (result byte k <- source byte picks[k]; 0-3 = w0, 4-7 = w0)
+    asm("prmt.b32 %0, %1, %2, 0x2222;" : "=r"(p3) : "r"(w0), "r"(w0));
+    // 1024 + field*2^p in each half (p = 2, 5)
+    // 0x00E0001C: mask: the 3-bit fields at bit 2 of the low half and bit 5 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x3) : "r"(p3), "r"(0x00E0001Cu), "r"(0x64006400u));
+    // (1024 + field*2^p)/2^p - (1024/2^p + 4) = code value, exact
+    // 0x28003400: {1/4, 1/32}: undo the field's position 2^p in each half
+    // 0xD080DC10: -(1024/2^p + 4) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d3) : "r"(x3), "r"(0x28003400u), "r"(0xD080DC10u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [3, 3, 7, 7] (result byte k <- source byte picks[k]; 0-3 = w0, 4-7 = w0_s3)
+    asm("prmt.b32 %0, %1, %2, 0x7733;" : "=r"(p4) : "r"(w0), "r"(w0_s3));
+    // 1024 + field*2^p in each half (p = 0, 0)
+    // 0x00070007: mask: the 3-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x4) : "r"(p4), "r"(0x00070007u), "r"(0x64006400u));
+    // (1024 + field) - 1028 = code value, exact
+    // 0x64046404: 1024 (magic) + 4 (offset) in both halves
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d4) : "r"(x4), "r"(0x64046404u));
+    // block bits 30..61: codes of pairs 5..9, straddling ones whole
+    // funnel shift of (w1:w0) by 30
+    asm("shf.r.clamp.b32 %0, %1, %2, 30;" : "=r"(v30) : "r"(w0), "r"(w1));
+    // bring fields 3 bits down, to where a mask can reach them
+    // shift by 3
+    asm("shr.u32 %0, %1, 3;" : "=r"(v30_s3) : "r"(v30));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [0, 0, 4, 4] (result byte k <- source byte picks[k]; 0-3 = v30, 4-7 = v30_s3)
+    asm("prmt.b32 %0, %1, %2, 0x4400;" : "=r"(p5) : "r"(v30), "r"(v30_s3));
+    // 1024 + field*2^p in each half (p = 0, 0)
+    // 0x00070007: mask: the 3-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x5) : "r"(p5), "r"(0x00070007u), "r"(0x64006400u));
+    // (1024 + field) - 1028 = code value, exact
+    // 0x64046404: 1024 (magic) + 4 (offset) in both halves
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d5) : "r"(x5), "r"(0x64046404u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [0, 0, 5, 5] (result byte k <- source byte picks[k]; 0-3 = v30_s3, 4-7 = v30)
+    asm("prmt.b32 %0, %1, %2, 0x5500;" : "=r"(p6) : "r"(v30_s3), "r"(v30));
+    // 1024 + field*2^p in each half (p = 3, 1)
+    // 0x000E0038: mask: the 3-bit fields at bit 3 of the low half and bit 1 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x6) : "r"(p6), "r"(0x000E0038u), "r"(0x64006400u));
+    // (1024 + field*2^p)/2^p - (1024/2^p + 4) = code value, exact
+    // 0x38003000: {1/8, 1/2}: undo the field's position 2^p in each half
+    // 0xE008D820: -(1024/2^p + 4) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d6) : "r"(x6), "r"(0x38003000u), "r"(0xE008D820u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [1, 1, 5, 5] (result byte k <- source byte picks[k]; 0-3 = v30, 4-7 = v30_s3)
+    asm("prmt.b32 %0, %1, %2, 0x5511;" : "=r"(p7) : "r"(v30), "r"(v30_s3));
+    // 1024 + field*2^p in each half (p = 4, 4)
+    // 0x00700070: mask: the 3-bit fields at bit 4 of the low half and bit 4 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x7) : "r"(p7), "r"(0x00700070u), "r"(0x64006400u));
+    // (1024 + field*2^p)/2^p - (1024/2^p + 4) = code value, exact
+    // 0x2C002C00: {1/16, 1/16}: undo the field's position 2^p in each half
+    // 0xD440D440: -(1024/2^p + 4) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d7) : "r"(x7), "r"(0x2C002C00u), "r"(0xD440D440u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [2, 2, 2, 2] (result byte k <- source byte picks[k]; 0-3 = v30, 4-7 = v30)
+    asm("prmt.b32 %0, %1, %2, 0x2222;" : "=r"(p8) : "r"(v30), "r"(v30));
+    // 1024 + field*2^p in each half (p = 2, 5)
+    // 0x00E0001C: mask: the 3-bit fields at bit 2 of the low half and bit 5 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x8) : "r"(p8), "r"(0x00E0001Cu), "r"(0x64006400u));
+    // (1024 + field*2^p)/2^p - (1024/2^p + 4) = code value, exact
+    // 0x28003400: {1/4, 1/32}: undo the field's position 2^p in each half
+    // 0xD080DC10: -(1024/2^p + 4) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d8) : "r"(x8), "r"(0x28003400u), "r"(0xD080DC10u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [3, 3, 7, 7] (result byte k <- source byte picks[k]; 0-3 = v30, 4-7 = v30_s3)
+    asm("prmt.b32 %0, %1, %2, 0x7733;" : "=r"(p9) : "r"(v30), "r"(v30_s3));
+    // 1024 + field*2^p in each half (p = 0, 0)
+    // 0x00070007: mask: the 3-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x9) : "r"(p9), "r"(0x00070007u), "r"(0x64006400u));
+    // (1024 + field) - 1028 = code value, exact
+    // 0x64046404: 1024 (magic) + 4 (offset) in both halves
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d9) : "r"(x9), "r"(0x64046404u));
+    // block bits 60..91: codes of pairs 10..14, straddling ones whole
+    // funnel shift of (w2:w1) by 28
+    asm("shf.r.clamp.b32 %0, %1, %2, 28;" : "=r"(v60) : "r"(w1), "r"(w2));
+    // bring fields 3 bits down, to where a mask can reach them
+    // shift by 3
+    asm("shr.u32 %0, %1, 3;" : "=r"(v60_s3) : "r"(v60));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [0, 0, 4, 4] (result byte k <- source byte picks[k]; 0-3 = v60, 4-7 = v60_s3)
+    asm("prmt.b32 %0, %1, %2, 0x4400;" : "=r"(p10) : "r"(v60), "r"(v60_s3));
+    // 1024 + field*2^p in each half (p = 0, 0)
+    // 0x00070007: mask: the 3-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x10) : "r"(p10), "r"(0x00070007u), "r"(0x64006400u));
+    // (1024 + field) - 1028 = code value, exact
+    // 0x64046404: 1024 (magic) + 4 (offset) in both halves
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d10) : "r"(x10), "r"(0x64046404u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [0, 0, 5, 5] (result byte k <- source byte picks[k]; 0-3 = v60_s3, 4-7 = v60)
+    asm("prmt.b32 %0, %1, %2, 0x5500;" : "=r"(p11) : "r"(v60_s3), "r"(v60));
+    // 1024 + field*2^p in each half (p = 3, 1)
+    // 0x000E0038: mask: the 3-bit fields at bit 3 of the low half and bit 1 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x11) : "r"(p11), "r"(0x000E0038u), "r"(0x64006400u));
+    // (1024 + field*2^p)/2^p - (1024/2^p + 4) = code value, exact
+    // 0x38003000: {1/8, 1/2}: undo the field's position 2^p in each half
+    // 0xE008D820: -(1024/2^p + 4) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d11) : "r"(x11), "r"(0x38003000u), "r"(0xE008D820u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [1, 1, 5, 5] (result byte k <- source byte picks[k]; 0-3 = v60, 4-7 = v60_s3)
+    asm("prmt.b32 %0, %1, %2, 0x5511;" : "=r"(p12) : "r"(v60), "r"(v60_s3));
+    // 1024 + field*2^p in each half (p = 4, 4)
+    // 0x00700070: mask: the 3-bit fields at bit 4 of the low half and bit 4 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x12) : "r"(p12), "r"(0x00700070u), "r"(0x64006400u));
+    // (1024 + field*2^p)/2^p - (1024/2^p + 4) = code value, exact
+    // 0x2C002C00: {1/16, 1/16}: undo the field's position 2^p in each half
+    // 0xD440D440: -(1024/2^p + 4) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d12) : "r"(x12), "r"(0x2C002C00u), "r"(0xD440D440u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [2, 2, 2, 2] (result byte k <- source byte picks[k]; 0-3 = v60, 4-7 = v60)
+    asm("prmt.b32 %0, %1, %2, 0x2222;" : "=r"(p13) : "r"(v60), "r"(v60));
+    // 1024 + field*2^p in each half (p = 2, 5)
+    // 0x00E0001C: mask: the 3-bit fields at bit 2 of the low half and bit 5 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x13) : "r"(p13), "r"(0x00E0001Cu), "r"(0x64006400u));
+    // (1024 + field*2^p)/2^p - (1024/2^p + 4) = code value, exact
+    // 0x28003400: {1/4, 1/32}: undo the field's position 2^p in each half
+    // 0xD080DC10: -(1024/2^p + 4) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d13) : "r"(x13), "r"(0x28003400u), "r"(0xD080DC10u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [3, 3, 7, 7] (result byte k <- source byte picks[k]; 0-3 = v60, 4-7 = v60_s3)
+    asm("prmt.b32 %0, %1, %2, 0x7733;" : "=r"(p14) : "r"(v60), "r"(v60_s3));
+    // 1024 + field*2^p in each half (p = 0, 0)
+    // 0x00070007: mask: the 3-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x14) : "r"(p14), "r"(0x00070007u), "r"(0x64006400u));
+    // (1024 + field) - 1028 = code value, exact
+    // 0x64046404: 1024 (magic) + 4 (offset) in both halves
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d14) : "r"(x14), "r"(0x64046404u));
+    // block bits 90.. of the last word
+    // shift by 26
+    asm("shr.u32 %0, %1, 26;" : "=r"(v90) : "r"(w2));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [0, 0, 0, 0] (result byte k <- source byte picks[k]; 0-3 = v90, 4-7 = v90)
+    asm("prmt.b32 %0, %1, %2, 0x0;" : "=r"(p15) : "r"(v90), "r"(v90));
+    // 1024 + field*2^p in each half (p = 0, 3)
+    // 0x00380007: mask: the 3-bit fields at bit 0 of the low half and bit 3 of the high half
+    // 0x64006400: magic fp16x2 {1024, 1024}: exponent field 25 = 15+10 makes the mantissa unit 1
+    // immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x15) : "r"(p15), "r"(0x00380007u), "r"(0x64006400u));
+    // (1024 + field*2^p)/2^p - (1024/2^p + 4) = code value, exact
+    // 0x30003C00: {1, 1/8}: undo the field's position 2^p in each half
+    // 0xD820E404: -(1024/2^p + 4) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d15) : "r"(x15), "r"(0x30003C00u), "r"(0xD820E404u));
+    d[0] = d0;
+    d[1] = d1;
+    d[2] = d2;
+    d[3] = d3;
+    d[4] = d4;
+    d[5] = d5;
+    d[6] = d6;
+    d[7] = d7;
+    d[8] = d8;
+    d[9] = d9;
+    d[10] = d10;
+    d[11] = d11;
+    d[12] = d12;
+    d[13] = d13;
+    d[14] = d14;
+    d[15] = d15;
+}
+
+// convert, then scale: out[i] = round(d[i] * s[i]); s[i] holds the scales of elements 2i, 2i+1.
+__device__ __forceinline__ void dequant(unsigned w0, unsigned w1, unsigned w2, const unsigned* s, unsigned* out) {
+    unsigned d[kPairs];
+    convert(w0, w1, w2, d);
+    const unsigned d0 = d[0];
+    const unsigned d1 = d[1];
+    const unsigned d2 = d[2];
+    const unsigned d3 = d[3];
+    const unsigned d4 = d[4];
+    const unsigned d5 = d[5];
+    const unsigned d6 = d[6];
+    const unsigned d7 = d[7];
+    const unsigned d8 = d[8];
+    const unsigned d9 = d[9];
+    const unsigned d10 = d[10];
+    const unsigned d11 = d[11];
+    const unsigned d12 = d[12];
+    const unsigned d13 = d[13];
+    const unsigned d14 = d[14];
+    const unsigned d15 = d[15];
+    const unsigned s0 = s[0];
+    const unsigned s1 = s[1];
+    const unsigned s2 = s[2];
+    const unsigned s3 = s[3];
+    const unsigned s4 = s[4];
+    const unsigned s5 = s[5];
+    const unsigned s6 = s[6];
+    const unsigned s7 = s[7];
+    const unsigned s8 = s[8];
+    const unsigned s9 = s[9];
+    const unsigned s10 = s[10];
+    const unsigned s11 = s[11];
+    const unsigned s12 = s[12];
+    const unsigned s13 = s[13];
+    const unsigned s14 = s[14];
+    const unsigned s15 = s[15];
+    unsigned out0, out1, out2, out3, out4, out5, out6, out7, out8, out9, out10, out11, out12, out13, out14, out15;
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out0) : "r"(d0), "r"(s0));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out1) : "r"(d1), "r"(s1));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out2) : "r"(d2), "r"(s2));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out3) : "r"(d3), "r"(s3));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out4) : "r"(d4), "r"(s4));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out5) : "r"(d5), "r"(s5));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out6) : "r"(d6), "r"(s6));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out7) : "r"(d7), "r"(s7));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out8) : "r"(d8), "r"(s8));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out9) : "r"(d9), "r"(s9));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out10) : "r"(d10), "r"(s10));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out11) : "r"(d11), "r"(s11));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out12) : "r"(d12), "r"(s12));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out13) : "r"(d13), "r"(s13));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out14) : "r"(d14), "r"(s14));
+    // (code - zero) * scale, rounded once to nearest-even fp16
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out15) : "r"(d15), "r"(s15));
+    out[0] = out0;
+    out[1] = out1;
+    out[2] = out2;
+    out[3] = out3;
+    out[4] = out4;
+    out[5] = out5;
+    out[6] = out6;
+    out[7] = out7;
+    out[8] = out8;
+    out[9] = out9;
+    out[10] = out10;
+    out[11] = out11;
+    out[12] = out12;
+    out[13] = out13;
+    out[14] = out14;
+    out[15] = out15;
+}
+
+}  // namespace gptq_int3_fp16
+}  // namespace dqgen

@@ -1,0 +1,386 @@
+// dqgen standalone dequantize kernel for spec "int2_bf16" (s2 -> bf16), generated.
+// Do not edit: `dqgen build specs/int2_bf16.yaml` regenerates it.
+//   qweight [K, N/16] int32 (packed along N), scales [G, N] bf16,
+//   out [K, N] bf16 row-major; G = K / group_size (1 when group_size == -1).
+// Index arithmetic is 64-bit throughout; any shape the packing allows is handled (tails are guarded).
+// Entry points dqgen_int2_bf16_v<VEC>_r<ROWS>[_u]: each thread converts ROWS rows x VEC words, all of
+// its loads issued before any conversion (memory-level parallelism), one scale/zero-point preparation
+// per group; "_u" variants make only 4-byte accesses, for base pointers that are not 16-byte aligned.
+
+// dqgen device converter for spec "int2_bf16" (s2 -> bf16), generated from its Plan.
+// Do not edit: `dqgen build specs/int2_bf16.yaml` regenerates it.
+//
+// Input word: 16 codes of 2 bits; field j holds element order[j], order = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15].
+// value = bf16( q * s ), rounded once to nearest-even.
+// Plan: lanes; 25/2 conversion ops per 8 outputs.
+// Proof: every code at every lane and 10^6 random words, bit-exact (CPU emulation of these PTX ops).
+// Zero points: none.
+// Requires sm_80 or newer. Outputs are bf16x2 registers in natural element order:
+// out[i] holds elements 2i (low half) and 2i+1 (high half).
+#pragma once
+
+namespace dqgen {
+namespace int2_bf16 {
+
+[[maybe_unused]] constexpr int kBits = 2;
+[[maybe_unused]] constexpr int kPerWord = 16;
+[[maybe_unused]] constexpr int kPairs = 8;
+[[maybe_unused]] constexpr int kZeroRegs = 0;
+
+// The conversion: one packed word -> 8 bf16x2 registers holding the exact integers q.
+__device__ __forceinline__ void convert(unsigned w, unsigned* d) {
+    unsigned w_s2, p0, x0, d0, p1, x1, d1, p2, x2, d2, p3, x3, d3, p4, x4, d4, p5, x5, d5, p6, x6, d6, p7, x7, d7;
+    // bring fields 2 bits down, to where a mask can reach them
+    // shift by 2
+    asm("shr.u32 %0, %1, 2;" : "=r"(w_s2) : "r"(w));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [0, 0, 4, 4] (result byte k <- source byte picks[k]; 0-3 = w, 4-7 = w_s2)
+    asm("prmt.b32 %0, %1, %2, 0x4400;" : "=r"(p0) : "r"(w), "r"(w_s2));
+    // 128 + field*2^p in each half (p = 0, 0)
+    // 0x00030003: mask: the 2-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43024302: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1; XOR-ing the code's top bit (0x2 per half) turns two's complement into offset binary, i.e. adds 2^(bits-1)
+    // immLut = (0xF0 & 0xCC) ^ 0xAA: d = (a & b) ^ c
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(x0) : "r"(p0), "r"(0x00030003u), "r"(0x43024302u));
+    // (128 + field) - 130 = code value, exact
+    // 0x3F803F80: 1.0 in both halves (sub.rn.bf16x2 needs sm_90; fma(x, 1, -c) is the same rounding)
+    // 0xC302C302: minus 128 (magic) + 2 (offset) in both halves
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d0) : "r"(x0), "r"(0x3F803F80u), "r"(0xC302C302u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [0, 0, 4, 4] (result byte k <- source byte picks[k]; 0-3 = w, 4-7 = w_s2)
+    asm("prmt.b32 %0, %1, %2, 0x4400;" : "=r"(p1) : "r"(w), "r"(w_s2));
+    // 128 + field*2^p in each half (p = 4, 4)
+    // 0x00300030: mask: the 2-bit fields at bit 4 of the low half and bit 4 of the high half
+    // 0x43204320: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1; XOR-ing the code's top bit (0x20 per half) turns two's complement into offset binary, i.e. adds 2^(bits-1)
+    // immLut = (0xF0 & 0xCC) ^ 0xAA: d = (a & b) ^ c
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(x1) : "r"(p1), "r"(0x00300030u), "r"(0x43204320u));
+    // (128 + field*2^p)/2^p - (128/2^p + 2) = code value, exact
+    // 0x3D803D80: {1/16, 1/16}: undo the field's position 2^p in each half
+    // 0xC120C120: -(128/2^p + 2) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d1) : "r"(x1), "r"(0x3D803D80u), "r"(0xC120C120u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [1, 1, 5, 5] (result byte k <- source byte picks[k]; 0-3 = w, 4-7 = w_s2)
+    asm("prmt.b32 %0, %1, %2, 0x5511;" : "=r"(p2) : "r"(w), "r"(w_s2));
+    // 128 + field*2^p in each half (p = 0, 0)
+    // 0x00030003: mask: the 2-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43024302: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1; XOR-ing the code's top bit (0x2 per half) turns two's complement into offset binary, i.e. adds 2^(bits-1)
+    // immLut = (0xF0 & 0xCC) ^ 0xAA: d = (a & b) ^ c
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(x2) : "r"(p2), "r"(0x00030003u), "r"(0x43024302u));
+    // (128 + field) - 130 = code value, exact
+    // 0x3F803F80: 1.0 in both halves (sub.rn.bf16x2 needs sm_90; fma(x, 1, -c) is the same rounding)
+    // 0xC302C302: minus 128 (magic) + 2 (offset) in both halves
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d2) : "r"(x2), "r"(0x3F803F80u), "r"(0xC302C302u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [1, 1, 5, 5] (result byte k <- source byte picks[k]; 0-3 = w, 4-7 = w_s2)
+    asm("prmt.b32 %0, %1, %2, 0x5511;" : "=r"(p3) : "r"(w), "r"(w_s2));
+    // 128 + field*2^p in each half (p = 4, 4)
+    // 0x00300030: mask: the 2-bit fields at bit 4 of the low half and bit 4 of the high half
+    // 0x43204320: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1; XOR-ing the code's top bit (0x20 per half) turns two's complement into offset binary, i.e. adds 2^(bits-1)
+    // immLut = (0xF0 & 0xCC) ^ 0xAA: d = (a & b) ^ c
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(x3) : "r"(p3), "r"(0x00300030u), "r"(0x43204320u));
+    // (128 + field*2^p)/2^p - (128/2^p + 2) = code value, exact
+    // 0x3D803D80: {1/16, 1/16}: undo the field's position 2^p in each half
+    // 0xC120C120: -(128/2^p + 2) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d3) : "r"(x3), "r"(0x3D803D80u), "r"(0xC120C120u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [2, 2, 6, 6] (result byte k <- source byte picks[k]; 0-3 = w, 4-7 = w_s2)
+    asm("prmt.b32 %0, %1, %2, 0x6622;" : "=r"(p4) : "r"(w), "r"(w_s2));
+    // 128 + field*2^p in each half (p = 0, 0)
+    // 0x00030003: mask: the 2-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43024302: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1; XOR-ing the code's top bit (0x2 per half) turns two's complement into offset binary, i.e. adds 2^(bits-1)
+    // immLut = (0xF0 & 0xCC) ^ 0xAA: d = (a & b) ^ c
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(x4) : "r"(p4), "r"(0x00030003u), "r"(0x43024302u));
+    // (128 + field) - 130 = code value, exact
+    // 0x3F803F80: 1.0 in both halves (sub.rn.bf16x2 needs sm_90; fma(x, 1, -c) is the same rounding)
+    // 0xC302C302: minus 128 (magic) + 2 (offset) in both halves
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d4) : "r"(x4), "r"(0x3F803F80u), "r"(0xC302C302u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [2, 2, 6, 6] (result byte k <- source byte picks[k]; 0-3 = w, 4-7 = w_s2)
+    asm("prmt.b32 %0, %1, %2, 0x6622;" : "=r"(p5) : "r"(w), "r"(w_s2));
+    // 128 + field*2^p in each half (p = 4, 4)
+    // 0x00300030: mask: the 2-bit fields at bit 4 of the low half and bit 4 of the high half
+    // 0x43204320: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1; XOR-ing the code's top bit (0x20 per half) turns two's complement into offset binary, i.e. adds 2^(bits-1)
+    // immLut = (0xF0 & 0xCC) ^ 0xAA: d = (a & b) ^ c
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(x5) : "r"(p5), "r"(0x00300030u), "r"(0x43204320u));
+    // (128 + field*2^p)/2^p - (128/2^p + 2) = code value, exact
+    // 0x3D803D80: {1/16, 1/16}: undo the field's position 2^p in each half
+    // 0xC120C120: -(128/2^p + 2) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d5) : "r"(x5), "r"(0x3D803D80u), "r"(0xC120C120u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [3, 3, 7, 7] (result byte k <- source byte picks[k]; 0-3 = w, 4-7 = w_s2)
+    asm("prmt.b32 %0, %1, %2, 0x7733;" : "=r"(p6) : "r"(w), "r"(w_s2));
+    // 128 + field*2^p in each half (p = 0, 0)
+    // 0x00030003: mask: the 2-bit fields at bit 0 of the low half and bit 0 of the high half
+    // 0x43024302: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1; XOR-ing the code's top bit (0x2 per half) turns two's complement into offset binary, i.e. adds 2^(bits-1)
+    // immLut = (0xF0 & 0xCC) ^ 0xAA: d = (a & b) ^ c
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(x6) : "r"(p6), "r"(0x00030003u), "r"(0x43024302u));
+    // (128 + field) - 130 = code value, exact
+    // 0x3F803F80: 1.0 in both halves (sub.rn.bf16x2 needs sm_90; fma(x, 1, -c) is the same rounding)
+    // 0xC302C302: minus 128 (magic) + 2 (offset) in both halves
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d6) : "r"(x6), "r"(0x3F803F80u), "r"(0xC302C302u));
+    // put the low element's byte in the low half and the high element's in the high half
+    // byte moves [3, 3, 7, 7] (result byte k <- source byte picks[k]; 0-3 = w, 4-7 = w_s2)
+    asm("prmt.b32 %0, %1, %2, 0x7733;" : "=r"(p7) : "r"(w), "r"(w_s2));
+    // 128 + field*2^p in each half (p = 4, 4)
+    // 0x00300030: mask: the 2-bit fields at bit 4 of the low half and bit 4 of the high half
+    // 0x43204320: magic bf16x2 {128, 128}: exponent field 134 = 127+7 makes the mantissa unit 1; XOR-ing the code's top bit (0x20 per half) turns two's complement into offset binary, i.e. adds 2^(bits-1)
+    // immLut = (0xF0 & 0xCC) ^ 0xAA: d = (a & b) ^ c
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(x7) : "r"(p7), "r"(0x00300030u), "r"(0x43204320u));
+    // (128 + field*2^p)/2^p - (128/2^p + 2) = code value, exact
+    // 0x3D803D80: {1/16, 1/16}: undo the field's position 2^p in each half
+    // 0xC120C120: -(128/2^p + 2) per half: the magic after the 1/2^p scaling, plus the offset
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d7) : "r"(x7), "r"(0x3D803D80u), "r"(0xC120C120u));
+    d[0] = d0;
+    d[1] = d1;
+    d[2] = d2;
+    d[3] = d3;
+    d[4] = d4;
+    d[5] = d5;
+    d[6] = d6;
+    d[7] = d7;
+}
+
+// convert, then scale: out[i] = round(d[i] * s[i]); s[i] holds the scales of elements 2i, 2i+1.
+__device__ __forceinline__ void dequant(unsigned w, const unsigned* s, unsigned* out) {
+    unsigned d[kPairs];
+    convert(w, d);
+    const unsigned d0 = d[0];
+    const unsigned d1 = d[1];
+    const unsigned d2 = d[2];
+    const unsigned d3 = d[3];
+    const unsigned d4 = d[4];
+    const unsigned d5 = d[5];
+    const unsigned d6 = d[6];
+    const unsigned d7 = d[7];
+    const unsigned s0 = s[0];
+    const unsigned s1 = s[1];
+    const unsigned s2 = s[2];
+    const unsigned s3 = s[3];
+    const unsigned s4 = s[4];
+    const unsigned s5 = s[5];
+    const unsigned s6 = s[6];
+    const unsigned s7 = s[7];
+    unsigned out0, out1, out2, out3, out4, out5, out6, out7;
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out0) : "r"(d0), "r"(s0), "r"(0x80008000u));
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out1) : "r"(d1), "r"(s1), "r"(0x80008000u));
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out2) : "r"(d2), "r"(s2), "r"(0x80008000u));
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out3) : "r"(d3), "r"(s3), "r"(0x80008000u));
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out4) : "r"(d4), "r"(s4), "r"(0x80008000u));
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out5) : "r"(d5), "r"(s5), "r"(0x80008000u));
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out6) : "r"(d6), "r"(s6), "r"(0x80008000u));
+    // (code - zero) * scale, rounded once to nearest-even bf16 (mul.rn.bf16x2 needs sm_90)
+    // 0x80008000: -0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out7) : "r"(d7), "r"(s7), "r"(0x80008000u));
+    out[0] = out0;
+    out[1] = out1;
+    out[2] = out2;
+    out[3] = out3;
+    out[4] = out4;
+    out[5] = out5;
+    out[6] = out6;
+    out[7] = out7;
+}
+
+}  // namespace int2_bf16
+}  // namespace dqgen
+
+
+namespace dqgen {
+namespace int2_bf16 {
+
+[[maybe_unused]] constexpr int kBlock = 256;
+
+// n consecutive 32-bit words, as 16- or 8-byte accesses when ALIGNED (n = 4 or 2), else one by one.
+template <int n, bool ALIGNED>
+__device__ __forceinline__ void load_words(unsigned* dst, const unsigned* __restrict__ src) {
+    if constexpr (ALIGNED && n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(src + i));
+            dst[i] = v.x; dst[i + 1] = v.y; dst[i + 2] = v.z; dst[i + 3] = v.w;
+        }
+    } else if constexpr (ALIGNED && n == 2) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+        dst[0] = v.x; dst[1] = v.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < n; ++i) dst[i] = __ldg(src + i);
+    }
+}
+
+// STREAM: st.global.cs, the evict-first hint for data this kernel never reads again.
+template <int n, bool ALIGNED, bool STREAM = false>
+__device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const unsigned* src) {
+    if constexpr (ALIGNED && STREAM && n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4)
+            asm volatile("st.global.cs.v4.u32 [%0], {" "%1, %2, %3, %4};" :: "l"(dst + i), "r"(src[i]), "r"(src[i + 1]), "r"(src[i + 2]), "r"(src[i + 3]) : "memory");
+    } else if constexpr (ALIGNED && STREAM && n == 2) {
+        asm volatile("st.global.cs.v2.u32 [%0], {" "%1, %2};" :: "l"(dst), "r"(src[0]), "r"(src[1]) : "memory");
+    } else if constexpr (ALIGNED && n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4) *reinterpret_cast<uint4*>(dst + i) = make_uint4(src[i], src[i + 1], src[i + 2], src[i + 3]);
+    } else if constexpr (ALIGNED && n == 2) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(src[0], src[1]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < n; ++i) dst[i] = src[i];
+    }
+}
+
+// Tile: ROWS rows x (kBlock * VEC) words; thread t owns words c0 + t + j*kBlock, so every warp access
+// is contiguous: 4-byte weight loads, 32-byte scale loads and output stores per word.
+// scales and out are addressed as bf16x2 pairs: a row of N elements is W * kPairs pairs.
+template <int VEC, int ROWS, bool ALIGNED, bool STREAM>
+__device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales,
+                                    const unsigned* __restrict__ zeros, const int* __restrict__ g_idx, unsigned* __restrict__ out,
+                                    long long K, long long W, long long group_size) {
+    const long long tiles_c = (W + kBlock * VEC - 1) / (kBlock * VEC);
+    const long long tiles = tiles_c * ((K + ROWS - 1) / ROWS);
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const long long c0 = (tile % tiles_c) * (kBlock * VEC) + threadIdx.x;
+        const long long k0 = (tile / tiles_c) * ROWS;
+        unsigned q[ROWS][VEC];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const long long c = c0 + (long long)j * kBlock;
+                q[r][j] = (k0 + r < K && c < W) ? __ldg(qweight + (k0 + r) * W + c) : 0u;
+            }
+        long long g_cur = -1;
+        unsigned s[VEC][kPairs];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const long long k = k0 + r;
+            if (k >= K) break;
+            const long long g = group_size > 0 ? k / group_size : 0;
+            if (g != g_cur) {  // once per tile unless the tile straddles a group boundary
+                g_cur = g;
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) {
+                    const long long c = c0 + (long long)j * kBlock;
+                    if (c < W) {
+                        load_words<kPairs, ALIGNED>(s[j], scales + (g * W + c) * kPairs);
+                    }
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const long long c = c0 + (long long)j * kBlock;
+                if (c < W) {
+                    unsigned o[kPairs];
+                    dequant(q[r][j], s[j], o);
+                    store_words<kPairs, ALIGNED, STREAM>(out + (k * W + c) * kPairs, o);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace int2_bf16
+}  // namespace dqgen
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v1_r1(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<1, 1, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v1_r2(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<1, 2, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v1_r4(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<1, 4, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v1_r8(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<1, 8, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v2_r4(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<2, 4, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v1_r1_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<1, 1, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v1_r2_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<1, 2, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v1_r4_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<1, 4, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v1_r8_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<1, 8, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v2_r4_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<2, 4, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v1_r4_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<1, 4, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v1_r8_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<1, 8, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v1_r16_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<1, 16, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v2_r4_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<2, 4, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_int2_bf16_v2_r8_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::int2_bf16::run<2, 8, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
