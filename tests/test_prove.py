@@ -12,7 +12,7 @@ import pytest
 
 from dqgen.isa import Const, Opcode
 from dqgen.plan import Op, Plan
-from dqgen.prove import code_values, expected_bits, lane_cases, prove, quick_check
+from dqgen.prove import code_values, expected_bits, lane_cases, prove, quick_check, random_float_zeros
 from dqgen.solver import solve
 from dqgen.spec import Spec, load_spec
 
@@ -48,8 +48,13 @@ def test_shipped_specs_prove(name: str) -> None:
     assert r.ok, r.failures
     assert not r.failures and r.words >= 100_000 + r.lane_words
     n_codes = (1 << spec.source.bits) ** (2 if spec.zeros.packed else 1)
-    # every (code[, zero]) at every lane plus the all-same-code words, with scale 1 and random scales
-    assert r.lane_words == 2 * (n_codes * spec.per_word + (1 << spec.source.bits))
+    lane_blocks = n_codes * spec.per_word + (1 << spec.source.bits)
+    if spec.scales.block:
+        # every code at every lane plus the all-same-code blocks, each against all 256 scale codes
+        assert r.lane_words == 256 * lane_blocks
+    else:
+        # every (code[, zero]) at every lane plus the all-same-code words, with scale 1 and random scales
+        assert r.lane_words == 2 * lane_blocks
     assert "PROVEN" in r.line()
 
 
@@ -168,10 +173,13 @@ LANE_SPECS = [load_spec(p) for p in SPECS.values()] + [
 @pytest.mark.parametrize("spec", LANE_SPECS, ids=[f"{s.name}_{s.source.short}_{s.target.value}" for s in LANE_SPECS])
 def test_lane_cases_cover_every_code_at_every_lane(spec: Spec) -> None:
     words, zeros = lane_cases(spec, np.random.default_rng(9))
-    b, n = spec.source.bits, spec.per_word
+    b, n, W = spec.source.bits, spec.per_word, spec.words
     assert words.dtype == np.uint32 and (zeros is None) == (not spec.zeros.packed)
+    assert words.shape[1:] == (() if W == 1 else (W,))
     top = (1 << b) - 1
-    ws = [int(w) for w in words]
+    # each block as one integer, word 0 in the low bits, so a field may straddle two words
+    blocks = words.reshape(len(words), W)
+    ws = [sum(int(x) << (32 * k) for k, x in enumerate(row)) for row in blocks]
     zs = [int(z) for z in zeros] if zeros is not None else None
     for lane in range(n):
         codes = {(w >> (b * lane)) & top for w in ws}
@@ -180,8 +188,8 @@ def test_lane_cases_cover_every_code_at_every_lane(spec: Spec) -> None:
         if zs is not None:
             pairs = {((w >> (b * lane)) & top, (z >> (b * lane)) & top) for w, z in zip(ws, zs)}
             assert pairs == {(q, z) for q in range(1 << b) for z in range(1 << b)}, lane
-    # and a word holding the maximum code in every lane at once
-    assert (1 << 32) - 1 in ws
+    # and a block holding the maximum code in every lane at once
+    assert (1 << (32 * W)) - 1 in ws
 
 
 # ----------------------------------------------------------------------------- expected values
@@ -233,23 +241,56 @@ def test_expected_bits_hand_worked() -> None:
     assert expected_bits(i8b, np.array([0x00007F00], dtype=np.uint32), None, three).tolist() == [[0, (135 << 7) | 0x3E, 0, 0]]
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
+def run_plan(plan: Plan, words: np.ndarray, zeros: np.ndarray | None, **scale_regs: np.ndarray) -> np.ndarray:
+    """[n, outputs x 2] halves of the plan's output registers, element order from ``plan.pairs``."""
+    blocks = words.reshape(len(words), -1)
+    env = {name: blocks[:, k] for k, name in enumerate(plan.words)} | ({"z": zeros} if zeros is not None else {})
+    regs = plan.run(env | scale_regs)
+    got = np.empty((len(words), 2 * len(plan.outputs)), dtype=np.uint32)
+    for o, (lo, hi) in zip(plan.outputs, plan.pairs):
+        got[:, lo], got[:, hi] = regs[o] & np.uint32(0xFFFF), regs[o] >> np.uint32(16)
+    return got
+
+
+TARGET_SCALED = sorted(n for n in SPECS if not load_spec(SPECS[n]).scales.block)
+GLOBAL_SCALED = sorted(n for n in SPECS if load_spec(SPECS[n]).scales.global_scale)
+
+
+@pytest.mark.parametrize("name", TARGET_SCALED)
 def test_extreme_scales_match_formula(name: str) -> None:
     # The proof's random scales stay in the normal range; here scales are subnormal (results
     # underflow to subnormals / zero) or huge (results overflow to inf), both signs.
     spec, plan = shipped(name)
     rng = np.random.default_rng(11)
     words, zeros = lane_cases(spec, rng)
+    n = len(words)
     fp16 = spec.target.value == "fp16"
-    tiny = rng.integers(1, 0x400 if fp16 else 0x80, size=(words.size, spec.per_word))  # subnormal patterns
-    big = (0x7BFF if fp16 else 0x7F7F) - rng.integers(0, 0x200, size=(words.size, spec.per_word))
+    tiny = rng.integers(1, 0x400 if fp16 else 0x80, size=(n, spec.per_word))  # subnormal patterns
+    big = (0x7BFF if fp16 else 0x7F7F) - rng.integers(0, 0x200, size=(n, spec.per_word))
     for mags in (tiny, big):
         scales = (mags | (rng.integers(0, 2, size=mags.shape) << 15)).astype(np.uint32)
-        env = {"w": words} | ({"z": zeros} if zeros is not None else {})
-        env |= {f"s{i}": scales[:, 2 * i] | (scales[:, 2 * i + 1] << np.uint32(16)) for i in range(spec.per_word // 2)}
-        regs = plan.run(env)
-        got = np.stack([(regs[o] >> np.uint32(16 * h)) & np.uint32(0xFFFF) for o in plan.outputs for h in (0, 1)], axis=1)
-        assert np.array_equal(got, expected_bits(spec, words, zeros, scales))
+        fz = random_float_zeros(rng, spec, scales.shape)
+        pairs = {f"s{i}": scales[:, 2 * i] | (scales[:, 2 * i + 1] << np.uint32(16)) for i in range(spec.per_word // 2)}
+        if fz is not None:
+            pairs |= {f"f{i}": fz[:, 2 * i] | (fz[:, 2 * i + 1] << np.uint32(16)) for i in range(spec.per_word // 2)}
+        assert np.array_equal(run_plan(plan, words, zeros, **pairs), expected_bits(spec, words, zeros, scales, fz))
+
+
+@pytest.mark.parametrize("name", GLOBAL_SCALED)
+def test_extreme_global_scales_match_formula(name: str) -> None:
+    # NVFP4: fp32 global scales at both ends of fp32 (subnormal, near FLT_MAX), against every block
+    # scale code, so that a product formed in the target format first would under- or overflow.
+    spec, plan = shipped(name)
+    rng = np.random.default_rng(12)
+    words, _ = lane_cases(spec, rng)
+    words = np.repeat(words, 256, axis=0)
+    codes = np.tile(np.arange(256, dtype=np.uint32), len(words) // 256)
+    for gs_bits in (rng.integers(1, 0x00800000, size=len(words)), 0x7F7FFFFF - rng.integers(0, 1 << 26, size=len(words)),
+                    rng.integers(0x2A000000, 0x36000000, size=len(words))):  # 2^-43 .. 2^-19: the target's far range
+        gs = (gs_bits | (rng.integers(0, 2, size=len(words)) << 31)).astype(np.uint32)
+        want = expected_bits(spec, words, None, codes, gs=gs)
+        assert np.array_equal(run_plan(plan, words, None, sc=codes, gs=gs), want)
+        assert 0 < np.count_nonzero(np.isin(want & 0x7FFF, [0, 0x7C00, 0x7F80]) ) < want.size  # some but not all saturate
 
 
 def test_nan_products_compare_as_ptx_canonical_nan() -> None:
