@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jinja2
 
-from .isa import Const, Opcode, prmt_selector
+from .isa import Const, prmt_selector
 from .magic import fmt_num, half_pair
 from .plan import Plan
 from .spec import Spec

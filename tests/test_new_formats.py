@@ -47,7 +47,7 @@ def same_bits(got: np.ndarray, want: np.ndarray, target: str) -> np.ndarray:
 def lane_words(bits: int, per_word: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Every code at every lane (others random): words and the [n, per_word] codes they hold."""
     codes = np.arange(1 << bits, dtype=np.uint32)
-    words, fields = [], []
+    words = []
     for lane in range(per_word):
         bg = rng.integers(0, 1 << 32, size=codes.size, dtype=np.uint64).astype(np.uint32)
         w = (bg & np.uint32(~(((1 << bits) - 1) << (bits * lane)) & 0xFFFFFFFF)) | (codes << np.uint32(bits * lane))
