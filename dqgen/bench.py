@@ -237,12 +237,17 @@ __device__ __forceinline__ void traffic(const unsigned* __restrict__ src, unsign
         for (int j = 0; j < 4; ++j) {
             const long long w = i + j * stride;
             if (w >= n) continue;
-            if constexpr (OUT == 4) *reinterpret_cast<uint4*>(dst + w * 4) = make_uint4(v[j], v[j] + 1u, v[j] + 2u, v[j] + 3u);
-            else *reinterpret_cast<uint2*>(dst + w * 2) = make_uint2(v[j], v[j] + 1u);
+            if constexpr (OUT >= 4) {
+#pragma unroll
+                for (int k = 0; k < OUT; k += 4)
+                    *reinterpret_cast<uint4*>(dst + w * OUT + k) = make_uint4(v[j] + k, v[j] + k + 1u, v[j] + k + 2u, v[j] + k + 3u);
+            } else *reinterpret_cast<uint2*>(dst + w * 2) = make_uint2(v[j], v[j] + 1u);
         }
     }
 }
 extern "C" __global__ void __launch_bounds__(256) traffic4(const unsigned* s, unsigned* d, long long n) { traffic<4>(s, d, n); }
+// 2-bit words: 16 values, 8 output words.
+extern "C" __global__ void __launch_bounds__(256) traffic8(const unsigned* s, unsigned* d, long long n) { traffic<8>(s, d, n); }
 // Multi-word blocks (3-bit): 3 words in, 16 words (32 fp16 values) out per block.
 extern "C" __global__ void __launch_bounds__(256) traffic3x16(const unsigned* __restrict__ src, unsigned* __restrict__ dst, long long n) {
     const long long stride = (long long)gridDim.x * blockDim.x;
@@ -266,6 +271,8 @@ def traffic_copy(spec: Spec) -> Callable:
     out_words = spec.per_word // 2
     if spec.words > 1 and (spec.words, out_words) != (3, 16):
         raise ValueError(f"no same-bytes copy kernel for {spec.words}-word blocks of {spec.per_word} codes")
+    if spec.words == 1 and out_words not in (2, 4, 8):
+        raise ValueError(f"no same-bytes copy kernel for {spec.per_word} codes per word")
     cub = compile_source(_TRAFFIC_KERNEL, arch=dev.device_arch(0), want="cubin", name="traffic.cu").cubin
     kern = dev.LoadedKernel(cub, "traffic3x16" if spec.words > 1 else f"traffic{out_words}", 0)
     blocks = dev.sm_count(0) * 8
