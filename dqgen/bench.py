@@ -389,7 +389,7 @@ def write_markdown(path: Path, gpu: str, copy_gbps: float, rows: list[Row], sass
         "inputs rotated among sets totalling at least twice the L2. Every implementation's output was compared",
         "with dqgen's before timing (`equal`). `copy, same bytes` is a plain 16-byte-vector kernel that reads the packed",
         "words and writes as many bytes as the output, with no arithmetic: it shows what the write-heavy mix of a",
-        "dequantizer (it writes 4x what it reads, a copy 1x) costs by itself. It is a reference point, not a ceiling.",
+        "dequantizer (it writes 2x (fp8) to 8x (2-bit) what it reads, a copy 1x) costs by itself. It is a reference point, not a ceiling.",
         "",
         "| spec | K x N | G | implementation | us | GB/s | % of copy | equal |",
         "|---|---|---|---|---|---|---|---|",
