@@ -202,23 +202,6 @@ def _zero_field_order(spec: Spec) -> list[int]:
 
 
 @njit(cache=False)
-def _decode_bits(u: np.int64, ebits: int, mbits: int) -> float:
-    """The float64 value (exact) of the bits of a 1+ebits+mbits format."""
-    u = np.int64(u)
-    neg = (u >> (ebits + mbits)) & 1
-    e = (u >> mbits) & ((np.int64(1) << ebits) - 1)
-    m = u & ((np.int64(1) << mbits) - 1)
-    bias = (np.int64(1) << (ebits - 1)) - 1
-    if e == (np.int64(1) << ebits) - 1:
-        v = math.inf if m == 0 else math.nan
-    elif e == 0:
-        v = math.ldexp(np.float64(m), 1 - bias - mbits)
-    else:
-        v = math.ldexp(np.float64(m + (np.int64(1) << mbits)), e - bias - mbits)
-    return -v if neg else v
-
-
-@njit(cache=False)
 def _decode_minifloat(u: np.int64, ebits: int, mbits: int, bias: int, special: int) -> float:
     """The float64 value (exact) of the bits ``u`` of a 1+ebits+mbits source minifloat.
 
@@ -240,6 +223,12 @@ def _decode_minifloat(u: np.int64, ebits: int, mbits: int, bias: int, special: i
     else:
         v = math.ldexp(np.float64(m + (np.int64(1) << mbits)), e - bias - mbits)
     return -v if neg else v
+
+
+@njit(cache=False)
+def _decode_bits(u: np.int64, ebits: int, mbits: int) -> float:
+    """The float64 value (exact) of the bits of an IEEE-style 1+ebits+mbits format (fp16, bf16, fp32)."""
+    return _decode_minifloat(u, ebits, mbits, (1 << (ebits - 1)) - 1, 0)
 
 
 @njit(cache=False)
