@@ -62,7 +62,7 @@ def int8_inputs(K=64, N=128, sdt=F16, **kw):
 
 
 def infer(s, d):
-    return infer_problem(s, d["qweight"], d["scales"], d["zeros"], d["out"])
+    return infer_problem(s, d["qweight"], d["scales"], d["zeros"], d["out"], None, d.get("global_scale"))
 
 
 def raises(s, d, tensor, *fragments):
@@ -407,20 +407,6 @@ def fp4_inputs(s, K=256, N=64, sdt=U8, **kw):
     return d | kw
 
 
-def infer_gs(s, d):
-    return infer_problem(s, d["qweight"], d["scales"], d["zeros"], d["out"], None, d.get("global_scale"))
-
-
-def raises_gs(s, d, tensor, *fragments):
-    with pytest.raises(ShapeError) as ei:
-        infer_gs(s, d)
-    msg = str(ei.value)
-    assert msg.startswith(f"{tensor}: "), msg
-    for f in fragments:
-        assert f in msg, msg
-    return msg
-
-
 def test_int3_shapes_and_variant():
     assert INT3.words == 3 and INT3.per_word == 32
     p = infer(INT3, int3_inputs(K=256, N=64))
@@ -454,48 +440,48 @@ def test_int3_other_errors():
 
 @pytest.mark.parametrize("sdt", [U8, E8M0])
 def test_mxfp4_scale_codes(sdt):
-    p = infer_gs(MXFP4, fp4_inputs(MXFP4, K=256, N=64, sdt=sdt))
+    p = infer(MXFP4, fp4_inputs(MXFP4, K=256, N=64, sdt=sdt))
     assert p == Problem(K=256, N=64, groups=8, aligned=True)
     check_variant(MXFP4, p)
 
 
 @pytest.mark.parametrize("sdt", [E4M3, BF16, F16, np.int8, I32])
 def test_mxfp4_wrong_scale_dtype(sdt):
-    raises_gs(MXFP4, fp4_inputs(MXFP4, sdt=sdt), "scales", "uint8", "e8m0", "torch.float8_e8m0fnu")
+    raises(MXFP4, fp4_inputs(MXFP4, sdt=sdt), "scales", "uint8", "e8m0", "torch.float8_e8m0fnu")
 
 
 @pytest.mark.parametrize("shape", [(4, 64), (256, 64), (8, 32), (8,)])
 def test_block_scales_wrong_shape(shape):
-    raises_gs(MXFP4, fp4_inputs(MXFP4, K=256, N=64, scales=arr(shape, U8)), "scales", "(8, 64)")
-    raises_gs(NVFP4, fp4_inputs(NVFP4, K=256, N=64, scales=arr(shape, U8)), "scales", "(16, 64)")
+    raises(MXFP4, fp4_inputs(MXFP4, K=256, N=64, scales=arr(shape, U8)), "scales", "(8, 64)")
+    raises(NVFP4, fp4_inputs(NVFP4, K=256, N=64, scales=arr(shape, U8)), "scales", "(16, 64)")
 
 
 @pytest.mark.parametrize("sdt", [U8, E4M3])
 def test_nvfp4_shapes(sdt):
-    p = infer_gs(NVFP4, fp4_inputs(NVFP4, K=256, N=64, sdt=sdt))
+    p = infer(NVFP4, fp4_inputs(NVFP4, K=256, N=64, sdt=sdt))
     assert p == Problem(K=256, N=64, groups=16, aligned=True)
     check_variant(NVFP4, p)
     # the global scale takes no part in the alignment rule (it is read as one float)
     d = fp4_inputs(NVFP4, global_scale=arr((1,), F32, aligned=False))
-    assert infer_gs(NVFP4, d).aligned is True
+    assert infer(NVFP4, d).aligned is True
 
 
 @pytest.mark.parametrize("sdt", [E8M0, F16])
 def test_nvfp4_wrong_scale_dtype(sdt):
-    raises_gs(NVFP4, fp4_inputs(NVFP4, sdt=sdt), "scales", "uint8", "e4m3", "torch.float8_e4m3fn")
+    raises(NVFP4, fp4_inputs(NVFP4, sdt=sdt), "scales", "uint8", "e4m3", "torch.float8_e4m3fn")
 
 
 def test_global_scale_required_and_checked():
-    raises_gs(NVFP4, fp4_inputs(NVFP4, global_scale=None), "global_scale", "global_scale=", "float32")
+    raises(NVFP4, fp4_inputs(NVFP4, global_scale=None), "global_scale", "global_scale=", "float32")
     for bad in (arr((1,), F16), arr((1,), BF16), arr((2,), F32), arr((1, 2), F32), arr((0,), F32), arr((1,), I32)):
-        raises_gs(NVFP4, fp4_inputs(NVFP4, global_scale=bad), "global_scale", "one-element float32")
-    raises_gs(NVFP4, fp4_inputs(NVFP4, global_scale=arr((1,), F32, device=2)), "global_scale", "device 2", "qweight")
-    raises_gs(MXFP4, fp4_inputs(MXFP4, global_scale=arr((1,), F32)), "global_scale", "no global scale")
+        raises(NVFP4, fp4_inputs(NVFP4, global_scale=bad), "global_scale", "one-element float32")
+    raises(NVFP4, fp4_inputs(NVFP4, global_scale=arr((1,), F32, device=2)), "global_scale", "device 2", "qweight")
+    raises(MXFP4, fp4_inputs(MXFP4, global_scale=arr((1,), F32)), "global_scale", "no global scale")
     d = gptq_inputs()
     with pytest.raises(ShapeError, match="^global_scale: .*no global scale"):
         infer_problem(GPTQ, d["qweight"], d["scales"], d["zeros"], d["out"], None, arr((1,), F32))
     # the global scale is checked after every other tensor, so earlier messages stay as they were
-    raises_gs(NVFP4, fp4_inputs(NVFP4, global_scale=None, scales=arr((3, 64), U8)), "scales")
+    raises(NVFP4, fp4_inputs(NVFP4, global_scale=None, scales=arr((3, 64), U8)), "scales")
 
 
 def test_new_format_kernels_check_inputs_before_touching_a_gpu():
