@@ -132,6 +132,8 @@ def _op_line(op) -> str:
     args = [a if isinstance(a, str) else a.hex for a in op.args]
     if op.opcode.half_source:
         args[0] += ".hi" if op.imm else ".lo"
+    elif op.opcode in (Opcode.CVT_F16X2_F32, Opcode.CVT_BF16X2_F32):
+        args.reverse()  # PTX order, as Opcode.asm emits it: the first source is the upper half
     elif op.imm is not None:
         args.append(f"{op.imm}" if op.opcode in (Opcode.SHR, Opcode.SHL, Opcode.SHF_R) else f"0x{op.imm:X}")
     return f"{op.opcode.ptx} {op.dst}, {', '.join(args)};"

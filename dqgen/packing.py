@@ -5,7 +5,7 @@ holds element ``order[j]`` of the word's run of ``P`` consecutive elements):
 
 - ``packing.axis == "N"``: ``qweight`` int32 ``[K, N/P]``; word ``(k, i)`` field ``j`` is ``W[k, i*P + order[j]]``.
 - ``packing.axis == "K"``: ``qweight`` int32 ``[K/P, N]``; word ``(i, n)`` field ``j`` is ``W[i*P + order[j], n]``.
-- multi-word blocks (``bits`` does not divide 32: 3, 5, 6, 7; along K only, sequential order): a block
+- multi-word blocks (``bits`` does not divide 32: 3 (the rule is general; specs accept 3 only); along K only, sequential order): a block
   of ``words = bits / gcd(bits, 32)`` int32 words holds ``B = 32 * words / bits`` codes; ``qweight`` is
   int32 ``[K * words / B, N]`` (3-bit: ``[3K/32, N]``) and code ``i`` of block ``b`` (row ``b*B + order[i]``)
   is bits ``[bits*i, bits*i + bits)`` of the little-endian integer of words ``qweight[b*words + 0..words-1, n]``

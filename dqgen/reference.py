@@ -11,7 +11,7 @@ Layouts (P = 32 // bits codes per int32 word; field j = bits [j*bits, (j+1)*bits
 
 - packing along N: ``qweight`` int32 [K, N/P]; word (k, i) field j is W[k, i*P + order[j]].
 - packing along K: ``qweight`` int32 [K/P, N]; word (i, n) field j is W[i*P + order[j], n].
-- multi-word blocks (``bits`` does not divide 32: 3, 5, 6, 7; along K only): a block of
+- multi-word blocks (``bits`` does not divide 32: 3 (the layout rule is general; specs accept 3 only); along K only): a block of
   ``words = bits / gcd(bits, 32)`` int32 words holds ``B = 32 * words / bits`` codes; ``qweight`` is
   int32 [K * words / B, N] (3-bit: [3K/32, N]), and code i of block b (row b*B + order[i]) is bits
   [bits*i, bits*i + bits) of the little-endian integer of words qweight[b*words + 0 .. words-1, n]

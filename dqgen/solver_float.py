@@ -162,7 +162,7 @@ def cvt_all(B: Builder, spec: Spec, carrier: FloatFormat, src: str = "w") -> lis
 def _f16_to_bf16(B: Builder, h: str, i: int) -> str:
     lo = B.emit(Opcode.CVT_F32_F16, f"hl{i}", (h,), "low fp16 -> fp32, exact", "convert", 0, "the low half")
     hi = B.emit(Opcode.CVT_F32_F16, f"hh{i}", (h,), "high fp16 -> fp32, exact", "convert", 1, "the high half")
-    return B.emit(Opcode.CVT_BF16X2_F32, f"d{i}", (lo, hi), "fp32 -> bf16x2: exact, every fp16 value of a code fits bf16", "convert")
+    return B.emit(Opcode.CVT_BF16X2_F32, f"bf{i}", (lo, hi), "fp32 -> bf16x2: exact, every fp16 value of a code fits bf16", "convert")
 
 
 # ----------------------------------------------------------------------------- PRMT table lookup
@@ -352,7 +352,7 @@ def codebook_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
         return [], []
     fmt = target_format(spec)
     vals = spec.source.codebook_values
-    values = [Fraction(v) for v in vals] + [Fraction(0)] * (16 - len(vals))
+    values = list(vals) + [0.0] * (16 - len(vals))  # floats, not Fractions: a -0.0 entry keeps its sign
     entries = table_bits(values, fmt)
     B = Builder(spec, fmt)
     conv = lut_all(B, spec, entries, fmt, "codebook")

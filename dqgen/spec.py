@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 CONTAINER_BITS = 32
+SOLVED_BITS = (1, 2, 3, 4, 8)  # code widths with a solver strategy (3: multi-word blocks)
 
 #: Named element orders. ``order[j]`` is the element stored in field ``j`` of a word, field 0
 #: being the least significant ``bits`` bits.
@@ -39,7 +40,7 @@ ORDER_PRESETS: dict[str, dict[int, list[int]]] = {
 #: One line per order preset, for ``dqgen list``.
 ORDER_PRESET_DOCS: dict[str, str] = {
     "sequential": "element j in field j, plain little-endian packing (GPTQ's qweight along K); codes that straddle "
-    "words (3, 5, 6, 7 bits): code i is bits [bits*i, bits*i + bits) of a run of packing.words words",
+    "words (3 bits): code i is bits [bits*i, bits*i + bits) of a run of packing.words words",
     "awq": "AutoAWQ's AWQ_ORDER (awq/utils/packing_utils.py): FasterTransformer's interleaved register order "
     "[e7 e5 e3 e1 e6 e4 e2 e0]",
     "ft_int8": "FasterTransformer's int8 register order, written MSB-first as [e3 e1 e2 e0] (CUTLASS: \"[3120]\")",
@@ -109,8 +110,8 @@ class Source(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    bits: int = Field(description="Width of one code in bits (1..8). Widths that do not divide 32 (3, 5, 6, 7) "
-                      "straddle words: see ``Packing.words``.")
+    bits: int = Field(description="Width of one code in bits: 1, 2, 3, 4 or 8. 3-bit codes straddle words "
+                      "(GPTQ: 32 codes in 3 words): see ``Packing.words``.")
     kind: SourceKind = Field(description="How a code's bits map to a value.")
     bias: int | None = Field(
         default=None, description="For kind 'biased' only: the value is q - bias, 0 <= bias < 2^bits."
@@ -128,8 +129,9 @@ class Source(BaseModel):
     @field_validator("bits")
     @classmethod
     def _bits(cls, v: int) -> int:
-        if not 1 <= v <= 8:
-            raise ValueError(f"must be between 1 and 8, got {v}")
+        if v not in SOLVED_BITS:
+            # 5-7 bits would straddle words in 5-7-word blocks; no solver strategy places those windows yet
+            raise ValueError(f"must be one of {', '.join(map(str, SOLVED_BITS))}, got {v}")
         return v
 
     @property
