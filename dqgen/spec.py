@@ -17,7 +17,7 @@ import math
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -126,6 +126,16 @@ class Source(BaseModel):
         "rounded once more.",
     )
 
+    @field_validator("codebook", mode="before")
+    @classmethod
+    def _codebook_type(cls, v: Any) -> Any:
+        # one message for every wrong shape (pydantic would report each branch of the Union separately)
+        if v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (list, tuple)) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            return [float(x) for x in v]
+        raise ValueError("expected a preset name ('nf4') or a list of 1 to 16 numbers" + (f", got {v!r}" if isinstance(v, dict) else ""))
+
     @field_validator("bits")
     @classmethod
     def _bits(cls, v: int) -> int:
@@ -168,8 +178,9 @@ class Source(BaseModel):
                                  f"leaves codes unused), got bits {self.bits}")
             if not 1 <= len(vals) <= 1 << self.bits:
                 raise ValueError(f"[source.codebook] a {self.bits}-bit codebook has 1 to {1 << self.bits} entries, got {len(vals)}")
-            if not all(math.isfinite(v) for v in vals):
-                raise ValueError("[source.codebook] values must be finite numbers")
+            bad = [v for v in vals if not math.isfinite(v)]
+            if bad:
+                raise ValueError(f"[source.codebook] values must be finite numbers, got {bad[0]} (entry {vals.index(bad[0])})")
         if self.kind is SourceKind.biased:
             if self.bias is None:
                 raise ValueError("kind 'biased' needs 'bias' (e.g. 8 for u4b8, 128 for u8b128)")

@@ -274,7 +274,7 @@ def test_list_shows_every_spec_and_preset():
     for m in ("e4m3", "e5m2", "e2m1"):  # the bit layout comes from dqgen.formats
         assert MINIFLOATS[m].describe().removeprefix(f"{m}: ") in _row(r.stdout, "source.format", m)
     # the widths each preset is accepted for are the validator's
-    assert re.search(r"^\s*packing\.order\s+sequential\s+1-8\s", r.stdout, flags=re.M)
+    assert re.search(r"^\s*packing\.order\s+sequential\s+1-4, 8\s", r.stdout, flags=re.M)
     assert re.search(r"^\s*packing\.order\s+awq\s+4\s", r.stdout, flags=re.M)
     assert re.search(r"^\s*zeros\.mode\s+integer\s+1, 2, 4, 8\s", r.stdout, flags=re.M)
     assert re.search(r"^\s*source\.format\s+e2m1\s+4\s.*\+-\{0, 0\.5, 1, 1\.5, 2, 3, 4, 6\}", r.stdout, flags=re.M)

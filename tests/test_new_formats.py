@@ -158,6 +158,34 @@ def test_nf4_lookup_gives_the_published_values_rounded_once(target: str) -> None
     assert NF4_CODEBOOK[0] == -1.0 and NF4_CODEBOOK[7] == 0.0 and NF4_CODEBOOK[15] == 1.0 and len(NF4_CODEBOOK) == 16
 
 
+def test_nf4_table_is_the_qlora_construction() -> None:
+    """NF4 derived as QLoRA / bitsandbytes build it, not read from dqgen: normal quantiles of 8
+    positive and 7 negative evenly spaced probabilities (offset 0.9677083), a zero, divided by the
+    largest. Each published entry is that value as float32."""
+    from statistics import NormalDist
+
+    ppf, off = NormalDist().inv_cdf, 0.9677083
+    pos = [ppf(float(p)) for p in np.linspace(off, 0.5, 9, dtype=np.float32)[:-1]]
+    neg = [-ppf(float(p)) for p in np.linspace(off, 0.5, 8, dtype=np.float32)[:-1]]
+    vals = sorted(pos + [0.0] + neg)
+    derived = np.array(vals) / max(vals)
+    table = np.array(NF4_CODEBOOK)
+    assert len(table) == 16 and np.all(np.diff(table) > 0)
+    np.testing.assert_allclose(table, derived, rtol=0, atol=3e-7)
+    assert np.array_equal(table.astype(np.float32).astype(np.float64), table)  # published as float32 values
+
+
+@pytest.mark.parametrize("target", ["fp16", "bf16"])
+def test_codebook_negative_zero_entry_keeps_its_sign(target: str) -> None:
+    spec = spec_of({"bits": 4, "kind": "codebook", "codebook": [-0.0, 1.0, -2.5, 0.0]}, target)
+    plan = solve(spec)
+    w = np.array([0x00003210], dtype=np.uint32)
+    got = outputs(plan, {"w": w, **{k: np.full(1, v) for k, v in unit_scales(plan, target).items()}})
+    want = np.array([-0.0, 1.0, -2.5, 0.0], dtype=np.float64).astype(NP_TARGET[target]).view(np.uint16)
+    assert got[0, :4].tolist() == want.tolist() and got[0, 0] == 0x8000
+    assert prove(plan, spec, n_random=20_000).ok
+
+
 def test_short_codebook_leaves_unused_codes_zero() -> None:
     spec = spec_of({"bits": 4, "kind": "codebook", "codebook": [0.1, -0.3, 7.0]}, "bf16")
     plan = solve(spec)

@@ -261,7 +261,15 @@ INVALID_V5: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("codebook on 3-bit codes", k_spec({"bits": 3, "kind": "codebook", "codebook": [0.0, 1.0]}), ("[source.bits]", "3", "4 bits")),
     ("nf4 on 3-bit codes", k_spec({"bits": 3, "kind": "codebook", "codebook": "nf4"}), ("[source.bits]", "3", "4 bits")),
     ("unknown codebook preset", k_spec({"bits": 4, "kind": "codebook", "codebook": "nf5"}), ("[source.codebook]", "'nf5'", "nf4")),
-    ("codebook with inf", k_spec({"bits": 4, "kind": "codebook", "codebook": [float("inf")]}), ("[source.codebook]", "finite")),
+    ("codebook with inf", k_spec({"bits": 4, "kind": "codebook", "codebook": [1.0, float("inf")]}),
+     ("[source.codebook]", "finite", "inf", "entry 1")),
+    ("codebook entry past fp16", k_spec({"bits": 4, "kind": "codebook", "codebook": [0.5, 70000.0]}),
+     ("[source.codebook]", "70000", "fp16 range", "inf")),
+    ("codebook of strings", k_spec({"bits": 4, "kind": "codebook", "codebook": ["x"]}),
+     ("[source.codebook]", "['x']", "preset name", "list of 1 to 16 numbers")),
+    ("codebook of booleans", k_spec({"bits": 4, "kind": "codebook", "codebook": [True, False]}),
+     ("[source.codebook]", "[True, False]", "numbers")),
+    ("codebook mapping", k_spec({"bits": 4, "kind": "codebook", "codebook": {"a": 1}}), ("[source.codebook]", "{'a': 1}", "preset name")),
     ("codebook kind without codebook", k_spec({"bits": 4, "kind": "codebook"}), ("[source.codebook]", "needs", "nf4")),
     ("codebook on an integer kind", k_spec({"bits": 4, "kind": "unsigned", "codebook": "nf4"}), ("[source.codebook]", "'unsigned'")),
     # bits that do not divide the stated packing
@@ -284,6 +292,11 @@ INVALID_V5: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
      ("[source.format]", "e4m3", "'float'", "'biased'")),
     ("format on a codebook kind", k_spec({**NF4, "format": "e2m1"}), ("[source.format]", "e2m1", "'codebook'")),
 ]
+
+
+def test_codebook_past_fp16_is_fine_for_bf16() -> None:
+    spec = load_spec(k_spec({"bits": 4, "kind": "codebook", "codebook": [0.5, 70000.0]}, target="bf16"))
+    assert spec.source.codebook_values == [0.5, 70000.0]
 
 
 @pytest.mark.parametrize("data,needles", [(d, n) for _, d, n in INVALID_V5], ids=[c for c, _, _ in INVALID_V5])
