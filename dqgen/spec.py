@@ -96,7 +96,9 @@ NF4_CODEBOOK: list[float] = [
 CODEBOOK_PRESETS: dict[str, list[float]] = {"nf4": NF4_CODEBOOK}
 #: One line per codebook preset, for ``dqgen list``.
 CODEBOOK_PRESET_DOCS: dict[str, str] = {
-    "nf4": "QLoRA's NormalFloat4 (bitsandbytes get_4bit_type('nf4'), the QLoRA paper's appendix E), as published",
+    "nf4": "QLoRA's NormalFloat4 (bitsandbytes get_4bit_type('nf4'), the QLoRA paper's appendix E), as published; "
+    "each entry is rounded once to the target, then the product with the scale once more (bitsandbytes multiplies "
+    "in fp32 and rounds once, and packs the first code in the high nibble: its outputs differ in the last bit)",
 }
 
 
@@ -269,7 +271,10 @@ class Scales(BaseModel):
     - ``e8m0``: ``round_to_target(code_value * 2^(E-127))``, one rounding (E = 0xFF gives NaN);
     - ``e4m3`` + global scale: ``round_to_target(round_fp32(code_value * e4m3(s) * global))``: the
       product of the element and its e4m3 scale is exact, the global scale is applied in fp32
-      (one fp32 rounding, as NVIDIA's reference dequantization does), then one rounding to the target.
+      (one fp32 rounding), then one rounding to the target. ``global`` multiplies: it is ModelOpt's
+      ``weight_scale_2``. compressed-tensors' ``weight_global_scale`` (and vLLM's / FlashInfer's
+      ``global_scale`` argument) is its reciprocal: pass ``1 / weight_global_scale``. Their references
+      compute ``x * fp32(s / G)``, which rounds differently from this in about 1e-5 of fp16 outputs.
     """
 
     model_config = ConfigDict(extra="forbid")
