@@ -142,8 +142,8 @@ def _op_line(op) -> str:
 STAGE_TITLES = {
     "zero": "once per zero-point word (per group of columns): zero points folded into the fix-up",
     "scale_prep": "once per block scale: the scale code decoded (shared by the block's elements)",
-    "convert": "per weight word: bits -> exact values in the target format",
-    "scale": "per weight word: multiply by the group scale, one rounding",
+    "convert": "per weight {unit}: bits -> exact values in the target format",
+    "scale": "per weight {unit}: multiply by the group scale, one rounding",
 }
 
 
@@ -160,13 +160,14 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
               f"{spec.per_word} per {spec.words}-word block (w0 lowest), packed along {spec.packing.axis}; code i at block bits [{b}i, {b}i+{b}), some straddling two words")
     add(f"Source   {src.short}: {b}-bit {what} codes" + (f", value = q - {src.bias}" if src.bias is not None else "") + f"; {layout}")
     f = fmt.name
+    q = f"(q - {src.bias})" if src.bias is not None else "q"  # the code's value
     value = {
-        "none": f"{f}( q * s ), rounded once to nearest-even",
+        "none": f"{f}( {q} * s ), rounded once to nearest-even",
         "integer": f"{f}( (q - z) * s ), rounded once (z: packed integer zero point)",
         "gptq_v2": f"{f}( (q - z) * s ), rounded once (z: packed integer zero point, GPTQ v2)",
         "gptq_v1": f"{f}( (q - (stored + 1)) * s ), rounded once (GPTQ v1 stores z - 1)",
-        "float": f"{f}( {f}(q - z) * s ): two roundings, z a {f} zero point (HQQ)",
-        "additive": f"{f}( q * s + b ), one rounding (fma), b a pre-scaled {f} zero",
+        "float": f"{f}( {f}({q} - z) * s ): two roundings, z a {f} zero point (HQQ)",
+        "additive": f"{f}( {q} * s + b ), one rounding (fma), b a pre-scaled {f} zero",
     }[spec.zeros.mode]
     if src.kind.value == "float":
         value = f"{f}( {src.format.value}(q) * s ), rounded once to nearest-even ({src.format.value}(q) is exact in {f})"
@@ -204,7 +205,7 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         if stage == "scale_prep":
             add(f"Stage {stage} - {STAGE_TITLES[stage]} ({len(ops)} ops per block of {spec.scales.group_size} elements)")
         else:
-            add(f"Stage {stage} - {STAGE_TITLES[stage]} ({len(ops)} ops per {unit}, {dec(plan.per8(stage))} per 8 outputs)")
+            add(f"Stage {stage} - {STAGE_TITLES[stage].format(unit=unit)} ({len(ops)} ops per {unit}, {dec(plan.per8(stage))} per 8 outputs)")
         for n, op in enumerate(ops, 1):
             add(f"  [{n}] {_op_line(op)}")
             add(f"       why: {op.why}")

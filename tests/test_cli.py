@@ -349,3 +349,23 @@ def test_readme_commands_are_what_ci_runs():
         for cmd in cmds:
             assert cmd in ci_lines, f"README command not run verbatim by .ci/run: {cmd}"
 
+
+
+def test_explain_prints_f32_pack_in_ptx_operand_order():
+    """cvt.rn.{f16,bf16}x2.f32 d, a, b puts a in the UPPER half (PTX ISA); the Plan lists (lo, hi).
+    explain's text must be pasteable PTX, so the high source comes first."""
+    from dqgen.explain import render
+    from dqgen.isa import Opcode
+    from dqgen.solver import solve
+
+    seen = 0
+    for name in ("mxfp4_bf16", "nvfp4_fp16"):
+        spec = load_spec(ROOT / "specs" / f"{name}.yaml")
+        plan = solve(spec)
+        text = render(spec, plan, None)
+        for op in plan.ops:
+            if op.opcode in (Opcode.CVT_F16X2_F32, Opcode.CVT_BF16X2_F32):
+                lo, hi = op.args
+                assert f"{op.opcode.ptx} {op.dst}, {hi}, {lo};" in text
+                seen += 1
+    assert seen >= 2

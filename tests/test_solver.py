@@ -34,7 +34,7 @@ TABLE: dict[str, tuple[str, int | Fraction]] = {
     "gptq_uint2_asym_fp16": ("<=", 12),  # CUTLASS: 25 per 16
     "gptq_int3_fp16": ("<=", Fraction(27, 2)),
     "int3_bf16": ("<=", Fraction(27, 2)),
-    "hqq_uint3_bf16": ("<=", Fraction(27, 2)),
+    "uint3_float_zeros_bf16": ("<=", Fraction(27, 2)),
     "fp8_e4m3_fp16": ("==", 4),  # one cvt per pair
     "fp8_e4m3_bf16_sm80": ("<=", 32),  # vLLM Marlin: about 22, but NaN comes out as 480
     "fp8_e5m2_fp16": ("==", 4),  # one PRMT per pair

@@ -1,5 +1,15 @@
-// dqgen device converter for spec "hqq_uint3_bf16" (u3 -> bf16), generated from its Plan.
-// Do not edit: `dqgen build specs/hqq_uint3_bf16.yaml` regenerates it.
+// dqgen standalone dequantize kernel for spec "uint3_float_zeros_bf16" (u3 -> bf16), generated.
+// Do not edit: `dqgen build specs/uint3_float_zeros_bf16.yaml` regenerates it.
+//   qweight [3K/32, N] int32 (packed along K in 3-word blocks of 32 codes: block b = rows 32b..32b+31
+//   in words qweight[3b..3b+2, n]), scales [G, N] bf16, zeros [G, N] bf16,
+//   out [K, N] bf16 row-major; G = K / group_size (1 when group_size == -1).
+// Index arithmetic is 64-bit throughout; any shape the packing allows is handled (tails are guarded).
+// Entry points dqgen_uint3_float_zeros_bf16_v<VEC>_r<ROWS>[_u]: each thread converts ROWS rows x VEC words, all of
+// its loads issued before any conversion (memory-level parallelism), one scale/zero-point preparation
+// per group; "_u" variants make only 4-byte accesses, for base pointers that are not 16-byte aligned.
+
+// dqgen device converter for spec "uint3_float_zeros_bf16" (u3 -> bf16), generated from its Plan.
+// Do not edit: `dqgen build specs/uint3_float_zeros_bf16.yaml` regenerates it.
 //
 // Input block: 3 words (w0, w1, w2, low first) holding 32 codes of 3 bits; code i is bits
 // [3i, 3i + 3) of the 96-bit little-endian run (codes that straddle two words included).
@@ -12,7 +22,7 @@
 #pragma once
 
 namespace dqgen {
-namespace hqq_uint3_bf16 {
+namespace uint3_float_zeros_bf16 {
 
 [[maybe_unused]] constexpr int kBits = 3;
 [[maybe_unused]] constexpr int kPerWord = 32;
@@ -419,5 +429,179 @@ __device__ __forceinline__ void dequant(unsigned w0, unsigned w1, unsigned w2, c
     out[15] = out15;
 }
 
-}  // namespace hqq_uint3_bf16
+}  // namespace uint3_float_zeros_bf16
 }  // namespace dqgen
+
+
+namespace dqgen {
+namespace uint3_float_zeros_bf16 {
+
+[[maybe_unused]] constexpr int kBlock = 256;
+
+// n consecutive 32-bit words, as 16- or 8-byte accesses when ALIGNED (n = 4 or 2), else one by one.
+template <int n, bool ALIGNED>
+__device__ __forceinline__ void load_words(unsigned* dst, const unsigned* __restrict__ src) {
+    if constexpr (ALIGNED && n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(src + i));
+            dst[i] = v.x; dst[i + 1] = v.y; dst[i + 2] = v.z; dst[i + 3] = v.w;
+        }
+    } else if constexpr (ALIGNED && n == 2) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+        dst[0] = v.x; dst[1] = v.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < n; ++i) dst[i] = __ldg(src + i);
+    }
+}
+
+// STREAM: st.global.cs, the evict-first hint for data this kernel never reads again.
+template <int n, bool ALIGNED, bool STREAM = false>
+__device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const unsigned* src) {
+    if constexpr (ALIGNED && STREAM && n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4)
+            asm volatile("st.global.cs.v4.u32 [%0], {" "%1, %2, %3, %4};" :: "l"(dst + i), "r"(src[i]), "r"(src[i + 1]), "r"(src[i + 2]), "r"(src[i + 3]) : "memory");
+    } else if constexpr (ALIGNED && STREAM && n == 2) {
+        asm volatile("st.global.cs.v2.u32 [%0], {" "%1, %2};" :: "l"(dst), "r"(src[0]), "r"(src[1]) : "memory");
+    } else if constexpr (ALIGNED && n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4) *reinterpret_cast<uint4*>(dst + i) = make_uint4(src[i], src[i + 1], src[i + 2], src[i + 3]);
+    } else if constexpr (ALIGNED && n == 2) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(src[0], src[1]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < n; ++i) dst[i] = src[i];
+    }
+}
+
+// Tile: ROWS blocks (3 word-rows each, ROWS * 32 rows of K) x (kBlock * VEC) columns; thread t owns VEC
+// adjacent columns (VEC = 4: a block yields 16 output pairs per column, so 4 columns keep them in registers).
+// Block i of a column is words 3i..3i+2 (each word-row loaded as one 16-byte vector) and holds rows
+// 32i..32i+31; PRMT transposes column pairs so that each output row's 4 values leave in one
+// 8-byte store, contiguous across the warp.
+[[maybe_unused]] constexpr int kOrder[kPerWord] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+[[maybe_unused]] constexpr int kZeroPos[kPerWord] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};  // field of element n % 32 in a zero word
+[[maybe_unused]] constexpr unsigned kFieldMask = 0x7u;
+
+template <int VEC, int ROWS, bool ALIGNED, bool STREAM>
+__device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales,
+                                    const unsigned* __restrict__ zeros, const int* __restrict__ g_idx, unsigned* __restrict__ out,
+                                    long long KW, long long N, long long group_size) {
+    static_assert(VEC == 4, "4 columns per thread");
+    const unsigned short* scales16 = reinterpret_cast<const unsigned short*>(scales);
+    unsigned short* out16 = reinterpret_cast<unsigned short*>(out);
+    const long long tiles_n = (N + kBlock * VEC - 1) / (kBlock * VEC);
+    const long long tiles = tiles_n * ((KW + ROWS - 1) / ROWS);
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const long long n0 = (tile % tiles_n) * (kBlock * VEC) + (long long)threadIdx.x * VEC;
+        const long long i0 = (tile / tiles_n) * ROWS;
+        if (n0 >= N) continue;
+        const bool full = ALIGNED && n0 + VEC <= N;  // a whole 4-column group: vector accesses
+        unsigned q[ROWS][kWords][VEC];  // q[r][t][j]: word t of block i0 + r, column n0 + j
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+            for (int t = 0; t < kWords; ++t) {
+                if (full && i0 + r < KW) {
+                    load_words<VEC, true>(q[r][t], qweight + ((i0 + r) * kWords + t) * N + n0);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j)
+                        q[r][t][j] = (i0 + r < KW && n0 + j < N) ? __ldg(qweight + ((i0 + r) * kWords + t) * N + n0 + j) : 0u;
+                }
+            }
+        }
+        [[maybe_unused]] long long g_cur = -1;
+        unsigned s[VEC][kPairs];
+        unsigned fz[VEC][kPairs];
+        const unsigned short* zeros16 = reinterpret_cast<const unsigned short*>(zeros);
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const long long i = i0 + r;
+            if (i >= KW) break;
+            const long long g = group_size > 0 ? (i * kPerWord) / group_size : 0;
+            if (g != g_cur) {
+                g_cur = g;
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) {
+                    const long long n = n0 + j;
+                    if (n >= N) continue;
+                    // both halves of every pair register hold the column's scale
+                    const unsigned sj = (unsigned)scales16[g * N + n] * 0x10001u;
+#pragma unroll
+                    for (int p = 0; p < kPairs; ++p) s[j][p] = sj;
+                    const unsigned fj = (unsigned)zeros16[g * N + n] * 0x10001u;
+#pragma unroll
+                    for (int p = 0; p < kPairs; ++p) fz[j][p] = fj;
+                }
+            }
+            unsigned o[VEC][kPairs];
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) dequant(q[r][0][j], q[r][1][j], q[r][2][j], s[j], fz[j], o[j]);
+#pragma unroll
+            for (int p = 0; p < kPairs; ++p) {
+                const long long row = i * kPerWord + 2 * p;
+                if (full) {
+                    unsigned lo[VEC / 2], hi[VEC / 2];
+#pragma unroll
+                    for (int c = 0; c < VEC / 2; ++c) {
+                        asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(lo[c]) : "r"(o[2 * c][p]), "r"(o[2 * c + 1][p]));
+                        asm("prmt.b32 %0, %1, %2, 0x7632;" : "=r"(hi[c]) : "r"(o[2 * c][p]), "r"(o[2 * c + 1][p]));
+                    }
+                    store_words<VEC / 2, true, STREAM>(out + (row * N + n0) / 2, lo);
+                    store_words<VEC / 2, true, STREAM>(out + ((row + 1) * N + n0) / 2, hi);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) {
+                        if (n0 + j < N) {
+                            out16[row * N + n0 + j] = (unsigned short)(o[j][p] & 0xFFFFu);
+                            out16[(row + 1) * N + n0 + j] = (unsigned short)(o[j][p] >> 16);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace uint3_float_zeros_bf16
+}  // namespace dqgen
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_uint3_float_zeros_bf16_v4_r1(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::uint3_float_zeros_bf16::run<4, 1, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_uint3_float_zeros_bf16_v4_r2(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::uint3_float_zeros_bf16::run<4, 2, true, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_uint3_float_zeros_bf16_v4_r1_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::uint3_float_zeros_bf16::run<4, 1, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_uint3_float_zeros_bf16_v4_r2_u(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::uint3_float_zeros_bf16::run<4, 2, false, false>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_uint3_float_zeros_bf16_v4_r1_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::uint3_float_zeros_bf16::run<4, 1, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dqgen_uint3_float_zeros_bf16_v4_r2_cs(
+    const unsigned* __restrict__ qweight, const unsigned* __restrict__ scales, const unsigned* __restrict__ zeros,
+    const int* __restrict__ g_idx, unsigned* __restrict__ out, long long rows, long long cols, long long group_size) {
+    dqgen::uint3_float_zeros_bf16::run<4, 2, true, true>(qweight, scales, zeros, g_idx, out, rows, cols, group_size);
+}
+
