@@ -107,7 +107,8 @@ class FloatFormat:
 
     def values_of(self, bits: np.ndarray) -> np.ndarray:
         uint = {16: np.uint16, 32: np.uint32}[self.width]
-        return np.asarray(bits).astype(uint).view(self.np_dtype).astype(np.float64)
+        with np.errstate(invalid="ignore"):  # NaN patterns are meant (ml_dtypes warns on their cast)
+            return np.asarray(bits).astype(uint).view(self.np_dtype).astype(np.float64)
 
     def describe(self) -> str:
         return (

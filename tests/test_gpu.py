@@ -230,7 +230,7 @@ def test_bad_g_idx_rejected_before_launch():
 
 _E2M1 = dict(bits=4, kind="float", format="e2m1")
 NEW_FORMAT_CASES = [
-    (f"{name}-{target}", dict(name="nf", source=source, target=target, packing=dict(axis="K"), scales=scales, **extra))
+    (f"{name}-{target}", dict(dict(name="nf", source=source, target=target, packing=dict(axis="K"), scales=scales), **extra))
     for target in ("fp16", "bf16")
     for name, source, scales, extra in (
         ("u3b4-g128", dict(bits=3, kind="biased", bias=4), dict(group_size=128), {}),
@@ -241,6 +241,11 @@ NEW_FORMAT_CASES = [
         ("mxfp4", _E2M1, dict(group_size=32, dtype="e8m0"), {}),
         ("nvfp4", _E2M1, dict(group_size=16, dtype="e4m3", global_scale=True), {}),
         ("nvfp4-sm90", _E2M1, dict(group_size=16, dtype="e4m3", global_scale=True), dict(arch="sm_90")),
+        # minifloats with target scales: bit placement / lookup on sm_80, the hardware cvt on sm_90
+        *((f"{fmt}-{arch}", dict(bits=8 if fmt != "e2m1" else 4, kind="float", format=fmt), dict(group_size=128), dict(arch=arch))
+          for fmt in ("e4m3", "e5m2", "e2m1") for arch in ("sm_80", "sm_90")),
+        ("nf4", dict(bits=4, kind="codebook", codebook="nf4"), dict(group_size=64), {}),
+        ("codebook-5", dict(bits=4, kind="codebook", codebook=[-0.0, -1.5, 0.25, 3.0, 1e-3]), dict(group_size=128), {}),
     )
 ]
 
