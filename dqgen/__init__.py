@@ -1,10 +1,20 @@
 """dqgen: a code-generation compiler for fast, proven GPU dequantization kernels."""
 
+from .packing import pack, pack_zeros, repack, unpack, unpack_zeros
 from .spec import Spec, SpecError, load_spec
 
-from .packing import pack, pack_zeros, repack, unpack, unpack_zeros
-
-__all__ = ["Spec", "SpecError", "load_spec", "compile", "Kernel", "pack", "unpack", "pack_zeros", "unpack_zeros", "repack"]
+__all__ = [
+    "Kernel",
+    "Spec",
+    "SpecError",
+    "compile",
+    "load_spec",
+    "pack",
+    "pack_zeros",
+    "repack",
+    "unpack",
+    "unpack_zeros",
+]
 
 
 def __getattr__(name: str):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .spec import Spec, SourceKind
+from .spec import SourceKind, Spec
 
 _TRT_U2 = tuple(range(0, 16, 2)) + tuple(range(1, 16, 2))  # TRT-LLM's uint2 register order: pair k at bits 2k and 16+2k
 
@@ -40,8 +40,14 @@ _PUBLISHED_FLOAT: dict[tuple[str, str, bool], tuple[Fraction | int, str]] = {
     ("e5m2", "fp16", True): (4, "CUTLASS (cvt.rn.f16x2.e5m2x2)"),
     ("e4m3", "bf16", True): (16, "CUTLASS (cvt to f16, then via f32)"),
     ("e5m2", "bf16", True): (16, "CUTLASS (cvt to f16, then via f32)"),
-    ("e4m3", "fp16", False): (22, "vLLM Marlin (shift + re-bias multiply, about 9 int + 2 mul per 4; NaN not kept: 0x7F comes out as 480)"),
-    ("e4m3", "bf16", False): (22, "vLLM Marlin (shift + re-bias multiply, about 9 int + 2 mul per 4; NaN not kept: 0x7F comes out as 480)"),
+    ("e4m3", "fp16", False): (
+        22,
+        "vLLM Marlin (shift + re-bias multiply, about 9 int + 2 mul per 4; NaN not kept: 0x7F comes out as 480)",
+    ),
+    ("e4m3", "bf16", False): (
+        22,
+        "vLLM Marlin (shift + re-bias multiply, about 9 int + 2 mul per 4; NaN not kept: 0x7F comes out as 480)",
+    ),
     ("e2m1", "fp16", False): (16, "CUTLASS PRMT lookup (about 8 per 4)"),
     ("e2m1", "bf16", False): (16, "CUTLASS PRMT lookup (about 8 per 4)"),
     ("e2m1", "fp16", True): (16, "CUTLASS PRMT lookup (about 8 per 4)"),

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .runtime import Kernel
-from .spec import Spec, SourceKind
+from .spec import SourceKind, Spec
 
 DEFAULT_SHAPES = [(4096, 4096, 128), (4096, 11008, 128), (8192, 28672, 128), (18944, 37888, 128), (3584, 37888, -1)]
 
@@ -90,7 +91,11 @@ def make_global_scale(spec: Spec, seed: int) -> Any:
 def classic(spec: Spec) -> bool:
     """Formats the other implementations (torch eager, static_cast CUDA, Triton) know: integer codes
     in single words with target-dtype scales."""
-    return spec.words == 1 and not spec.scales.block and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
+    return (
+        spec.words == 1
+        and not spec.scales.block
+        and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
+    )
 
 
 def make_g_idx(spec: Spec, K: int, seed: int) -> Any:
@@ -158,9 +163,20 @@ def naive_cuda(spec: Spec) -> Callable:
         N = q.shape[1] * (spec.per_word if spec.packing.axis == "N" else 1)
         out = torch.empty((K, N), dtype=s.dtype, device="cuda")
         blocks = math.ceil(words / 256)
-        kern((blocks,), (256,), [np.uint64(q.data_ptr()), np.uint64(s.data_ptr()), np.uint64(0 if z is None else z.data_ptr()),
-                                 np.uint64(out.data_ptr()), np.int64(q.shape[0]), np.int64(q.shape[1]), np.int64(spec.scales.group_size)],
-             stream=torch.cuda.current_stream().cuda_stream)
+        kern(
+            (blocks,),
+            (256,),
+            [
+                np.uint64(q.data_ptr()),
+                np.uint64(s.data_ptr()),
+                np.uint64(0 if z is None else z.data_ptr()),
+                np.uint64(out.data_ptr()),
+                np.int64(q.shape[0]),
+                np.int64(q.shape[1]),
+                np.int64(spec.scales.group_size),
+            ],
+            stream=torch.cuda.current_stream().cuda_stream,
+        )
         return out
 
     return fn
@@ -281,9 +297,15 @@ def traffic_copy(spec: Spec) -> Callable:
         K = q.shape[0] * (1 if spec.packing.axis == "N" else spec.per_word) // spec.words
         N = q.shape[1] * (spec.per_word if spec.packing.axis == "N" else 1)
         if out is None:
-            out = torch.empty((K, N), dtype=torch.float16 if spec.target.value == "fp16" else torch.bfloat16, device="cuda")
-        kern((blocks,), (256,), [np.uint64(q.data_ptr()), np.uint64(out.data_ptr()), np.int64(q.numel() // spec.words)],
-             stream=torch.cuda.current_stream().cuda_stream)
+            out = torch.empty(
+                (K, N), dtype=torch.float16 if spec.target.value == "fp16" else torch.bfloat16, device="cuda"
+            )
+        kern(
+            (blocks,),
+            (256,),
+            [np.uint64(q.data_ptr()), np.uint64(out.data_ptr()), np.int64(q.numel() // spec.words)],
+            stream=torch.cuda.current_stream().cuda_stream,
+        )
         return out
 
     return fn
@@ -314,7 +336,9 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     n16 = nbytes // 16
     blocks = dev.sm_count(0) * 8
     args = [np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), np.int64(n16)]
-    kern_us = time_us(lambda i: kern((blocks,), (256,), args, stream=torch.cuda.current_stream().cuda_stream), 1, reps=10, calls=10)
+    kern_us = time_us(
+        lambda i: kern((blocks,), (256,), args, stream=torch.cuda.current_stream().cuda_stream), 1, reps=10, calls=10
+    )
     return 2 * nbytes / (min(torch_us, kern_us) * 1e-6) / 1e9
 
 
@@ -323,14 +347,20 @@ def l2_bytes() -> int:
     return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
 
 
-def bench_spec(spec: Spec, shapes: list[tuple[int, int, int]], copy_gbps: float, impls: list[str] | None = None,
-               reps: int = 60, log: Callable[[str], None] = print) -> list[Row]:
+def bench_spec(
+    spec: Spec,
+    shapes: list[tuple[int, int, int]],
+    copy_gbps: float,
+    impls: list[str] | None = None,
+    reps: int = 60,
+    log: Callable[[str], None] = print,
+) -> list[Row]:
     torch = _torch()
     rows: list[Row] = []
     for K, N, G in shapes:
         if spec.scales.block:  # the block size is the format's (MXFP4: 32, NVFP4: 16), not the shape's
             G = spec.scales.group_size
-        sp = _with_group(spec, G) if G != spec.scales.group_size else spec
+        sp = _with_group(spec, G) if spec.scales.group_size != G else spec
         kernel = Kernel(sp)
         from .tune import load_tuning, tune
 
@@ -344,7 +374,10 @@ def bench_spec(spec: Spec, shapes: list[tuple[int, int, int]], copy_gbps: float,
         tdt = torch.float16 if sp.target.value == "fp16" else torch.bfloat16
         outs = [torch.empty((K, N), dtype=tdt, device="cuda") for _ in range(nsets)]
         want = kernel(*first, global_scale=gscales[0])
-        candidates: dict[str, Callable] = {"dqgen": lambda q, s, z, i=None: kernel(q, s, z), "copy, same bytes": traffic_copy(sp)}
+        candidates: dict[str, Callable] = {
+            "dqgen": lambda q, s, z, i=None: kernel(q, s, z),
+            "copy, same bytes": traffic_copy(sp),
+        }
         others = classic(sp)  # the other implementations only know integer codes in single words
         if others and (impls is None or "torch" in impls):
             candidates["torch eager"] = torch_eager(sp)
@@ -374,7 +407,9 @@ def bench_spec(spec: Spec, shapes: list[tuple[int, int, int]], copy_gbps: float,
                 continue
             gbps = per_set / (us * 1e-6) / 1e9
             rows.append(Row(sp.name, K, N, G, name, us, gbps, 100 * gbps / copy_gbps, equal))
-            log(f"{sp.name} {K}x{N} G={G} {name}: {us:.1f} us, {gbps:.0f} GB/s, {100 * gbps / copy_gbps:.1f}% of copy, equal={equal}")
+            log(
+                f"{sp.name} {K}x{N} G={G} {name}: {us:.1f} us, {gbps:.0f} GB/s, {100 * gbps / copy_gbps:.1f}% of copy, equal={equal}"
+            )
         sets = outs = launches = want = []  # free the GPU memory before the next shape
         torch.cuda.empty_cache()
     return rows
@@ -396,7 +431,9 @@ def write_markdown(path: Path, gpu: str, copy_gbps: float, rows: list[Row], sass
     ]
     for r in rows:
         eq = "n/a" if r.equal is None else ("yes" if r.equal else "NO")
-        lines.append(f"| {r.spec} | {r.K}x{r.N} | {r.group} | {r.impl} | {r.us:.1f} | {r.gbps:.0f} | {r.pct_copy:.1f} | {eq} |")
+        lines.append(
+            f"| {r.spec} | {r.K}x{r.N} | {r.group} | {r.impl} | {r.us:.1f} | {r.gbps:.0f} | {r.pct_copy:.1f} | {eq} |"
+        )
     if sass:
         lines += ["", sass]
     path.parent.mkdir(parents=True, exist_ok=True)

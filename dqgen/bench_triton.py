@@ -3,19 +3,37 @@ one of the baselines of ``dqgen bench``. Needs triton (present on GPU machines w
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from .spec import Spec, SourceKind
+from .spec import SourceKind, Spec
 
 
 @triton.jit
-def _dequant(q_ptr, s_ptr, z_ptr, out_ptr, shift_ptr, K, N, W, group,
-             BITS: tl.constexpr, P: tl.constexpr, ALONG_N: tl.constexpr, SIGNED: tl.constexpr, OFFSET: tl.constexpr,
-             HAS_Z: tl.constexpr, BF16: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+def _dequant(
+    q_ptr,
+    s_ptr,
+    z_ptr,
+    out_ptr,
+    shift_ptr,
+    K,
+    N,
+    W,
+    group,
+    BITS: tl.constexpr,
+    P: tl.constexpr,
+    ALONG_N: tl.constexpr,
+    SIGNED: tl.constexpr,
+    OFFSET: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    BF16: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     rk = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = (rk < K)[:, None] & (rn < N)[None, :]
@@ -55,10 +73,26 @@ def triton_dequant(spec: Spec) -> Callable[[Any, Any, Any], Any]:
         out = torch.empty((K, N), dtype=s.dtype, device="cuda")
         BK, BN = 32, 128
         grid = (triton.cdiv(K, BK), triton.cdiv(N, BN))
-        _dequant[grid](q, s, q if z is None else z, out, shifts, K, N, N // P if along_n else N, group,
-                       BITS=b, P=P, ALONG_N=along_n, SIGNED=spec.source.kind is SourceKind.signed,
-                       OFFSET=spec.source.offset, HAS_Z=z is not None, BF16=spec.target.value == "bf16",
-                       BLOCK_K=BK, BLOCK_N=BN)
+        _dequant[grid](
+            q,
+            s,
+            q if z is None else z,
+            out,
+            shifts,
+            K,
+            N,
+            N // P if along_n else N,
+            group,
+            BITS=b,
+            P=P,
+            ALONG_N=along_n,
+            SIGNED=spec.source.kind is SourceKind.signed,
+            OFFSET=spec.source.offset,
+            HAS_Z=z is not None,
+            BF16=spec.target.value == "bf16",
+            BLOCK_K=BK,
+            BLOCK_N=BN,
+        )
         return out
 
     return fn

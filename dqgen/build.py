@@ -91,7 +91,6 @@ def gpu_step(spec: Spec) -> dict:
         return {"ok": True, "skipped": True, "line": "GPU present but torch is not installed: skipped"}
     from .gpucheck import build_shapes, check_shape
     from .runtime import Kernel
-
     from .tune import load_tuning, tune
 
     kernel = Kernel(spec)
@@ -102,11 +101,17 @@ def gpu_step(spec: Spec) -> dict:
         t = tune(kernel, 0)
         for cls, b in t["best"].items():
             K, N = t["shapes"][cls]
-            lines.append(f"tuned launch ({cls}): {b['rows']} rows x {b['vec']} {'words' if spec.packing.axis == 'N' else 'columns'} per thread"
-                         f"{', streaming stores' if b['stream'] else ''} ({min(t['us'][cls].values()):.0f} us at {K}x{N})")
+            lines.append(
+                f"tuned launch ({cls}): {b['rows']} rows x {b['vec']} {'words' if spec.packing.axis == 'N' else 'columns'} per thread"
+                f"{', streaming stores' if b['stream'] else ''} ({min(t['us'][cls].values()):.0f} us at {K}x{N})"
+            )
     else:
         lines.append("launch parameters: tuned earlier (cached)")
-    return {"ok": all(r.ok for r in results), "skipped": False, "line": f"{arch}, vs numba reference: " + "; ".join(lines)}
+    return {
+        "ok": all(r.ok for r in results),
+        "skipped": False,
+        "line": f"{arch}, vs numba reference: " + "; ".join(lines),
+    }
 
 
 def print_summary(report: dict) -> None:
@@ -115,13 +120,18 @@ def print_summary(report: dict) -> None:
 
     console = Console()
     t = Table(title=f"dqgen build {report['spec']} ({report['arch']})", show_header=False)
-    t.add_row("plan", f"{report['strategy']}: {report['ops_per_8']['convert']} conversion ops per 8 outputs (+{report['ops_per_8']['scale']} scale)"
-              + (f", {report['zero_ops_per_word']} zero-point ops per zero word" if report["zero_ops_per_word"] else "")
-              + (f", {report['scale_prep_ops']} ops per block scale" if report.get("scale_prep_ops") else ""))
+    t.add_row(
+        "plan",
+        f"{report['strategy']}: {report['ops_per_8']['convert']} conversion ops per 8 outputs (+{report['ops_per_8']['scale']} scale)"
+        + (f", {report['zero_ops_per_word']} zero-point ops per zero word" if report["zero_ops_per_word"] else "")
+        + (f", {report['scale_prep_ops']} ops per block scale" if report.get("scale_prep_ops") else ""),
+    )
     t.add_row("constants", "\n".join(f"{c['hex']}  {c['why']}" for c in report["constants"]))
     for name, step in report["steps"].items():
         mark = "skipped" if step.get("skipped") else ("OK" if step["ok"] else "FAILED")
         extra = "\n".join(step.get("problems", []) + step.get("failures", []))
-        t.add_row(name, f"[{'green' if step['ok'] else 'red'}]{mark}[/] {step['line']}" + (f"\n{extra}" if extra else ""))
+        t.add_row(
+            name, f"[{'green' if step['ok'] else 'red'}]{mark}[/] {step['line']}" + (f"\n{extra}" if extra else "")
+        )
     t.add_row("files", "\n".join(report["files"]))
     console.print(t)

@@ -63,13 +63,13 @@ from .spec import Spec
 
 __all__ = [
     "QuantLayer",
+    "dequantize_file",
+    "dequantize_layer",
+    "infer_spec",
     "read_config",
     "read_layers",
-    "infer_spec",
-    "dequantize_layer",
-    "dequantize_file",
-    "spec_summary",
     "read_safetensors",
+    "spec_summary",
     "write_safetensors",
 ]
 
@@ -78,11 +78,21 @@ _TARGETS = {"fp16": np.dtype(np.float16), "bf16": BF16}
 
 #: safetensors dtype names <-> numpy dtypes (the ones an array can be made of here).
 _ST_DTYPES: dict[str, np.dtype] = {
-    "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16), "BF16": BF16,
-    "I64": np.dtype(np.int64), "I32": np.dtype(np.int32), "I16": np.dtype(np.int16), "I8": np.dtype(np.int8),
-    "U64": np.dtype(np.uint64), "U32": np.dtype(np.uint32), "U16": np.dtype(np.uint16), "U8": np.dtype(np.uint8),
+    "F64": np.dtype(np.float64),
+    "F32": np.dtype(np.float32),
+    "F16": np.dtype(np.float16),
+    "BF16": BF16,
+    "I64": np.dtype(np.int64),
+    "I32": np.dtype(np.int32),
+    "I16": np.dtype(np.int16),
+    "I8": np.dtype(np.int8),
+    "U64": np.dtype(np.uint64),
+    "U32": np.dtype(np.uint32),
+    "U16": np.dtype(np.uint16),
+    "U8": np.dtype(np.uint8),
     "BOOL": np.dtype(np.bool_),
-    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn), "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
 }
 _ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
 _MAX_HEADER = 100 * 1024 * 1024
@@ -139,11 +149,15 @@ class _StFile:
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"{path}: tensor {name!r} has a malformed header entry {info!r}") from None
             if not 0 <= b <= e <= size - base:
-                raise ValueError(f"{path}: tensor {name!r} data_offsets {[b, e]} lie outside the file's {size - base} data bytes")
+                raise ValueError(
+                    f"{path}: tensor {name!r} data_offsets {[b, e]} lie outside the file's {size - base} data bytes"
+                )
             dt = _ST_DTYPES.get(dtype)
             if dt is not None and math.prod(shape) * dt.itemsize != e - b:
-                raise ValueError(f"{path}: tensor {name!r} ({dtype} {list(shape)}) needs {math.prod(shape) * dt.itemsize} bytes, "
-                                 f"its data_offsets span {e - b}")
+                raise ValueError(
+                    f"{path}: tensor {name!r} ({dtype} {list(shape)}) needs {math.prod(shape) * dt.itemsize} bytes, "
+                    f"its data_offsets span {e - b}"
+                )
             self.entries[name] = _Entry(self, dtype, shape, base + b, base + e)
         self._mm = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if size > 0 else None
 
@@ -151,7 +165,7 @@ class _StFile:
         assert self._mm is not None or entry.begin == entry.end
         if entry.begin == entry.end:
             return memoryview(b"")
-        return memoryview(self._mm)[entry.begin:entry.end]
+        return memoryview(self._mm)[entry.begin : entry.end]
 
     def array(self, name: str) -> np.ndarray:
         """A fresh (writable, native-order) copy of tensor ``name``."""
@@ -229,7 +243,9 @@ def _safetensors_files(path: Path) -> list[Path]:
             wm = json.loads(path.read_text())["weight_map"]
             names = sorted(set(wm.values()))
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"{path}: not a safetensors index (expected a JSON object with a weight_map): {e}") from None
+            raise ValueError(
+                f"{path}: not a safetensors index (expected a JSON object with a weight_map): {e}"
+            ) from None
         missing = [n for n in names if not (path.parent / n).exists()]
         if missing:
             raise ValueError(f"{path}: weight_map names files that are not there: {', '.join(missing)}")
@@ -266,7 +282,9 @@ def _le_bytes(a: np.ndarray) -> memoryview:
     return memoryview(a.reshape(-1).view(np.uint8))
 
 
-def write_safetensors(path: Path | str, tensors: Mapping[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
+def write_safetensors(
+    path: Path | str, tensors: Mapping[str, np.ndarray], metadata: dict[str, str] | None = None
+) -> None:
     """Write numpy arrays (bf16 included) as a safetensors file, in the mapping's order."""
     items = []
     for name, a in tensors.items():
@@ -312,10 +330,14 @@ def read_config(path: Path | str) -> dict:
         qc = _read_json(p).get("quantization_config")
         if isinstance(qc, dict):
             return {**qc, "config_file": f"{p} (quantization_config)"}
-        raise ValueError(f"{p} has no quantization_config, and there is no quantize_config.json or quant_config.json "
-                         f"in {folder}: cannot tell how the checkpoint was quantized")
-    raise ValueError(f"no quantization config next to {path}: expected quantize_config.json (GPTQ), quant_config.json (AWQ) "
-                     f"or a config.json with quantization_config in {folder}")
+        raise ValueError(
+            f"{p} has no quantization_config, and there is no quantize_config.json or quant_config.json "
+            f"in {folder}: cannot tell how the checkpoint was quantized"
+        )
+    raise ValueError(
+        f"no quantization config next to {path}: expected quantize_config.json (GPTQ), quant_config.json (AWQ) "
+        f"or a config.json with quantization_config in {folder}"
+    )
 
 
 @dataclass(frozen=True)
@@ -331,7 +353,9 @@ class _QConfig:
     @property
     def short(self) -> str:
         """The config file's name (without its folder), for messages about one field."""
-        return Path(self.where.split(" (")[0]).name + (" quantization_config" if "(quantization_config)" in self.where else "")
+        return Path(self.where.split(" (")[0]).name + (
+            " quantization_config" if "(quantization_config)" in self.where else ""
+        )
 
 
 _AWQ_KEYS = ("w_bit", "q_group_size", "zero_point", "version")
@@ -351,7 +375,9 @@ def _parse_config(config: Mapping[str, Any]) -> _QConfig:
         elif any(k in config for k in _GPTQ_KEYS) or "bits" in config:
             method = "gptq"
         else:
-            raise bad("quant_method", None, "'awq' or 'gptq' (the config has no quant_method and no AWQ or GPTQ fields)")
+            raise bad(
+                "quant_method", None, "'awq' or 'gptq' (the config has no quant_method and no AWQ or GPTQ fields)"
+            )
     method = str(method).lower()
     if method not in ("awq", "gptq"):
         raise bad("quant_method", method, "'awq' or 'gptq' (dqgen reads AWQ gemm and GPTQ checkpoints)")
@@ -374,21 +400,33 @@ def _parse_config(config: Mapping[str, Any]) -> _QConfig:
     if method == "awq":
         version = str(config.get("version", "gemm")).lower()
         if version != "gemm":
-            raise bad("version", config.get("version"), "'gemm' (AWQ's gemv / gemv_fast / marlin / exllama layouts are "
-                      "repacked for one kernel; dqgen reads the plain GEMM layout)")
+            raise bad(
+                "version",
+                config.get("version"),
+                "'gemm' (AWQ's gemv / gemv_fast / marlin / exllama layouts are "
+                "repacked for one kernel; dqgen reads the plain GEMM layout)",
+            )
         if bits != 4:
             raise bad(bname, bits, "4 (AWQ's GEMM layout packs 4-bit codes in the [0,2,4,6,1,3,5,7] order)")
         zp = config.get("zero_point", True)
         if not zp:
-            raise bad("zero_point", zp, "true (AWQ GEMM checkpoints carry qzeros; symmetric AWQ exists only for "
-                      "Marlin, casper-hansen/AutoAWQ#478)")
+            raise bad(
+                "zero_point",
+                zp,
+                "true (AWQ GEMM checkpoints carry qzeros; symmetric AWQ exists only for "
+                "Marlin, casper-hansen/AutoAWQ#478)",
+            )
         return _QConfig("awq", bits, group, False, False, "awq", where)
     if bits not in (2, 4, 8):
         raise bad(bname, bits, "2, 4 or 8 (codes that divide a 32-bit word; 3-bit GPTQ straddles words)")
     fmt = config.get("checkpoint_format") or "gptq"
     if fmt not in ("gptq", "gptq_v2"):
-        raise bad("checkpoint_format", fmt, "'gptq' (v1) or 'gptq_v2'; other formats (marlin, bitblas, ...) are "
-                  "repacked for one kernel and are not the plain GPTQ layout")
+        raise bad(
+            "checkpoint_format",
+            fmt,
+            "'gptq' (v1) or 'gptq_v2'; other formats (marlin, bitblas, ...) are "
+            "repacked for one kernel and are not the plain GPTQ layout",
+        )
     if config.get("is_marlin_format"):
         raise bad("is_marlin_format", True, "false (Marlin-repacked tensors are not the plain GPTQ layout)")
     sym, desc = config.get("sym", True), config.get("desc_act", False)
@@ -435,8 +473,11 @@ class QuantLayer:
 def spec_summary(spec: Spec, target: str | None = None) -> str:
     """One line: source code, layout, zeros, group, act_order, target."""
     g = spec.scales.group_size
-    parts = [f"{spec.source.short} {spec.packing.order} along {spec.packing.axis}",
-             f"zeros {spec.zeros.mode}", f"group {g if g > 0 else 'per-channel'}"]
+    parts = [
+        f"{spec.source.short} {spec.packing.order} along {spec.packing.axis}",
+        f"zeros {spec.zeros.mode}",
+        f"group {g if g > 0 else 'per-channel'}",
+    ]
     if spec.act_order:
         parts.append("act_order")
     out = spec.target.value if target in (None, spec.target.value) else f"{target} (via {spec.target.value})"
@@ -470,7 +511,9 @@ def _dname(dt: np.dtype | None) -> str:
     return "unknown" if dt is None else ("bfloat16" if dt == BF16 else dt.name)
 
 
-def _fits_bits(current: int, *, rows: int = 0, want_k: int | None = None, words: int = 0, want_n: int | None = None) -> str:
+def _fits_bits(
+    current: int, *, rows: int = 0, want_k: int | None = None, words: int = 0, want_n: int | None = None
+) -> str:
     """' (the shapes fit bits=B)' when another code width B explains the shapes: ``rows`` packed rows
     holding ``want_k`` rows of K, and/or ``words`` words per row holding ``want_n`` columns; else ''."""
     for b in (2, 4, 8):
@@ -485,8 +528,9 @@ def _spec_name(q: _QConfig, short: str, mode: str, act: bool, target: str) -> st
     return f"{q.method}_{short}_{mode}_{g}{'_act' if act else ''}_{target}"
 
 
-def infer_spec(config: Mapping[str, Any], tensors: Mapping[str, np.ndarray], name: str,
-               target: str = "fp16") -> tuple[Spec, list[str]]:
+def infer_spec(
+    config: Mapping[str, Any], tensors: Mapping[str, np.ndarray], name: str, target: str = "fp16"
+) -> tuple[Spec, list[str]]:
     """The dqgen spec of layer ``name`` (a prefix with ``.qweight``), from its config and tensors.
 
     ``tensors`` maps full names (``name + ".qweight"``, ...) or bare parts (``"qweight"``) to arrays.
@@ -497,8 +541,9 @@ def infer_spec(config: Mapping[str, Any], tensors: Mapping[str, np.ndarray], nam
     return _analyze(config, tensors, name, target)[0:2]
 
 
-def _analyze(config: Mapping[str, Any], tensors: Mapping[str, Any], name: str,
-             target: str) -> tuple[Spec, list[str], np.ndarray, np.ndarray | None, np.ndarray | None]:
+def _analyze(
+    config: Mapping[str, Any], tensors: Mapping[str, Any], name: str, target: str
+) -> tuple[Spec, list[str], np.ndarray, np.ndarray | None, np.ndarray | None]:
     """infer_spec, also returning the scales (in the spec's target), zeros and g_idx to run with."""
     if target not in _TARGETS:
         raise ValueError(f"[target] got {target!r}; expected 'fp16' or 'bf16'")
@@ -521,9 +566,12 @@ def _analyze(config: Mapping[str, Any], tensors: Mapping[str, Any], name: str,
     missing = [p for p in needed if _meta(tensors, name, p) is None]
     if missing:
         have = [p for p in _LAYER_PARTS if _meta(tensors, name, p) is not None]
-        raise err(missing[0], f"missing ({'AWQ' if q.method == 'awq' else 'GPTQ'} "
-                  f"{'asymmetric ' if q.method == 'gptq' and not q.sym else ''}layers need "
-                  f"{', '.join(['qweight'] + needed)}; this one has {', '.join(have)})")
+        raise err(
+            missing[0],
+            f"missing ({'AWQ' if q.method == 'awq' else 'GPTQ'} "
+            f"{'asymmetric ' if q.method == 'gptq' and not q.sym else ''}layers need "
+            f"{', '.join(['qweight'] + needed)}; this one has {', '.join(have)})",
+        )
     scales = np.asarray(_tensor(tensors, name, "scales"))
     if scales.ndim != 2 or not _is_float(scales.dtype):
         raise err("scales", f"expected a 2-D float tensor [groups, N], got {list(scales.shape)} {_dname(scales.dtype)}")
@@ -531,9 +579,12 @@ def _analyze(config: Mapping[str, Any], tensors: Mapping[str, Any], name: str,
     qzeros = np.asarray(_tensor(tensors, name, "qzeros")) if qz_meta is not None else None
     if qzeros is not None and _is_float(qzeros.dtype):
         hint = " (the same shape as scales)" if qzeros.shape == scales.shape else ""
-        raise err("qzeros", f"holds unpacked float zero points {list(qzeros.shape)} {_dname(qzeros.dtype)}{hint}, not packed "
-                  f"int32 words [groups, N/{32 // q.bits}]: this is not the {q.method.upper()} layout "
-                  "(vllm#17862); repack the zero points as integers, or dequantize it as a 'float' (HQQ-style) zeros spec")
+        raise err(
+            "qzeros",
+            f"holds unpacked float zero points {list(qzeros.shape)} {_dname(qzeros.dtype)}{hint}, not packed "
+            f"int32 words [groups, N/{32 // q.bits}]: this is not the {q.method.upper()} layout "
+            "(vllm#17862); repack the zero points as integers, or dequantize it as a 'float' (HQQ-style) zeros spec",
+        )
     if qzeros is not None and (qzeros.dtype not in (np.dtype(np.int32), np.dtype(np.uint32)) or qzeros.ndim != 2):
         raise err("qzeros", f"expected 2-D int32 packed words, got {list(qzeros.shape)} {_dname(qzeros.dtype)}")
 
@@ -542,16 +593,25 @@ def _analyze(config: Mapping[str, Any], tensors: Mapping[str, Any], name: str,
     if q.method == "awq":
         K = qshape[0]
         if qshape[1] * P != N:
-            alt = " (scales has as many columns as qweight: that is GPTQ's layout, packed along K)" if qshape[1] == N else \
-                _fits_bits(bits, words=qshape[1], want_n=N)
-            raise err("qweight", f"{list(qshape)} packs N = {qshape[1]} x {P} = {qshape[1] * P} columns ({cfg('bits')} = {bits}), "
-                      f"but scales has N = {N}{alt}")
+            alt = (
+                " (scales has as many columns as qweight: that is GPTQ's layout, packed along K)"
+                if qshape[1] == N
+                else _fits_bits(bits, words=qshape[1], want_n=N)
+            )
+            raise err(
+                "qweight",
+                f"{list(qshape)} packs N = {qshape[1]} x {P} = {qshape[1] * P} columns ({cfg('bits')} = {bits}), "
+                f"but scales has N = {N}{alt}",
+            )
     else:
         K = qshape[0] * P
         if qshape[1] != N:
             alt = " (N/8 words per row: that is AWQ's layout, packed along N)" if qshape[1] * 8 == N else ""
-            raise err("qweight", f"{list(qshape)} has {qshape[1]} columns but scales {list(scales.shape)} has N = {N}; "
-                      f"GPTQ packs along K, so both hold N columns{alt}")
+            raise err(
+                "qweight",
+                f"{list(qshape)} has {qshape[1]} columns but scales {list(scales.shape)} has N = {N}; "
+                f"GPTQ packs along K, so both hold N columns{alt}",
+            )
 
     # g_idx: its length is K, which pins down the bits.
     g_idx = _tensor(tensors, name, "g_idx")
@@ -563,33 +623,48 @@ def _analyze(config: Mapping[str, Any], tensors: Mapping[str, Any], name: str,
         elif g_idx.ndim != 1 or g_idx.dtype.kind not in "iu":
             raise err("g_idx", f"expected a 1-D integer tensor [K], got {list(g_idx.shape)} {_dname(g_idx.dtype)}")
         elif g_idx.shape[0] != K:
-            raise err("g_idx", f"has {g_idx.shape[0]} entries, but K = qweight rows x {P} = {qshape[0]} x {P} = {K} for "
-                      f"{cfg('bits')} = {bits}{_fits_bits(bits, rows=qshape[0], want_k=g_idx.shape[0])}")
+            raise err(
+                "g_idx",
+                f"has {g_idx.shape[0]} entries, but K = qweight rows x {P} = {qshape[0]} x {P} = {K} for "
+                f"{cfg('bits')} = {bits}{_fits_bits(bits, rows=qshape[0], want_k=g_idx.shape[0])}",
+            )
 
     if qzeros is not None and qzeros.shape[1] * P != N:
-        raise err("qzeros", f"{list(qzeros.shape)} packs N = {qzeros.shape[1]} x {P} = {qzeros.shape[1] * P} zero points per row "
-                  f"({cfg('bits')} = {bits}), but scales has N = {N}{_fits_bits(bits, words=qzeros.shape[1], want_n=N)}")
+        raise err(
+            "qzeros",
+            f"{list(qzeros.shape)} packs N = {qzeros.shape[1]} x {P} = {qzeros.shape[1] * P} zero points per row "
+            f"({cfg('bits')} = {bits}), but scales has N = {N}{_fits_bits(bits, words=qzeros.shape[1], want_n=N)}",
+        )
 
     # Groups.
     G = scales.shape[0]
     if gs > 0:
         want = K // gs
-        if K % gs or G != want:
+        if K % gs or want != G:
             fits = []
             if G and K % G == 0:
                 fits.append(f"group_size={K // G}")
             alt = _fits_bits(bits, rows=qshape[0], want_k=gs * G) if q.method == "gptq" else ""
             if alt:
                 fits.append(alt.strip(" ()").removeprefix("the shapes fit "))
-            if K % gs and G == -(-K // gs):
-                raise err("scales", f"has {G} rows = ceil(K / group_size) = ceil({K} / {gs}): K is not a multiple of "
-                          f"{cfg('group_size')}, and a partial last group is not supported")
-            raise err("scales", f"has {G} rows, but K / group_size = {K} / {gs} = {K / gs:g} for {cfg('group_size')} = {gs} "
-                      f"and {cfg('bits')} = {bits}: the config and the tensors disagree"
-                      + (f" (the shapes fit {' or '.join(fits)})" if fits else ""))
+            if K % gs and -(-K // gs) == G:
+                raise err(
+                    "scales",
+                    f"has {G} rows = ceil(K / group_size) = ceil({K} / {gs}): K is not a multiple of "
+                    f"{cfg('group_size')}, and a partial last group is not supported",
+                )
+            raise err(
+                "scales",
+                f"has {G} rows, but K / group_size = {K} / {gs} = {K / gs:g} for {cfg('group_size')} = {gs} "
+                f"and {cfg('bits')} = {bits}: the config and the tensors disagree"
+                + (f" (the shapes fit {' or '.join(fits)})" if fits else ""),
+            )
     elif G != 1:
-        raise err("scales", f"has {G} rows, but {cfg('group_size')} = -1 means one group (1 row)"
-                  + (f" (the shapes fit group_size={K // G})" if G and K % G == 0 else ""))
+        raise err(
+            "scales",
+            f"has {G} rows, but {cfg('group_size')} = -1 means one group (1 row)"
+            + (f" (the shapes fit group_size={K // G})" if G and K % G == 0 else ""),
+        )
     if qzeros is not None and qzeros.shape[0] != G:
         raise err("qzeros", f"has {qzeros.shape[0]} rows but scales has {G} (one row of zero points per group)")
     if K == 0 or N == 0:
@@ -605,16 +680,22 @@ def _analyze(config: Mapping[str, Any], tensors: Mapping[str, Any], name: str,
         out_of_range = np.nonzero((g_idx < 0) | (g_idx >= G))[0]
         if out_of_range.size:
             i = int(out_of_range[0])
-            raise err("g_idx", f"{out_of_range.size} entries are outside [0, {G}) (the {G} groups of scales), e.g. "
-                      f"g_idx[{i}] = {int(g_idx[i])}")
+            raise err(
+                "g_idx",
+                f"{out_of_range.size} entries are outside [0, {G}) (the {G} groups of scales), e.g. "
+                f"g_idx[{i}] = {int(g_idx[i])}",
+            )
         trivial = np.arange(K) // gs if gs > 0 else np.zeros(K, dtype=np.int64)
         if np.array_equal(g_idx, trivial):
             if q.desc_act:
                 notes.append("g_idx is the trivial arange(K) // group_size: plain groups, no act-order")
             g_idx = None
         elif not q.desc_act:
-            raise err("g_idx", f"is not arange(K) // group_size, but {cfg('desc_act')} is false: loaders disagree on such a "
-                      "file (vLLM ignores g_idx without desc_act, AutoGPTQ uses it); set desc_act true if g_idx is right")
+            raise err(
+                "g_idx",
+                f"is not arange(K) // group_size, but {cfg('desc_act')} is false: loaders disagree on such a "
+                "file (vLLM ignores g_idx without desc_act, AutoGPTQ uses it); set desc_act true if g_idx is right",
+            )
         else:
             act = True
             g_idx = g_idx.astype(np.int32)
@@ -630,8 +711,14 @@ def _analyze(config: Mapping[str, Any], tensors: Mapping[str, Any], name: str,
         zeros = qzeros
     else:
         packing = {"axis": "K", "order": "sequential"}
-        probe = Spec(name="probe", source={"bits": bits, "kind": "unsigned"}, target="fp16", packing=packing,
-                     scales={"group_size": -1}, zeros={"mode": "gptq_v2"})
+        probe = Spec(
+            name="probe",
+            source={"bits": bits, "kind": "unsigned"},
+            target="fp16",
+            packing=packing,
+            scales={"group_size": -1},
+            zeros={"mode": "gptq_v2"},
+        )
         stored = unpack_zeros(qzeros, probe) if qzeros is not None else None
         if q.sym:
             half = 1 << (bits - 1)
@@ -641,19 +728,28 @@ def _analyze(config: Mapping[str, Any], tensors: Mapping[str, Any], name: str,
                 vals = np.unique(stored)
                 own, other = (half - 1, half) if q.checkpoint_format == "gptq" else (half, half - 1)
                 if vals.size > 1:
-                    raise err("qzeros", f"holds {vals.size} different zero points ({int(vals.min())}..{int(vals.max())}), but "
-                              f"{cfg('sym')} is true (every zero point {half}): the file looks asymmetric; set sym false "
-                              "(and the right checkpoint_format) if so")
+                    raise err(
+                        "qzeros",
+                        f"holds {vals.size} different zero points ({int(vals.min())}..{int(vals.max())}), but "
+                        f"{cfg('sym')} is true (every zero point {half}): the file looks asymmetric; set sym false "
+                        "(and the right checkpoint_format) if so",
+                    )
                 v = int(vals[0])
                 if v == own:
-                    notes.append(f"qzeros ignored (sym: value q - {half}; they hold the symmetric zero as "
-                                 f"{q.checkpoint_format} stores it)")
+                    notes.append(
+                        f"qzeros ignored (sym: value q - {half}; they hold the symmetric zero as "
+                        f"{q.checkpoint_format} stores it)"
+                    )
                 elif v == other:
-                    notes.append(f"qzeros ignored (sym: value q - {half}); they hold {v}, the symmetric zero as "
-                                 f"{'gptq_v2' if q.checkpoint_format == 'gptq' else 'gptq (v1)'} stores it, although "
-                                 f"checkpoint_format is {q.checkpoint_format!r} (vllm#38966): harmless here")
+                    notes.append(
+                        f"qzeros ignored (sym: value q - {half}); they hold {v}, the symmetric zero as "
+                        f"{'gptq_v2' if q.checkpoint_format == 'gptq' else 'gptq (v1)'} stores it, although "
+                        f"checkpoint_format is {q.checkpoint_format!r} (vllm#38966): harmless here"
+                    )
                 else:
-                    notes.append(f"qzeros ignored (sym: value q - {half}); they all hold {v}, not a symmetric zero point")
+                    notes.append(
+                        f"qzeros ignored (sym: value q - {half}); they all hold {v}, not a symmetric zero point"
+                    )
         else:
             src = {"bits": bits, "kind": "unsigned"}
             mode = "gptq_v1" if q.checkpoint_format == "gptq" else "gptq_v2"
@@ -662,11 +758,14 @@ def _analyze(config: Mapping[str, Any], tensors: Mapping[str, Any], name: str,
                 top = (1 << bits) - 1
                 wrapped = int(np.count_nonzero(stored == top))
                 if wrapped:
-                    raise err("qzeros", f"{wrapped} of {stored.size} zero points are stored as {top}: under "
-                              f"{cfg('checkpoint_format')} = 'gptq' (v1, stored = z - 1) that is a zero point of 0 that "
-                              f"wrapped around, which v1 loaders read as z = {top + 1}, one full range off "
-                              "(GPTQModel#2350, AutoGPTQ#325); the file should be gptq_v2 (stored = z) or re-quantized "
-                              "(if it already is gptq_v2, set checkpoint_format to 'gptq_v2')")
+                    raise err(
+                        "qzeros",
+                        f"{wrapped} of {stored.size} zero points are stored as {top}: under "
+                        f"{cfg('checkpoint_format')} = 'gptq' (v1, stored = z - 1) that is a zero point of 0 that "
+                        f"wrapped around, which v1 loaders read as z = {top + 1}, one full range off "
+                        "(GPTQModel#2350, AutoGPTQ#325); the file should be gptq_v2 (stored = z) or re-quantized "
+                        "(if it already is gptq_v2, set checkpoint_format to 'gptq_v2')",
+                    )
             zeros = qzeros
 
     # Scales dtype vs target.
@@ -686,8 +785,11 @@ def _analyze(config: Mapping[str, Any], tensors: Mapping[str, Any], name: str,
             changed = int(np.count_nonzero(conv.astype(np.float32) != scales.astype(np.float32)))
             lost = ~np.isfinite(conv.astype(np.float32)) | ((conv.astype(np.float32) == 0) & (scales != 0))
             if lost.any():
-                raise err("scales", f"{int(lost.sum())} {sname} scales overflow or vanish in {target}; "
-                          f"dequantize to {'bf16' if target == 'fp16' else 'fp16'} instead")
+                raise err(
+                    "scales",
+                    f"{int(lost.sum())} {sname} scales overflow or vanish in {target}; "
+                    f"dequantize to {'bf16' if target == 'fp16' else 'fp16'} instead",
+                )
             notes.append(f"{changed} of {scales.size} {sname} scales rounded to {target}")
             scales = conv
 
@@ -696,11 +798,19 @@ def _analyze(config: Mapping[str, Any], tensors: Mapping[str, Any], name: str,
         spec = Spec(
             name=_spec_name(q, short, mode, act, spec_target),
             description=f"{q.method.upper()} checkpoint layer {name}",
-            source=src, target=spec_target, packing=packing,
-            scales={"group_size": gs}, zeros={"mode": mode}, act_order=act, arch="sm_80",
+            source=src,
+            target=spec_target,
+            packing=packing,
+            scales={"group_size": gs},
+            zeros={"mode": mode},
+            act_order=act,
+            arch="sm_80",
         )
     except ValidationError as e:  # e.g. a group size that is not a multiple of the codes per word
-        raise err("", f"no dqgen spec fits {q.where}: " + "; ".join(x["msg"].removeprefix("Value error, ") for x in e.errors())) from None
+        raise err(
+            "",
+            f"no dqgen spec fits {q.where}: " + "; ".join(x["msg"].removeprefix("Value error, ") for x in e.errors()),
+        ) from None
     return spec, notes, np.ascontiguousarray(scales), zeros, g_idx
 
 
@@ -787,8 +897,10 @@ def _dequantize(layer: QuantLayer, device: str, transpose: bool) -> np.ndarray:
         w = w.astype(np.float32).astype(_TARGETS[layer.target])
     bad = ~np.isfinite(w.astype(np.float32))
     if bad.any():
-        raise ValueError(f"layer {layer.name}: {int(bad.sum())} dequantized values overflow {layer.target} (|value| too large)"
-                         + ("; dequantize to bf16 instead" if layer.target == "fp16" else ""))
+        raise ValueError(
+            f"layer {layer.name}: {int(bad.sum())} dequantized values overflow {layer.target} (|value| too large)"
+            + ("; dequantize to bf16 instead" if layer.target == "fp16" else "")
+        )
     return w
 
 
@@ -799,9 +911,15 @@ def dequantize_layer(layer: QuantLayer, device: str = "cuda") -> np.ndarray:
     return _dequantize(layer, device, transpose=False)
 
 
-def dequantize_file(file: Path | str, out: Path | str, target: str = "fp16", device: str = "cuda",
-                    progress: bool = True, log: Callable[[str], None] | None = None,
-                    config: dict | None = None) -> list[str]:
+def dequantize_file(
+    file: Path | str,
+    out: Path | str,
+    target: str = "fp16",
+    device: str = "cuda",
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+    config: dict | None = None,
+) -> list[str]:
     """Dequantize every quantized layer of a checkpoint into ``out`` (a .safetensors file).
 
     ``out`` holds ``<prefix>.weight`` ``[N, K]`` (out_features x in_features, ``torch.nn.Linear``'s
@@ -839,7 +957,10 @@ def dequantize_file(file: Path | str, out: Path | str, target: str = "fp16", dev
                 items.append((name, e.dtype, e.shape, e.end - e.begin))
                 sources[name] = e
         items.sort(key=lambda it: it[0])
-        meta = {"format": "pt", "dqgen": f"dequantized {qc.method.upper()} layers to {target} [out_features, in_features]"}
+        meta = {
+            "format": "pt",
+            "dqgen": f"dequantized {qc.method.upper()} layers to {target} [out_features, in_features]",
+        }
         lines: list[str] = []
         tmp = out.with_name(out.name + ".partial")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -857,8 +978,15 @@ def dequantize_file(file: Path | str, out: Path | str, target: str = "fp16", dev
 
                 console = Console(stderr=True)
                 if console.is_terminal:  # no bar (nor its stray newline) in logs and pipes
-                    bar = Progress(TextColumn("dequant"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                   TextColumn("{task.description}"), console=console, transient=True)
+                    bar = Progress(
+                        TextColumn("dequant"),
+                        BarColumn(),
+                        MofNCompleteColumn(),
+                        TimeElapsedColumn(),
+                        TextColumn("{task.description}"),
+                        console=console,
+                        transient=True,
+                    )
                     bar.start()
                     task = bar.add_task("", total=len(names))
             with open(tmp, "wb") as fh:
@@ -871,8 +999,9 @@ def dequantize_file(file: Path | str, out: Path | str, target: str = "fp16", dev
                     layer = plans[src]
                     if bar is not None:
                         bar.update(task, description=src)
-                    line = f"{src}: {layer.K}x{layer.N} {spec_summary(layer.spec, layer.target)}" + \
-                        (f" [{'; '.join(layer.notes)}]" if layer.notes else "")
+                    line = f"{src}: {layer.K}x{layer.N} {spec_summary(layer.spec, layer.target)}" + (
+                        f" [{'; '.join(layer.notes)}]" if layer.notes else ""
+                    )
                     layer.qweight = tensors[f"{src}.qweight"]
                     w = _dequantize(layer, device, transpose=True)
                     layer.qweight = layer.qweight[:0]  # free it (keeps the dtype)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from .spec import SpecError, load_spec
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Generate, prove and run fast GPU dequantization kernels.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Generate, prove and run fast GPU dequantization kernels."
+)
 
 
 def _fail(msg: str) -> None:
@@ -30,9 +31,11 @@ def _load(path: str):
 def explain(
     spec: str = typer.Argument(..., help="Path to a spec YAML file."),
     as_json: bool = typer.Option(False, "--json", help="Print the Plan as JSON."),
-    strategy: Optional[str] = typer.Option(None, help="Show this strategy's best plan instead of the cheapest."),
+    strategy: str | None = typer.Option(None, help="Show this strategy's best plan instead of the cheapest."),
     words: int = typer.Option(1_000_000, min=0, help="Random words in the proof (besides every code at every lane)."),
-    sass: bool = typer.Option(False, "--sass", help="Also count the conversion's SASS instructions (NVRTC cubin + nvdisasm, sm_80 and sm_90)."),
+    sass: bool = typer.Option(
+        False, "--sass", help="Also count the conversion's SASS instructions (NVRTC cubin + nvdisasm, sm_80 and sm_90)."
+    ),
 ) -> None:
     """Show the derived bit math of SPEC's conversion, op by op, and prove it."""
     from .explain import render
@@ -67,7 +70,7 @@ def explain(
 @app.command()
 def build(
     spec: str = typer.Argument(..., help="Path to a spec YAML file."),
-    arch: Optional[str] = typer.Option(None, help="Architecture to compile PTX and cubin for (default: the spec's)."),
+    arch: str | None = typer.Option(None, help="Architecture to compile PTX and cubin for (default: the spec's)."),
     out: str = typer.Option("generated", help="Folder for the .cu, .cuh and .ptx files."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     words: int = typer.Option(1_000_000, min=0, help="Random words in the proof (besides every code at every lane)."),
@@ -90,7 +93,7 @@ def build(
         raise typer.Exit(1)
 
 
-def _parse_shapes(text: str) -> list[tuple[int, int, Optional[int]]]:
+def _parse_shapes(text: str) -> list[tuple[int, int, int | None]]:
     shapes = []
     for part in text.split(","):
         part = part.strip().replace("\u00d7", "x")
@@ -106,11 +109,17 @@ def _parse_shapes(text: str) -> list[tuple[int, int, Optional[int]]]:
 @app.command()
 def bench(
     specs: list[str] = typer.Argument(..., help="Spec YAML files."),
-    shapes: Optional[str] = typer.Option(None, help="Comma-separated KxN[:G] (default: the five shapes of docs/performance.md)."),
-    impls: Optional[str] = typer.Option(None, help="Comma-separated subset of: torch, cuda-naive, triton (dqgen and the same-bytes copy always run)."),
-    reps: int = typer.Option(20, min=3, help="Timed CUDA-graph replays (of 20 calls each) per implementation and shape."),
+    shapes: str | None = typer.Option(
+        None, help="Comma-separated KxN[:G] (default: the five shapes of docs/performance.md)."
+    ),
+    impls: str | None = typer.Option(
+        None, help="Comma-separated subset of: torch, cuda-naive, triton (dqgen and the same-bytes copy always run)."
+    ),
+    reps: int = typer.Option(
+        20, min=3, help="Timed CUDA-graph replays (of 20 calls each) per implementation and shape."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
-    docs: Optional[str] = typer.Option(None, help="Write the markdown report here (e.g. docs/performance.md)."),
+    docs: str | None = typer.Option(None, help="Write the markdown report here (e.g. docs/performance.md)."),
 ) -> None:
     """Time SPEC's kernel on the GPU against copy bandwidth, torch eager, a static_cast CUDA kernel and Triton."""
     from . import device as dev
@@ -142,8 +151,16 @@ def bench(
     for c in ("spec", "K x N", "G", "impl", "us", "GB/s", "% copy", "equal"):
         t.add_column(c, justify="right" if c in ("us", "GB/s", "% copy") else "left")
     for r in rows:
-        t.add_row(r.spec, f"{r.K}x{r.N}", str(r.group), r.impl, f"{r.us:.1f}", f"{r.gbps:.0f}", f"{r.pct_copy:.1f}",
-                  "n/a" if r.equal is None else ("yes" if r.equal else "NO"))
+        t.add_row(
+            r.spec,
+            f"{r.K}x{r.N}",
+            str(r.group),
+            r.impl,
+            f"{r.us:.1f}",
+            f"{r.gbps:.0f}",
+            f"{r.pct_copy:.1f}",
+            "n/a" if r.equal is None else ("yes" if r.equal else "NO"),
+        )
     Console(width=140).print(t)
     if any(r.equal is False for r in rows):
         raise typer.Exit(1)
@@ -169,8 +186,16 @@ def _accepted_widths(packing: dict, zeros: str = "none") -> list[int]:
     widths = []
     for bits in range(1, 9):
         try:
-            Spec.model_validate({"name": "w", "source": {"bits": bits, "kind": "unsigned"}, "target": "fp16",
-                                 "packing": packing, "scales": {"group_size": -1}, "zeros": {"mode": zeros}})
+            Spec.model_validate(
+                {
+                    "name": "w",
+                    "source": {"bits": bits, "kind": "unsigned"},
+                    "target": "fp16",
+                    "packing": packing,
+                    "scales": {"group_size": -1},
+                    "zeros": {"mode": zeros},
+                }
+            )
             widths.append(bits)
         except ValidationError:
             pass
@@ -187,22 +212,52 @@ def _preset_rows() -> list[tuple[str, str, str, str]]:
 
     rows = []
     for name, by_bits in sp.ORDER_PRESETS.items():
-        orders = "" if name == "sequential" else "; " + "; ".join(f"{b}-bit fields hold elements {o}" for b, o in sorted(by_bits.items()))
-        rows.append(("packing.order", name, _bits_text(_accepted_widths({"axis": "K", "order": name})), sp.ORDER_PRESET_DOCS.get(name, "") + orders))
+        orders = (
+            ""
+            if name == "sequential"
+            else "; " + "; ".join(f"{b}-bit fields hold elements {o}" for b, o in sorted(by_bits.items()))
+        )
+        rows.append(
+            (
+                "packing.order",
+                name,
+                _bits_text(_accepted_widths({"axis": "K", "order": name})),
+                sp.ORDER_PRESET_DOCS.get(name, "") + orders,
+            )
+        )
     for name, values in sp.CODEBOOK_PRESETS.items():
         bits = max(1, (len(values) - 1).bit_length())
-        rows.append(("source.codebook", name, str(bits),
-                     f"{sp.CODEBOOK_PRESET_DOCS.get(name, '')}; {len(values)} values from {min(values):g} to {max(values):g}"))
+        rows.append(
+            (
+                "source.codebook",
+                name,
+                str(bits),
+                f"{sp.CODEBOOK_PRESET_DOCS.get(name, '')}; {len(values)} values from {min(values):g} to {max(values):g}",
+            )
+        )
     for mf in sp.MiniFloat:
         fmt = formats.MINIFLOATS[mf.value]
         finite = sorted({abs(v) for v in map(fmt.decode, range(1 << fmt.width)) if math.isfinite(v)})
-        values = "+-{" + ", ".join(f"{float(v):g}" for v in finite) + "}" if len(finite) <= 8 else f"max {float(finite[-1]):g}"
+        values = (
+            "+-{" + ", ".join(f"{float(v):g}" for v in finite) + "}"
+            if len(finite) <= 8
+            else f"max {float(finite[-1]):g}"
+        )
         layout = fmt.describe().removeprefix(f"{fmt.name}: ")
-        rows.append(("source.format", mf.value, str(fmt.width), f"{sp.MINIFLOAT_DOCS.get(mf.value, '')}; {layout}; {values}"))
+        rows.append(
+            ("source.format", mf.value, str(fmt.width), f"{sp.MINIFLOAT_DOCS.get(mf.value, '')}; {layout}; {values}")
+        )
     for name in sp.BLOCK_SCALE_DTYPES:
         rows.append(("scales.dtype", name, str(formats.MINIFLOATS[name].width), sp.BLOCK_SCALE_DOCS.get(name, "")))
     for name in get_args(sp.ZeroMode):
-        rows.append(("zeros.mode", name, _bits_text(_accepted_widths({"axis": "K"}, zeros=name)), sp.ZERO_MODE_DOCS.get(name, "")))
+        rows.append(
+            (
+                "zeros.mode",
+                name,
+                _bits_text(_accepted_widths({"axis": "K"}, zeros=name)),
+                sp.ZERO_MODE_DOCS.get(name, ""),
+            )
+        )
     return rows
 
 
@@ -254,10 +309,18 @@ def main() -> None:
 
 @app.command()
 def dequant(
-    file: str = typer.Argument(..., help="An AWQ or GPTQ checkpoint: a .safetensors file, a folder, or a model.safetensors.index.json."),
-    out: str = typer.Option(..., "--out", help="The dense .safetensors file to write (<prefix>.weight as [out_features, in_features])."),
+    file: str = typer.Argument(
+        ..., help="An AWQ or GPTQ checkpoint: a .safetensors file, a folder, or a model.safetensors.index.json."
+    ),
+    out: str = typer.Option(
+        ..., "--out", help="The dense .safetensors file to write (<prefix>.weight as [out_features, in_features])."
+    ),
     dtype: str = typer.Option("fp16", "--dtype", help="Output dtype: fp16 or bf16."),
-    device: Optional[str] = typer.Option(None, "--device", help="cuda (the generated kernels) or cpu (the reference); default cuda when a GPU is present."),
+    device: str | None = typer.Option(
+        None,
+        "--device",
+        help="cuda (the generated kernels) or cpu (the reference); default cuda when a GPU is present.",
+    ),
 ) -> None:
     """Dequantize every AWQ / GPTQ layer of FILE into a dense checkpoint OUT; other tensors are copied unchanged."""
     from .checkpoint import dequantize_file

@@ -12,11 +12,11 @@ import ctypes
 import functools
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
-
 from cuda.bindings import driver
 
 __all__ = [
@@ -40,7 +40,7 @@ def _err_name(err: Any) -> str:
         res, name = driver.cuGetErrorName(err)
         if res == driver.CUresult.CUDA_SUCCESS and name:
             return name.decode(errors="replace")
-    except Exception:  # noqa: BLE001 - decorating an error; libcuda may be absent
+    except Exception:
         pass
     return getattr(err, "name", str(err))
 
@@ -84,7 +84,7 @@ def gpu_available() -> bool:
     try:
         _ensure_init()
         return int(_check(driver.cuDeviceGetCount(), "cuDeviceGetCount")) >= 1
-    except Exception:  # noqa: BLE001 - contract: never raises
+    except Exception:
         return False
 
 
@@ -96,8 +96,12 @@ def _device(ordinal: int) -> Any:
 def device_arch(ordinal: int = 0) -> str:
     dev = _device(ordinal)
     attr = driver.CUdevice_attribute
-    major = _check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
-    minor = _check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
+    major = _check(
+        driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute"
+    )
+    minor = _check(
+        driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute"
+    )
     return f"sm_{int(major)}{int(minor)}"
 
 
@@ -105,7 +109,9 @@ def sm_count(ordinal: int = 0) -> int:
     """Number of streaming multiprocessors: sizes persistent grids."""
     dev = _device(ordinal)
     attr = driver.CUdevice_attribute
-    return int(_check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute"))
+    return int(
+        _check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute")
+    )
 
 
 def primary_context(ordinal: int = 0) -> Any:
@@ -169,7 +175,9 @@ class LoadedKernel:
         self._image = image
         self._module: Any = _check(driver.cuModuleLoadData(image), "cuModuleLoadData")
         try:
-            self._function: Any = _check(driver.cuModuleGetFunction(self._module, name.encode()), f"cuModuleGetFunction({name!r})")
+            self._function: Any = _check(
+                driver.cuModuleGetFunction(self._module, name.encode()), f"cuModuleGetFunction({name!r})"
+            )
         except BaseException:
             self.close()
             raise
@@ -194,14 +202,25 @@ class LoadedKernel:
         primary_context(self.device)
         _check(
             driver.cuLaunchKernel(
-                self._function, gx, gy, gz, bx, by, bz, int(shared_mem), stream_handle(stream),
-                int(param_ptrs.ctypes.data) if holders else 0, 0,
+                self._function,
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                int(shared_mem),
+                stream_handle(stream),
+                int(param_ptrs.ctypes.data) if holders else 0,
+                0,
             ),
             f"cuLaunchKernel({self.name!r})",
         )
         del holders, param_ptrs
 
-    def bind(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0) -> "BoundLaunch":
+    def bind(
+        self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0
+    ) -> BoundLaunch:
         """Pack the arguments once; the returned launcher only calls cuLaunchKernel (hot loops)."""
         return BoundLaunch(self, grid, block, args, shared_mem)
 
@@ -211,7 +230,7 @@ class LoadedKernel:
             try:
                 primary_context(self.device)
                 driver.cuModuleUnload(module)
-            except Exception:  # noqa: BLE001 - best effort, may run at interpreter exit
+            except Exception:
                 pass
 
     def __del__(self) -> None:
@@ -222,7 +241,9 @@ class LoadedKernel:
 class BoundLaunch:
     """A kernel with its grid and arguments packed: calling it costs one cuLaunchKernel."""
 
-    def __init__(self, kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int) -> None:
+    def __init__(
+        self, kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int
+    ) -> None:
         self.kernel = kernel
         self.grid = (tuple(int(v) for v in grid) + (1, 1, 1))[:3]
         self.block = (tuple(int(v) for v in block) + (1, 1, 1))[:3]

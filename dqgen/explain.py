@@ -11,7 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .anchors import published
-from .formats import FloatFormat, FORMATS
+from .formats import FORMATS, FloatFormat
 from .isa import Const, Opcode
 from .magic import fmt_num
 from .plan import STAGES, Plan
@@ -81,7 +81,7 @@ def symbolic(plan: Plan, spec: Spec) -> dict[str, list[Bit] | None]:
             out: list[Bit] = []
             for k in range(4):
                 s = ((op.imm or 0) >> (4 * k)) & 0xF
-                byte = src[8 * (s & 7): 8 * (s & 7) + 8]
+                byte = src[8 * (s & 7) : 8 * (s & 7) + 8]
                 out += [byte[7]] * 8 if s & 8 else byte
             regs[op.dst] = out
         elif op.opcode is Opcode.LOP3:
@@ -105,7 +105,7 @@ def _bit_char(bit: Bit) -> str:
 def diagram(bits: list[Bit]) -> str:
     """MSB first, in nibbles, the two 16-bit halves separated by '|'."""
     chars = [_bit_char(b) for b in reversed(bits)]
-    nibbles = ["".join(chars[i: i + 4]) for i in range(0, 32, 4)]
+    nibbles = ["".join(chars[i : i + 4]) for i in range(0, 32, 4)]
     return " ".join(nibbles[:4]) + " | " + " ".join(nibbles[4:])
 
 
@@ -155,10 +155,20 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
     add(f"dqgen explain: {spec.name}" + (f" - {spec.description.strip()}" if spec.description else ""))
     add("")
     src = spec.source
-    what = {"float": f"{src.format.value if src.format else ''} minifloat", "codebook": f"codebook ({src.codebook if isinstance(src.codebook, str) else f'{len(src.codebook_values)} user values'})"}.get(src.kind.value, src.kind.value)
-    layout = (f"{spec.per_word} per 32-bit word, packed along {spec.packing.axis}; field j holds element {spec.order}[j]" if spec.words == 1 else
-              f"{spec.per_word} per {spec.words}-word block (w0 lowest), packed along {spec.packing.axis}; code i at block bits [{b}i, {b}i+{b}), some straddling two words")
-    add(f"Source   {src.short}: {b}-bit {what} codes" + (f", value = q - {src.bias}" if src.bias is not None else "") + f"; {layout}")
+    what = {
+        "float": f"{src.format.value if src.format else ''} minifloat",
+        "codebook": f"codebook ({src.codebook if isinstance(src.codebook, str) else f'{len(src.codebook_values)} user values'})",
+    }.get(src.kind.value, src.kind.value)
+    layout = (
+        f"{spec.per_word} per 32-bit word, packed along {spec.packing.axis}; field j holds element {spec.order}[j]"
+        if spec.words == 1
+        else f"{spec.per_word} per {spec.words}-word block (w0 lowest), packed along {spec.packing.axis}; code i at block bits [{b}i, {b}i+{b}), some straddling two words"
+    )
+    add(
+        f"Source   {src.short}: {b}-bit {what} codes"
+        + (f", value = q - {src.bias}" if src.bias is not None else "")
+        + f"; {layout}"
+    )
     f = fmt.name
     q = f"(q - {src.bias})" if src.bias is not None else "q"  # the code's value
     value = {
@@ -170,7 +180,9 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         "additive": f"{f}( {q} * s + b ), one rounding (fma), b a pre-scaled {f} zero",
     }[spec.zeros.mode]
     if src.kind.value == "float":
-        value = f"{f}( {src.format.value}(q) * s ), rounded once to nearest-even ({src.format.value}(q) is exact in {f})"
+        value = (
+            f"{f}( {src.format.value}(q) * s ), rounded once to nearest-even ({src.format.value}(q) is exact in {f})"
+        )
     elif src.kind.value == "codebook":
         value = f"{f}( {f}(codebook[q]) * s ): the entry rounded once to {f} when the kernel is built, the product once more"
     if spec.scales.dtype is not None and spec.scales.dtype.value == "e8m0":
@@ -187,7 +199,9 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         add(f"  - {f}")
     add("")
     add("How to read the bit diagrams: bit 31 on the left, '|' between the high and low 16-bit halves;")
-    add("  a, b, c.. = bits of element 0, 1, 2..'s code (upper case = inverted; elements 26-31: [ ] { } < >), 0-7 in a zero word = that element's zero")
+    add(
+        "  a, b, c.. = bits of element 0, 1, 2..'s code (upper case = inverted; elements 26-31: [ ] { } < >), 0-7 in a zero word = that element's zero"
+    )
     add("  bits, '.' = bits nobody reads; 0/1 = constant bits.")
     regs = symbolic(plan, spec)
     for name in plan.words:
@@ -203,14 +217,24 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         add("")
         unit = "word" if spec.words == 1 else "block"
         if stage == "scale_prep":
-            add(f"Stage {stage} - {STAGE_TITLES[stage]} ({len(ops)} ops per block of {spec.scales.group_size} elements)")
+            add(
+                f"Stage {stage} - {STAGE_TITLES[stage]} ({len(ops)} ops per block of {spec.scales.group_size} elements)"
+            )
         else:
-            add(f"Stage {stage} - {STAGE_TITLES[stage].format(unit=unit)} ({len(ops)} ops per {unit}, {dec(plan.per8(stage))} per 8 outputs)")
+            add(
+                f"Stage {stage} - {STAGE_TITLES[stage].format(unit=unit)} ({len(ops)} ops per {unit}, {dec(plan.per8(stage))} per 8 outputs)"
+            )
         for n, op in enumerate(ops, 1):
             add(f"  [{n}] {_op_line(op)}")
             add(f"       why: {op.why}")
             if op.imm_why:
-                label = {Opcode.LOP3: "immLut", Opcode.PRMT: "selector", Opcode.SHR: "amount", Opcode.SHL: "amount", Opcode.SHF_R: "amount"}.get(op.opcode, "operand")
+                label = {
+                    Opcode.LOP3: "immLut",
+                    Opcode.PRMT: "selector",
+                    Opcode.SHR: "amount",
+                    Opcode.SHL: "amount",
+                    Opcode.SHF_R: "amount",
+                }.get(op.opcode, "operand")
                 add(f"       {label}: {op.imm_why}")
             for c in op.consts:
                 add(f"       const {const_text(c, op.opcode.lane_format or fmt)}")
@@ -220,9 +244,21 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
     add("")
     pub = published(spec)
     conv = dec(plan.per8("convert"))
-    add(f"Ops per 8 outputs: convert {conv}" + (f" (best published: {dec(pub[0])}, {pub[1]})" if pub else " (no published figure)")
-        + f"; scale {dec(plan.per8('scale'))}" + (f"; zero-point preparation {plan.count('zero')} per zero word, shared by a whole group" if plan.count("zero") else "")
-        + (f"; block-scale preparation {plan.count('scale_prep')} per block scale, shared by its {spec.scales.group_size} elements" if plan.count("scale_prep") else ""))
+    add(
+        f"Ops per 8 outputs: convert {conv}"
+        + (f" (best published: {dec(pub[0])}, {pub[1]})" if pub else " (no published figure)")
+        + f"; scale {dec(plan.per8('scale'))}"
+        + (
+            f"; zero-point preparation {plan.count('zero')} per zero word, shared by a whole group"
+            if plan.count("zero")
+            else ""
+        )
+        + (
+            f"; block-scale preparation {plan.count('scale_prep')} per block scale, shared by its {spec.scales.group_size} elements"
+            if plan.count("scale_prep")
+            else ""
+        )
+    )
     if plan.rejected:
         add("Also considered:")
         for r in plan.rejected:

@@ -111,10 +111,7 @@ class FloatFormat:
             return np.asarray(bits).astype(uint).view(self.np_dtype).astype(np.float64)
 
     def describe(self) -> str:
-        return (
-            f"{self.name}: 1 sign bit, {self.ebits} exponent bits (bias {self.bias}), "
-            f"{self.mbits} mantissa bits"
-        )
+        return f"{self.name}: 1 sign bit, {self.ebits} exponent bits (bias {self.bias}), {self.mbits} mantissa bits"
 
 
 FP16 = FloatFormat("fp16", 5, 10, "f16", np.dtype(np.float16))

@@ -13,6 +13,7 @@ from .reference import dequantize_reference, random_global_scale, random_inputs
 from .runtime import Kernel
 from .spec import Spec
 
+
 #: Shapes (K, N) that `dqgen build` checks on a GPU: a square one and the smallest legal one.
 def build_shapes(spec: Spec) -> list[tuple[int, int]]:
     g = spec.scales.group_size
@@ -78,4 +79,4 @@ def check_shape(kernel: Kernel, K: int, N: int, seed: int = 0) -> CheckResult:
     if bad.size:
         r, c = bad[0]
         detail = f"first mismatch at [{r}, {c}]: got 0x{int(g[r, c]):04X}, reference 0x{int(w[r, c]):04X}"
-    return CheckResult(K, N, not bad.size, int(len(bad)), time.perf_counter() - t0, detail)
+    return CheckResult(K, N, not bad.size, len(bad), time.perf_counter() - t0, detail)

@@ -10,10 +10,11 @@ significant bits is then the correctly rounded result (round-to-odd needs p' >= 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from functools import lru_cache
-from typing import Callable, Union
+from functools import cache
+from typing import Union
 
 import numpy as np
 
@@ -237,7 +238,7 @@ def _table(fn: Callable[[int], int], n: int) -> np.ndarray:
     return np.array([fn(c) for c in range(n)], dtype=U32)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fp8_to_f16_table(name: str) -> np.ndarray:
     from .formats import MINIFLOATS, exact_bits
 
@@ -262,7 +263,9 @@ def emulate(op: Opcode, args: list[np.ndarray], imm: int | None) -> np.ndarray:
     if op is Opcode.SHR:
         return emu_shr(args[0], imm or 0)
     if op is Opcode.SHL:
-        return (args[0].astype(np.uint64) << np.uint64(imm or 0)).astype(np.uint64).__and__(np.uint64(MASK32)).astype(U32)
+        return (
+            (args[0].astype(np.uint64) << np.uint64(imm or 0)).astype(np.uint64).__and__(np.uint64(MASK32)).astype(U32)
+        )
     if op is Opcode.SHF_R:
         n = min(imm or 0, 32)
         wide = args[0].astype(np.uint64) | (args[1].astype(np.uint64) << np.uint64(32))

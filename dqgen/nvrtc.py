@@ -16,9 +16,10 @@ import re
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from cuda.bindings import nvrtc
 
@@ -78,7 +79,7 @@ def _err_name(err: Any) -> str:
         res, msg = nvrtc.nvrtcGetErrorString(err)
         if res == nvrtc.nvrtcResult.NVRTC_SUCCESS and msg:
             return msg.decode(errors="replace")
-    except Exception:  # noqa: BLE001 - only used to decorate an error message
+    except Exception:
         pass
     return getattr(err, "name", str(err))
 
@@ -207,8 +208,12 @@ def _get_log(prog: Any) -> str:
     return buf.rstrip(b"\x00").decode("utf-8", errors="replace").strip()
 
 
-def _compile(source: str, arch: str, want: Want, name: str, all_options: list[str], source_path: str | None) -> tuple[str | None, bytes | None, str]:
-    (prog,) = _check(nvrtc.nvrtcCreateProgram(source.encode("utf-8"), name.encode("utf-8"), 0, [], []), "nvrtcCreateProgram")
+def _compile(
+    source: str, arch: str, want: Want, name: str, all_options: list[str], source_path: str | None
+) -> tuple[str | None, bytes | None, str]:
+    (prog,) = _check(
+        nvrtc.nvrtcCreateProgram(source.encode("utf-8"), name.encode("utf-8"), 0, [], []), "nvrtcCreateProgram"
+    )
     try:
         opts = [o.encode("utf-8") for o in all_options]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)

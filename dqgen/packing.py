@@ -32,7 +32,7 @@ import numpy as np
 
 from dqgen.spec import CONTAINER_BITS, PACKED_ZERO_MODES, SourceKind, Spec
 
-__all__ = ["pack", "unpack", "pack_zeros", "unpack_zeros", "repack", "zeros_to_stored", "zeros_from_stored"]
+__all__ = ["pack", "pack_zeros", "repack", "unpack", "unpack_zeros", "zeros_from_stored", "zeros_to_stored"]
 
 _WORD_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
 
@@ -214,9 +214,14 @@ def _codes_to_fields(codes: object, spec: Spec, name: str) -> np.ndarray:
     if kind is SourceKind.signed:
         # Signed specs take either the stored field value or the two's complement value it means;
         # both reduce to the same field bits under the mask below.
-        _check_range(name, arr, -(1 << (bits - 1)), 1 << bits,
-                     f"{spec.source.short}: stored field values [0, {1 << bits}) or two's complement "
-                     f"values [{-(1 << (bits - 1))}, {1 << (bits - 1)})")
+        _check_range(
+            name,
+            arr,
+            -(1 << (bits - 1)),
+            1 << bits,
+            f"{spec.source.short}: stored field values [0, {1 << bits}) or two's complement "
+            f"values [{-(1 << (bits - 1))}, {1 << (bits - 1)})",
+        )
     elif kind is SourceKind.float:
         _check_range(name, arr, 0, 1 << bits, f"raw {bits}-bit patterns of {spec.source.short} codes")
     elif kind is SourceKind.codebook:
@@ -306,8 +311,13 @@ def _zeros_to_stored(z: object, spec: Spec, name: str) -> np.ndarray:
                 f"{(1 << bits) - 1}, which reads back as {1 << bits}); use zeros.mode 'gptq_v2' "
                 f"(or 'integer'), which stores z as is"
             )
-        _check_range(name, arr, 1, (1 << bits) + 1,
-                     f"true zero points for gptq_v1, stored as z - 1 in {bits} bits; 0 needs gptq_v2")
+        _check_range(
+            name,
+            arr,
+            1,
+            (1 << bits) + 1,
+            f"true zero points for gptq_v1, stored as z - 1 in {bits} bits; 0 needs gptq_v2",
+        )
     else:
         _check_range(name, arr, 0, 1 << bits, f"true zero points for zeros.mode {spec.zeros.mode!r}, stored as is")
     return (arr.astype(np.int64) - spec.zeros.stored_offset).astype(np.uint8)

@@ -124,7 +124,9 @@ class Plan:
                 raise ValueError(f"plan {self.strategy}: register {op.dst} written twice")
             defined.add(op.dst)
             if op.opcode.min_sm > self.sm:
-                raise ValueError(f"plan {self.strategy}: {op.opcode.ptx} needs sm_{op.opcode.min_sm}, spec targets sm_{self.sm}")
+                raise ValueError(
+                    f"plan {self.strategy}: {op.opcode.ptx} needs sm_{op.opcode.min_sm}, spec targets sm_{self.sm}"
+                )
         for o in self.outputs:
             if o not in defined:
                 raise ValueError(f"plan {self.strategy}: output {o} is never written")

@@ -16,7 +16,7 @@ import numpy as np
 
 from .formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat
 from .plan import Plan
-from .spec import Spec, SourceKind, Target
+from .spec import SourceKind, Spec, Target
 
 
 @dataclass
@@ -29,7 +29,9 @@ class ProofResult:
 
     def line(self) -> str:
         status = "PROVEN" if self.ok else "FAILED"
-        return f"{status}: {self.words:,} words ({self.lane_words:,} lane-exhaustive), bit-exact in {self.seconds:.2f} s"
+        return (
+            f"{status}: {self.words:,} words ({self.lane_words:,} lane-exhaustive), bit-exact in {self.seconds:.2f} s"
+        )
 
 
 def _fmt(spec: Spec) -> FloatFormat:
@@ -101,8 +103,14 @@ def block_scale_values(spec: Spec, codes: np.ndarray) -> np.ndarray:
     return table[np.asarray(codes, dtype=np.int64) & 0xFF]
 
 
-def expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,
-                  fzeros: np.ndarray | None = None, gs: np.ndarray | None = None) -> np.ndarray:
+def expected_bits(
+    spec: Spec,
+    words: np.ndarray,
+    zeros: np.ndarray | None,
+    scales: np.ndarray,
+    fzeros: np.ndarray | None = None,
+    gs: np.ndarray | None = None,
+) -> np.ndarray:
     """As ``_expected_bits``, with every NaN (e.g. 0 * inf) as PTX's canonical NaN 0x7FFF."""
     from .isa import _canonical_nan
 
@@ -111,8 +119,14 @@ def expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scale
     return _canonical_nan(bits, fmt.values_of(bits), fmt)
 
 
-def _expected_bits(spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,
-                   fzeros: np.ndarray | None = None, gs: np.ndarray | None = None) -> np.ndarray:
+def _expected_bits(
+    spec: Spec,
+    words: np.ndarray,
+    zeros: np.ndarray | None,
+    scales: np.ndarray,
+    fzeros: np.ndarray | None = None,
+    gs: np.ndarray | None = None,
+) -> np.ndarray:
     """[n, per_word] target bit patterns of each element, by the spec's formula (``Zeros`` and
     ``Scales`` docstrings). ``scales`` and ``fzeros`` are [n, per_word] target bit patterns; for
     block-scaled specs ``scales`` is [n] scale codes and ``gs`` [n] fp32 bit patterns."""
@@ -159,8 +173,15 @@ def random_scales(rng: np.random.Generator, fmt: FloatFormat, shape: tuple[int, 
     return fmt.round_from_f64(vals)
 
 
-def _run(plan: Plan, spec: Spec, words: np.ndarray, zeros: np.ndarray | None, scales: np.ndarray,
-         fzeros: np.ndarray | None = None, gs: np.ndarray | None = None) -> np.ndarray:
+def _run(
+    plan: Plan,
+    spec: Spec,
+    words: np.ndarray,
+    zeros: np.ndarray | None,
+    scales: np.ndarray,
+    fzeros: np.ndarray | None = None,
+    gs: np.ndarray | None = None,
+) -> np.ndarray:
     w = _as2d(words)
     names = plan.words
     env: dict[str, np.ndarray] = {n: w[:, k] for k, n in enumerate(names)}
@@ -243,7 +264,9 @@ def scale_cases(spec: Spec, rng: np.random.Generator, n: int, exhaustive: bool) 
     return codes, gs
 
 
-def _compare(plan: Plan, spec: Spec, words, zeros, scales, label: str, failures: list[str], fzeros=None, gs=None) -> None:
+def _compare(
+    plan: Plan, spec: Spec, words, zeros, scales, label: str, failures: list[str], fzeros=None, gs=None
+) -> None:
     got = _run(plan, spec, words, zeros, scales, fzeros, gs)
     want = expected_bits(spec, words, zeros, scales, fzeros, gs)
     bad = np.nonzero(got != want)
@@ -261,7 +284,9 @@ def _compare(plan: Plan, spec: Spec, words, zeros, scales, label: str, failures:
         )
 
 
-def _scales(spec: Spec, rng: np.random.Generator, n: int, unit: bool, exhaustive: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+def _scales(
+    spec: Spec, rng: np.random.Generator, n: int, unit: bool, exhaustive: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Scales for n blocks: target pairs (1.0 when ``unit``) or block-scale codes (+ global scales)."""
     fmt = _fmt(spec)
     if spec.scales.block:
@@ -284,10 +309,28 @@ def _lane_suite(plan: Plan, spec: Spec, rng: np.random.Generator, failures: list
         _compare(plan, spec, words, zeros, sc, "every code at every lane x every scale code", failures, None, gs)
         return sc.size
     s, _ = _scales(spec, rng, n, True)
-    _compare(plan, spec, words, zeros, s, "every code at every lane, scale 1", failures, random_float_zeros(rng, spec, s.shape))
+    _compare(
+        plan,
+        spec,
+        words,
+        zeros,
+        s,
+        "every code at every lane, scale 1",
+        failures,
+        random_float_zeros(rng, spec, s.shape),
+    )
     if random_too:
         s, _ = _scales(spec, rng, n, False)
-        _compare(plan, spec, words, zeros, s, "every code at every lane, random scales", failures, random_float_zeros(rng, spec, s.shape))
+        _compare(
+            plan,
+            spec,
+            words,
+            zeros,
+            s,
+            "every code at every lane, random scales",
+            failures,
+            random_float_zeros(rng, spec, s.shape),
+        )
         return 2 * n
     return n
 

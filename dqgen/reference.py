@@ -460,12 +460,16 @@ def shapes_for(spec: Spec, K: int, N: int) -> dict[str, tuple[int, ...]]:
         raise ValueError(f"K={K} is not a multiple of scales.group_size={g}")
     if spec.packing.axis == "N":
         if N % p:
-            raise ValueError(f"N={N} is not a multiple of {p} ({p} {spec.source.bits}-bit codes per word packed along N)")
+            raise ValueError(
+                f"N={N} is not a multiple of {p} ({p} {spec.source.bits}-bit codes per word packed along N)"
+            )
         shapes: dict[str, tuple[int, ...]] = {"qweight": (K, N // p)}
     else:
         if K % p:
             unit = "word" if words == 1 else f"{words}-word block"
-            raise ValueError(f"K={K} is not a multiple of {p} ({p} {spec.source.bits}-bit codes per {unit} packed along K)")
+            raise ValueError(
+                f"K={K} is not a multiple of {p} ({p} {spec.source.bits}-bit codes per {unit} packed along K)"
+            )
         shapes = {"qweight": (K // p * words, N)}
     shapes["scales"] = (_groups(spec, K), N)
     mode = spec.zeros.mode
@@ -557,9 +561,7 @@ def _validate(
         sdt_name = f"uint8 ({sd} codes)"
     else:
         if sc.dtype != tdt:
-            raise ValueError(
-                f"scales: expected dtype {tdt.name} (the target {spec.target.value}), got {_describe(sc)}"
-            )
+            raise ValueError(f"scales: expected dtype {tdt.name} (the target {spec.target.value}), got {_describe(sc)}")
         sdt_name = tdt.name
     zr: np.ndarray | None = None
     if mode in _PACKED_MODES:
@@ -597,9 +599,7 @@ def _validate(
     else:
         k_src = f"qweight.shape[0] / {words} * {p}"
     if g != -1 and k_rows % g:
-        raise ValueError(
-            f"qweight: K={k_rows} (from {k_src}) is not a multiple of scales.group_size={g}"
-        )
+        raise ValueError(f"qweight: K={k_rows} (from {k_src}) is not a multiple of scales.group_size={g}")
     if axis == "N" and n_cols % p:
         raise ValueError(
             f"scales: N={n_cols} (scales.shape[1]) is not a multiple of {p}, "
@@ -634,7 +634,9 @@ def _validate(
         if gi.dtype not in _INDEX_DTYPES:
             raise ValueError(f"g_idx: expected dtype int32 (or int64), got {_describe(gi)}")
         if gi.shape != (k_rows,):
-            raise ValueError(f"g_idx: expected shape ({k_rows},) int32 for K={k_rows} (from {k_src}), got {_describe(gi)}")
+            raise ValueError(
+                f"g_idx: expected shape ({k_rows},) int32 for K={k_rows} (from {k_src}), got {_describe(gi)}"
+            )
         n_groups = shapes["scales"][0]
         bad = np.nonzero((gi < 0) | (gi >= n_groups))[0]
         if bad.size:

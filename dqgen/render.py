@@ -24,6 +24,7 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 REG = re.compile(r"^[a-z][a-z0-9_]*$")
 BLOCK = 256
 
+
 @dataclass(frozen=True)
 class Variant:
     """One instantiated entry point: VEC words (N-axis: strided by the block) or columns (K-axis)
@@ -83,7 +84,9 @@ def _render_op(op) -> RenderedOp:
         comments.append(_comment(op.imm_why))
     dst = _reg(op.dst)
     f_dst, f_src = op.opcode.f32_operands
-    ins = ", ".join(f'"f"(__uint_as_float({_operand(a)}))' if f else f'"r"({_operand(a)})' for a, f in zip(op.args, f_src))
+    ins = ", ".join(
+        f'"f"(__uint_as_float({_operand(a)}))' if f else f'"r"({_operand(a)})' for a, f in zip(op.args, f_src)
+    )
     text = op.opcode.asm(None if op.imm is None else int(op.imm))
     if f_dst:
         stmt = f'{dst} = __float_as_uint([&] {{ float r_; asm("{text}" : "=f"(r_) : {ins}); return r_; }}());'
@@ -98,31 +101,41 @@ def _check_interface(spec: Spec, plan: Plan) -> None:
     what its device function receives."""
     want_words = ["w"] if spec.words == 1 else [f"w{t}" for t in range(spec.words)]
     if plan.words != want_words:
-        raise ValueError(f"plan {plan.strategy}: word inputs {plan.words}, expected {want_words} for {spec.words}-word blocks")
+        raise ValueError(
+            f"plan {plan.strategy}: word inputs {plan.words}, expected {want_words} for {spec.words}-word blocks"
+        )
     roles = {i.role for i in plan.inputs}
     block = spec.scales.block
     if block != ("scale_code" in roles) or spec.scales.global_scale != ("global_scale" in roles):
-        raise ValueError(f"plan {plan.strategy}: inputs {sorted(roles)} do not match the spec's scales "
-                         f"(block scales: {block}, global scale: {spec.scales.global_scale})")
+        raise ValueError(
+            f"plan {plan.strategy}: inputs {sorted(roles)} do not match the spec's scales "
+            f"(block scales: {block}, global scale: {spec.scales.global_scale})"
+        )
     if not block and plan.stage_ops("scale_prep"):
         raise ValueError(f"plan {plan.strategy}: scale_prep ops without block scales")
     if (spec.words > 1 or block) and spec.packing.axis != "K":
         raise ValueError(f"{spec.name}: multi-word blocks and block scales are rendered along K only")
-    prep = {i.name for i in plan.inputs if i.role in ("scale_code", "global_scale")} | {op.dst for op in plan.stage_ops("scale_prep")}
+    prep = {i.name for i in plan.inputs if i.role in ("scale_code", "global_scale")} | {
+        op.dst for op in plan.stage_ops("scale_prep")
+    }
     for op in plan.ops:
         if op.stage in ("convert", "scale"):
             # the scale stage sees the prepared registers only; convert sees none of them
             hidden = prep - (set(plan.scale_regs) if op.stage == "scale" else set())
             bad = [r for r in op.reads if r in hidden or (op.stage == "convert" and r in plan.scale_regs)]
             if bad:
-                raise ValueError(f"plan {plan.strategy}: {op.stage} op {op.opcode.ptx} -> {op.dst} reads {bad}, "
-                                 f"which its device function does not receive")
+                raise ValueError(
+                    f"plan {plan.strategy}: {op.stage} op {op.opcode.ptx} -> {op.dst} reads {bad}, "
+                    f"which its device function does not receive"
+                )
 
 
 def context(spec: Spec, plan: Plan) -> dict:
     _check_interface(spec, plan)
     ops = [_render_op(op) for op in plan.ops]
-    by_stage = {s: [r for r, op in zip(ops, plan.ops) if op.stage == s] for s in ("zero", "scale_prep", "convert", "scale")}
+    by_stage = {
+        s: [r for r, op in zip(ops, plan.ops) if op.stage == s] for s in ("zero", "scale_prep", "convert", "scale")
+    }
     zero_defs = [op.dst for op in plan.ops if op.stage == "zero"]
     later_reads = {a for op in plan.ops if op.stage != "zero" for a in op.reads}
     conv_defs = [op.dst for op in plan.ops if op.stage == "convert"]
@@ -143,10 +156,13 @@ def context(spec: Spec, plan: Plan) -> dict:
         "float_zeros": spec.zeros.mode in ("float", "additive"),
         "zero_mode": spec.zeros.mode,
         "zeros_doc": {
-            "none": "", "float": ", zeros [G, N] " + spec.target.value, "additive": ", b [G, N] " + spec.target.value,
+            "none": "",
+            "float": ", zeros [G, N] " + spec.target.value,
+            "additive": ", b [G, N] " + spec.target.value,
         }.get(spec.zeros.mode, f", qzeros [G, N/{spec.per_word}] int32 ({spec.zeros.mode})"),
         "scale_formula": {
-            "float": "round(round(d[i] - f[i]) * s[i])", "additive": "round(d[i] * s[i] + f[i])",
+            "float": "round(round(d[i] - f[i]) * s[i])",
+            "additive": "round(d[i] * s[i] + f[i])",
         }.get(spec.zeros.mode, "round(d[i] * s[i])"),
         "act_order": spec.act_order,
         "zero_pos": [spec.zero_order.index(e) for e in range(spec.per_word)],
@@ -182,7 +198,10 @@ def context(spec: Spec, plan: Plan) -> dict:
         "scale_regs": [_reg(r) for r in plan.scale_regs],
         "group_size": spec.scales.group_size,
         "value_doc": _value_doc(spec),
-        "variants": [{"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream, "entry": kernel_name(spec, v)} for v in variants(spec)],
+        "variants": [
+            {"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream, "entry": kernel_name(spec, v)}
+            for v in variants(spec)
+        ],
     }
 
 
@@ -192,10 +211,14 @@ def _value_doc(spec: Spec) -> str:
     if not spec.scales.block:
         return ""
     if spec.scales.dtype.value == "e8m0":
-        return f"value = {t}( q * 2^(E - 127) ), E the block's e8m0 scale byte (0xFF: NaN), rounded once to nearest-even."
+        return (
+            f"value = {t}( q * 2^(E - 127) ), E the block's e8m0 scale byte (0xFF: NaN), rounded once to nearest-even."
+        )
     g = " * g" if spec.scales.global_scale else ""
-    return (f"value = {t}( fp32( q * e4m3(s){g} ) ): q * e4m3(s) exact{', the fp32 global scale g applied in fp32' if g else ''}, "
-            f"then one rounding to nearest-even {t}.")
+    return (
+        f"value = {t}( fp32( q * e4m3(s){g} ) ): q * e4m3(s) exact{', the fp32 global scale g applied in fp32' if g else ''}, "
+        f"then one rounding to nearest-even {t}."
+    )
 
 
 def render_converter(spec: Spec, plan: Plan) -> str:
@@ -222,10 +245,24 @@ def naive_source(spec: Spec) -> str:
     order = list(spec.order)
     # element index of field j, as a C expression over a small constant table
     order_expr = "kOrder[j]"
-    return _env().get_template("naive.cu.j2").render(
-        name=spec.name, source_short=spec.source.short, target=spec.target.value,
-        target_ptx="f16" if spec.target.value == "fp16" else "bf16",
-        axis=spec.packing.axis, per_word=spec.per_word, bits=b, mask=(1 << b) - 1,
-        kind=spec.source.kind.value, offset=spec.source.offset, half_range=1 << (b - 1), full_range=1 << b,
-        has_zeros=spec.zeros.packed, order_expr=order_expr, order=[int(e) for e in order],
+    return (
+        _env()
+        .get_template("naive.cu.j2")
+        .render(
+            name=spec.name,
+            source_short=spec.source.short,
+            target=spec.target.value,
+            target_ptx="f16" if spec.target.value == "fp16" else "bf16",
+            axis=spec.packing.axis,
+            per_word=spec.per_word,
+            bits=b,
+            mask=(1 << b) - 1,
+            kind=spec.source.kind.value,
+            offset=spec.source.offset,
+            half_range=1 << (b - 1),
+            full_range=1 << b,
+            has_zeros=spec.zeros.packed,
+            order_expr=order_expr,
+            order=[int(e) for e in order],
+        )
     )

@@ -56,55 +56,77 @@ def _dt(a: dev.DeviceArray) -> str:
     return "bfloat16" if a.dtype == np.dtype(ml_dtypes.bfloat16) else str(a.dtype)
 
 
-def infer_problem(spec: Spec, qweight: dev.DeviceArray, scales: dev.DeviceArray, zeros: dev.DeviceArray | None,
-                  out: dev.DeviceArray | None, g_idx: dev.DeviceArray | None = None,
-                  global_scale: dev.DeviceArray | None = None) -> Problem:
+def infer_problem(
+    spec: Spec,
+    qweight: dev.DeviceArray,
+    scales: dev.DeviceArray,
+    zeros: dev.DeviceArray | None,
+    out: dev.DeviceArray | None,
+    g_idx: dev.DeviceArray | None = None,
+    global_scale: dev.DeviceArray | None = None,
+) -> Problem:
     """Validate shapes/dtypes/devices/layout against the spec (g_idx values are checked by the caller).
     With multi-word blocks (3-bit: 32 codes in 3 words) qweight is [K * words / per_block, N];
     block scales are uint8 codes [K / group_size, N]; ``global_scale`` is a one-element fp32 tensor."""
     P, gs, W = spec.per_word, spec.scales.group_size, spec.words
     tdt = target_dtype(spec)
     if qweight.dtype not in _INT_WORDS or len(qweight.shape) != 2:
-        raise ShapeError(f"qweight: expected a 2-D int32 tensor of packed words, got {len(qweight.shape)}-D {_dt(qweight)}")
+        raise ShapeError(
+            f"qweight: expected a 2-D int32 tensor of packed words, got {len(qweight.shape)}-D {_dt(qweight)}"
+        )
     if spec.packing.axis == "N":
         K, N = qweight.shape[0], qweight.shape[1] * P
         layout = f"[K, N/{P}] (packed along N)"
     elif W > 1:
         if qweight.shape[0] % W:
-            raise ShapeError(f"qweight: expected shape [{W}K/{P}, N] ({W}-word blocks of {P} {spec.source.bits}-bit codes packed along K), "
-                             f"got {tuple(qweight.shape)}: {qweight.shape[0]} rows is not a multiple of {W}")
+            raise ShapeError(
+                f"qweight: expected shape [{W}K/{P}, N] ({W}-word blocks of {P} {spec.source.bits}-bit codes packed along K), "
+                f"got {tuple(qweight.shape)}: {qweight.shape[0]} rows is not a multiple of {W}"
+            )
         K, N = qweight.shape[0] // W * P, qweight.shape[1]
         layout = f"[{W}K/{P}, N] (packed along K in {W}-word blocks)"
     else:
         K, N = qweight.shape[0] * P, qweight.shape[1]
         layout = f"[K/{P}, N] (packed along K)"
     if gs > 0 and K % gs:
-        raise ShapeError(f"qweight: K = {K} (from shape {qweight.shape} {layout}) is not a multiple of scales.group_size = {gs}")
+        raise ShapeError(
+            f"qweight: K = {K} (from shape {qweight.shape} {layout}) is not a multiple of scales.group_size = {gs}"
+        )
     G = K // gs if gs > 0 else 1
     if spec.scales.block:
         sd = spec.scales.dtype.value
         if scales.dtype not in _BLOCK_SCALE_DTYPES[sd]:
-            raise ShapeError(f"scales: expected uint8 {sd} block-scale codes (or a {_TORCH_FLOAT8[sd]} tensor), got {_dt(scales)}")
+            raise ShapeError(
+                f"scales: expected uint8 {sd} block-scale codes (or a {_TORCH_FLOAT8[sd]} tensor), got {_dt(scales)}"
+            )
     elif scales.dtype != tdt:
         raise ShapeError(f"scales: expected dtype {spec.target.value} (the spec's target), got {_dt(scales)}")
     if tuple(scales.shape) != (G, N):
-        raise ShapeError(f"scales: expected shape ({G}, {N}) = [K/group_size, N] for K={K}, N={N}, group_size={gs}; got {tuple(scales.shape)}")
+        raise ShapeError(
+            f"scales: expected shape ({G}, {N}) = [K/group_size, N] for K={K}, N={N}, group_size={gs}; got {tuple(scales.shape)}"
+        )
     mode = spec.zeros.mode
     if spec.zeros.packed:
         if N % P:
             raise ShapeError(f"qweight: N = {N} is not a multiple of {P}, so qzeros cannot be packed along N")
         if zeros is None:
-            raise ShapeError(f"zeros: this spec has packed integer zero points ({mode}); pass qzeros of shape ({G}, {N // P}) int32")
+            raise ShapeError(
+                f"zeros: this spec has packed integer zero points ({mode}); pass qzeros of shape ({G}, {N // P}) int32"
+            )
         if zeros.dtype not in _INT_WORDS:
-            raise ShapeError(f"zeros: expected int32 packed words ({mode}), got {_dt(zeros)}"
-                             + ("; unpacked float zeros need zeros.mode 'float'" if zeros.dtype.kind == "f" else ""))
+            raise ShapeError(
+                f"zeros: expected int32 packed words ({mode}), got {_dt(zeros)}"
+                + ("; unpacked float zeros need zeros.mode 'float'" if zeros.dtype.kind == "f" else "")
+            )
         if tuple(zeros.shape) != (G, N // P):
             raise ShapeError(f"zeros: expected shape ({G}, {N // P}) = [K/group_size, N/{P}], got {tuple(zeros.shape)}")
     elif mode in ("float", "additive"):
         if zeros is None:
             raise ShapeError(f"zeros: this spec has {mode} zeros; pass a ({G}, {N}) {spec.target.value} tensor")
         if zeros.dtype != tdt or tuple(zeros.shape) != (G, N):
-            raise ShapeError(f"zeros: expected a ({G}, {N}) {spec.target.value} tensor ({mode} zeros), got {tuple(zeros.shape)} {_dt(zeros)}")
+            raise ShapeError(
+                f"zeros: expected a ({G}, {N}) {spec.target.value} tensor ({mode} zeros), got {tuple(zeros.shape)} {_dt(zeros)}"
+            )
     elif zeros is not None:
         raise ShapeError("zeros: this spec has no zero points (zeros.mode 'none'), but a zeros tensor was given")
     if spec.act_order:
@@ -116,14 +138,20 @@ def infer_problem(spec: Spec, qweight: dev.DeviceArray, scales: dev.DeviceArray,
         raise ShapeError("g_idx: this spec has no act_order, but a g_idx tensor was given (set act_order: true)")
     if spec.scales.global_scale:
         if global_scale is None:
-            raise ShapeError("global_scale: this spec has a global scale (scales.global_scale: true); pass global_scale=, "
-                             "a one-element float32 tensor on the GPU")
+            raise ShapeError(
+                "global_scale: this spec has a global scale (scales.global_scale: true); pass global_scale=, "
+                "a one-element float32 tensor on the GPU"
+            )
         if global_scale.dtype != np.dtype(np.float32) or global_scale.size != 1:
-            raise ShapeError(f"global_scale: expected a one-element float32 tensor, got shape {tuple(global_scale.shape)} {_dt(global_scale)}")
+            raise ShapeError(
+                f"global_scale: expected a one-element float32 tensor, got shape {tuple(global_scale.shape)} {_dt(global_scale)}"
+            )
         if global_scale.ptr % 4:
             raise ShapeError("global_scale: expected a 4-byte aligned float32 tensor")
     elif global_scale is not None:
-        raise ShapeError("global_scale: this spec has no global scale (scales.global_scale: false), but a global_scale tensor was given")
+        raise ShapeError(
+            "global_scale: this spec has no global scale (scales.global_scale: false), but a global_scale tensor was given"
+        )
     if out is not None:
         if out.dtype != tdt:
             raise ShapeError(f"out: expected dtype {spec.target.value}, got {_dt(out)}")
@@ -132,10 +160,14 @@ def infer_problem(spec: Spec, qweight: dev.DeviceArray, scales: dev.DeviceArray,
     arrays = {"qweight": qweight, "scales": scales, "zeros": zeros, "g_idx": g_idx, "out": out}
     for name, a in arrays.items():
         if a is not None and not a.is_c_contiguous:
-            raise ShapeError(f"{name}: expected a contiguous (row-major) tensor, got shape {a.shape} with byte strides {a.strides_bytes}; call .contiguous() first")
+            raise ShapeError(
+                f"{name}: expected a contiguous (row-major) tensor, got shape {a.shape} with byte strides {a.strides_bytes}; call .contiguous() first"
+            )
     for name, a in (arrays | {"global_scale": global_scale}).items():
         if a is not None and a.device != qweight.device:
-            raise ShapeError(f"{name}: on CUDA device {a.device}, but qweight is on device {qweight.device}; all tensors must share one device")
+            raise ShapeError(
+                f"{name}: on CUDA device {a.device}, but qweight is on device {qweight.device}; all tensors must share one device"
+            )
     # (the global scale is one float, read with a 4-byte load: it takes no part in the vector-access rule)
     aligned = all(a.ptr % 16 == 0 for a in arrays.values() if a is not None and a.size)
     if spec.packing.axis == "K":  # a thread's 8 columns (4 for multi-word blocks) are one vector access
@@ -193,8 +225,18 @@ class Kernel:
             return tuned[size_class(prob.K, prob.N)]
         return default_variant(self.spec, prob.aligned)
 
-    def prepare(self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None,
-                out: Any = None, stream: Any = None, variant: Variant | None = None) -> "Launch":
+    def prepare(
+        self,
+        qweight: Any,
+        scales: Any,
+        zeros: Any = None,
+        *,
+        g_idx: Any = None,
+        global_scale: Any = None,
+        out: Any = None,
+        stream: Any = None,
+        variant: Variant | None = None,
+    ) -> Launch:
         """Validate the tensors and bind a launch: ``launch()`` runs the kernel, ``launch.out`` is the output.
         Re-launching a prepared Launch skips the checks (for hot loops and CUDA graphs). With act_order,
         g_idx is copied to the host once here and every entry checked against [0, G)."""
@@ -209,15 +251,19 @@ class Kernel:
             host = dev.to_host(gi)
             bad = np.nonzero((host < 0) | (host >= prob.groups))[0]
             if bad.size:
-                raise ShapeError(f"g_idx: entry {int(bad[0])} is {int(host[bad[0]])}, outside [0, {prob.groups}) "
-                                 f"({bad.size} such entries; G = K / group_size = {prob.groups})")
+                raise ShapeError(
+                    f"g_idx: entry {int(bad[0])} is {int(host[bad[0]])}, outside [0, {prob.groups}) "
+                    f"({bad.size} such entries; G = K / group_size = {prob.groups})"
+                )
         if out is None:
             out = dev.allocate_like(q.kind, (prob.K, prob.N), target_dtype(self.spec), q.device)
             o = dev.as_device_array(out, "out")
         assert o is not None
         v = variant or self.variant_for(q.device, prob)
         if v not in variants(self.spec):
-            raise ValueError(f"variant {v} is not instantiated for {self.spec.name}; choose one of dqgen.render.variants(spec)")
+            raise ValueError(
+                f"variant {v} is not instantiated for {self.spec.name}; choose one of dqgen.render.variants(spec)"
+            )
         if v.aligned and not prob.aligned:
             raise ShapeError(f"qweight: variant {kernel_name(self.spec, v)} needs 16-byte aligned tensors")
         P = self.spec.per_word
@@ -231,16 +277,34 @@ class Kernel:
         # where a capped grid-stride loop leaves a tail of up to a whole block's share of tiles.
         blocks = max(1, min(tiles, MAX_GRID))
         handle = dev.stream_handle(stream) if stream is not None else dev.current_stream(q.kind, q.device)
-        args = [np.uint64(q.ptr), np.uint64(s.ptr), np.uint64(z.ptr if z is not None else 0), np.uint64(gi.ptr if gi is not None else 0)]
+        args = [
+            np.uint64(q.ptr),
+            np.uint64(s.ptr),
+            np.uint64(z.ptr if z is not None else 0),
+            np.uint64(gi.ptr if gi is not None else 0),
+        ]
         if self.spec.scales.global_scale:  # the entry points of such specs take `const float* global_scale` here
             assert gsc is not None
             args.append(np.uint64(gsc.ptr))
         args += [np.uint64(o.ptr), np.int64(rows), np.int64(cols), np.int64(self.spec.scales.group_size)]
-        fn = self._function(q.device, kernel_name(self.spec, v)).bind((blocks,), (BLOCK,), args) if rows and cols else None
+        fn = (
+            self._function(q.device, kernel_name(self.spec, v)).bind((blocks,), (BLOCK,), args)
+            if rows and cols
+            else None
+        )
         return Launch(fn, handle, out, v)
 
-    def __call__(self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None,
-                 out: Any = None, stream: Any = None) -> Any:
+    def __call__(
+        self,
+        qweight: Any,
+        scales: Any,
+        zeros: Any = None,
+        *,
+        g_idx: Any = None,
+        global_scale: Any = None,
+        out: Any = None,
+        stream: Any = None,
+    ) -> Any:
         launch = self.prepare(qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, out=out, stream=stream)
         launch()
         return launch.out
@@ -259,7 +323,7 @@ class Launch:
             self.fn(self.stream if stream is None else dev.stream_handle(stream))
 
 
-def compile(spec: Spec | str | Path | dict) -> Kernel:  # noqa: A001 - the public name users expect
+def compile(spec: Spec | str | Path | dict) -> Kernel:
     """Solve, check and render ``spec`` (a Spec, a YAML path or a dict); returns a callable Kernel.
     The CUDA binary is built for the GPU the tensors live on at first call, through NVRTC's cache."""
     return Kernel(spec if isinstance(spec, Spec) else load_spec(spec))

@@ -43,8 +43,11 @@ def nvdisasm_path() -> str:
 def _is_constant_move(op: str, operands: str) -> bool:
     """MOV/IMAD.MOV, HFMA2.MMA Rd, -RZ, RZ, imm, imm and IMAD.U32 Rd, RZ, RZ, imm: ptxas's ways to put a
     constant (a magic number, a lookup table) in a register."""
-    return (op.startswith(("MOV", "IMAD.MOV", "UMOV")) or (op.startswith("HFMA2") and "-RZ, RZ" in operands)
-            or (op.startswith("IMAD.U32") and "RZ, RZ" in operands))
+    return (
+        op.startswith(("MOV", "IMAD.MOV", "UMOV"))
+        or (op.startswith("HFMA2") and "-RZ, RZ" in operands)
+        or (op.startswith("IMAD.U32") and "RZ, RZ" in operands)
+    )
 
 
 def disassemble(cubin: bytes) -> list[str]:
@@ -105,8 +108,12 @@ def _count(ops: list[str]) -> Counter:
 
 
 def sass_count(spec: Spec, arch: str) -> SassCount:
-    conv = disassemble(compile_source(_probe(spec, True), arch=arch, want="cubin", name=f"{spec.name}_probe.cu").cubin or b"")
-    base = disassemble(compile_source(_probe(spec, False), arch=arch, want="cubin", name=f"{spec.name}_base.cu").cubin or b"")
+    conv = disassemble(
+        compile_source(_probe(spec, True), arch=arch, want="cubin", name=f"{spec.name}_probe.cu").cubin or b""
+    )
+    base = disassemble(
+        compile_source(_probe(spec, False), arch=arch, want="cubin", name=f"{spec.name}_base.cu").cubin or b""
+    )
     diff = _count(conv)
     diff.subtract(_count(base))
     ops = Counter({k: v for k, v in diff.items() if v > 0})
@@ -125,8 +132,12 @@ def _cell(spec: Spec, arch: str) -> str:
 
 
 def sass_report(paths: list[str], archs: tuple[str, ...] = ("sm_80", "sm_90")) -> str:
-    lines = ["## SASS instructions of the conversion per 8 outputs (nvdisasm; constant MOVs excluded)", "",
-             "| spec | " + " | ".join(archs) + " |", "|---|" + "---|" * len(archs)]
+    lines = [
+        "## SASS instructions of the conversion per 8 outputs (nvdisasm; constant MOVs excluded)",
+        "",
+        "| spec | " + " | ".join(archs) + " |",
+        "|---|" + "---|" * len(archs),
+    ]
     for p in paths:
         spec = load_spec(p)
         lines.append(f"| {spec.name} | " + " | ".join(_cell(spec, a) for a in archs) + " |")

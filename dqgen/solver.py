@@ -39,7 +39,7 @@ from .magic import (
     pair_const,
 )
 from .plan import Input, Op, Plan, Stage
-from .spec import Spec, SourceKind, Target
+from .spec import SourceKind, Spec, Target
 
 LUT_AND_OR = lut_of(lambda a, b, c: (a & b) | c)
 LUT_AND_XOR = lut_of(lambda a, b, c: (a & b) ^ c)
@@ -108,7 +108,9 @@ def _byte_slot(pos: int, bits: int) -> tuple[int, int] | None:
     return (k, o) if o + bits <= 8 else None
 
 
-def placements(spec: Spec, pair: int, room: int, whole_bytes_magic: bool, pos: dict[int, int] | None = None) -> list[Placement]:
+def placements(
+    spec: Spec, pair: int, room: int, whole_bytes_magic: bool, pos: dict[int, int] | None = None
+) -> list[Placement]:
     """All ways to put pair ``pair``'s fields at bits [0, room] of each half (``pos``: each element's
     bit in the source register, when that is not the spec's word)."""
     b = spec.source.bits
@@ -138,7 +140,9 @@ def placements(spec: Spec, pair: int, room: int, whole_bytes_magic: bool, pos: d
     return out
 
 
-def choose_placements(options: list[list[Placement]], max_shifts: int = 3) -> list[tuple[frozenset[int], list[Placement]]]:
+def choose_placements(
+    options: list[list[Placement]], max_shifts: int = 3
+) -> list[tuple[frozenset[int], list[Placement]]]:
     """For each small set of shared shifts, the best placement per pair; cheapest sets first."""
     all_shifts = sorted({s for opts in options for p in opts for s in p.shifts})
     results = []
@@ -167,7 +171,9 @@ class Builder:
         self.spec, self.fmt, self.ops = spec, fmt, []
         self.ar = arith_ops(fmt)
 
-    def emit(self, opcode: Opcode, dst: str, args: tuple, why: str, stage: Stage, imm: int | None = None, imm_why: str = "") -> str:
+    def emit(
+        self, opcode: Opcode, dst: str, args: tuple, why: str, stage: Stage, imm: int | None = None, imm_why: str = ""
+    ) -> str:
         self.ops.append(Op(opcode, dst, tuple(args), why, stage, imm, imm_why))
         return dst
 
@@ -178,9 +184,13 @@ class Builder:
         """a - b, as sub where the arch has it, else as fma (bf16x2 sub starts at sm_90)."""
         if self.has(self.ar["sub"]):
             return self.emit(self.ar["sub"], dst, (a, b), why, stage)
-        one = pair_const(self.fmt, 1, 1, f"1.0 in both halves ({self.ar['sub'].ptx} needs sm_90; fma(x, 1, -c) is the same rounding)")
+        one = pair_const(
+            self.fmt, 1, 1, f"1.0 in both halves ({self.ar['sub'].ptx} needs sm_90; fma(x, 1, -c) is the same rounding)"
+        )
         if isinstance(b, Const):
-            neg = pair_const(self.fmt, -self.fmt.decode(b.value & 0xFFFF), -self.fmt.decode(b.value >> 16), "minus " + b.why)
+            neg = pair_const(
+                self.fmt, -self.fmt.decode(b.value & 0xFFFF), -self.fmt.decode(b.value >> 16), "minus " + b.why
+            )
             return self.emit(self.ar["fma"], dst, (a, one, neg), why, stage)
         minus_one = pair_const(self.fmt, -1, -1, "-1.0: fma(b, -1, a) = a - b, exact here")
         return self.emit(self.ar["fma"], dst, (b, minus_one, a), why, stage)
@@ -188,7 +198,11 @@ class Builder:
     def mul(self, dst: str, a: str, b: str | Const, why: str, stage: Stage) -> str:
         if self.has(self.ar["mul"]):
             return self.emit(self.ar["mul"], dst, (a, b), why, stage)
-        neg_zero = Const(half_pair(1 << 15, 1 << 15), "-0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product", f"{self.fmt.name}x2")
+        neg_zero = Const(
+            half_pair(1 << 15, 1 << 15),
+            "-0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product",
+            f"{self.fmt.name}x2",
+        )
         return self.emit(self.ar["fma"], dst, (a, b, neg_zero), why + f" ({self.ar['mul'].ptx} needs sm_90)", stage)
 
 
@@ -198,23 +212,47 @@ def word_names(spec: Spec) -> list[str]:
 
 def _inputs(spec: Spec, pairs: int) -> list[Input]:
     if spec.words == 1:
-        ins = [Input("w", "word", f"one packed 32-bit word: {spec.per_word} codes of {spec.source.bits} bits, field j = element {spec.order}[j]")]
+        ins = [
+            Input(
+                "w",
+                "word",
+                f"one packed 32-bit word: {spec.per_word} codes of {spec.source.bits} bits, field j = element {spec.order}[j]",
+            )
+        ]
     else:
-        ins = [Input(n, "word", f"word {k} of a {spec.words}-word block: {spec.per_word} codes of {spec.source.bits} bits, code i at bits "
-                     f"[{spec.source.bits}i, {spec.source.bits}i+{spec.source.bits}) of the block") for k, n in enumerate(word_names(spec))]
+        ins = [
+            Input(
+                n,
+                "word",
+                f"word {k} of a {spec.words}-word block: {spec.per_word} codes of {spec.source.bits} bits, code i at bits "
+                f"[{spec.source.bits}i, {spec.source.bits}i+{spec.source.bits}) of the block",
+            )
+            for k, n in enumerate(word_names(spec))
+        ]
     if spec.zeros.packed:
-        doc = ("the packed zero-point word of the same columns, same layout" if spec.packing.axis == "N"
-               else "a word holding each element's stored zero point in its field (the kernel replicates the column's zero)")
+        doc = (
+            "the packed zero-point word of the same columns, same layout"
+            if spec.packing.axis == "N"
+            else "a word holding each element's stored zero point in its field (the kernel replicates the column's zero)"
+        )
         ins.append(Input("z", "zero_word", doc))
     if spec.scales.block:
-        ins.append(Input("sc", "scale_code", f"the block's {spec.scales.dtype.value} scale code (one byte, zero-extended)"))
+        ins.append(
+            Input("sc", "scale_code", f"the block's {spec.scales.dtype.value} scale code (one byte, zero-extended)")
+        )
         if spec.scales.global_scale:
             ins.append(Input("gs", "global_scale", "the tensor's fp32 global scale (its bits)"))
     else:
-        ins += [Input(f"s{i}", "scale", f"scales of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)") for i in range(pairs)]
+        ins += [
+            Input(f"s{i}", "scale", f"scales of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)")
+            for i in range(pairs)
+        ]
     if spec.zeros.mode in ("float", "additive"):
         what = "float zero points" if spec.zeros.mode == "float" else "additive (pre-scaled) zeros"
-        ins += [Input(f"f{i}", "zero_float", f"{what} of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)") for i in range(pairs)]
+        ins += [
+            Input(f"f{i}", "zero_float", f"{what} of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)")
+            for i in range(pairs)
+        ]
     return ins
 
 
@@ -224,12 +262,30 @@ def _scale_stage(B: Builder, diffs: list[str]) -> list[str]:
     outs = []
     for i, d in enumerate(diffs):
         if mode == "float":
-            t = B.sub(f"t{i}", d, f"f{i}", f"q - z for a float zero point, rounded to {fmt} (the first of two roundings)", "scale")
-            outs.append(B.mul(f"out{i}", t, f"s{i}", f"(q - z) * scale, rounded to {fmt} (the second rounding)", "scale"))
+            t = B.sub(
+                f"t{i}",
+                d,
+                f"f{i}",
+                f"q - z for a float zero point, rounded to {fmt} (the first of two roundings)",
+                "scale",
+            )
+            outs.append(
+                B.mul(f"out{i}", t, f"s{i}", f"(q - z) * scale, rounded to {fmt} (the second rounding)", "scale")
+            )
         elif mode == "additive":
-            outs.append(B.emit(B.ar["fma"], f"out{i}", (d, f"s{i}", f"f{i}"), f"q * scale + b, one rounding to nearest-even {fmt} (fma)", "scale"))
+            outs.append(
+                B.emit(
+                    B.ar["fma"],
+                    f"out{i}",
+                    (d, f"s{i}", f"f{i}"),
+                    f"q * scale + b, one rounding to nearest-even {fmt} (fma)",
+                    "scale",
+                )
+            )
         else:
-            outs.append(B.mul(f"out{i}", d, f"s{i}", f"(code - zero) * scale, rounded once to nearest-even {fmt}", "scale"))
+            outs.append(
+                B.mul(f"out{i}", d, f"s{i}", f"(code - zero) * scale, rounded once to nearest-even {fmt}", "scale")
+            )
     return outs
 
 
@@ -237,14 +293,29 @@ def _flip_signs(B: Builder) -> str:
     """One LOP3 per word that XORs every field's top bit: two's complement -> offset binary."""
     b, n = B.spec.source.bits, B.spec.per_word
     signs = Const(sum(1 << (b * j + b - 1) for j in range(n)), f"the top bit of each of the {n} {b}-bit fields")
-    return B.emit(Opcode.LOP3, "wx", ("w", signs, signs), f"flip every field's sign bit: two's complement -> offset binary (value + {1 << (b - 1)})",
-                  "convert", LUT_XOR, LUT_WHY[LUT_XOR])
+    return B.emit(
+        Opcode.LOP3,
+        "wx",
+        ("w", signs, signs),
+        f"flip every field's sign bit: two's complement -> offset binary (value + {1 << (b - 1)})",
+        "convert",
+        LUT_XOR,
+        LUT_WHY[LUT_XOR],
+    )
 
 
 def _shift_regs(B: Builder, src: str, shifts: frozenset[int], stage: Stage) -> dict[int, str]:
     regs = {0: src}
     for s in sorted(shifts):
-        regs[s] = B.emit(Opcode.SHR, f"{src}_s{s}", (src,), f"bring fields {s} bits down, to where a mask can reach them", stage, s, f"shift by {s}")
+        regs[s] = B.emit(
+            Opcode.SHR,
+            f"{src}_s{s}",
+            (src,),
+            f"bring fields {s} bits down, to where a mask can reach them",
+            stage,
+            s,
+            f"shift by {s}",
+        )
     return regs
 
 
@@ -255,7 +326,15 @@ def _place(B: Builder, pl: Placement, regs: dict[int, str], name: str, stage: St
     a, b = regs[pl.src_lo], regs[pl.src_hi]
     sel = prmt_selector(list(pl.picks))
     why = f"byte moves {list(pl.picks)} (result byte k <- source byte picks[k]; 0-3 = {a}, 4-7 = {b})"
-    return B.emit(Opcode.PRMT, name, (a, b), "put the low element's byte in the low half and the high element's in the high half", stage, sel, why)
+    return B.emit(
+        Opcode.PRMT,
+        name,
+        (a, b),
+        "put the low element's byte in the low half and the high element's in the high half",
+        stage,
+        sel,
+        why,
+    )
 
 
 def _fixup(B: Builder, x: str, pl: Placement, off: int, zreg: str | None, i: int) -> str:
@@ -264,19 +343,37 @@ def _fixup(B: Builder, x: str, pl: Placement, off: int, zreg: str | None, i: int
     d = f"d{i}"
     if pl.p_lo == 0 and pl.p_hi == 0:
         if zreg is not None:
-            return B.sub(d, x, zreg, f"({A} + q) - ({A} + z) = q - z, exact (the zero point is folded into the magic subtraction)", "convert")
+            return B.sub(
+                d,
+                x,
+                zreg,
+                f"({A} + q) - ({A} + z) = q - z, exact (the zero point is folded into the magic subtraction)",
+                "convert",
+            )
         c = pair_const(fmt, A + off, A + off, f"{A} (magic) + {off} (offset) in both halves")
         return B.sub(d, x, c, f"({A} + field) - {A + off} = code value, exact", "convert")
-    inv = pair_const(fmt, Fraction(1, 1 << pl.p_lo), Fraction(1, 1 << pl.p_hi),
-                     f"{{{fmt_num(Fraction(1, 1 << pl.p_lo))}, {fmt_num(Fraction(1, 1 << pl.p_hi))}}}: undo the field's position 2^p in each half")
+    inv = pair_const(
+        fmt,
+        Fraction(1, 1 << pl.p_lo),
+        Fraction(1, 1 << pl.p_hi),
+        f"{{{fmt_num(Fraction(1, 1 << pl.p_lo))}, {fmt_num(Fraction(1, 1 << pl.p_hi))}}}: undo the field's position 2^p in each half",
+    )
     if zreg is not None:
         return B.emit(B.ar["fma"], d, (x, inv, zreg), f"({A} + q*2^p)/2^p - ({A}/2^p + z) = q - z, exact", "convert")
-    add = pair_const(fmt, -(Fraction(A, 1 << pl.p_lo) + off), -(Fraction(A, 1 << pl.p_hi) + off),
-                     f"-({A}/2^p + {off}) per half: the magic after the 1/2^p scaling, plus the offset")
-    return B.emit(B.ar["fma"], d, (x, inv, add), f"({A} + field*2^p)/2^p - ({A}/2^p + {off}) = code value, exact", "convert")
+    add = pair_const(
+        fmt,
+        -(Fraction(A, 1 << pl.p_lo) + off),
+        -(Fraction(A, 1 << pl.p_hi) + off),
+        f"-({A}/2^p + {off}) per half: the magic after the 1/2^p scaling, plus the offset",
+    )
+    return B.emit(
+        B.ar["fma"], d, (x, inv, add), f"({A} + field*2^p)/2^p - ({A}/2^p + {off}) = code value, exact", "convert"
+    )
 
 
-def _zero_regs(B: Builder, chosen: list[Placement], shifts: frozenset[int], magic_whole_byte: Const | None) -> list[str]:
+def _zero_regs(
+    B: Builder, chosen: list[Placement], shifts: frozenset[int], magic_whole_byte: Const | None
+) -> list[str]:
     """Zero stage: extract the zero word exactly like the weights (unsigned, no sign flip)."""
     fmt, b, A = B.fmt, B.spec.source.bits, magic_value(B.fmt)
     regs = _shift_regs(B, "z", shifts, "zero")
@@ -284,21 +381,51 @@ def _zero_regs(B: Builder, chosen: list[Placement], shifts: frozenset[int], magi
     for i, pl in enumerate(chosen):
         if pl.kind == "prmt_magic":
             assert magic_whole_byte is not None
-            zr = B.emit(Opcode.PRMT, f"zr{i}", ("z", magic_whole_byte), f"{A} + z in each half", "zero", prmt_selector(list(pl.picks)), f"byte moves {list(pl.picks)}")
+            zr = B.emit(
+                Opcode.PRMT,
+                f"zr{i}",
+                ("z", magic_whole_byte),
+                f"{A} + z in each half",
+                "zero",
+                prmt_selector(list(pl.picks)),
+                f"byte moves {list(pl.picks)}",
+            )
         else:
             src = _place(B, pl, regs, f"zp{i}", "zero")
-            zr = B.emit(Opcode.LOP3, f"zr{i}", (src, field_mask(b, pl.p_lo, pl.p_hi), magic_pair(fmt)), f"{A} + z*2^p in each half", "zero", LUT_AND_OR, LUT_WHY[LUT_AND_OR])
+            zr = B.emit(
+                Opcode.LOP3,
+                f"zr{i}",
+                (src, field_mask(b, pl.p_lo, pl.p_hi), magic_pair(fmt)),
+                f"{A} + z*2^p in each half",
+                "zero",
+                LUT_AND_OR,
+                LUT_WHY[LUT_AND_OR],
+            )
         plus = B.spec.zeros.stored_offset  # gptq_v1 stores z - 1
         if pl.p_lo or pl.p_hi:
             neg = pair_const(fmt, -Fraction(1, 1 << pl.p_lo), -Fraction(1, 1 << pl.p_hi), "-1/2^p per half")
             if plus:
                 minus = pair_const(fmt, -plus, -plus, f"-{plus}: GPTQ v1 stores z - {plus}")
-                zr = B.emit(B.ar["fma"], f"zc{i}", (zr, neg, minus), f"-({A}/2^p + stored + {plus}): the fma addend that removes magic and zero at once (exact)", "zero")
+                zr = B.emit(
+                    B.ar["fma"],
+                    f"zc{i}",
+                    (zr, neg, minus),
+                    f"-({A}/2^p + stored + {plus}): the fma addend that removes magic and zero at once (exact)",
+                    "zero",
+                )
             else:
-                zr = B.mul(f"zc{i}", zr, neg, f"-({A}/2^p + z): the fma addend that removes magic and zero at once (exact)", "zero")
+                zr = B.mul(
+                    f"zc{i}",
+                    zr,
+                    neg,
+                    f"-({A}/2^p + z): the fma addend that removes magic and zero at once (exact)",
+                    "zero",
+                )
         elif plus:
             minus = pair_const(fmt, -plus, -plus, f"-{plus}: GPTQ v1 stores z - {plus}")
-            zr = B.sub(f"zv{i}", zr, minus, f"{A} + stored + {plus} = {A} + z (GPTQ v1 stores z - {plus}), exact", "zero")
+            zr = B.sub(
+                f"zv{i}", zr, minus, f"{A} + stored + {plus} = {A} + z (GPTQ v1 stores z - {plus}), exact", "zero"
+            )
         out.append(zr)
     return out
 
@@ -312,7 +439,9 @@ def build_lanes(spec: Spec, prexor: bool, shifts: frozenset[int], chosen: list[P
     M8 = None
     if any(p.kind == "prmt_magic" for p in chosen):
         mb = magic_bits(fmt) >> 8
-        M8 = Const(mb * 0x01010101, f"magic exponent byte 0x{mb:02X} (the high byte of {fmt.name} {A}.0) in every byte", "b32")
+        M8 = Const(
+            mb * 0x01010101, f"magic exponent byte 0x{mb:02X} (the high byte of {fmt.name} {A}.0) in every byte", "b32"
+        )
     zregs = _zero_regs(B, chosen, shifts, M8) if spec.zeros.packed else [None] * len(chosen)
     src = "w"
     if prexor:
@@ -322,14 +451,28 @@ def build_lanes(spec: Spec, prexor: bool, shifts: frozenset[int], chosen: list[P
     for i, pl in enumerate(chosen):
         if pl.kind == "prmt_magic":
             assert M8 is not None
-            x = B.emit(Opcode.PRMT, f"x{i}", (src, M8), f"{A} + code in each half: the byte lands in the mantissa under the magic exponent byte", "convert",
-                       prmt_selector(list(pl.picks)), f"byte moves {list(pl.picks)}: result byte k <- picks[k] (0-3 = {src}, 4-7 = magic)")
+            x = B.emit(
+                Opcode.PRMT,
+                f"x{i}",
+                (src, M8),
+                f"{A} + code in each half: the byte lands in the mantissa under the magic exponent byte",
+                "convert",
+                prmt_selector(list(pl.picks)),
+                f"byte moves {list(pl.picks)}: result byte k <- picks[k] (0-3 = {src}, 4-7 = magic)",
+            )
         else:
             t = _place(B, pl, regs, f"p{i}", "convert")
             flip = (1 << (pl.p_lo + b - 1), 1 << (pl.p_hi + b - 1)) if (signed and not prexor) else (0, 0)
             lut = LUT_AND_XOR if any(flip) else LUT_AND_OR
-            x = B.emit(Opcode.LOP3, f"x{i}", (t, field_mask(b, pl.p_lo, pl.p_hi), magic_pair(fmt, flip)),
-                       f"{A} + field*2^p in each half (p = {pl.p_lo}, {pl.p_hi})", "convert", lut, LUT_WHY[lut])
+            x = B.emit(
+                Opcode.LOP3,
+                f"x{i}",
+                (t, field_mask(b, pl.p_lo, pl.p_hi), magic_pair(fmt, flip)),
+                f"{A} + field*2^p in each half (p = {pl.p_lo}, {pl.p_hi})",
+                "convert",
+                lut,
+                LUT_WHY[lut],
+            )
         diffs.append(_fixup(B, x, pl, off, zregs[i], i))
     outs = _scale_stage(B, diffs)
     kinds = sorted({p.kind for p in chosen})
@@ -339,7 +482,18 @@ def build_lanes(spec: Spec, prexor: bool, shifts: frozenset[int], chosen: list[P
         + (", sign bits flipped once per word" if prexor else "")
         + f"; each pair OR-ed under the {fmt.name} magic {A} and fixed up by one sub/fma"
     )
-    return Plan(spec.name, "lanes", summary, fmt.name, spec.sm, spec.per_word, _inputs(spec, len(chosen)), B.ops, outs, _facts(fmt))
+    return Plan(
+        spec.name,
+        "lanes",
+        summary,
+        fmt.name,
+        spec.sm,
+        spec.per_word,
+        _inputs(spec, len(chosen)),
+        B.ops,
+        outs,
+        _facts(fmt),
+    )
 
 
 def _facts(*fmts: FloatFormat) -> list[str]:
@@ -379,10 +533,25 @@ def build_lanes_multiword(spec: Spec) -> Plan:
         if sh == 0:
             src = names[k]
         elif k + 1 < len(names):
-            src = B.emit(Opcode.SHF_R, f"v{start}", (names[k], names[k + 1]), f"block bits {start}..{start + 31}: codes of pairs {pairs[0]}..{pairs[-1]}, "
-                         "straddling ones whole", "convert", sh, f"funnel shift of ({names[k + 1]}:{names[k]}) by {sh}")
+            src = B.emit(
+                Opcode.SHF_R,
+                f"v{start}",
+                (names[k], names[k + 1]),
+                f"block bits {start}..{start + 31}: codes of pairs {pairs[0]}..{pairs[-1]}, straddling ones whole",
+                "convert",
+                sh,
+                f"funnel shift of ({names[k + 1]}:{names[k]}) by {sh}",
+            )
         else:
-            src = B.emit(Opcode.SHR, f"v{start}", (names[k],), f"block bits {start}.. of the last word", "convert", sh, f"shift by {sh}")
+            src = B.emit(
+                Opcode.SHR,
+                f"v{start}",
+                (names[k],),
+                f"block bits {start}.. of the last word",
+                "convert",
+                sh,
+                f"shift by {sh}",
+            )
         pos = {e: b * e - start for p in pairs for e in (2 * p, 2 * p + 1)}
         opts = [placements(spec, p, room, False, pos) for p in pairs]
         best = choose_placements(opts)
@@ -395,13 +564,33 @@ def build_lanes_multiword(spec: Spec) -> Plan:
             t = _place(B, pl, regs, f"p{p}", "convert")
             flip = (1 << (pl.p_lo + b - 1), 1 << (pl.p_hi + b - 1)) if signed else (0, 0)
             lut = LUT_AND_XOR if any(flip) else LUT_AND_OR
-            x = B.emit(Opcode.LOP3, f"x{p}", (t, field_mask(b, pl.p_lo, pl.p_hi), magic_pair(fmt, flip)),
-                       f"{A} + field*2^p in each half (p = {pl.p_lo}, {pl.p_hi})", "convert", lut, LUT_WHY[lut])
+            x = B.emit(
+                Opcode.LOP3,
+                f"x{p}",
+                (t, field_mask(b, pl.p_lo, pl.p_hi), magic_pair(fmt, flip)),
+                f"{A} + field*2^p in each half (p = {pl.p_lo}, {pl.p_hi})",
+                "convert",
+                lut,
+                LUT_WHY[lut],
+            )
             diffs.append(_fixup(B, x, pl, off, None, p))
     outs = _scale_stage(B, diffs)
-    summary = (f"{spec.words}-word blocks cut into 32-bit windows by funnel shifts; fields placed by {', '.join(sorted(kinds))}, "
-               f"OR-ed under the {fmt.name} magic {A} and fixed up by one sub/fma")
-    return Plan(spec.name, "lanes", summary, fmt.name, spec.sm, spec.per_word, _inputs(spec, spec.per_word // 2), B.ops, outs, _facts(fmt))
+    summary = (
+        f"{spec.words}-word blocks cut into 32-bit windows by funnel shifts; fields placed by {', '.join(sorted(kinds))}, "
+        f"OR-ed under the {fmt.name} magic {A} and fixed up by one sub/fma"
+    )
+    return Plan(
+        spec.name,
+        "lanes",
+        summary,
+        fmt.name,
+        spec.sm,
+        spec.per_word,
+        _inputs(spec, spec.per_word // 2),
+        B.ops,
+        outs,
+        _facts(fmt),
+    )
 
 
 def lanes_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
@@ -420,7 +609,7 @@ def lanes_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
     signed = spec.source.kind is SourceKind.signed
     whole_byte_ok = fmt.mbits >= 8 and magic_bits(fmt) & 0xFF == 0
     plans, notes = [], []
-    for prexor in ([False, True] if signed else [False]):
+    for prexor in [False, True] if signed else [False]:
         opts = [
             [p for p in placements(spec, i, room, whole_byte_ok) if p.kind != "prmt_magic" or not signed or prexor]
             for i in range(pairs)
@@ -440,21 +629,53 @@ def build_sign_split(spec: Spec, shifts: frozenset[int], chosen: list[Placement]
     flip = spec.source.kind is not SourceKind.signed  # u8b128: the top bit counts +128, so subtract (1 - top)
     lo_mask = Const(half_pair((1 << (b - 1)) - 1, (1 << (b - 1)) - 1), f"the low {b - 1} bits of each half's field")
     top = 1 << (b - 1)
-    top_mask = Const(half_pair(top, top), f"the top bit (bit {b - 1}) of each half's field: it lands on the exponent's lowest bit")
+    top_mask = Const(
+        half_pair(top, top), f"the top bit (bit {b - 1}) of each half's field: it lands on the exponent's lowest bit"
+    )
     magic = magic_pair(fmt)
-    top_magic = Const(magic.value | half_pair(top, top), magic.why + f"; with bit {b - 1} set, to flip the top bit") if flip else magic
+    top_magic = (
+        Const(magic.value | half_pair(top, top), magic.why + f"; with bit {b - 1} set, to flip the top bit")
+        if flip
+        else magic
+    )
     diffs = []
     for i, pl in enumerate(chosen):
         t = _place(B, pl, regs, f"p{i}", "convert")
-        t0 = B.emit(Opcode.LOP3, f"lo{i}", (t, lo_mask, magic), f"{A} + low {b - 1} bits, exact", "convert", LUT_AND_OR, LUT_WHY[LUT_AND_OR])
+        t0 = B.emit(
+            Opcode.LOP3,
+            f"lo{i}",
+            (t, lo_mask, magic),
+            f"{A} + low {b - 1} bits, exact",
+            "convert",
+            LUT_AND_OR,
+            LUT_WHY[LUT_AND_OR],
+        )
         lut = LUT_AND_XOR if flip else LUT_AND_OR
         what = "1 - top" if flip else "top"
-        t1 = B.emit(Opcode.LOP3, f"hi{i}", (t, top_mask, top_magic),
-                    f"{A} * 2^({what}) = {A} + {A}*({what}): the bit doubles the magic through the exponent", "convert", lut, LUT_WHY[lut])
+        t1 = B.emit(
+            Opcode.LOP3,
+            f"hi{i}",
+            (t, top_mask, top_magic),
+            f"{A} * 2^({what}) = {A} + {A}*({what}): the bit doubles the magic through the exponent",
+            "convert",
+            lut,
+            LUT_WHY[lut],
+        )
         diffs.append(B.sub(f"d{i}", t0, t1, f"({A} + low) - ({A} + {A}*({what})) = code value, exact", "convert"))
     outs = _scale_stage(B, diffs)
     summary = f"each {b}-bit field split in two LOP3s: low {b - 1} bits into the {fmt.name} mantissa under {A}, the top bit into the exponent's lowest bit (x2 = +{A}); one subtraction"
-    return Plan(spec.name, "sign_split", summary, fmt.name, spec.sm, spec.per_word, _inputs(spec, len(chosen)), B.ops, outs, _facts(fmt))
+    return Plan(
+        spec.name,
+        "sign_split",
+        summary,
+        fmt.name,
+        spec.sm,
+        spec.per_word,
+        _inputs(spec, len(chosen)),
+        B.ops,
+        outs,
+        _facts(fmt),
+    )
 
 
 def sign_split_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
@@ -467,8 +688,13 @@ def sign_split_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
         return [], ["sign_split: no zero-point folding"]
     off = code_offset(spec)
     if off != 1 << (b - 1):
-        return [], [f"sign_split: the top bit can only stand for -{1 << (b - 1)} (signed) or +{1 << (b - 1)} with bias {1 << (b - 1)}; offset {off} needs another op"]
-    opts = [[p for p in placements(spec, i, 0, False) if p.p_lo == 0 and p.p_hi == 0 and p.kind != "prmt_magic"] for i in range(spec.per_word // 2)]
+        return [], [
+            f"sign_split: the top bit can only stand for -{1 << (b - 1)} (signed) or +{1 << (b - 1)} with bias {1 << (b - 1)}; offset {off} needs another op"
+        ]
+    opts = [
+        [p for p in placements(spec, i, 0, False) if p.p_lo == 0 and p.p_hi == 0 and p.kind != "prmt_magic"]
+        for i in range(spec.per_word // 2)
+    ]
     return [build_sign_split(spec, s, c) for s, c in choose_placements(opts)], []
 
 
@@ -480,7 +706,11 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
         return [], ["fp32_carrier: bytes -> bf16 only (bf16 is the upper half of fp32)"]
     B = Builder(spec, fmt)
     m32 = magic_bits(FP32)
-    M = Const(m32, f"fp32 magic 2^{FP32.mbits} = {magic_value(FP32)}.0: exponent {magic_exponent(FP32)} = {FP32.bias}+{FP32.mbits}, mantissa unit 1", "f32")
+    M = Const(
+        m32,
+        f"fp32 magic 2^{FP32.mbits} = {magic_value(FP32)}.0: exponent {magic_exponent(FP32)} = {FP32.bias}+{FP32.mbits}, mantissa unit 1",
+        "f32",
+    )
 
     def picks_for(e: int) -> list[int]:
         return [field_pos(spec, e) // 8, 5, 6, 7]
@@ -490,31 +720,84 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
         plus = spec.zeros.stored_offset
         sub_one = Const(FP32.encode_exact(-plus), f"-{plus}: GPTQ v1 stores z - {plus}", "f32") if plus else None
         for e in range(spec.per_word):
-            zr = B.emit(Opcode.PRMT, f"zr{e}", ("z", M), f"fp32 {magic_value(FP32)} + stored zero of element {e}", "zero",
-                        prmt_selector(picks_for(e)), f"byte moves {picks_for(e)}")
+            zr = B.emit(
+                Opcode.PRMT,
+                f"zr{e}",
+                ("z", M),
+                f"fp32 {magic_value(FP32)} + stored zero of element {e}",
+                "zero",
+                prmt_selector(picks_for(e)),
+                f"byte moves {picks_for(e)}",
+            )
             if sub_one is not None:
-                zr = B.emit(Opcode.SUB_F32, f"zv{e}", (zr, sub_one), f"{magic_value(FP32)} + z (GPTQ v1 stores z - {plus}), exact", "zero")
+                zr = B.emit(
+                    Opcode.SUB_F32,
+                    f"zv{e}",
+                    (zr, sub_one),
+                    f"{magic_value(FP32)} + z (GPTQ v1 stores z - {plus}), exact",
+                    "zero",
+                )
             zregs[e] = zr
     src = "w"
     if spec.source.kind is SourceKind.signed:
         src = _flip_signs(B)
     off = code_offset(spec)
-    sub_c = Const(FP32.encode_exact(magic_value(FP32) + off), f"{magic_value(FP32)} + {off} = {magic_value(FP32) + off}.0 (magic plus offset)", "f32")
+    sub_c = Const(
+        FP32.encode_exact(magic_value(FP32) + off),
+        f"{magic_value(FP32)} + {off} = {magic_value(FP32) + off}.0 (magic plus offset)",
+        "f32",
+    )
     f32 = []
     for e in range(spec.per_word):
-        t = B.emit(Opcode.PRMT, f"c{e}", (src, M), f"fp32 {magic_value(FP32)} + byte of element {e}", "convert", prmt_selector(picks_for(e)),
-                   f"byte moves {picks_for(e)}: byte {picks_for(e)[0]} of {src} into the mantissa, bytes 1-3 of the magic above it")
+        t = B.emit(
+            Opcode.PRMT,
+            f"c{e}",
+            (src, M),
+            f"fp32 {magic_value(FP32)} + byte of element {e}",
+            "convert",
+            prmt_selector(picks_for(e)),
+            f"byte moves {picks_for(e)}: byte {picks_for(e)[0]} of {src} into the mantissa, bytes 1-3 of the magic above it",
+        )
         zr = zregs[e]
-        f32.append(B.emit(Opcode.SUB_F32, f"v{e}", (t, zr if zr is not None else sub_c),
-                          "exact integer value in fp32" + (" (the zero point folded into the magic subtraction)" if zr else ""), "convert"))
+        f32.append(
+            B.emit(
+                Opcode.SUB_F32,
+                f"v{e}",
+                (t, zr if zr is not None else sub_c),
+                "exact integer value in fp32" + (" (the zero point folded into the magic subtraction)" if zr else ""),
+                "convert",
+            )
+        )
     diffs = []
     for i in range(spec.per_word // 2):
         picks = [2, 3, 6, 7]
-        diffs.append(B.emit(Opcode.PRMT, f"d{i}", (f32[2 * i], f32[2 * i + 1]), "upper 16 bits of both fp32 values = their bf16 (exact: integers below 2^8)",
-                            "convert", prmt_selector(picks), f"byte moves {picks}: the high halves of a and b"))
+        diffs.append(
+            B.emit(
+                Opcode.PRMT,
+                f"d{i}",
+                (f32[2 * i], f32[2 * i + 1]),
+                "upper 16 bits of both fp32 values = their bf16 (exact: integers below 2^8)",
+                "convert",
+                prmt_selector(picks),
+                f"byte moves {picks}: the high halves of a and b",
+            )
+        )
     outs = _scale_stage(B, diffs)
     summary = "each byte PRMT-ed under the fp32 magic 2^23, one fp32 subtraction each, then two fp32 packed to bf16x2 by taking their upper halves"
-    return [Plan(spec.name, "fp32_carrier", summary, fmt.name, spec.sm, spec.per_word, _inputs(spec, spec.per_word // 2), B.ops, outs, _facts(fmt, FP32))], []
+    return [
+        Plan(
+            spec.name,
+            "fp32_carrier",
+            summary,
+            fmt.name,
+            spec.sm,
+            spec.per_word,
+            _inputs(spec, spec.per_word // 2),
+            B.ops,
+            outs,
+            _facts(fmt, FP32),
+        )
+    ], []
 
 
 def _integer(spec: Spec) -> bool:
@@ -523,8 +806,13 @@ def _integer(spec: Spec) -> bool:
 
 from .solver_float import codebook_candidates, minifloat_candidates  # noqa: E402 - they build on the helpers above
 
-STRATEGIES = {"lanes": lanes_candidates, "sign_split": sign_split_candidates, "fp32_carrier": fp32_carrier_candidates,
-              "minifloat": minifloat_candidates, "codebook": codebook_candidates}
+STRATEGIES = {
+    "lanes": lanes_candidates,
+    "sign_split": sign_split_candidates,
+    "fp32_carrier": fp32_carrier_candidates,
+    "minifloat": minifloat_candidates,
+    "codebook": codebook_candidates,
+}
 #: the names plans carry (``Plan.strategy``), for ``solve(strategy=...)``
 PLAN_STRATEGIES = ("lanes", "sign_split", "fp32_carrier", "bit_place", "cvt", "lut")
 
@@ -565,7 +853,13 @@ def solve(spec: Spec, strategy: str | None = None) -> Plan:
             raise NoPlanError(f"[strategy] got {strategy!r}; expected one of {sorted(PLAN_STRATEGIES)}")
         plans = [p for p in plans if p.strategy == strategy]
     if not plans:
-        raise NoPlanError(f"{spec.name}: no exact plan for {spec.source.short} -> {spec.target.value}: " + "; ".join(notes))
+        raise NoPlanError(
+            f"{spec.name}: no exact plan for {spec.source.short} -> {spec.target.value}: " + "; ".join(notes)
+        )
     best = plans[0]
-    best.rejected = [f"{p.strategy} ({p.summary}): {fmt_num(p.per8())} ops per 8" for p in plans[1:] if p.strategy != best.strategy or p.per8() != best.per8()][:6] + notes
+    best.rejected = [
+        f"{p.strategy} ({p.summary}): {fmt_num(p.per8())} ops per 8"
+        for p in plans[1:]
+        if p.strategy != best.strategy or p.per8() != best.per8()
+    ][:6] + notes
     return best

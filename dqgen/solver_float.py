@@ -56,7 +56,9 @@ def _pow2_pair(fmt: FloatFormat, k: int, why: str) -> Const:
 # ----------------------------------------------------------------------------- bit placement
 
 
-def _top_aligned(B: Builder, src: str, shifted: dict[int, str], P_lo: int, P_hi: int, b: int, name: str, zero_low: bool) -> str:
+def _top_aligned(
+    B: Builder, src: str, shifted: dict[int, str], P_lo: int, P_hi: int, b: int, name: str, zero_low: bool
+) -> str:
     """A register whose low half has the field at ``P_lo`` in its top ``b`` bits (sign at bit 15) and
     whose high half has the field at ``P_hi`` at bits 31 down (PRMT from ``src`` or ``src << (8 - b)``)."""
     if P_lo == 16 - b and P_hi == 32 - b and not zero_low:
@@ -65,7 +67,15 @@ def _top_aligned(B: Builder, src: str, shifted: dict[int, str], P_lo: int, P_hi:
     def byte_of(P: int) -> tuple[str, int]:
         L = (8 - b) - P % 8  # left shift that puts the field at the top of its byte
         if L and L not in shifted:
-            shifted[L] = B.emit(Opcode.SHL, f"{src}_l{L}", (src,), f"move every {b}-bit field to the top of its byte", "convert", L, f"shift by {L}")
+            shifted[L] = B.emit(
+                Opcode.SHL,
+                f"{src}_l{L}",
+                (src,),
+                f"move every {b}-bit field to the top of its byte",
+                "convert",
+                L,
+                f"shift by {L}",
+            )
         return (shifted[L] if L else src), (P + L) // 8
 
     (ra, ka), (rb, kb) = byte_of(P_lo), byte_of(P_hi)
@@ -77,8 +87,15 @@ def _top_aligned(B: Builder, src: str, shifted: dict[int, str], P_lo: int, P_hi:
     else:
         picks, a, bb = [ka, ka, 4 + kb, 4 + kb], ra, rb
     why = f"byte moves {picks} (0-3 = {a}, 4-7 = {'zero' if bb is ZERO else bb})"
-    return B.emit(Opcode.PRMT, name, (a, bb), "each code's byte to the top of its half: code sign on the half's sign bit", "convert",
-                  prmt_selector(picks), why)
+    return B.emit(
+        Opcode.PRMT,
+        name,
+        (a, bb),
+        "each code's byte to the top of its half: code sign on the half's sign bit",
+        "convert",
+        prmt_selector(picks),
+        why,
+    )
 
 
 def place_pair(B: Builder, mf: MiniFloat, carrier: FloatFormat, r: str, i: int, stage: str = "convert") -> str:
@@ -90,8 +107,22 @@ def place_pair(B: Builder, mf: MiniFloat, carrier: FloatFormat, r: str, i: int, 
     mag = ((1 << (b - 1)) - 1) << (16 - b)
     if shift == 0 and k == 0 and mf.specials == "ieee":
         # the code is the top of the carrier's bit pattern (e5m2 = the high byte of fp16)
-        return B.emit(Opcode.LOP3, f"v{i}", (r, Const(half_pair(0xFFFF << (16 - b) & 0xFFFF, 0xFFFF << (16 - b) & 0xFFFF), f"the {b}-bit code at the top of each half, lower bits cleared"), ZERO),
-                      f"{mf.name} is the top {b} bits of {carrier.name}: same exponent width and bias", stage, LUT_AND, WHY[LUT_AND])
+        return B.emit(
+            Opcode.LOP3,
+            f"v{i}",
+            (
+                r,
+                Const(
+                    half_pair(0xFFFF << (16 - b) & 0xFFFF, 0xFFFF << (16 - b) & 0xFFFF),
+                    f"the {b}-bit code at the top of each half, lower bits cleared",
+                ),
+                ZERO,
+            ),
+            f"{mf.name} is the top {b} bits of {carrier.name}: same exponent width and bias",
+            stage,
+            LUT_AND,
+            WHY[LUT_AND],
+        )
     magc = Const(half_pair(mag, mag), f"the code's {mf.ebits} exponent and {mf.mbits} mantissa bits, under the sign")
     x = B.emit(Opcode.LOP3, f"m{i}", (r, magc, ZERO), "the magnitude bits of each code", stage, LUT_AND, WHY[LUT_AND])
     expmask_bits = ((1 << shift) - 1) << (15 - shift)
@@ -99,24 +130,76 @@ def place_pair(B: Builder, mf: MiniFloat, carrier: FloatFormat, r: str, i: int, 
     if mf.specials in ("fn", "ieee"):
         ulp = 1 << (16 - b) if mf.specials == "fn" else 1 << (16 - b + mf.mbits)
         what = "all-ones magnitude (NaN)" if mf.specials == "fn" else "all-ones exponent (inf / NaN)"
-        a = B.emit(Opcode.ADD_U32, f"c{i}", (x, Const(half_pair(ulp, ulp), f"one unit of the {'last' if mf.specials == 'fn' else 'exponent'} bit")),
-                   f"carries into bit 15 of a half exactly for the {what} codes", stage)
+        a = B.emit(
+            Opcode.ADD_U32,
+            f"c{i}",
+            (x, Const(half_pair(ulp, ulp), f"one unit of the {'last' if mf.specials == 'fn' else 'exponent'} bit")),
+            f"carries into bit 15 of a half exactly for the {what} codes",
+            stage,
+        )
         if shift == 1:
-            x = B.emit(Opcode.LOP3, f"n{i}", (x, a, sign), f"add the carry above the magnitude: after the shift it fills the {carrier.name} exponent's top bit", stage,
-                       LUT_OR_MASKED, WHY[LUT_OR_MASKED])
+            x = B.emit(
+                Opcode.LOP3,
+                f"n{i}",
+                (x, a, sign),
+                f"add the carry above the magnitude: after the shift it fills the {carrier.name} exponent's top bit",
+                stage,
+                LUT_OR_MASKED,
+                WHY[LUT_OR_MASKED],
+            )
         else:
-            spread = B.emit(Opcode.PRMT, f"f{i}", (a, ZERO), "0xFF in the high byte of a half exactly where the carry (bit 15) is set", stage,
-                            prmt_selector([4, 9, 4, 11]), "byte moves [4, 9, 4, 11]: bytes 1 and 3 replicate their sign bit; 0 and 2 are zero")
-    t = B.emit(Opcode.SHR, f"t{i}", (x,), f"exponent and mantissa to their {carrier.name} places: mantissa tops aligned", stage, shift, f"shift by {carrier.ebits} - {mf.ebits} = {shift}") if shift else x
-    v = B.emit(Opcode.LOP3, f"p{i}", (r, t, sign), "the code's sign back on top", stage, LUT_KEEP_SIGN, WHY[LUT_KEEP_SIGN])
+            spread = B.emit(
+                Opcode.PRMT,
+                f"f{i}",
+                (a, ZERO),
+                "0xFF in the high byte of a half exactly where the carry (bit 15) is set",
+                stage,
+                prmt_selector([4, 9, 4, 11]),
+                "byte moves [4, 9, 4, 11]: bytes 1 and 3 replicate their sign bit; 0 and 2 are zero",
+            )
+    t = (
+        B.emit(
+            Opcode.SHR,
+            f"t{i}",
+            (x,),
+            f"exponent and mantissa to their {carrier.name} places: mantissa tops aligned",
+            stage,
+            shift,
+            f"shift by {carrier.ebits} - {mf.ebits} = {shift}",
+        )
+        if shift
+        else x
+    )
+    v = B.emit(
+        Opcode.LOP3, f"p{i}", (r, t, sign), "the code's sign back on top", stage, LUT_KEEP_SIGN, WHY[LUT_KEEP_SIGN]
+    )
     if spread is not None:
-        em = Const(half_pair(expmask_bits, expmask_bits), f"the {shift} {carrier.name} exponent bits above the placed exponent")
-        v = B.emit(Opcode.LOP3, f"q{i}", (v, spread, em), f"NaN / inf codes: all {carrier.name} exponent bits set (the mantissa keeps inf vs NaN)", stage,
-                   LUT_OR_MASKED, WHY[LUT_OR_MASKED])
+        em = Const(
+            half_pair(expmask_bits, expmask_bits), f"the {shift} {carrier.name} exponent bits above the placed exponent"
+        )
+        v = B.emit(
+            Opcode.LOP3,
+            f"q{i}",
+            (v, spread, em),
+            f"NaN / inf codes: all {carrier.name} exponent bits set (the mantissa keeps inf vs NaN)",
+            stage,
+            LUT_OR_MASKED,
+            WHY[LUT_OR_MASKED],
+        )
     if k == 0:
         return v
-    rebias = _pow2_pair(carrier, k, f"2^{k} = 2^({carrier.bias} - {mf.bias}): the {carrier.name} and {mf.name} exponent biases differ by {k}")
-    return B.mul(f"d{i}", v, rebias, f"exact re-bias: the placed bits read 2^-{k} times the code's value (normal and subnormal alike)", stage)
+    rebias = _pow2_pair(
+        carrier,
+        k,
+        f"2^{k} = 2^({carrier.bias} - {mf.bias}): the {carrier.name} and {mf.name} exponent biases differ by {k}",
+    )
+    return B.mul(
+        f"d{i}",
+        v,
+        rebias,
+        f"exact re-bias: the placed bits read 2^-{k} times the code's value (normal and subnormal alike)",
+        stage,
+    )
 
 
 def _sources(spec: Spec, pair: int) -> tuple[int, int]:
@@ -151,10 +234,27 @@ def cvt_all(B: Builder, spec: Spec, carrier: FloatFormat, src: str = "w") -> lis
             reg, half = src, P_lo // 16
         else:
             picks = [P_lo // 8, P_hi // 8, P_lo // 8, P_hi // 8]
-            reg, half = B.emit(Opcode.PRMT, f"b{i}", (src, src), "the pair's two bytes side by side, low element first", "convert",
-                               prmt_selector(picks), f"byte moves {picks}"), 0
-        h = B.emit(op, f"h{i}", (reg,), f"hardware {mf.name} -> fp16 conversion of two codes (exact: fp16 holds every {mf.name} value)", "convert", half,
-                   f"the {'high' if half else 'low'} 16 bits")
+            reg, half = (
+                B.emit(
+                    Opcode.PRMT,
+                    f"b{i}",
+                    (src, src),
+                    "the pair's two bytes side by side, low element first",
+                    "convert",
+                    prmt_selector(picks),
+                    f"byte moves {picks}",
+                ),
+                0,
+            )
+        h = B.emit(
+            op,
+            f"h{i}",
+            (reg,),
+            f"hardware {mf.name} -> fp16 conversion of two codes (exact: fp16 holds every {mf.name} value)",
+            "convert",
+            half,
+            f"the {'high' if half else 'low'} 16 bits",
+        )
         out.append(h if carrier is FP16 else _f16_to_bf16(B, h, i))
     return out
 
@@ -162,7 +262,13 @@ def cvt_all(B: Builder, spec: Spec, carrier: FloatFormat, src: str = "w") -> lis
 def _f16_to_bf16(B: Builder, h: str, i: int) -> str:
     lo = B.emit(Opcode.CVT_F32_F16, f"hl{i}", (h,), "low fp16 -> fp32, exact", "convert", 0, "the low half")
     hi = B.emit(Opcode.CVT_F32_F16, f"hh{i}", (h,), "high fp16 -> fp32, exact", "convert", 1, "the high half")
-    return B.emit(Opcode.CVT_BF16X2_F32, f"bf{i}", (lo, hi), "fp32 -> bf16x2: exact, every fp16 value of a code fits bf16", "convert")
+    return B.emit(
+        Opcode.CVT_BF16X2_F32,
+        f"bf{i}",
+        (lo, hi),
+        "fp32 -> bf16x2: exact, every fp16 value of a code fits bf16",
+        "convert",
+    )
 
 
 # ----------------------------------------------------------------------------- PRMT table lookup
@@ -174,7 +280,9 @@ def table_bits(values: list[Fraction | float], fmt: FloatFormat) -> list[int]:
 
     out = []
     for v in values:
-        if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf")) or (v == 0 and str(v).startswith("-"))):
+        if isinstance(v, float) and (
+            v != v or v in (float("inf"), float("-inf")) or (v == 0 and str(v).startswith("-"))
+        ):
             out.append(exact_bits(fmt, v))
         else:
             out.append(int(fmt.round_from_f64(np.array([float(v)]))[0]))
@@ -190,37 +298,120 @@ def lut_all(B: Builder, spec: Spec, entries: list[int], carrier: FloatFormat, wh
     n = spec.per_word
 
     def table(bs: list[int], which: str) -> tuple[Const, Const]:
-        return (Const(sum(x << (8 * k) for k, x in enumerate(bs[:4])), f"{which} of {what} entries {{0..3}}"),
-                Const(sum(x << (8 * k) for k, x in enumerate(bs[4:8])), f"{which} of {what} entries {{4..7}}"))
+        return (
+            Const(sum(x << (8 * k) for k, x in enumerate(bs[:4])), f"{which} of {what} entries {{0..3}}"),
+            Const(sum(x << (8 * k) for k, x in enumerate(bs[4:8])), f"{which} of {what} entries {{4..7}}"),
+        )
 
-    sel = B.emit(Opcode.LOP3, "sel", (src, Const(0x77777777, "the low 3 bits of every 4-bit code"), ZERO),
-                 "PRMT selectors: a code's low 3 bits index 8 table bytes; bit 3 would mean 'replicate the sign', so it is cleared", "convert", LUT_AND, WHY[LUT_AND])
-    h3 = B.emit(Opcode.SHR, "top3", (src,), "every code's bit 3 down to bit 0 of its nibble", "convert", 3, "shift by 3")
-    top = B.emit(Opcode.LOP3, "top", (h3, Const(0x11111111, "bit 0 of every nibble"), ZERO), "per code: 1 if it indexes entries 8..15", "convert", LUT_AND, WHY[LUT_AND])
+    sel = B.emit(
+        Opcode.LOP3,
+        "sel",
+        (src, Const(0x77777777, "the low 3 bits of every 4-bit code"), ZERO),
+        "PRMT selectors: a code's low 3 bits index 8 table bytes; bit 3 would mean 'replicate the sign', so it is cleared",
+        "convert",
+        LUT_AND,
+        WHY[LUT_AND],
+    )
+    h3 = B.emit(
+        Opcode.SHR, "top3", (src,), "every code's bit 3 down to bit 0 of its nibble", "convert", 3, "shift by 3"
+    )
+    top = B.emit(
+        Opcode.LOP3,
+        "top",
+        (h3, Const(0x11111111, "bit 0 of every nibble"), ZERO),
+        "per code: 1 if it indexes entries 8..15",
+        "convert",
+        LUT_AND,
+        WHY[LUT_AND],
+    )
     mark = 0x80 if symmetric else 0xFF
-    mask_table = Const(mark << 8, f"byte 0 = 0x00, byte 1 = 0x{mark:02X}: the PRMT turns each 0/1 nibble into a byte mask")
+    mask_table = Const(
+        mark << 8, f"byte 0 = 0x00, byte 1 = 0x{mark:02X}: the PRMT turns each 0/1 nibble into a byte mask"
+    )
     quads: dict[int, tuple[str, str | None]] = {}
     for q in range(n // 4):
-        s = sel if q == 0 else B.emit(Opcode.SHR, f"sel{q}", (sel,), f"selectors of codes {4 * q}..{4 * q + 3} into the low 16 bits (PRMT reads only those)", "convert", 16 * q, f"shift by {16 * q}")
-        t = top if q == 0 else B.emit(Opcode.SHR, f"top{q}", (top,), f"bit 3 of codes {4 * q}..{4 * q + 3} into the low 16 bits", "convert", 16 * q, f"shift by {16 * q}")
-        m = B.emit(Opcode.PRMT_R, f"msk{q}", (mask_table, ZERO, t), f"per code: 0x{mark:02X} if its code is 8..15, else 0", "convert")
+        s = (
+            sel
+            if q == 0
+            else B.emit(
+                Opcode.SHR,
+                f"sel{q}",
+                (sel,),
+                f"selectors of codes {4 * q}..{4 * q + 3} into the low 16 bits (PRMT reads only those)",
+                "convert",
+                16 * q,
+                f"shift by {16 * q}",
+            )
+        )
+        t = (
+            top
+            if q == 0
+            else B.emit(
+                Opcode.SHR,
+                f"top{q}",
+                (top,),
+                f"bit 3 of codes {4 * q}..{4 * q + 3} into the low 16 bits",
+                "convert",
+                16 * q,
+                f"shift by {16 * q}",
+            )
+        )
+        m = B.emit(
+            Opcode.PRMT_R,
+            f"msk{q}",
+            (mask_table, ZERO, t),
+            f"per code: 0x{mark:02X} if its code is 8..15, else 0",
+            "convert",
+        )
         regs = []
         for which, bs in (("high bytes", hi_bytes), ("low bytes", lo_bytes)):
             if which == "low bytes" and no_lo:
                 regs.append(None)
                 continue
             ta = table(bs, which)
-            a = B.emit(Opcode.PRMT_R, f"{which[0]}a{q}", (ta[0], ta[1], s), f"{which} of entries (code & 7) for 4 codes", "convert")
+            a = B.emit(
+                Opcode.PRMT_R,
+                f"{which[0]}a{q}",
+                (ta[0], ta[1], s),
+                f"{which} of entries (code & 7) for 4 codes",
+                "convert",
+            )
             if symmetric:
                 if which == "high bytes":
-                    a = B.emit(Opcode.LOP3, f"{which[0]}s{q}", (a, m, Const(0x80808080, "the sign bit of every byte")),
-                               "codes 8..15 are codes 0..7 negated: flip the sign bit", "convert", LUT_XOR_MASKED, WHY[LUT_XOR_MASKED])
+                    a = B.emit(
+                        Opcode.LOP3,
+                        f"{which[0]}s{q}",
+                        (a, m, Const(0x80808080, "the sign bit of every byte")),
+                        "codes 8..15 are codes 0..7 negated: flip the sign bit",
+                        "convert",
+                        LUT_XOR_MASKED,
+                        WHY[LUT_XOR_MASKED],
+                    )
                 regs.append(a)
                 continue
             tb = table(bs[8:], which.replace("of", "of"))
-            tb = (Const(tb[0].value, f"{which} of {what} entries {{8..11}}"), Const(tb[1].value, f"{which} of {what} entries {{12..15}}"))
-            bsel = B.emit(Opcode.PRMT_R, f"{which[0]}b{q}", (tb[0], tb[1], s), f"{which} of entries 8 + (code & 7) for 4 codes", "convert")
-            regs.append(B.emit(Opcode.LOP3, f"{which[0]}{q}", (a, bsel, m), "per code: the entry 0..7 or 8..15 by its bit 3", "convert", LUT_MUX, WHY[LUT_MUX]))
+            tb = (
+                Const(tb[0].value, f"{which} of {what} entries {{8..11}}"),
+                Const(tb[1].value, f"{which} of {what} entries {{12..15}}"),
+            )
+            bsel = B.emit(
+                Opcode.PRMT_R,
+                f"{which[0]}b{q}",
+                (tb[0], tb[1], s),
+                f"{which} of entries 8 + (code & 7) for 4 codes",
+                "convert",
+            )
+            regs.append(
+                B.emit(
+                    Opcode.LOP3,
+                    f"{which[0]}{q}",
+                    (a, bsel, m),
+                    "per code: the entry 0..7 or 8..15 by its bit 3",
+                    "convert",
+                    LUT_MUX,
+                    WHY[LUT_MUX],
+                )
+            )
         quads[q] = (regs[0], regs[1])
     outs = []
     for i in range(n // 2):
@@ -229,20 +420,58 @@ def lut_all(B: Builder, spec: Spec, entries: list[int], carrier: FloatFormat, wh
         if qa != qb:
             ha, la = quads[qa]
             hb, lb = quads[qb]
-            hi2 = B.emit(Opcode.PRMT, f"hx{i}", (ha, hb), "the pair's high bytes, from two lookups", "convert", prmt_selector([p0 % 4, 4 + p1 % 4, 0, 0]), "byte moves")
-            lo2 = B.emit(Opcode.PRMT, f"lx{i}", (la, lb), "the pair's low bytes", "convert", prmt_selector([p0 % 4, 4 + p1 % 4, 0, 0]), "byte moves") if la else None
+            hi2 = B.emit(
+                Opcode.PRMT,
+                f"hx{i}",
+                (ha, hb),
+                "the pair's high bytes, from two lookups",
+                "convert",
+                prmt_selector([p0 % 4, 4 + p1 % 4, 0, 0]),
+                "byte moves",
+            )
+            lo2 = (
+                B.emit(
+                    Opcode.PRMT,
+                    f"lx{i}",
+                    (la, lb),
+                    "the pair's low bytes",
+                    "convert",
+                    prmt_selector([p0 % 4, 4 + p1 % 4, 0, 0]),
+                    "byte moves",
+                )
+                if la
+                else None
+            )
             hreg, lreg, k0, k1 = hi2, lo2, 0, 1
         else:
             hreg, lreg = quads[qa]
             k0, k1 = p0 % 4, p1 % 4
         if lreg is None:
             picks = [4, k0, 4, k1]
-            outs.append(B.emit(Opcode.PRMT, f"d{i}", (hreg, ZERO), f"{carrier.name}x2 pair: high bytes from the lookup, low bytes zero (every entry's low byte is 0)",
-                               "convert", prmt_selector(picks), f"byte moves {picks}"))
+            outs.append(
+                B.emit(
+                    Opcode.PRMT,
+                    f"d{i}",
+                    (hreg, ZERO),
+                    f"{carrier.name}x2 pair: high bytes from the lookup, low bytes zero (every entry's low byte is 0)",
+                    "convert",
+                    prmt_selector(picks),
+                    f"byte moves {picks}",
+                )
+            )
         else:
             picks = [4 + k0, k0, 4 + k1, k1]
-            outs.append(B.emit(Opcode.PRMT, f"d{i}", (hreg, lreg), f"{carrier.name}x2 pair: each element's low and high table byte side by side",
-                               "convert", prmt_selector(picks), f"byte moves {picks}"))
+            outs.append(
+                B.emit(
+                    Opcode.PRMT,
+                    f"d{i}",
+                    (hreg, lreg),
+                    f"{carrier.name}x2 pair: each element's low and high table byte side by side",
+                    "convert",
+                    prmt_selector(picks),
+                    f"byte moves {picks}",
+                )
+            )
     return outs
 
 
@@ -257,27 +486,93 @@ def _block_scale_stage(B: Builder, pairs16: list[str]) -> tuple[list[str], list[
     pack = Opcode.CVT_F16X2_F32 if tfmt is FP16 else Opcode.CVT_BF16X2_F32
     outs = []
     if spec.scales.dtype.value == "e8m0":
-        t = B.emit(Opcode.SHR, "sc_h", ("sc",), "the scale code shifted by one, to compare neighbouring bits", "scale_prep", 1, "shift by 1")
-        u = B.emit(Opcode.LOP3, "sc_d", ("sc", t, Const(0x7F, "the code's 8 bits compared pairwise")), "0 exactly when all 8 bits are equal: E = 0x00 or 0xFF",
-                   "scale_prep", LUT_XOR_AND, WHY[LUT_XOR_AND])
-        f = B.emit(Opcode.SET_EQ, "sc_f", (u, ZERO), "all ones for E = 0x00 (2^-127, an fp32 subnormal) and E = 0xFF (NaN)", "scale_prep")
-        e = B.emit(Opcode.SHL, "sc_e", ("sc",), "E into the fp32 exponent field: 2^(E-127) for 1 <= E <= 254", "scale_prep", FP32.mbits, f"shift by {FP32.mbits}")
-        S = B.emit(Opcode.LOP3, "scale", (e, f, Const(1 << (FP32.mbits - 1), "the top fp32 mantissa bit: 0 -> 2^-127, inf -> NaN")),
-                   "2^(E-127) as fp32, NaN for 0xFF", "scale_prep", LUT_OR_MASKED, WHY[LUT_OR_MASKED])
+        t = B.emit(
+            Opcode.SHR,
+            "sc_h",
+            ("sc",),
+            "the scale code shifted by one, to compare neighbouring bits",
+            "scale_prep",
+            1,
+            "shift by 1",
+        )
+        u = B.emit(
+            Opcode.LOP3,
+            "sc_d",
+            ("sc", t, Const(0x7F, "the code's 8 bits compared pairwise")),
+            "0 exactly when all 8 bits are equal: E = 0x00 or 0xFF",
+            "scale_prep",
+            LUT_XOR_AND,
+            WHY[LUT_XOR_AND],
+        )
+        f = B.emit(
+            Opcode.SET_EQ,
+            "sc_f",
+            (u, ZERO),
+            "all ones for E = 0x00 (2^-127, an fp32 subnormal) and E = 0xFF (NaN)",
+            "scale_prep",
+        )
+        e = B.emit(
+            Opcode.SHL,
+            "sc_e",
+            ("sc",),
+            "E into the fp32 exponent field: 2^(E-127) for 1 <= E <= 254",
+            "scale_prep",
+            FP32.mbits,
+            f"shift by {FP32.mbits}",
+        )
+        S = B.emit(
+            Opcode.LOP3,
+            "scale",
+            (e, f, Const(1 << (FP32.mbits - 1), "the top fp32 mantissa bit: 0 -> 2^-127, inf -> NaN")),
+            "2^(E-127) as fp32, NaN for 0xFF",
+            "scale_prep",
+            LUT_OR_MASKED,
+            WHY[LUT_OR_MASKED],
+        )
         regs = [S]
     else:
         # NVFP4: the e4m3 block scale as an fp16 pair (exact), and the fp32 global scale as given
         mf = MINIFLOATS["e4m3"]
         if B.has(Opcode.CVT_F16X2_E4M3X2):
-            h = B.emit(Opcode.CVT_F16X2_E4M3X2, "sc16", ("sc",), "hardware e4m3 -> fp16 of the scale byte (exact)", "scale_prep", 0, "the low 16 bits")
-            S = B.emit(Opcode.PRMT, "scale", (h, h), "the fp16 scale in both halves", "scale_prep", prmt_selector([0, 1, 0, 1]), "byte moves [0, 1, 0, 1]")
+            h = B.emit(
+                Opcode.CVT_F16X2_E4M3X2,
+                "sc16",
+                ("sc",),
+                "hardware e4m3 -> fp16 of the scale byte (exact)",
+                "scale_prep",
+                0,
+                "the low 16 bits",
+            )
+            S = B.emit(
+                Opcode.PRMT,
+                "scale",
+                (h, h),
+                "the fp16 scale in both halves",
+                "scale_prep",
+                prmt_selector([0, 1, 0, 1]),
+                "byte moves [0, 1, 0, 1]",
+            )
         else:
-            r = B.emit(Opcode.PRMT, "sc_t", ("sc", ZERO), "the scale byte at the top of both halves", "scale_prep", prmt_selector([4, 0, 4, 0]), "byte moves [4, 0, 4, 0]")
+            r = B.emit(
+                Opcode.PRMT,
+                "sc_t",
+                ("sc", ZERO),
+                "the scale byte at the top of both halves",
+                "scale_prep",
+                prmt_selector([4, 0, 4, 0]),
+                "byte moves [4, 0, 4, 0]",
+            )
             S = place_pair(B, mf, FP16, r, 99, "scale_prep")
         regs = [S, "gs"]
     for i, d in enumerate(pairs16):
         if spec.scales.dtype.value == "e4m3":
-            d = B.emit(Opcode.MUL_F16X2, f"e{i}", (d, regs[0]), "element times e4m3 block scale: exact in fp16 (<= 6 significant bits, |x| <= 2688, >= 2^-10)", "scale")
+            d = B.emit(
+                Opcode.MUL_F16X2,
+                f"e{i}",
+                (d, regs[0]),
+                "element times e4m3 block scale: exact in fp16 (<= 6 significant bits, |x| <= 2688, >= 2^-10)",
+                "scale",
+            )
             mul_by, what = "gs", "times the fp32 global scale, rounded to fp32"
         else:
             mul_by, what = regs[0], "times 2^(E-127): exact in fp32"
@@ -298,8 +593,19 @@ def _finish(B: Builder, spec: Spec, strategy: str, summary: str, converted: list
         outs, scale_regs = _block_scale_stage(B, converted)
     else:
         outs = _scale_stage(B, converted)
-    return Plan(spec.name, strategy, summary, target_format(spec).name, spec.sm, spec.per_word, _inputs(spec, spec.per_word // 2),
-                B.ops, outs, facts, scale_regs=scale_regs)
+    return Plan(
+        spec.name,
+        strategy,
+        summary,
+        target_format(spec).name,
+        spec.sm,
+        spec.per_word,
+        _inputs(spec, spec.per_word // 2),
+        B.ops,
+        outs,
+        facts,
+        scale_regs=scale_regs,
+    )
 
 
 def _carrier(spec: Spec) -> FloatFormat:
@@ -321,14 +627,32 @@ def minifloat_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
     B = Builder(spec, carrier)
     conv = place_all(B, spec, carrier)
     k = carrier.bias - mf.bias
-    plans.append(_finish(B, spec, "bit_place", f"{mf.name} bits placed under the {carrier.name} sign and exponent (shift {carrier.ebits - mf.ebits}), "
-                         + (f"re-biased by one exact multiply by 2^{k}" if k else "no re-bias needed"), conv, _mf_facts(spec, carrier)))
+    plans.append(
+        _finish(
+            B,
+            spec,
+            "bit_place",
+            f"{mf.name} bits placed under the {carrier.name} sign and exponent (shift {carrier.ebits - mf.ebits}), "
+            + (f"re-biased by one exact multiply by 2^{k}" if k else "no re-bias needed"),
+            conv,
+            _mf_facts(spec, carrier),
+        )
+    )
     if mf.name in ("e4m3", "e5m2"):
         if spec.sm >= Opcode.CVT_F16X2_E4M3X2.min_sm:
             B = Builder(spec, carrier)
             conv = cvt_all(B, spec, carrier)
-            plans.append(_finish(B, spec, "cvt", f"hardware cvt.rn.f16x2.{mf.name}x2, one per pair" + ("" if carrier is FP16 else "; to bf16 through fp32 (exact)"),
-                                 conv, _mf_facts(spec, carrier)))
+            plans.append(
+                _finish(
+                    B,
+                    spec,
+                    "cvt",
+                    f"hardware cvt.rn.f16x2.{mf.name}x2, one per pair"
+                    + ("" if carrier is FP16 else "; to bf16 through fp32 (exact)"),
+                    conv,
+                    _mf_facts(spec, carrier),
+                )
+            )
         else:
             notes.append(f"cvt: cvt.rn.f16x2.{mf.name}x2 needs sm_89, spec targets sm_{spec.sm}")
     if carrier is BF16 and mf.width == 8:
@@ -338,12 +662,30 @@ def minifloat_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
         Bt = Builder(spec, carrier)
         Bt.ops = B.ops
         conv = [_f16_to_bf16(Bt, h, i) for i, h in enumerate(conv)]
-        plans.append(_finish(Bt, spec, "bit_place", f"{mf.name} -> fp16 by bit placement, then to bf16 through fp32 (exact)", conv, _mf_facts(spec, FP16)))
+        plans.append(
+            _finish(
+                Bt,
+                spec,
+                "bit_place",
+                f"{mf.name} -> fp16 by bit placement, then to bf16 through fp32 (exact)",
+                conv,
+                _mf_facts(spec, FP16),
+            )
+        )
     if mf.width == 4:
         entries = table_bits([mf.decode(c) for c in range(16)], carrier)
         B = Builder(spec, carrier)
         conv = lut_all(B, spec, entries, carrier, f"{mf.name}->{carrier.name}")
-        plans.append(_finish(B, spec, "lut", f"PRMT table lookup of the 16 {mf.name} values in {carrier.name}", conv, _mf_facts(spec, carrier)))
+        plans.append(
+            _finish(
+                B,
+                spec,
+                "lut",
+                f"PRMT table lookup of the 16 {mf.name} values in {carrier.name}",
+                conv,
+                _mf_facts(spec, carrier),
+            )
+        )
     return plans, notes
 
 
@@ -357,6 +699,17 @@ def codebook_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
     B = Builder(spec, fmt)
     conv = lut_all(B, spec, entries, fmt, "codebook")
     name = spec.source.codebook if isinstance(spec.source.codebook, str) else "user"
-    facts = [f"codebook ({name}, {len(vals)} entries) rounded once to {fmt.name}: "
-             + ", ".join(f"{i}: 0x{e:04X}" for i, e in enumerate(entries))]
-    return [_finish(B, spec, "lut", f"PRMT table lookup of the {len(vals)}-entry codebook, rounded once to {fmt.name}", conv, facts)], []
+    facts = [
+        f"codebook ({name}, {len(vals)} entries) rounded once to {fmt.name}: "
+        + ", ".join(f"{i}: 0x{e:04X}" for i, e in enumerate(entries))
+    ]
+    return [
+        _finish(
+            B,
+            spec,
+            "lut",
+            f"PRMT table lookup of the {len(vals)}-entry codebook, rounded once to {fmt.name}",
+            conv,
+            facts,
+        )
+    ], []

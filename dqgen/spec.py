@@ -17,7 +17,7 @@ import math
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -43,7 +43,7 @@ ORDER_PRESET_DOCS: dict[str, str] = {
     "words (3 bits): code i is bits [bits*i, bits*i + bits) of a run of packing.words words",
     "awq": "AutoAWQ's AWQ_ORDER (awq/utils/packing_utils.py): FasterTransformer's interleaved register order "
     "[e7 e5 e3 e1 e6 e4 e2 e0]",
-    "ft_int8": "FasterTransformer's int8 register order, written MSB-first as [e3 e1 e2 e0] (CUTLASS: \"[3120]\")",
+    "ft_int8": 'FasterTransformer\'s int8 register order, written MSB-first as [e3 e1 e2 e0] (CUTLASS: "[3120]")',
 }
 
 
@@ -88,10 +88,22 @@ MINIFLOAT_DOCS: dict[str, str] = {
 
 #: QLoRA's NF4 (bitsandbytes ``get_4bit_type('nf4')`` / the QLoRA paper, appendix E): 16 values, as published.
 NF4_CODEBOOK: list[float] = [
-    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+    -1.0,
+    -0.6961928009986877,
+    -0.5250730514526367,
+    -0.39491748809814453,
+    -0.28444138169288635,
+    -0.18477343022823334,
+    -0.09105003625154495,
+    0.0,
+    0.07958029955625534,
+    0.16093020141124725,
+    0.24611230194568634,
+    0.33791524171829224,
+    0.44070982933044434,
+    0.5626170039176941,
+    0.7229568362236023,
+    1.0,
 ]
 CODEBOOK_PRESETS: dict[str, list[float]] = {"nf4": NF4_CODEBOOK}
 #: One line per codebook preset, for ``dqgen list``.
@@ -112,16 +124,19 @@ class Source(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    bits: int = Field(description="Width of one code in bits: 1, 2, 3, 4 or 8. 3-bit codes straddle words "
-                      "(GPTQ: 32 codes in 3 words): see ``Packing.words``.")
+    bits: int = Field(
+        description="Width of one code in bits: 1, 2, 3, 4 or 8. 3-bit codes straddle words "
+        "(GPTQ: 32 codes in 3 words): see ``Packing.words``."
+    )
     kind: SourceKind = Field(description="How a code's bits map to a value.")
     bias: int | None = Field(
         default=None, description="For kind 'biased' only: the value is q - bias, 0 <= bias < 2^bits."
     )
     format: MiniFloat | None = Field(
-        default=None, description="For kind 'float' only: the minifloat format of each code (e4m3, e5m2: 8 bits; e2m1: 4 bits)."
+        default=None,
+        description="For kind 'float' only: the minifloat format of each code (e4m3, e5m2: 8 bits; e2m1: 4 bits).",
     )
-    codebook: Union[str, list[float], None] = Field(
+    codebook: str | list[float] | None = Field(
         default=None,
         description="For kind 'codebook' only: a preset name ('nf4') or 1 to 16 values (4-bit codes); code q means codebook[q]. "
         "Each value is rounded once to the target (nearest-even) when the kernel is built; the product with the scale is "
@@ -136,7 +151,10 @@ class Source(BaseModel):
             return v
         if isinstance(v, (list, tuple)) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
             return [float(x) for x in v]
-        raise ValueError("expected a preset name ('nf4') or a list of 1 to 16 numbers" + (f", got {v!r}" if isinstance(v, dict) else ""))
+        raise ValueError(
+            "expected a preset name ('nf4') or a list of 1 to 16 numbers"
+            + (f", got {v!r}" if isinstance(v, dict) else "")
+        )
 
     @field_validator("bits")
     @classmethod
@@ -158,31 +176,47 @@ class Source(BaseModel):
         return list(self.codebook or [])
 
     @model_validator(mode="after")
-    def _kind_fields(self) -> "Source":
+    def _kind_fields(self) -> Source:
         if self.kind is not SourceKind.float and self.format is not None:
-            raise ValueError(f"[source.format] ({self.format.value}) is only allowed with kind 'float', not '{self.kind.value}'")
+            raise ValueError(
+                f"[source.format] ({self.format.value}) is only allowed with kind 'float', not '{self.kind.value}'"
+            )
         if self.kind is not SourceKind.codebook and self.codebook is not None:
             raise ValueError(f"[source.codebook] is only allowed with kind 'codebook', not '{self.kind.value}'")
         if self.kind is SourceKind.float:
             if self.format is None:
-                raise ValueError("[source.format] kind 'float' needs 'format': one of e4m3, e5m2 (8 bits), e2m1 (4 bits)")
+                raise ValueError(
+                    "[source.format] kind 'float' needs 'format': one of e4m3, e5m2 (8 bits), e2m1 (4 bits)"
+                )
             e, m, _ = MINIFLOAT_LAYOUT[self.format.value]
             if self.bits != 1 + e + m:
-                raise ValueError(f"[source.bits] format {self.format.value} is {1 + e + m} bits wide, but bits is {self.bits}")
+                raise ValueError(
+                    f"[source.bits] format {self.format.value} is {1 + e + m} bits wide, but bits is {self.bits}"
+                )
         if self.kind is SourceKind.codebook:
             if self.codebook is None:
-                raise ValueError("[source.codebook] kind 'codebook' needs 'codebook': 'nf4' or a list of 1 to 16 values")
+                raise ValueError(
+                    "[source.codebook] kind 'codebook' needs 'codebook': 'nf4' or a list of 1 to 16 values"
+                )
             if isinstance(self.codebook, str) and self.codebook not in CODEBOOK_PRESETS:
-                raise ValueError(f"[source.codebook] {self.codebook!r} is not a preset; presets: {sorted(CODEBOOK_PRESETS)} (or give a list of values)")
+                raise ValueError(
+                    f"[source.codebook] {self.codebook!r} is not a preset; presets: {sorted(CODEBOOK_PRESETS)} (or give a list of values)"
+                )
             vals = self.codebook_values
             if self.bits != 4:
-                raise ValueError(f"[source.bits] codebook codes are 4 bits wide (a 16-entry PRMT lookup; a shorter codebook "
-                                 f"leaves codes unused), got bits {self.bits}")
+                raise ValueError(
+                    f"[source.bits] codebook codes are 4 bits wide (a 16-entry PRMT lookup; a shorter codebook "
+                    f"leaves codes unused), got bits {self.bits}"
+                )
             if not 1 <= len(vals) <= 1 << self.bits:
-                raise ValueError(f"[source.codebook] a {self.bits}-bit codebook has 1 to {1 << self.bits} entries, got {len(vals)}")
+                raise ValueError(
+                    f"[source.codebook] a {self.bits}-bit codebook has 1 to {1 << self.bits} entries, got {len(vals)}"
+                )
             bad = [v for v in vals if not math.isfinite(v)]
             if bad:
-                raise ValueError(f"[source.codebook] values must be finite numbers, got {bad[0]} (entry {vals.index(bad[0])})")
+                raise ValueError(
+                    f"[source.codebook] values must be finite numbers, got {bad[0]} (entry {vals.index(bad[0])})"
+                )
         if self.kind is SourceKind.biased:
             if self.bias is None:
                 raise ValueError("kind 'biased' needs 'bias' (e.g. 8 for u4b8, 128 for u8b128)")
@@ -223,7 +257,7 @@ class Packing(BaseModel):
 
     container: Literal[32] = Field(default=32, description="Word width in bits; 32 is the only one.")
     axis: Literal["N", "K"] = Field(description="Logical axis packed into a word.")
-    order: Union[str, list[int]] = Field(default="sequential", description="Preset name or permutation.")
+    order: str | list[int] = Field(default="sequential", description="Preset name or permutation.")
     words: int | None = Field(
         default=None,
         description="32-bit words per packing block: bits / gcd(bits, 32). 1 for 1/2/4/8-bit codes; for 3-bit codes GPTQ "
@@ -281,7 +315,9 @@ class Scales(BaseModel):
 
     group_size: int = Field(description="Rows of K sharing a scale; -1 for per-channel.")
     dtype: ScaleDtype | None = Field(default=None, description="Scale dtype; defaults to the target.")
-    global_scale: bool = Field(default=False, description="One fp32 scale per tensor on top of the block scales (NVFP4).")
+    global_scale: bool = Field(
+        default=False, description="One fp32 scale per tensor on top of the block scales (NVFP4)."
+    )
 
     @property
     def block(self) -> bool:
@@ -372,7 +408,7 @@ class Spec(BaseModel):
             raise ValueError(f"must look like 'sm_80', got {v!r}")
         if int(m.group(1)) < 75:
             raise ValueError(f"{v} is older than sm_75, the oldest NVRTC 13 targets")
-        if v.endswith("a") and int(m.group(1)) < 90 or v.endswith("f") and int(m.group(1)) < 100:
+        if (v.endswith("a") and int(m.group(1)) < 90) or (v.endswith("f") and int(m.group(1)) < 100):
             raise ValueError(f"{v}: the 'a' suffix exists from sm_90 on and 'f' from sm_100 on")
         return v
 
@@ -403,59 +439,96 @@ class Spec(BaseModel):
         return self.order if self.packing.axis == "N" else list(range(self.per_word))
 
     @model_validator(mode="after")
-    def _cross(self) -> "Spec":
+    def _cross(self) -> Spec:
         bits = self.source.bits
         words = self.packing.block_words(bits)
         if self.packing.words is not None and self.packing.words != words:
             raise _field_error(
-                "packing.words", self.packing.words,
+                "packing.words",
+                self.packing.words,
                 f"{words}: {bits}-bit codes fill whole 32-bit words only in runs of {words} word{'s' if words > 1 else ''} "
                 f"({CONTAINER_BITS * words // bits} codes)",
             )
         n = CONTAINER_BITS * words // bits
         if words > 1:
             if self.packing.axis != "K":
-                raise _field_error("packing.axis", self.packing.axis,
-                                   f"'K' for {bits}-bit codes: codes that straddle words are packed along K (GPTQ's layout)")
+                raise _field_error(
+                    "packing.axis",
+                    self.packing.axis,
+                    f"'K' for {bits}-bit codes: codes that straddle words are packed along K (GPTQ's layout)",
+                )
             if self.packing.order != "sequential":
-                raise _field_error("packing.order", self.packing.order,
-                                   f"'sequential' for {bits}-bit codes (code i at bits [{bits}i, {bits}i+{bits}) of the {words}-word run)")
+                raise _field_error(
+                    "packing.order",
+                    self.packing.order,
+                    f"'sequential' for {bits}-bit codes (code i at bits [{bits}i, {bits}i+{bits}) of the {words}-word run)",
+                )
             if self.zeros.packed:
-                raise _field_error("zeros.mode", self.zeros.mode,
-                                   f"'none', 'float' or 'additive' for {bits}-bit codes (packed {bits}-bit zero points straddle words; not supported)")
+                raise _field_error(
+                    "zeros.mode",
+                    self.zeros.mode,
+                    f"'none', 'float' or 'additive' for {bits}-bit codes (packed {bits}-bit zero points straddle words; not supported)",
+                )
         order = self.packing.order
         if isinstance(order, str):
             if order not in ORDER_PRESETS:
                 raise _field_error("packing.order", order, f"one of {sorted(ORDER_PRESETS)} or a permutation")
             if bits not in ORDER_PRESETS[order] and not (order == "sequential" and words > 1):
                 fits = sorted(ORDER_PRESETS[order])
-                raise _field_error("packing.order", order, f"a preset defined for {bits}-bit codes ({order!r} is for {fits}-bit)")
+                raise _field_error(
+                    "packing.order", order, f"a preset defined for {bits}-bit codes ({order!r} is for {fits}-bit)"
+                )
         elif sorted(order) != list(range(n)):
-            raise _field_error("packing.order", order, f"a permutation of 0..{n - 1} ({n} fields of {bits} bits per word)")
+            raise _field_error(
+                "packing.order", order, f"a permutation of 0..{n - 1} ({n} fields of {bits} bits per word)"
+            )
         sd = self.scales.dtype
         kind = self.source.kind
         if sd is not None and not self.scales.block and sd.value != self.target.value:
-            raise _field_error("scales.dtype", sd.value, f"the target dtype {self.target.value!r}, or a block-scale code (e8m0, e4m3)")
+            raise _field_error(
+                "scales.dtype", sd.value, f"the target dtype {self.target.value!r}, or a block-scale code (e8m0, e4m3)"
+            )
         if self.scales.block:
             if not (kind is SourceKind.float and self.source.format is MiniFloat.e2m1):
-                raise _field_error("scales.dtype", sd.value,
-                                   f"the target dtype {self.target.value!r} for {self.source.short} codes: {sd.value} block scales go with e2m1 codes "
-                                   "(MXFP4: e8m0 per 32, NVFP4: e4m3 per 16)")
+                raise _field_error(
+                    "scales.dtype",
+                    sd.value,
+                    f"the target dtype {self.target.value!r} for {self.source.short} codes: {sd.value} block scales go with e2m1 codes "
+                    "(MXFP4: e8m0 per 32, NVFP4: e4m3 per 16)",
+                )
             if self.packing.axis != "K":
-                raise _field_error("packing.axis", self.packing.axis, f"'K' with {sd.value} block scales (blocks run along K)")
+                raise _field_error(
+                    "packing.axis", self.packing.axis, f"'K' with {sd.value} block scales (blocks run along K)"
+                )
             if self.scales.group_size <= 0:
-                raise _field_error("scales.group_size", self.scales.group_size, f"a positive block size with {sd.value} scales (MXFP4: 32, NVFP4: 16)")
+                raise _field_error(
+                    "scales.group_size",
+                    self.scales.group_size,
+                    f"a positive block size with {sd.value} scales (MXFP4: 32, NVFP4: 16)",
+                )
             if sd.value == "e4m3" and not self.scales.global_scale:
-                raise _field_error("scales.global_scale", False,
-                                   "true with e4m3 block scales: NVFP4's e4m3 scales (max 448) only cover a tensor's range together with its fp32 global scale")
+                raise _field_error(
+                    "scales.global_scale",
+                    False,
+                    "true with e4m3 block scales: NVFP4's e4m3 scales (max 448) only cover a tensor's range together with its fp32 global scale",
+                )
             if sd.value == "e8m0" and self.scales.global_scale:
-                raise _field_error("scales.global_scale", True, "false with e8m0 block scales (MXFP4 has no global scale)")
+                raise _field_error(
+                    "scales.global_scale", True, "false with e8m0 block scales (MXFP4 has no global scale)"
+                )
         elif self.scales.global_scale:
             raise _field_error("scales.global_scale", True, "false unless scales.dtype is e4m3 (NVFP4)")
         if kind in (SourceKind.float, SourceKind.codebook) and self.zeros.mode != "none":
-            raise _field_error("zeros.mode", self.zeros.mode,
-                               f"'none' for {kind.value} codes ({self.source.short}): zero points shift integer codes; "
-                               + ("a minifloat code is already a signed value" if kind is SourceKind.float else "a codebook entry is already the value"))
+            raise _field_error(
+                "zeros.mode",
+                self.zeros.mode,
+                f"'none' for {kind.value} codes ({self.source.short}): zero points shift integer codes; "
+                + (
+                    "a minifloat code is already a signed value"
+                    if kind is SourceKind.float
+                    else "a codebook entry is already the value"
+                ),
+            )
         if kind is SourceKind.codebook:
             import ml_dtypes
             import numpy as np
@@ -464,7 +537,9 @@ class Spec(BaseModel):
             with np.errstate(over="ignore"):
                 big = [v for v in self.source.codebook_values if np.isinf(np.array(v, dtype=np.float64).astype(dt))]
             if big:
-                raise _field_error("source.codebook", big[0], f"values within the {self.target.value} range: this one rounds to inf")
+                raise _field_error(
+                    "source.codebook", big[0], f"values within the {self.target.value} range: this one rounds to inf"
+                )
         if self.act_order and self.scales.block:
             raise _field_error("act_order", True, "false with block scales (blocks are contiguous along K)")
         if self.target is Target.bf16 and self.sm < 80:
@@ -472,15 +547,20 @@ class Spec(BaseModel):
         g = self.scales.group_size
         if self.packing.axis == "K" and g != -1 and g % n:
             raise _field_error(
-                "scales.group_size", g, f"-1 or a multiple of {n}: with packing along K a {'word' if words == 1 else f'{words}-word block'} holds {n} rows"
+                "scales.group_size",
+                g,
+                f"-1 or a multiple of {n}: with packing along K a {'word' if words == 1 else f'{words}-word block'} holds {n} rows",
             )
         if self.zeros.packed and self.source.kind is not SourceKind.unsigned:
             raise _field_error(
-                "zeros.mode", self.zeros.mode,
+                "zeros.mode",
+                self.zeros.mode,
                 f"'none', 'float' or 'additive' for {self.source.kind.value} codes (packed integer zero points need kind 'unsigned')",
             )
         if self.act_order and self.packing.axis != "K":
-            raise _field_error("act_order", True, "false with packing along N (g_idx permutes rows of K; GPTQ packs along K)")
+            raise _field_error(
+                "act_order", True, "false with packing along N (g_idx permutes rows of K; GPTQ packs along K)"
+            )
         if self.act_order and g <= 0:
             raise _field_error("act_order", True, "a positive scales.group_size (g_idx maps rows to groups)")
         return self

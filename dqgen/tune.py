@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import math
+import os
 import tempfile
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ def size_class(K: int, N: int) -> str:
     return "small" if K * N <= SMALL_MAX_ELEMENTS else "large"
 
 
-def _path(kernel: "Kernel", ordinal: int):
+def _path(kernel: Kernel, ordinal: int):
     from cuda.bindings import driver
 
     err, raw = driver.cuDeviceGetName(256, dev._device(ordinal))
@@ -37,18 +37,20 @@ def _path(kernel: "Kernel", ordinal: int):
     return default_cache_dir() / "tune" / f"{key}.json", name
 
 
-def load_tuning(kernel: "Kernel", ordinal: int) -> dict[str, Variant] | None:
+def load_tuning(kernel: Kernel, ordinal: int) -> dict[str, Variant] | None:
     """{size class: variant} from the cache, or None if this GPU has not tuned this kernel."""
     try:
         path, _ = _path(kernel, ordinal)
         data = json.loads(path.read_text())
         best = {cls: Variant(**v) for cls, v in data["best"].items()}
-        return best if set(best) == set(TUNE_SHAPES) and all(v in variants(kernel.spec) for v in best.values()) else None
+        return (
+            best if set(best) == set(TUNE_SHAPES) and all(v in variants(kernel.spec) for v in best.values()) else None
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _time(kernel: "Kernel", v: Variant, sets: list, outs: list, reps: int) -> float:
+def _time(kernel: Kernel, v: Variant, sets: list, outs: list, reps: int) -> float:
     """Microseconds per launch, from CUDA-graph replays rotating over input sets larger than L2
     together (host launch overhead and cache hits excluded, as in bench)."""
     import torch
@@ -59,7 +61,7 @@ def _time(kernel: "Kernel", v: Variant, sets: list, outs: list, reps: int) -> fl
     return time_us(lambda i: launches[i](torch.cuda.current_stream()), len(sets), reps=reps, calls=20)
 
 
-def tune(kernel: "Kernel", ordinal: int = 0, reps: int = 10) -> dict:
+def tune(kernel: Kernel, ordinal: int = 0, reps: int = 10) -> dict:
     """Time each aligned variant on each TUNE_SHAPES problem; cache and return the winners and timings."""
     import torch
 
@@ -73,9 +75,13 @@ def tune(kernel: "Kernel", ordinal: int = 0, reps: int = 10) -> dict:
         # (qweight, scales, zeros, g_idx, global_scale) per input set
         first = (*make_inputs(spec, K, N, 0), make_g_idx(spec, K, 0), make_global_scale(spec, 0))
         nsets = max(1, min(8, math.ceil(2 * l2_bytes() / bytes_moved(spec, *first[:3], K, N))))
-        sets = [first] + [(*make_inputs(spec, K, N, i), make_g_idx(spec, K, i), make_global_scale(spec, i)) for i in range(1, nsets)]
+        sets = [first] + [
+            (*make_inputs(spec, K, N, i), make_g_idx(spec, K, i), make_global_scale(spec, i)) for i in range(1, nsets)
+        ]
         outs = [torch.empty((K, N), dtype=tdt, device=f"cuda:{ordinal}") for _ in sets]
-        t = {kernel_name(kernel.spec, v): _time(kernel, v, sets, outs, reps) for v in variants(kernel.spec) if v.aligned}
+        t = {
+            kernel_name(kernel.spec, v): _time(kernel, v, sets, outs, reps) for v in variants(kernel.spec) if v.aligned
+        }
         name = min(t, key=t.get)
         v = next(v for v in variants(kernel.spec) if kernel_name(kernel.spec, v) == name)
         best[cls] = {"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream}

@@ -31,7 +31,11 @@ def main(out: Path) -> None:
     if builds.exists():
         for r in json.loads(builds.read_text()):
             gpu = r["steps"].get("gpu", {})
-            t.add_row(f"build {r['spec']}", "ok" if r["ok"] else "FAILED", f"{r['ops_per_8']['convert']} ops/8; {gpu.get('line', '')}")
+            t.add_row(
+                f"build {r['spec']}",
+                "ok" if r["ok"] else "FAILED",
+                f"{r['ops_per_8']['convert']} ops/8; {gpu.get('line', '')}",
+            )
     bench = out / "bench.txt"
     console.print(t)
     if bench.exists():

@@ -56,10 +56,22 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 def _pack_spec(kind: str, bits: int, mode: str = "gptq_v2") -> Spec:
     """A spec used only to pack integers into a layout (AWQ: along N in awq order; GPTQ: along K)."""
     if kind == "awq":
-        return Spec(name="pack_awq", source={"bits": 4, "kind": "unsigned"}, target="fp16",
-                    packing={"axis": "N", "order": "awq"}, scales={"group_size": -1}, zeros={"mode": "integer"})
-    return Spec(name="pack_gptq", source={"bits": bits, "kind": "unsigned"}, target="fp16",
-                packing={"axis": "K", "order": "sequential"}, scales={"group_size": -1}, zeros={"mode": mode})
+        return Spec(
+            name="pack_awq",
+            source={"bits": 4, "kind": "unsigned"},
+            target="fp16",
+            packing={"axis": "N", "order": "awq"},
+            scales={"group_size": -1},
+            zeros={"mode": "integer"},
+        )
+    return Spec(
+        name="pack_gptq",
+        source={"bits": bits, "kind": "unsigned"},
+        target="fp16",
+        packing={"axis": "K", "order": "sequential"},
+        scales={"group_size": -1},
+        zeros={"mode": mode},
+    )
 
 
 @dataclass
@@ -86,9 +98,23 @@ def _scales(rng: np.random.Generator, shape: tuple[int, ...], dtype=np.float16) 
     return (sign * 2.0 ** rng.uniform(-10, -2, size=shape)).astype(np.float32).astype(dtype)
 
 
-def make_layer(rng, tensors: dict, prefix: str, kind: str, K: int, N: int, G: int, *, bits: int = 4,
-               sym: bool = False, fmt: str = "gptq", g_idx: str | None = None, qzeros_when_sym: bool = True,
-               z_low: int | None = None, scale_dtype=np.float16) -> Layer:
+def make_layer(
+    rng,
+    tensors: dict,
+    prefix: str,
+    kind: str,
+    K: int,
+    N: int,
+    G: int,
+    *,
+    bits: int = 4,
+    sym: bool = False,
+    fmt: str = "gptq",
+    g_idx: str | None = None,
+    qzeros_when_sym: bool = True,
+    z_low: int | None = None,
+    scale_dtype=np.float16,
+) -> Layer:
     """Add one layer's tensors to ``tensors``; g_idx: None, 'trivial' or 'shuffled'."""
     groups = K // G if G > 0 else 1
     gsize = G if G > 0 else K
@@ -165,24 +191,44 @@ def ckpts(tmp_path_factory):
             made[prefix] = make_layer(rng, tensors, prefix, **kw)
         out[name] = (write_checkpoint(root / name, tensors, config, config_name), made, extra)
 
-    build("awq", AWQ_CONFIG, "config.json", {
-        "model.layers.0.self_attn.q_proj": dict(kind="awq", K=128, N=64, G=32),
-        "model.layers.0.mlp.up_proj": dict(kind="awq", K=64, N=96, G=32),
-        "model.layers.0.mlp.down_proj": dict(kind="awq", K=96, N=64, G=32),
-    })
-    build("gptq_sym", gptq_config(sym=True), "quantize_config.json", {
-        "model.layers.0.self_attn.q_proj": dict(kind="gptq", K=128, N=48, G=32, sym=True),
-        "model.layers.0.mlp.up_proj": dict(kind="gptq", K=64, N=40, G=32, sym=True, g_idx="trivial"),
-    })
+    build(
+        "awq",
+        AWQ_CONFIG,
+        "config.json",
+        {
+            "model.layers.0.self_attn.q_proj": dict(kind="awq", K=128, N=64, G=32),
+            "model.layers.0.mlp.up_proj": dict(kind="awq", K=64, N=96, G=32),
+            "model.layers.0.mlp.down_proj": dict(kind="awq", K=96, N=64, G=32),
+        },
+    )
+    build(
+        "gptq_sym",
+        gptq_config(sym=True),
+        "quantize_config.json",
+        {
+            "model.layers.0.self_attn.q_proj": dict(kind="gptq", K=128, N=48, G=32, sym=True),
+            "model.layers.0.mlp.up_proj": dict(kind="gptq", K=64, N=40, G=32, sym=True, g_idx="trivial"),
+        },
+    )
     for fmt in ("gptq", "gptq_v2"):
-        build(f"gptq_asym_{fmt}", gptq_config(fmt=fmt), "quantize_config.json", {
-            "model.layers.0.self_attn.q_proj": dict(kind="gptq", K=128, N=48, G=32, fmt=fmt),
-            "model.layers.0.mlp.up_proj": dict(kind="gptq", K=96, N=64, G=32, fmt=fmt),
-        })
-    build("gptq_act", gptq_config(fmt="gptq_v2", desc_act=True), "config.json", {
-        "model.layers.0.self_attn.q_proj": dict(kind="gptq", K=128, N=48, G=32, fmt="gptq_v2", g_idx="shuffled"),
-        "model.layers.0.mlp.up_proj": dict(kind="gptq", K=64, N=40, G=32, fmt="gptq_v2", g_idx="trivial"),
-    })
+        build(
+            f"gptq_asym_{fmt}",
+            gptq_config(fmt=fmt),
+            "quantize_config.json",
+            {
+                "model.layers.0.self_attn.q_proj": dict(kind="gptq", K=128, N=48, G=32, fmt=fmt),
+                "model.layers.0.mlp.up_proj": dict(kind="gptq", K=96, N=64, G=32, fmt=fmt),
+            },
+        )
+    build(
+        "gptq_act",
+        gptq_config(fmt="gptq_v2", desc_act=True),
+        "config.json",
+        {
+            "model.layers.0.self_attn.q_proj": dict(kind="gptq", K=128, N=48, G=32, fmt="gptq_v2", g_idx="shuffled"),
+            "model.layers.0.mlp.up_proj": dict(kind="gptq", K=64, N=40, G=32, fmt="gptq_v2", g_idx="trivial"),
+        },
+    )
     return out
 
 
@@ -215,7 +261,7 @@ def test_awq_specs_and_values(ckpts, tmp_path):
         assert (s.scales.group_size, s.target.value, s.act_order, s.arch) == (32, "fp16", False, "sm_80")
         assert lay.g_idx is None and lay.zeros is not None
         m = made[lay.name]
-        assert (lay.K, lay.N) == m.codes.shape
+        assert m.codes.shape == (lay.K, lay.N)
         np.testing.assert_array_equal(dequantize_layer(lay, device="cpu").view(np.uint16), m.expected().view(np.uint16))
     out = tmp_path / "dense.safetensors"
     lines = dequantize_file(f, out, device="cpu", progress=False)
@@ -226,7 +272,7 @@ def test_awq_specs_and_values(ckpts, tmp_path):
     for prefix, layer in made.items():
         np.testing.assert_array_equal(ref[f"{prefix}.weight"], layer.expected().T)
     assert struct.unpack("<Q", out.read_bytes()[:8])[0] % 8 == 0
-    header = json.loads(out.read_bytes()[8:8 + struct.unpack("<Q", out.read_bytes()[:8])[0]])
+    header = json.loads(out.read_bytes()[8 : 8 + struct.unpack("<Q", out.read_bytes()[:8])[0]])
     assert header["__metadata__"]["format"] == "pt"
 
 
@@ -234,13 +280,20 @@ def test_awq_specs_and_values(ckpts, tmp_path):
 def test_gptq_sym_ignores_qzeros(tmp_path, bits, group):
     rng = np.random.default_rng(bits)
     tensors: dict = {}
-    made = {"a.q": make_layer(rng, tensors, "a.q", "gptq", K=128, N=32, G=group, bits=bits, sym=True),
-            "a.k": make_layer(rng, tensors, "a.k", "gptq", K=64, N=16, G=group, bits=bits, sym=True, qzeros_when_sym=False)}
+    made = {
+        "a.q": make_layer(rng, tensors, "a.q", "gptq", K=128, N=32, G=group, bits=bits, sym=True),
+        "a.k": make_layer(rng, tensors, "a.k", "gptq", K=64, N=16, G=group, bits=bits, sym=True, qzeros_when_sym=False),
+    }
     f = write_checkpoint(tmp_path / "m", tensors, gptq_config(bits=bits, group=group, sym=True), "quantize_config.json")
     layers = {lay.name: lay for lay in read_layers(f)}
     for lay in layers.values():
         s = lay.spec
-        assert (s.source.short, s.packing.axis, s.packing.order, s.zeros.mode) == (f"u{bits}b{1 << (bits - 1)}", "K", "sequential", "none")
+        assert (s.source.short, s.packing.axis, s.packing.order, s.zeros.mode) == (
+            f"u{bits}b{1 << (bits - 1)}",
+            "K",
+            "sequential",
+            "none",
+        )
         assert s.scales.group_size == group and lay.zeros is None
     assert any("qzeros ignored" in n for n in layers["a.q"].notes) and not layers["a.k"].notes
     out = tmp_path / "o.safetensors"
@@ -265,7 +318,9 @@ def test_gptq_asym_v1_v2(ckpts, tmp_path, fmt, mode):
     for lay in read_layers(f):
         s = lay.spec
         assert (s.source.short, s.packing.axis, s.zeros.mode, s.act_order) == ("u4", "K", mode, False)
-        np.testing.assert_array_equal(dequantize_layer(lay, "cpu").view(np.uint16), made[lay.name].expected().view(np.uint16))
+        np.testing.assert_array_equal(
+            dequantize_layer(lay, "cpu").view(np.uint16), made[lay.name].expected().view(np.uint16)
+        )
     out = tmp_path / "o.safetensors"
     dequantize_file(f, out, device="cpu", progress=False)
     check_output(out, made, extra)
@@ -305,15 +360,15 @@ def test_bf16_output(ckpts, tmp_path):
     check_output(out, made, extra, BF16)
     raw = out.read_bytes()
     n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     name = "model.layers.0.self_attn.q_proj.weight"
     assert header[name]["dtype"] == "BF16" and header[name]["shape"] == [48, 128]
     b, e = header[name]["data_offsets"]
-    w = np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<u2").reshape(48, 128)
+    w = np.frombuffer(raw[8 + n + b : 8 + n + e], dtype="<u2").reshape(48, 128)
     np.testing.assert_array_equal(w, made[name.removesuffix(".weight")].expected(BF16).T.view(np.uint16))
     try:
         ref = load_file(str(out))
-    except Exception:  # noqa: BLE001 - older safetensors releases have no numpy bf16
+    except Exception:
         return
     np.testing.assert_array_equal(ref[name].view(np.uint16), w)
 
@@ -326,7 +381,9 @@ def test_bf16_scales(tmp_path):
     f = write_checkpoint(tmp_path / "m", tensors, gptq_config(fmt="gptq_v2"), "quantize_config.json")
     (lay,) = read_layers(f, target="bf16")
     assert lay.spec.target.value == "bf16" and not lay.notes
-    np.testing.assert_array_equal(dequantize_layer(lay, "cpu").view(np.uint16), made["l"].expected(BF16).view(np.uint16))
+    np.testing.assert_array_equal(
+        dequantize_layer(lay, "cpu").view(np.uint16), made["l"].expected(BF16).view(np.uint16)
+    )
     (lay,) = read_layers(f, target="fp16")
     assert lay.spec.target.value == "fp16" and "exactly" in lay.notes[0]
     np.testing.assert_array_equal(dequantize_layer(lay, "cpu"), made["l"].expected())
@@ -353,9 +410,13 @@ def test_sharded_index_and_folder(ckpts, tmp_path):
     d.mkdir()
     save_file(shard1, str(d / "model-00001-of-00002.safetensors"))
     save_file(shard2, str(d / "model-00002-of-00002.safetensors"))
-    wm = {k: "model-00001-of-00002.safetensors" for k in shard1} | {k: "model-00002-of-00002.safetensors" for k in shard2}
+    wm = {k: "model-00001-of-00002.safetensors" for k in shard1} | {
+        k: "model-00002-of-00002.safetensors" for k in shard2
+    }
     (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wm}))
-    (d / "quant_config.json").write_text(json.dumps({"zero_point": True, "q_group_size": 32, "w_bit": 4, "version": "GEMM"}))
+    (d / "quant_config.json").write_text(
+        json.dumps({"zero_point": True, "q_group_size": 32, "w_bit": 4, "version": "GEMM"})
+    )
     for src in (d, d / "model.safetensors.index.json"):
         out = tmp_path / "o.safetensors"
         dequantize_file(src, out, device="cpu", progress=False)
@@ -377,8 +438,11 @@ def test_read_config_sources(tmp_path):
 
 
 def test_writer_roundtrip(tmp_path):
-    a = {"b": np.arange(6, dtype=np.float32).astype(BF16).reshape(2, 3), "a": np.arange(5, dtype=np.int32),
-         "e": np.zeros((0, 4), np.float16)}
+    a = {
+        "b": np.arange(6, dtype=np.float32).astype(BF16).reshape(2, 3),
+        "a": np.arange(5, dtype=np.int32),
+        "e": np.zeros((0, 4), np.float16),
+    }
     write_safetensors(tmp_path / "t.safetensors", a, {"format": "pt"})
     got = read_safetensors(tmp_path / "t.safetensors")
     for k in a:
@@ -423,6 +487,7 @@ def _pop(part):
 def _set(part, fn):
     def edit(t, p):
         t[f"{p}.{part}"] = fn(t[f"{p}.{part}"])
+
     return edit
 
 
@@ -437,27 +502,63 @@ def _varying_sym_zeros(t, p):
 
 REFUSALS = {
     # name: (config, make_layer kwargs, edit, substrings the message must contain)
-    "v1_zero_point_0_wrapped": (gptq_config(fmt="gptq"), {}, _v1_wrapped, ["qzeros", "5 of 128", "stored as 15", "gptq_v2"]),
+    "v1_zero_point_0_wrapped": (
+        gptq_config(fmt="gptq"),
+        {},
+        _v1_wrapped,
+        ["qzeros", "5 of 128", "stored as 15", "gptq_v2"],
+    ),
     "v2_file_labelled_v1": (gptq_config(fmt="gptq"), {}, _v2_with_15, ["qzeros", "stored as 15", "checkpoint_format"]),
-    "g_idx_wrong_length": (gptq_config(desc_act=True), {"g_idx": "shuffled"}, _set("g_idx", lambda g: g[:100]), ["g_idx", "100 entries", "K = "]),
-    "g_idx_out_of_range": (gptq_config(desc_act=True), {"g_idx": "shuffled"}, _set("g_idx", lambda g: np.where(g == 1, 4, g).astype(np.int32)),
-                           ["g_idx", "outside [0, 4)", "32 entries"]),
+    "g_idx_wrong_length": (
+        gptq_config(desc_act=True),
+        {"g_idx": "shuffled"},
+        _set("g_idx", lambda g: g[:100]),
+        ["g_idx", "100 entries", "K = "],
+    ),
+    "g_idx_out_of_range": (
+        gptq_config(desc_act=True),
+        {"g_idx": "shuffled"},
+        _set("g_idx", lambda g: np.where(g == 1, 4, g).astype(np.int32)),
+        ["g_idx", "outside [0, 4)", "32 entries"],
+    ),
     "g_idx_without_desc_act": (gptq_config(desc_act=False), {"g_idx": "shuffled"}, None, ["g_idx", "desc_act"]),
     "desc_act_without_g_idx": (gptq_config(desc_act=True), {}, None, ["g_idx", "missing", "desc_act"]),
-    "bits_4_but_8bit_shapes_g_idx": (gptq_config(bits=4, desc_act=True), {"bits": 8, "g_idx": "shuffled"}, None,
-                                     ["g_idx", "[bits]", "= 4", "fit bits=8"]),
-    "bits_4_but_8bit_shapes": (gptq_config(bits=4, sym=True), {"bits": 8, "sym": True, "qzeros_when_sym": False}, None,
-                               ["scales", "[bits]", "group_size", "bits=8"]),
+    "bits_4_but_8bit_shapes_g_idx": (
+        gptq_config(bits=4, desc_act=True),
+        {"bits": 8, "g_idx": "shuffled"},
+        None,
+        ["g_idx", "[bits]", "= 4", "fit bits=8"],
+    ),
+    "bits_4_but_8bit_shapes": (
+        gptq_config(bits=4, sym=True),
+        {"bits": 8, "sym": True, "qzeros_when_sym": False},
+        None,
+        ["scales", "[bits]", "group_size", "bits=8"],
+    ),
     "bits_4_but_8bit_qzeros": (gptq_config(bits=4), {"bits": 8}, None, ["qzeros", "[bits]", "fit bits=8"]),
     "group_size_mismatch": (gptq_config(group=64), {}, None, ["scales", "4 rows", "[group_size]", "group_size=32"]),
-    "partial_last_group": (gptq_config(group=48), {"G": 32}, _set("scales", lambda s: s[:3]), ["scales", "ceil", "partial"]),
+    "partial_last_group": (
+        gptq_config(group=48),
+        {"G": 32},
+        _set("scales", lambda s: s[:3]),
+        ["scales", "ceil", "partial"],
+    ),
     "missing_scales": (gptq_config(), {}, _pop("scales"), ["scales", "missing"]),
     "missing_qzeros_asym": (gptq_config(), {}, _pop("qzeros"), ["qzeros", "missing"]),
     "unpacked_float_zeros": (gptq_config(), {}, _float_zeros, ["qzeros", "unpacked", "same shape as scales"]),
-    "sym_with_varying_qzeros": (gptq_config(sym=True), {"sym": True}, _varying_sym_zeros, ["qzeros", "sym", "asymmetric"]),
+    "sym_with_varying_qzeros": (
+        gptq_config(sym=True),
+        {"sym": True},
+        _varying_sym_zeros,
+        ["qzeros", "sym", "asymmetric"],
+    ),
     "awq_file_as_gptq": (gptq_config(), {"kind": "awq"}, None, ["qweight", "AWQ"]),
-    "nan_scale": (gptq_config(), {}, _set("scales", lambda s: np.where(np.arange(s.size).reshape(s.shape) == 3, np.nan, s).astype(s.dtype)),
-                  ["scales", "NaN"]),
+    "nan_scale": (
+        gptq_config(),
+        {},
+        _set("scales", lambda s: np.where(np.arange(s.size).reshape(s.shape) == 3, np.nan, s).astype(s.dtype)),
+        ["scales", "NaN"],
+    ),
 }
 
 
@@ -494,13 +595,16 @@ def test_v2_sym_labelled_v1_is_noted_not_wrong(tmp_path):
     np.testing.assert_array_equal(dequantize_layer(lay, "cpu"), made["l"].expected())
 
 
-@pytest.mark.parametrize("config,words", [
-    ({**AWQ_CONFIG, "version": "gemv"}, ["[version]", "gemm"]),
-    ({**AWQ_CONFIG, "zero_point": False}, ["[zero_point]"]),
-    ({"quant_method": "bitsandbytes"}, ["[quant_method]"]),
-    (gptq_config(fmt="marlin"), ["[checkpoint_format]", "marlin"]),
-    (gptq_config(bits=3), ["[bits]", "3"]),
-])
+@pytest.mark.parametrize(
+    "config,words",
+    [
+        ({**AWQ_CONFIG, "version": "gemv"}, ["[version]", "gemm"]),
+        ({**AWQ_CONFIG, "zero_point": False}, ["[zero_point]"]),
+        ({"quant_method": "bitsandbytes"}, ["[quant_method]"]),
+        (gptq_config(fmt="marlin"), ["[checkpoint_format]", "marlin"]),
+        (gptq_config(bits=3), ["[bits]", "3"]),
+    ],
+)
 def test_config_refusals(tmp_path, config, words):
     f = _bad(tmp_path, config, "config.json")
     with pytest.raises(ValueError) as e:
@@ -531,27 +635,45 @@ def test_missing_config_and_file(tmp_path):
 def test_cli_end_to_end(ckpts, tmp_path):
     f, made, extra = ckpts["gptq_act"]
     out = tmp_path / "dense.safetensors"
-    r = subprocess.run([sys.executable, "-m", "dqgen", "dequant", str(f), "--out", str(out), "--device", "cpu"],
-                       check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "dqgen", "dequant", str(f), "--out", str(out), "--device", "cpu"],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 3 and lines[-1] == f"wrote {out}"
-    assert lines[0].startswith("model.layers.0.mlp.up_proj: 64x40 u4 sequential along K, zeros gptq_v2, group 32 -> fp16")
+    assert lines[0].startswith(
+        "model.layers.0.mlp.up_proj: 64x40 u4 sequential along K, zeros gptq_v2, group 32 -> fp16"
+    )
     assert lines[1].startswith("model.layers.0.self_attn.q_proj: 128x48 ") and "act_order" in lines[1]
     check_output(out, made, extra)
 
 
 def test_cli_bad_input_subprocess(tmp_path):
     f = _bad(tmp_path, gptq_config(fmt="gptq"), edit=_v1_wrapped)
-    r = subprocess.run([sys.executable, "-m", "dqgen", "dequant", str(f), "--out", str(tmp_path / "o.safetensors"),
-                        "--device", "cpu"], check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "dqgen", "dequant", str(f), "--out", str(tmp_path / "o.safetensors"), "--device", "cpu"],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode != 0 and r.stdout == ""
-    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: layer model.layers.3.mlp.down_proj, qzeros: "), r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: layer model.layers.3.mlp.down_proj, qzeros: "), (
+        r.stderr
+    )
 
 
 def test_cli_options(ckpts, tmp_path):
     f = ckpts["awq"][0]
-    r = CliRunner().invoke(app, ["dequant", str(f), "--out", str(tmp_path / "o.safetensors"), "--dtype", "fp32", "--device", "cpu"])
+    r = CliRunner().invoke(
+        app, ["dequant", str(f), "--out", str(tmp_path / "o.safetensors"), "--dtype", "fp32", "--device", "cpu"]
+    )
     assert r.exit_code != 0 and r.output.startswith("error: [--dtype]")
     r = CliRunner().invoke(app, ["dequant", str(f), "--out", str(tmp_path / "o.safetensors"), "--device", "tpu"])
     assert r.exit_code != 0 and r.output.startswith("error: [--device]")

@@ -25,7 +25,11 @@ README = (ROOT / "README.md").read_text()
 
 def dqgen(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "dqgen", *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "dqgen", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env=None if env is None else os.environ | env,
     )
 
@@ -100,12 +104,20 @@ def test_every_spec_explains_proves_and_matches_readme(path):
     assert re.search(r"^Proof: PROVEN: ", r.stdout, flags=re.M)
     table = readme_table()
     assert path.stem in table, f"README's table has no row for {path.stem}"
-    assert shown_convert(r.stdout) == table[path.stem], f"README says {table[path.stem]} convert ops per 8 for {path.stem}"
+    assert shown_convert(r.stdout) == table[path.stem], (
+        f"README says {table[path.stem]} convert ops per 8 for {path.stem}"
+    )
     # "The scale multiply adds 4 ops per 8 outputs" (+4 for float zeros; block scales: 20 / 24), and
     # the "best published" column
     spec = load_spec(path)
-    scale = {"e8m0": "20", "e4m3": "24"}.get(spec.scales.dtype.value if spec.scales.block else "", "8" if spec.zeros.mode == "float" else "4")
-    m = re.search(r"^Ops per 8 outputs: convert [0-9./]+ \((?:best published: ([0-9./]+),.*|no published figure)\); scale (\d+)\b", r.stdout, flags=re.M)
+    scale = {"e8m0": "20", "e4m3": "24"}.get(
+        spec.scales.dtype.value if spec.scales.block else "", "8" if spec.zeros.mode == "float" else "4"
+    )
+    m = re.search(
+        r"^Ops per 8 outputs: convert [0-9./]+ \((?:best published: ([0-9./]+),.*|no published figure)\); scale (\d+)\b",
+        r.stdout,
+        flags=re.M,
+    )
     assert m and m.group(2) == scale, r.stdout[-600:]
     assert readme_best_published()[path.stem] == (m.group(1) or "none")
 
@@ -119,8 +131,7 @@ INVALID = {
     "target_fp8": (AWQ_TEXT.replace("target: fp16", "target: fp8"), "target"),
     "unknown_field": (AWQ_TEXT + "colour: blue\n", "colour"),
     "bits_3": (AWQ_TEXT.replace("bits: 4", "bits: 3"), "packing.axis"),
-    "zeros_for_signed": (
-        (ROOT / "specs" / "int8_fp16.yaml").read_text() + "zeros: {mode: integer}\n", "zeros.mode"),
+    "zeros_for_signed": ((ROOT / "specs" / "int8_fp16.yaml").read_text() + "zeros: {mode: integer}\n", "zeros.mode"),
 }
 
 
@@ -150,7 +161,11 @@ def test_invalid_spec_is_one_error_line(tmp_path, case, command):
 @pytest.mark.parametrize("command", ["explain", "build"])
 def test_missing_spec_file_is_one_error_line(tmp_path, command):
     missing = tmp_path / "nope.yaml"
-    r = dqgen(command, str(missing), *WORDS, "--out", str(tmp_path / "out")) if command == "build" else dqgen(command, str(missing))
+    r = (
+        dqgen(command, str(missing), *WORDS, "--out", str(tmp_path / "out"))
+        if command == "build"
+        else dqgen(command, str(missing))
+    )
     _assert_one_error_line(r, "nope.yaml", "no such spec file")
 
 
@@ -214,8 +229,17 @@ def test_build_json_without_gpu(tmp_path):
 
 
 def test_build_summary_table(tmp_path):
-    r = dqgen("build", "specs/gptq_int4_fp16.yaml", "--out", str(tmp_path), "--words", "1000", "--arch", "sm_90",
-              env={"CUDA_VISIBLE_DEVICES": "", "COLUMNS": "200"})
+    r = dqgen(
+        "build",
+        "specs/gptq_int4_fp16.yaml",
+        "--out",
+        str(tmp_path),
+        "--words",
+        "1000",
+        "--arch",
+        "sm_90",
+        env={"CUDA_VISIBLE_DEVICES": "", "COLUMNS": "200"},
+    )
     assert r.returncode == 0, r.stderr
     assert "gptq_int4_fp16" in r.stdout and "sm_90" in r.stdout and "no GPU: skipped" in r.stdout
     assert (tmp_path / "gptq_int4_fp16.sm_90.ptx").is_file()
@@ -230,11 +254,13 @@ def _presets() -> list[tuple[str, str, str]]:
 
     from dqgen import spec as sp
 
-    return ([("packing.order", n, sp.ORDER_PRESET_DOCS[n]) for n in sp.ORDER_PRESETS]
-            + [("source.codebook", n, sp.CODEBOOK_PRESET_DOCS[n]) for n in sp.CODEBOOK_PRESETS]
-            + [("source.format", m.value, sp.MINIFLOAT_DOCS[m.value]) for m in sp.MiniFloat]
-            + [("scales.dtype", n, sp.BLOCK_SCALE_DOCS[n]) for n in sp.BLOCK_SCALE_DTYPES]
-            + [("zeros.mode", n, sp.ZERO_MODE_DOCS[n]) for n in get_args(sp.ZeroMode)])
+    return (
+        [("packing.order", n, sp.ORDER_PRESET_DOCS[n]) for n in sp.ORDER_PRESETS]
+        + [("source.codebook", n, sp.CODEBOOK_PRESET_DOCS[n]) for n in sp.CODEBOOK_PRESETS]
+        + [("source.format", m.value, sp.MINIFLOAT_DOCS[m.value]) for m in sp.MiniFloat]
+        + [("scales.dtype", n, sp.BLOCK_SCALE_DOCS[n]) for n in sp.BLOCK_SCALE_DTYPES]
+        + [("zeros.mode", n, sp.ZERO_MODE_DOCS[n]) for n in get_args(sp.ZeroMode)]
+    )
 
 
 def _spec_rows() -> list[tuple[str, str, str]]:
@@ -256,7 +282,7 @@ def _row(out: str, *cells: str) -> str:
     pat = r"^[ \t]*" + r"[ \t]+".join(re.escape(c) for c in cells) + r"(?!\w)"
     m = re.search(pat, out, flags=re.M)
     assert m, f"no row {cells} in:\n{out}"
-    return out[m.start():out.index("\n", m.start())]
+    return out[m.start() : out.index("\n", m.start())]
 
 
 def test_list_shows_every_spec_and_preset():
@@ -294,13 +320,17 @@ def test_list_narrow_terminal_keeps_names_whole():
 
 def test_list_is_fast():
     """`dqgen list` validates specs and reads the preset tables: it never solves, proves or loads a GPU runtime."""
-    code = ("import sys; from typer.testing import CliRunner; from dqgen.cli import app; "
-            "r = CliRunner().invoke(app, ['list']); assert r.exit_code == 0, r.output; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dqgen', 'torch', 'numba', 'cuda', 'triton')))")
+    code = (
+        "import sys; from typer.testing import CliRunner; from dqgen.cli import app; "
+        "r = CliRunner().invoke(app, ['list']); assert r.exit_code == 0, r.output; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dqgen', 'torch', 'numba', 'cuda', 'triton')))"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     loaded = set(ast.literal_eval(r.stdout))
-    assert loaded.isdisjoint({"dqgen.solver", "dqgen.prove", "dqgen.plan", "dqgen.runtime", "dqgen.render", "torch", "numba"}), loaded
+    assert loaded.isdisjoint(
+        {"dqgen.solver", "dqgen.prove", "dqgen.plan", "dqgen.runtime", "dqgen.render", "torch", "numba"}
+    ), loaded
 
 
 def test_list_cli_runner(monkeypatch, tmp_path):
@@ -348,7 +378,6 @@ def test_readme_commands_are_what_ci_runs():
         assert cmds
         for cmd in cmds:
             assert cmd in ci_lines, f"README command not run verbatim by .ci/run: {cmd}"
-
 
 
 def test_explain_prints_f32_pack_in_ptx_operand_order():

@@ -135,7 +135,14 @@ def _interesting_f64(rng: np.random.Generator, fmt: FloatFormat, n: int) -> np.n
     ee = rng.integers(fmt.emin - fmt.mbits, fmt.emax - fmt.mbits + 1, size=n)
     mid = np.ldexp(k.astype(np.float64) + 0.5, ee.astype(np.int32))
     near = np.concatenate([mid, np.nextafter(mid, np.inf), np.nextafter(mid, -np.inf)])
-    edges = np.array([0.0, -0.0, 2.0 ** (fmt.emax + 1), float(fmt.decode((((1 << fmt.ebits) - 2) << fmt.mbits) | ((1 << fmt.mbits) - 1)))])
+    edges = np.array(
+        [
+            0.0,
+            -0.0,
+            2.0 ** (fmt.emax + 1),
+            float(fmt.decode((((1 << fmt.ebits) - 2) << fmt.mbits) | ((1 << fmt.mbits) - 1))),
+        ]
+    )
     return np.concatenate([x, near, -near, edges, np.array([np.inf, -np.inf])])
 
 

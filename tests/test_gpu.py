@@ -3,10 +3,10 @@ Skipped without a GPU; `scripts/gpu_all.sh` runs them (and the benchmarks) in on
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
-
-import math
 
 from dqgen.gpucheck import nan_equal_mismatches, to_numpy, to_torch
 from dqgen.reference import dequantize_reference, random_global_scale, random_inputs
@@ -30,7 +30,12 @@ def _spec(path, group_size=None):
 def _shapes(spec):
     """(K, N, group) cases from the issue, restricted to what the packing format allows."""
     P = spec.per_word
-    cases = [(4096, 4096, 128), (4096, 11008, 128), (192, 8 * P if spec.packing.axis == "N" else 40, 64), (4096, 4096, -1)]
+    cases = [
+        (4096, 4096, 128),
+        (4096, 11008, 128),
+        (192, 8 * P if spec.packing.axis == "N" else 40, 64),
+        (4096, 4096, -1),
+    ]
     small_k = P if spec.packing.axis == "K" else 1
     small_n = P if spec.packing.axis == "N" else 1
     cases.append((small_k, small_n, -1))
@@ -60,8 +65,10 @@ def _assert_equal(spec, got, want, what):
     bad = nan_equal_mismatches(np.asarray(got).view(np.uint16), want.view(np.uint16), spec.target.value)
     if bad.size:
         r, c = bad[0]
-        raise AssertionError(f"{what}: {len(bad)} mismatches, first at [{r}, {c}]: "
-                             f"got 0x{int(got.view(np.uint16)[r, c]):04X}, reference 0x{int(want.view(np.uint16)[r, c]):04X}")
+        raise AssertionError(
+            f"{what}: {len(bad)} mismatches, first at [{r}, {c}]: "
+            f"got 0x{int(got.view(np.uint16)[r, c]):04X}, reference 0x{int(want.view(np.uint16)[r, c]):04X}"
+        )
 
 
 def _check(kernel, K, N, seed=0, **kw):
@@ -82,9 +89,9 @@ def test_bit_exact_all_shapes(path):
     for K, N, G in _shapes(base):
         if base.scales.block:
             G = base.scales.group_size
-        if G > 0 and (K % G or (base.packing.axis == "K" and G % base.per_word)) or K % _k_unit(base):
+        if (G > 0 and (K % G or (base.packing.axis == "K" and G % base.per_word))) or K % _k_unit(base):
             continue
-        if base.act_order and G < 0 or base.zeros.packed and N % base.per_word:
+        if (base.act_order and G < 0) or (base.zeros.packed and N % base.per_word):
             continue  # act-order needs groups; packed zeros need whole words along N
         _check(_kernel(_spec(path, G)), K, N, seed=K + N)
 
@@ -184,10 +191,18 @@ def test_every_kernel_variant_bit_exact_with_tails(path):
 
 ZERO_MODE_CASES = [
     # (name, base spec overrides): every zero mode on both packings, fp16 and bf16, and act-order
-    (f"{axis}-{bits}b-{mode}-{target}{'-act' if act else ''}",
-     dict(name="zm", source=dict(bits=bits, kind="unsigned"), target=target,
-          packing=dict(axis=axis, order="awq" if (axis == "N" and bits == 4) else "sequential"),
-          scales=dict(group_size=64), zeros=dict(mode=mode), act_order=act))
+    (
+        f"{axis}-{bits}b-{mode}-{target}{'-act' if act else ''}",
+        dict(
+            name="zm",
+            source=dict(bits=bits, kind="unsigned"),
+            target=target,
+            packing=dict(axis=axis, order="awq" if (axis == "N" and bits == 4) else "sequential"),
+            scales=dict(group_size=64),
+            zeros=dict(mode=mode),
+            act_order=act,
+        ),
+    )
     for axis in ("N", "K")
     for bits in (4, 8)
     for mode in ("none", "integer", "gptq_v1", "gptq_v2", "float", "additive")
@@ -230,7 +245,10 @@ def test_bad_g_idx_rejected_before_launch():
 
 _E2M1 = dict(bits=4, kind="float", format="e2m1")
 NEW_FORMAT_CASES = [
-    (f"{name}-{target}", dict(dict(name="nf", source=source, target=target, packing=dict(axis="K"), scales=scales), **extra))
+    (
+        f"{name}-{target}",
+        dict(dict(name="nf", source=source, target=target, packing=dict(axis="K"), scales=scales), **extra),
+    )
     for target in ("fp16", "bf16")
     for name, source, scales, extra in (
         ("u3b4-g128", dict(bits=3, kind="biased", bias=4), dict(group_size=128), {}),
@@ -242,8 +260,16 @@ NEW_FORMAT_CASES = [
         ("nvfp4", _E2M1, dict(group_size=16, dtype="e4m3", global_scale=True), {}),
         ("nvfp4-sm90", _E2M1, dict(group_size=16, dtype="e4m3", global_scale=True), dict(arch="sm_90")),
         # minifloats with target scales: bit placement / lookup on sm_80, the hardware cvt on sm_90
-        *((f"{fmt}-{arch}", dict(bits=8 if fmt != "e2m1" else 4, kind="float", format=fmt), dict(group_size=128), dict(arch=arch))
-          for fmt in ("e4m3", "e5m2", "e2m1") for arch in ("sm_80", "sm_90")),
+        *(
+            (
+                f"{fmt}-{arch}",
+                dict(bits=8 if fmt != "e2m1" else 4, kind="float", format=fmt),
+                dict(group_size=128),
+                dict(arch=arch),
+            )
+            for fmt in ("e4m3", "e5m2", "e2m1")
+            for arch in ("sm_80", "sm_90")
+        ),
         ("nf4", dict(bits=4, kind="codebook", codebook="nf4"), dict(group_size=64), {}),
         ("codebook-5", dict(bits=4, kind="codebook", codebook=[-0.0, -1.5, 0.25, 3.0, 1e-3]), dict(group_size=128), {}),
     )
@@ -303,8 +329,14 @@ def test_new_formats_every_variant_with_tails(case):
 @pytest.mark.parametrize("target", ["fp16", "bf16"])
 def test_nvfp4_every_global_scale(target):
     """The global-scale seeds cycle through tiny (2^-20, 2^-24) and ordinary scales."""
-    spec = load_spec(dict(NEW_FORMAT_CASES[0][1], source=_E2M1, target=target,
-                          scales=dict(group_size=16, dtype="e4m3", global_scale=True)))
+    spec = load_spec(
+        dict(
+            NEW_FORMAT_CASES[0][1],
+            source=_E2M1,
+            target=target,
+            scales=dict(group_size=16, dtype="e4m3", global_scale=True),
+        )
+    )
     k = _kernel(spec)
     for seed in range(7):
         _check(k, 256, 264, seed=seed)

@@ -163,11 +163,11 @@ def round_rne(v: Fraction, ebits: int, mbits: int, zero_sign: int) -> int:
     sign = s << (width - 1)
     if N == 0:
         return sign  # underflow keeps the sign of the exact result
-    if N == 1 << (mbits + 1):
+    if 1 << (mbits + 1) == N:
         N, e = N >> 1, e + 1
     if e > emax:
         return sign | (((1 << ebits) - 1) << mbits)
-    if N < 1 << mbits:
+    if 1 << mbits > N:
         return sign | N  # subnormal
     return sign | ((e + bias) << mbits) | (N - (1 << mbits))
 
@@ -247,13 +247,19 @@ def operands(kind: str, fmt: str, n: int, seed: int) -> list[np.ndarray]:
     if kind == "fma":
         ea = rng.integers(bias - 8, bias + 8, size=k)
         eb_ = base - ea + bias
-        add(_pattern(rng, k, eb, mb, ea), _pattern(rng, k, eb, mb, eb_), _pattern(rng, k, eb, mb, base + rng.integers(-d, d + 1, size=k)))
+        add(
+            _pattern(rng, k, eb, mb, ea),
+            _pattern(rng, k, eb, mb, eb_),
+            _pattern(rng, k, eb, mb, base + rng.integers(-d, d + 1, size=k)),
+        )
     else:
         add(_pattern(rng, k, eb, mb, base), _pattern(rng, k, eb, mb, base + rng.integers(-d, d + 1, size=k)))
     # 3. subnormals and the smallest normals
     add(*(_pattern(rng, k, eb, mb, rng.integers(0, 3, size=k)) for _ in range(arity)))
     # 4. extreme exponents (overflow to inf, underflow to subnormal / zero)
-    ext = lambda: np.where(rng.random(k) < 0.5, rng.integers(0, 4, size=k), rng.integers((1 << eb) - 5, (1 << eb) - 1, size=k))  # noqa: E731
+    ext = lambda: np.where(
+        rng.random(k) < 0.5, rng.integers(0, 4, size=k), rng.integers((1 << eb) - 5, (1 << eb) - 1, size=k)
+    )
     add(*(_pattern(rng, k, eb, mb, ext()) for _ in range(arity)))
     # 5. signed zeros mixed with anything
     zero = lambda: (rng.integers(0, 2, size=k) << (eb + mb)).astype(np.int64)  # noqa: E731
@@ -329,7 +335,13 @@ def _halves(r: np.ndarray) -> tuple[int, int]:
     return v & 0xFFFF, v >> 16
 
 
-@pytest.mark.parametrize("fmt,sub,fma,mul", [("fp16", Opcode.SUB_F16X2, Opcode.FMA_F16X2, Opcode.MUL_F16X2), ("bf16", Opcode.SUB_BF16X2, Opcode.FMA_BF16X2, Opcode.MUL_BF16X2)])
+@pytest.mark.parametrize(
+    "fmt,sub,fma,mul",
+    [
+        ("fp16", Opcode.SUB_F16X2, Opcode.FMA_F16X2, Opcode.MUL_F16X2),
+        ("bf16", Opcode.SUB_BF16X2, Opcode.FMA_BF16X2, Opcode.MUL_BF16X2),
+    ],
+)
 def test_signed_zero_rules(fmt: str, sub: Opcode, fma: Opcode, mul: Opcode) -> None:
     one = 0x3C00 if fmt == "fp16" else 0x3F80
     x = 0x4248 if fmt == "fp16" else 0x4049  # 3.140625 / 3.140625
@@ -340,7 +352,10 @@ def test_signed_zero_rules(fmt: str, sub: Opcode, fma: Opcode, mul: Opcode) -> N
     assert _halves(emulate(sub, [_r(0x8000, 0x8000), _r(0x8000, 0x0000)], None)) == (0x0000, 0x8000)
     # fma: x*1 + (-x) = +0 ; (-x)*1 + x = +0 ; (+0)*(-1) + (-0) = -0 ; (+0)*(-1) + (+0) = +0
     assert _halves(emulate(fma, [_r(x, nx), _r(one, one), _r(nx, x)], None)) == (0x0000, 0x0000)
-    assert _halves(emulate(fma, [_r(0x0000, 0x0000), _r(one | 0x8000, one | 0x8000), _r(0x8000, 0x0000)], None)) == (0x8000, 0x0000)
+    assert _halves(emulate(fma, [_r(0x0000, 0x0000), _r(one | 0x8000, one | 0x8000), _r(0x8000, 0x0000)], None)) == (
+        0x8000,
+        0x0000,
+    )
     # the scale stage's idiom: fma(a, b, -0) keeps the sign of a zero product
     assert _halves(emulate(fma, [_r(0x0000, 0x8000), _r(x, x), _r(0x8000, 0x8000)], None)) == (0x0000, 0x8000)
     # mul: sign is the xor of the signs, also for zeros

@@ -22,8 +22,16 @@ ML = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml
 
 
 def spec_of(source: dict, target: str, arch: str = "sm_80", scales: dict | None = None, axis: str = "K") -> Spec:
-    return load_spec({"name": "t", "source": source, "target": target, "packing": {"axis": axis},
-                      "scales": scales or {"group_size": 128}, "arch": arch})
+    return load_spec(
+        {
+            "name": "t",
+            "source": source,
+            "target": target,
+            "packing": {"axis": axis},
+            "scales": scales or {"group_size": 128},
+            "arch": arch,
+        }
+    )
 
 
 def outputs(plan: Plan, env: dict[str, np.ndarray]) -> np.ndarray:
@@ -75,7 +83,9 @@ def test_minifloat_every_code_every_lane_equals_ml_dtypes(fmt: str, target: str,
     w, f = lane_words(bits, spec.per_word, np.random.default_rng(3))
     want = f.astype(np.uint8).view(ML[fmt]).astype(np.float32).astype(NP_TARGET[target])  # exact: fits both targets
     for plan in plans:
-        got = outputs(plan, {"w": w[:, None][:, 0], **{k: np.full(w.size, v) for k, v in unit_scales(plan, target).items()}})
+        got = outputs(
+            plan, {"w": w[:, None][:, 0], **{k: np.full(w.size, v) for k, v in unit_scales(plan, target).items()}}
+        )
         ok = same_bits(got, want, target)
         assert ok.all(), f"{plan.strategy}: code 0x{int(f[~ok][0]):02X} -> 0x{int(got[~ok][0]):04X}"
 
@@ -112,7 +122,12 @@ def test_mxfp4_every_scale_code_equals_ml_dtypes(target: str) -> None:
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("target", ["fp16", "bf16"])
 def test_nvfp4_tiny_global_scale_does_not_underflow(target: str, arch: str) -> None:
-    spec = spec_of({"bits": 4, "kind": "float", "format": "e2m1"}, target, arch, scales={"group_size": 16, "dtype": "e4m3", "global_scale": True})
+    spec = spec_of(
+        {"bits": 4, "kind": "float", "format": "e2m1"},
+        target,
+        arch,
+        scales={"group_size": 16, "dtype": "e4m3", "global_scale": True},
+    )
     plan = solve(spec)
     assert plan.scale_regs[-1] == "gs"
     rng = np.random.default_rng(8)
@@ -120,7 +135,9 @@ def test_nvfp4_tiny_global_scale_does_not_underflow(target: str, arch: str) -> N
     w = rng.integers(0, 1 << 32, size=n, dtype=np.uint64).astype(np.uint32)
     sc = rng.integers(0, 256, size=n).astype(np.uint32)
     # tiny global scales: casting g to fp16 first (the bug class of vllm PR#37135) would flush it to 0
-    g = np.float32(2.0) ** rng.integers(-40, -20, size=n).astype(np.float32) * rng.uniform(1, 2, size=n).astype(np.float32)
+    g = np.float32(2.0) ** rng.integers(-40, -20, size=n).astype(np.float32) * rng.uniform(1, 2, size=n).astype(
+        np.float32
+    )
     got = outputs(plan, {"w": w, "sc": sc, "gs": g.view(np.uint32)})
     f = np.stack([(w >> np.uint32(4 * j)) & np.uint32(15) for j in range(8)], axis=1)
     vals = f.astype(np.uint8).view(ml_dtypes.float4_e2m1fn).astype(np.float64)
@@ -143,7 +160,15 @@ def test_three_bit_codes_straddling_words() -> None:
     block = sum(codes[:, i].astype(object) << (3 * i) for i in range(32))
     words = [np.array([(int(b) >> (32 * k)) & 0xFFFFFFFF for b in block], dtype=np.uint32) for k in range(3)]
     one = 0x3C003C00
-    got = outputs(plan, {"w0": words[0], "w1": words[1], "w2": words[2], **{r: np.full(4096, one, dtype=np.uint32) for r in plan.scale_regs}})
+    got = outputs(
+        plan,
+        {
+            "w0": words[0],
+            "w1": words[1],
+            "w2": words[2],
+            **{r: np.full(4096, one, dtype=np.uint32) for r in plan.scale_regs},
+        },
+    )
     assert (got.astype(np.uint16).view(np.float16).astype(np.int64) == codes).all()
 
 
@@ -201,17 +226,34 @@ def test_mutating_a_special_value_constant_is_caught(const_why: str) -> None:
     if const_why.startswith("one unit"):
         spec = spec_of({"bits": 8, "kind": "float", "format": "e4m3"}, "fp16", "sm_80")
     else:
-        spec = spec_of({"bits": 4, "kind": "float", "format": "e2m1"}, "fp16", scales={"group_size": 32, "dtype": "e8m0"})
+        spec = spec_of(
+            {"bits": 4, "kind": "float", "format": "e2m1"}, "fp16", scales={"group_size": 32, "dtype": "e8m0"}
+        )
     plan = solve(spec)
     ops = list(plan.ops)
     hits = [i for i, op in enumerate(ops) if any(c.why.startswith(const_why) for c in op.consts)]
     assert hits
     i = hits[0]
     op = ops[i]
-    args = tuple(Const(a.value ^ (a.value & -a.value), a.why, a.kind) if isinstance(a, Const) and a.why.startswith(const_why) else a for a in op.args)
+    args = tuple(
+        Const(a.value ^ (a.value & -a.value), a.why, a.kind)
+        if isinstance(a, Const) and a.why.startswith(const_why)
+        else a
+        for a in op.args
+    )
     ops[i] = Op(op.opcode, op.dst, args, op.why, op.stage, op.imm, op.imm_why)
-    mutated = Plan(plan.spec_name, plan.strategy, plan.summary, plan.target, plan.sm, plan.elements, plan.inputs, ops, plan.outputs,
-                   scale_regs=plan.scale_regs)
+    mutated = Plan(
+        plan.spec_name,
+        plan.strategy,
+        plan.summary,
+        plan.target,
+        plan.sm,
+        plan.elements,
+        plan.inputs,
+        ops,
+        plan.outputs,
+        scale_regs=plan.scale_regs,
+    )
     assert quick_check(plan, spec) is None
     assert quick_check(mutated, spec) is not None
 

@@ -211,7 +211,13 @@ class _CpuDLPack(_FakeCudaDLPack):
 
 class _FakeCAI:
     def __init__(self) -> None:
-        self.__cuda_array_interface__ = {"shape": (4, 2), "typestr": "<u4", "data": (0, False), "version": 3, "strides": None}
+        self.__cuda_array_interface__ = {
+            "shape": (4, 2),
+            "typestr": "<u4",
+            "data": (0, False),
+            "version": 3,
+            "strides": None,
+        }
 
 
 def test_dlpack_and_cai_parsing() -> None:

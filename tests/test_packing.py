@@ -30,19 +30,27 @@ BITS = [1, 2, 4, 8]
 FAST = settings(max_examples=60, deadline=None)
 
 
-def make_spec(bits: int, axis: str, order: list[int] | str = "sequential", kind: str = "unsigned",
-              zeros: str = "none", bias: int | None = None) -> Spec:
+def make_spec(
+    bits: int,
+    axis: str,
+    order: list[int] | str = "sequential",
+    kind: str = "unsigned",
+    zeros: str = "none",
+    bias: int | None = None,
+) -> Spec:
     source: dict = {"bits": bits, "kind": kind}
     if bias is not None:
         source["bias"] = bias
-    return load_spec({
-        "name": "t",
-        "source": source,
-        "target": "fp16",
-        "packing": {"axis": axis, "order": order},
-        "scales": {"group_size": -1},
-        "zeros": {"mode": zeros},
-    })
+    return load_spec(
+        {
+            "name": "t",
+            "source": source,
+            "target": "fp16",
+            "packing": {"axis": axis, "order": order},
+            "scales": {"group_size": -1},
+            "zeros": {"mode": zeros},
+        }
+    )
 
 
 @st.composite
@@ -383,13 +391,15 @@ def wide_spec(bits: int, kind: str = "unsigned", bias: int | None = None) -> Spe
     source: dict = {"bits": bits, "kind": kind}
     if bias is not None:
         source["bias"] = bias
-    return load_spec({"name": "w", "source": source, "target": "fp16", "packing": {"axis": "K"},
-                      "scales": {"group_size": -1}})
+    return load_spec(
+        {"name": "w", "source": source, "target": "fp16", "packing": {"axis": "K"}, "scales": {"group_size": -1}}
+    )
 
 
 def src_spec(source: dict, axis: str = "K", target: str = "bf16") -> Spec:
-    return load_spec({"name": "f", "source": source, "target": target, "packing": {"axis": axis},
-                      "scales": {"group_size": -1}})
+    return load_spec(
+        {"name": "f", "source": source, "target": target, "packing": {"axis": axis}, "scales": {"group_size": -1}}
+    )
 
 
 def _block_layout(bits: int) -> tuple[int, int]:
@@ -480,14 +490,20 @@ def test_multiword_round_trips(data: st.DataObject, sks: tuple[Spec, int, int]) 
 
 def test_multiword_errors() -> None:
     spec = wide_spec(3)
-    with pytest.raises(ValueError, match=r"^qweight: 4 rows \(qweight.shape\[0\]\) is not a multiple of 3.*"
-                                         r"blocks of 3 int32 words holding 32 rows.*expected shape \(K \* 3 / 32, N\), "
-                                         r"got \(4, 2\) int32"):
+    with pytest.raises(
+        ValueError,
+        match=r"^qweight: 4 rows \(qweight.shape\[0\]\) is not a multiple of 3.*"
+        r"blocks of 3 int32 words holding 32 rows.*expected shape \(K \* 3 / 32, N\), "
+        r"got \(4, 2\) int32",
+    ):
         unpack(np.zeros((4, 2), dtype=np.int32), spec)
     with pytest.raises(ValueError, match=r"^qweight: 5 rows"):
         repack(np.zeros((5, 2), dtype=np.int32), spec, wide_spec(3, "signed"))
-    with pytest.raises(ValueError, match=r"^codes: K=48 \(codes.shape\[0\]\) is not a multiple of 32.*block of 3 "
-                                         r"32-bit words packed along K"):
+    with pytest.raises(
+        ValueError,
+        match=r"^codes: K=48 \(codes.shape\[0\]\) is not a multiple of 32.*block of 3 "
+        r"32-bit words packed along K",
+    ):
         pack(np.zeros((48, 2), dtype=np.int32), spec)
     with pytest.raises(ValueError, match=r"^codes:.*\[0, 8\).*max 8"):
         pack(np.full((32, 1), 8), spec)

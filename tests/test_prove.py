@@ -4,8 +4,9 @@ cover every code at every lane; ``code_values`` / ``expected_bits`` agree with h
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,12 +21,22 @@ ROOT = Path(__file__).resolve().parent.parent
 SPECS = {p.stem: p for p in sorted((ROOT / "specs").glob("*.yaml"))}
 
 
-def make(bits: int, kind: str, target: str, order: Any, bias: int | None = None, zeros: str = "none", axis: str = "N") -> Spec:
+def make(
+    bits: int, kind: str, target: str, order: Any, bias: int | None = None, zeros: str = "none", axis: str = "N"
+) -> Spec:
     src: dict[str, Any] = {"bits": bits, "kind": kind}
     if bias is not None:
         src["bias"] = bias
-    return load_spec({"name": "t", "source": src, "target": target, "packing": {"axis": axis, "order": order},
-                      "scales": {"group_size": 128}, "zeros": {"mode": zeros}})
+    return load_spec(
+        {
+            "name": "t",
+            "source": src,
+            "target": target,
+            "packing": {"axis": axis, "order": order},
+            "scales": {"group_size": 128},
+            "zeros": {"mode": zeros},
+        }
+    )
 
 
 _PLANS: dict[str, tuple[Spec, Plan]] = {}
@@ -73,7 +84,9 @@ def replace_const(plan: Plan, pick: Callable[[Op], bool], old: int, new: int) ->
     ops = list(plan.ops)
     for i, op in enumerate(ops):
         if pick(op) and old in [c.value for c in op.consts]:
-            args = tuple(dataclasses.replace(a, value=new) if isinstance(a, Const) and a.value == old else a for a in op.args)
+            args = tuple(
+                dataclasses.replace(a, value=new) if isinstance(a, Const) and a.value == old else a for a in op.args
+            )
             ops[i] = dataclasses.replace(op, args=args)
             return dataclasses.replace(plan, ops=ops)
     raise AssertionError(f"no op with constant 0x{old:08X}")
@@ -201,7 +214,9 @@ def test_code_values_awq_order() -> None:
     got = code_values(spec, np.array([0x76543210], dtype=np.uint32), None)
     assert got.tolist() == [[0, 4, 1, 5, 2, 6, 3, 7]]
     spec8 = make(4, "biased", "fp16", "awq", bias=8)
-    assert code_values(spec8, np.array([0x76543210], dtype=np.uint32), None).tolist() == [[-8, -4, -7, -3, -6, -2, -5, -1]]
+    assert code_values(spec8, np.array([0x76543210], dtype=np.uint32), None).tolist() == [
+        [-8, -4, -7, -3, -6, -2, -5, -1]
+    ]
 
 
 def test_code_values_with_zeros() -> None:
@@ -238,7 +253,9 @@ def test_expected_bits_hand_worked() -> None:
     # bf16: 127 * 3 = 381 rounds to 380 (ulp 2 at 256..512, tie -> even mantissa 0x3E)
     i8b = make(8, "signed", "bf16", "sequential")
     three = np.full((1, 4), 0x4040, dtype=np.uint32)
-    assert expected_bits(i8b, np.array([0x00007F00], dtype=np.uint32), None, three).tolist() == [[0, (135 << 7) | 0x3E, 0, 0]]
+    assert expected_bits(i8b, np.array([0x00007F00], dtype=np.uint32), None, three).tolist() == [
+        [0, (135 << 7) | 0x3E, 0, 0]
+    ]
 
 
 def run_plan(plan: Plan, words: np.ndarray, zeros: np.ndarray | None, **scale_regs: np.ndarray) -> np.ndarray:
@@ -285,20 +302,32 @@ def test_extreme_global_scales_match_formula(name: str) -> None:
     words, _ = lane_cases(spec, rng)
     words = np.repeat(words, 256, axis=0)
     codes = np.tile(np.arange(256, dtype=np.uint32), len(words) // 256)
-    for gs_bits in (rng.integers(1, 0x00800000, size=len(words)), 0x7F7FFFFF - rng.integers(0, 1 << 26, size=len(words)),
-                    rng.integers(0x2A000000, 0x36000000, size=len(words))):  # 2^-43 .. 2^-19: the target's far range
+    for gs_bits in (
+        rng.integers(1, 0x00800000, size=len(words)),
+        0x7F7FFFFF - rng.integers(0, 1 << 26, size=len(words)),
+        rng.integers(0x2A000000, 0x36000000, size=len(words)),
+    ):  # 2^-43 .. 2^-19: the target's far range
         gs = (gs_bits | (rng.integers(0, 2, size=len(words)) << 31)).astype(np.uint32)
         want = expected_bits(spec, words, None, codes, gs=gs)
         assert np.array_equal(run_plan(plan, words, None, sc=codes, gs=gs), want)
-        assert 0 < np.count_nonzero(np.isin(want & 0x7FFF, [0, 0x7C00, 0x7F80]) ) < want.size  # some but not all saturate
+        assert (
+            0 < np.count_nonzero(np.isin(want & 0x7FFF, [0, 0x7C00, 0x7F80])) < want.size
+        )  # some but not all saturate
 
 
 def test_nan_products_compare_as_ptx_canonical_nan() -> None:
     """0 * inf is NaN: PTX writes 0x7FFF, and the expected value must use the same pattern."""
     from dqgen.prove import expected_bits
 
-    spec = load_spec({"name": "b1", "source": {"bits": 1, "kind": "unsigned"}, "target": "fp16",
-                      "packing": {"axis": "N"}, "scales": {"group_size": -1}})
+    spec = load_spec(
+        {
+            "name": "b1",
+            "source": {"bits": 1, "kind": "unsigned"},
+            "target": "fp16",
+            "packing": {"axis": "N"},
+            "scales": {"group_size": -1},
+        }
+    )
     words = np.zeros(1, dtype=np.uint32)  # every code 0
     scales = np.full((1, 32), 0x7C00, dtype=np.uint32)  # +inf
     assert (expected_bits(spec, words, None, scales) == 0x7FFF).all()

@@ -78,8 +78,11 @@ def _all_specs() -> list:
     # The layout/zero tests below model AWQ-style zeros and row // group groups; shipped specs with
     # other zero modes or act-order are covered by MODE_SPECS and the act-order tests further down.
     shipped = [load_spec(p) for p in SPEC_FILES]
-    params = [pytest.param(s, id=s.name) for s in shipped
-              if s.zeros.mode in ("none", "integer") and not s.act_order and _integer_single_word(s)]
+    params = [
+        pytest.param(s, id=s.name)
+        for s in shipped
+        if s.zeros.mode in ("none", "integer") and not s.act_order and _integer_single_word(s)
+    ]
     params += [pytest.param(load_spec(d), id=name) for name, d in EXTRA_SPECS.items()]
     return params
 
@@ -90,15 +93,30 @@ ZERO_MODES = ["none", "integer", "gptq_v1", "gptq_v2", "float", "additive"]
 PACKED = ("integer", "gptq_v1", "gptq_v2")
 
 
-def _mspec(name: str, *, bits: int = 4, kind: str = "unsigned", bias: int | None = None, target: str = "fp16",
-           axis: str = "N", order: str | list[int] = "sequential", gs: int = 16, mode: str = "none",
-           act_order: bool = False) -> dict:
+def _mspec(
+    name: str,
+    *,
+    bits: int = 4,
+    kind: str = "unsigned",
+    bias: int | None = None,
+    target: str = "fp16",
+    axis: str = "N",
+    order: str | list[int] = "sequential",
+    gs: int = 16,
+    mode: str = "none",
+    act_order: bool = False,
+) -> dict:
     source: dict = {"bits": bits, "kind": kind}
     if bias is not None:
         source["bias"] = bias
     return {
-        "name": name, "source": source, "target": target, "packing": {"axis": axis, "order": order},
-        "scales": {"group_size": gs}, "zeros": {"mode": mode}, "act_order": act_order,
+        "name": name,
+        "source": source,
+        "target": target,
+        "packing": {"axis": axis, "order": order},
+        "scales": {"group_size": gs},
+        "zeros": {"mode": mode},
+        "act_order": act_order,
     }
 
 
@@ -117,20 +135,31 @@ def _mode_spec_dicts() -> dict[str, dict]:
         d[n] = _mspec(n, target=target, axis="K", mode=mode, act_order=True)
     # Packed zeros with a non-sequential order along K: qzeros stay sequential (GPTQ).
     d["u4_k_rev_integer"] = _mspec("u4_k_rev_integer", axis="K", order=list(range(7, -1, -1)), mode="integer")
-    d["u2_k_perm_v1_act"] = _mspec("u2_k_perm_v1_act", bits=2, axis="K", order=[(5 * j) % 16 for j in range(16)],
-                                   mode="gptq_v1", act_order=True, target="bf16")
+    d["u2_k_perm_v1_act"] = _mspec(
+        "u2_k_perm_v1_act",
+        bits=2,
+        axis="K",
+        order=[(5 * j) % 16 for j in range(16)],
+        mode="gptq_v1",
+        act_order=True,
+        target="bf16",
+    )
     # Packed zeros along N with a custom order: qzeros use the same order (AWQ).
-    d["u2_n_perm_v1"] = _mspec("u2_n_perm_v1", bits=2, axis="N", order=[(3 * j) % 16 for j in range(16)],
-                               mode="gptq_v1", gs=32)
+    d["u2_n_perm_v1"] = _mspec(
+        "u2_n_perm_v1", bits=2, axis="N", order=[(3 * j) % 16 for j in range(16)], mode="gptq_v1", gs=32
+    )
     d["u8_n_ft_v2_bf16"] = _mspec("u8_n_ft_v2_bf16", bits=8, axis="N", order="ft_int8", mode="gptq_v2", target="bf16")
     # Signed / biased codes with float and additive zeros, per-channel groups, 8-bit act_order.
     d["s4_n_float_bf16"] = _mspec("s4_n_float_bf16", kind="signed", mode="float", target="bf16", gs=-1)
-    d["u4b8_k_additive_bf16"] = _mspec("u4b8_k_additive_bf16", kind="biased", bias=8, axis="K", mode="additive",
-                                       target="bf16")
-    d["u8b128_k_act_additive_fp16"] = _mspec("u8b128_k_act_additive_fp16", bits=8, kind="biased", bias=128,
-                                             axis="K", mode="additive", act_order=True)
-    d["s8_k_act_float_fp16"] = _mspec("s8_k_act_float_fp16", bits=8, kind="signed", axis="K", mode="float",
-                                      act_order=True, gs=32)
+    d["u4b8_k_additive_bf16"] = _mspec(
+        "u4b8_k_additive_bf16", kind="biased", bias=8, axis="K", mode="additive", target="bf16"
+    )
+    d["u8b128_k_act_additive_fp16"] = _mspec(
+        "u8b128_k_act_additive_fp16", bits=8, kind="biased", bias=128, axis="K", mode="additive", act_order=True
+    )
+    d["s8_k_act_float_fp16"] = _mspec(
+        "s8_k_act_float_fp16", bits=8, kind="signed", axis="K", mode="float", act_order=True, gs=32
+    )
     return d
 
 
@@ -241,7 +270,7 @@ def _ties_and_neighbours(mbits: int, emin: int, emax: int) -> np.ndarray:
         for e in (emin, emin + 1, -3, 0, 7, emax):
             vals.append(math.ldexp(base + half_ulp_1, e))  # a tie
     sub_q = 2.0 ** (emin - mbits)  # smallest subnormal
-    for k in (0.5, 1.5, 2.5, 3.5, 1.0, 2.0 ** mbits - 0.5, 2.0 ** mbits + 0.5):
+    for k in (0.5, 1.5, 2.5, 3.5, 1.0, 2.0**mbits - 0.5, 2.0**mbits + 0.5):
         vals.append(k * sub_q)
     largest = (2.0 - 2.0**-mbits) * 2.0**emax
     threshold = (2.0 - 2.0 ** -(mbits + 1)) * 2.0**emax  # ties to even = inf
@@ -276,8 +305,21 @@ def test_round_bf16_matches_ml_dtypes_on_float32_inputs() -> None:
     f32 = rng.integers(0, 2**32, 200000, dtype=np.uint64).astype(np.uint32).view(np.float32)
     f32 = f32[np.isfinite(f32)]
     extra = np.array(
-        [0.0, -0.0, np.inf, -np.inf, 1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 2.0**-133, 2.0**-134, 3 * 2.0**-134,
-         np.finfo(np.float32).max, np.finfo(np.float32).tiny, 2.0**-149],
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            1 + 2**-8,
+            1 + 3 * 2**-8,
+            -(1 + 2**-8),
+            2.0**-133,
+            2.0**-134,
+            3 * 2.0**-134,
+            np.finfo(np.float32).max,
+            np.finfo(np.float32).tiny,
+            2.0**-149,
+        ],
         dtype=np.float32,
     )
     f32 = np.concatenate([f32, extra])
@@ -308,14 +350,34 @@ def test_round_matches_exact_fraction_model(fmt: str) -> None:
 def test_round_known_bit_patterns() -> None:
     # IEEE facts, written down independently of any implementation.
     fp16 = {
-        1.0: 0x3C00, 1 + 2**-11: 0x3C00, 1 + 3 * 2**-11: 0x3C02, 65504.0: 0x7BFF, 65520.0: 0x7C00,
-        65519.0: 0x7BFF, 2.0**-24: 0x0001, 2.0**-25: 0x0000, 3 * 2.0**-25: 0x0002, 2.0**-14: 0x0400,
-        -0.0: 0x8000, -2.0: 0xC000, math.inf: 0x7C00, -1e9: 0xFC00, 2.0**-14 - 2.0**-25: 0x0400,
+        1.0: 0x3C00,
+        1 + 2**-11: 0x3C00,
+        1 + 3 * 2**-11: 0x3C02,
+        65504.0: 0x7BFF,
+        65520.0: 0x7C00,
+        65519.0: 0x7BFF,
+        2.0**-24: 0x0001,
+        2.0**-25: 0x0000,
+        3 * 2.0**-25: 0x0002,
+        2.0**-14: 0x0400,
+        -0.0: 0x8000,
+        -2.0: 0xC000,
+        math.inf: 0x7C00,
+        -1e9: 0xFC00,
+        2.0**-14 - 2.0**-25: 0x0400,
     }
     bf16 = {
-        1.0: 0x3F80, 1 + 2**-8: 0x3F80, 1 + 3 * 2**-8: 0x3F82, 1 + 2**-8 + 2**-40: 0x3F81,
-        -0.0: 0x8000, 2.0**-133: 0x0001, 2.0**-134: 0x0000, 2.0**-126: 0x0080,
-        (2 - 2**-7) * 2.0**127: 0x7F7F, (2 - 2**-8) * 2.0**127: 0x7F80, -math.inf: 0xFF80,
+        1.0: 0x3F80,
+        1 + 2**-8: 0x3F80,
+        1 + 3 * 2**-8: 0x3F82,
+        1 + 2**-8 + 2**-40: 0x3F81,
+        -0.0: 0x8000,
+        2.0**-133: 0x0001,
+        2.0**-134: 0x0000,
+        2.0**-126: 0x0080,
+        (2 - 2**-7) * 2.0**127: 0x7F7F,
+        (2 - 2**-8) * 2.0**127: 0x7F80,
+        -math.inf: 0xFF80,
     }
     for x, bits in fp16.items():
         assert int(_round_bits(x, 5, 10)) == bits, (x, hex(int(_round_bits(x, 5, 10))))
@@ -364,7 +426,10 @@ def test_element_value_all_codes(spec: Spec) -> None:
 def test_shapes_for_known_layouts() -> None:
     by = {p.stem: load_spec(p) for p in SPEC_FILES}
     assert shapes_for(by["awq_int4_fp16"], 4096, 4096) == {
-        "qweight": (4096, 512), "scales": (32, 4096), "zeros": (32, 512)}
+        "qweight": (4096, 512),
+        "scales": (32, 4096),
+        "zeros": (32, 512),
+    }
     assert shapes_for(by["gptq_int4_fp16"], 4096, 11008) == {"qweight": (512, 11008), "scales": (32, 11008)}
     assert shapes_for(by["int8_fp16"], 4096, 4096) == {"qweight": (4096, 1024), "scales": (1, 4096)}
     with pytest.raises(ValueError, match="group_size"):
@@ -542,7 +607,9 @@ def test_random_inputs_cover_code_range(spec: Spec) -> None:
     mode = spec.zeros.mode
     G = shapes["scales"][0]
     if mode in PACKED:
-        assert zeros is not None and zeros.dtype == np.int32 and zeros.shape == shapes["zeros"] == (G, N // spec.per_word)
+        assert (
+            zeros is not None and zeros.dtype == np.int32 and zeros.shape == shapes["zeros"] == (G, N // spec.per_word)
+        )
         zf = _unpack_fields(zeros, bits)
         assert zf.min() == 0 and zf.max() == 2**bits - 1
     elif mode == "float":
@@ -695,8 +762,13 @@ def _exact_case(spec: Spec, K: int, N: int, seed: int) -> dict:
     else:
         rows = np.zeros(K, dtype=np.int64) if gs == -1 else np.arange(K) // gs
     return {
-        "codes": codes, "qweight": _pack_words(codes, spec, spec.packing.axis), "scales": scales,
-        "zeros": zeros, "zval": zval, "g_idx": g_idx, "rows": rows,
+        "codes": codes,
+        "qweight": _pack_words(codes, spec, spec.packing.axis),
+        "scales": scales,
+        "zeros": zeros,
+        "zval": zval,
+        "g_idx": g_idx,
+        "rows": rows,
     }
 
 
@@ -771,7 +843,9 @@ def test_zero_modes_full_tensor_vectorized(spec: Spec) -> None:
         if mode in PACKED:
             assert zeros is not None
             z = np.empty((zeros.shape[0], N), dtype=np.int64)
-            z.reshape(zeros.shape[0], N // p, p)[:, :, np.asarray(_zero_order_model(spec))] = _unpack_fields(zeros, bits)
+            z.reshape(zeros.shape[0], N // p, p)[:, :, np.asarray(_zero_order_model(spec))] = _unpack_fields(
+                zeros, bits
+            )
             vals = vals - (z + (1 if mode == "gptq_v1" else 0))[rows]
         if mode == "float":
             assert zeros is not None
@@ -804,14 +878,19 @@ def test_packed_zero_field_order_hand_checked() -> None:
     np.testing.assert_array_equal(W, np.tile([8.0 - z for z in (0, 4, 1, 5, 2, 6, 3, 7)], (8, 1)))
     # gptq_v1 does not wrap: stored 15 is z = 16, so code 0 gives -16 * s.
     spec = load_spec(_mspec("h", axis="K", mode="gptq_v1", gs=8))
-    W = dequantize_reference(spec, np.zeros((1, 8), np.int32), np.full((1, 8), 0.5, np.float16),
-                             np.array([[-1]], dtype=np.int32))
+    W = dequantize_reference(
+        spec, np.zeros((1, 8), np.int32), np.full((1, 8), 0.5, np.float16), np.array([[-1]], dtype=np.int32)
+    )
     np.testing.assert_array_equal(W.astype(np.float64), np.full((8, 8), -8.0))
 
 
 @pytest.mark.parametrize("layout", ["awq", "gptq", "gptq_act"])
 def test_gptq_v1_is_one_zero_step_below_v2(layout: str) -> None:
-    kw: dict = {"awq": {"axis": "N", "order": "awq"}, "gptq": {"axis": "K"}, "gptq_act": {"axis": "K", "act_order": True}}[layout]
+    kw: dict = {
+        "awq": {"axis": "N", "order": "awq"},
+        "gptq": {"axis": "K"},
+        "gptq_act": {"axis": "K", "act_order": True},
+    }[layout]
     v1 = load_spec(_mspec("v1", mode="gptq_v1", **kw))
     v2 = load_spec(_mspec("v2", mode="gptq_v2", **kw))
     integer = load_spec(_mspec("i", mode="integer", **kw))
@@ -871,7 +950,9 @@ def test_act_order_g_idx_selects_scale_and_zero_rows(mode: str) -> None:
     qweight = np.full((K // 8, N), 0x99999999, dtype=np.uint32).view(np.int32)  # every code 9
     scales = np.repeat(2.0 ** np.arange(G)[:, None], N, axis=1).astype(np.float16)  # group g: scale 2^g
     if mode == "gptq_v1":
-        zeros = np.repeat((np.arange(G, dtype=np.uint32) * np.uint32(0x11111111))[:, None], N // 8, axis=1).view(np.int32)
+        zeros = np.repeat((np.arange(G, dtype=np.uint32) * np.uint32(0x11111111))[:, None], N // 8, axis=1).view(
+            np.int32
+        )
         value = lambda g: (9 - (g + 1)) * 2.0**g
     elif mode == "float":
         zeros = np.repeat(np.arange(G, dtype=np.float64)[:, None] / 2, N, axis=1).astype(np.float16)
@@ -1023,15 +1104,34 @@ def _ml_values(dt: type, n: int) -> np.ndarray:
     return np.arange(n, dtype=np.uint8).view(dt).astype(np.float64)
 
 
-def _nspec(name: str, source: dict, *, target: str = "fp16", axis: str = "K", gs: int = -1,
-           sdtype: str | None = None, glob: bool = False, mode: str = "none", act_order: bool = False) -> Spec:
+def _nspec(
+    name: str,
+    source: dict,
+    *,
+    target: str = "fp16",
+    axis: str = "K",
+    gs: int = -1,
+    sdtype: str | None = None,
+    glob: bool = False,
+    mode: str = "none",
+    act_order: bool = False,
+) -> Spec:
     scales: dict = {"group_size": gs}
     if sdtype is not None:
         scales["dtype"] = sdtype
     if glob:
         scales["global_scale"] = True
-    return load_spec({"name": name, "source": source, "target": target, "packing": {"axis": axis},
-                      "scales": scales, "zeros": {"mode": mode}, "act_order": act_order})
+    return load_spec(
+        {
+            "name": name,
+            "source": source,
+            "target": target,
+            "packing": {"axis": axis},
+            "scales": scales,
+            "zeros": {"mode": mode},
+            "act_order": act_order,
+        }
+    )
 
 
 def _fp(fmt: str) -> dict:
@@ -1186,12 +1286,18 @@ def test_minifloat_dequant_every_code_scale_one(fmt: str, target: str, axis: str
     W = dequantize_reference(spec, qweight, scales)
     assert W.shape == codes.shape and W.dtype == _target_dtype(spec)
     vals = _ml_values(ML_SOURCE[fmt], n)[codes]
-    want = [None if math.isnan(v) else (_inf_bits(spec, v < 0) if math.isinf(v) else _target_bits(spec, Fraction(v), _neg(v)))
-            for v in vals.reshape(-1)]
+    want = [
+        None
+        if math.isnan(v)
+        else (_inf_bits(spec, v < 0) if math.isinf(v) else _target_bits(spec, Fraction(v), _neg(v)))
+        for v in vals.reshape(-1)
+    ]
     _assert_bits(spec, W, want, fmt)
     # The same, through numpy / ml_dtypes casts (exact: every code value fits the target).
     ok = ~np.isnan(vals)
-    np.testing.assert_array_equal(_bits16(W)[ok], vals[ok].astype(np.float32).astype(_target_dtype(spec)).view(np.uint16))
+    np.testing.assert_array_equal(
+        _bits16(W)[ok], vals[ok].astype(np.float32).astype(_target_dtype(spec)).view(np.uint16)
+    )
 
 
 @pytest.mark.parametrize("target", ["fp16", "bf16"])
@@ -1209,7 +1315,9 @@ def test_minifloat_times_target_scales_exact(fmt: str, target: str) -> None:
     W = dequantize_reference(spec, _pack_words(codes, spec, "N"), scales)
     cv = _ml_values(ML_SOURCE[fmt], n)
     s64 = scales.astype(np.float64)
-    want = [[_model_product(spec, [float(cv[codes[k, c]]), float(s64[k // 16, c])]) for c in range(N)] for k in range(K)]
+    want = [
+        [_model_product(spec, [float(cv[codes[k, c]]), float(s64[k // 16, c])]) for c in range(N)] for k in range(K)
+    ]
     _assert_bits(spec, W, want, fmt)
 
 
@@ -1258,7 +1366,16 @@ def _nvfp4_every_scale_case(spec: Spec, rng: np.random.Generator) -> tuple[np.nd
     return codes, _pack_words(codes, spec, "K"), np.arange(256, dtype=np.uint8).reshape(16, N)
 
 
-GLOBALS = [2.0**-20 * (1 + 5 * 2.0**-23), 2.0**-24, 1.0, (1 + 2.0**-23) * 2.0**-3, 2.0**-126, 2.0**-140, 1.5 * 2.0**127, -0.75]
+GLOBALS = [
+    2.0**-20 * (1 + 5 * 2.0**-23),
+    2.0**-24,
+    1.0,
+    (1 + 2.0**-23) * 2.0**-3,
+    2.0**-126,
+    2.0**-140,
+    1.5 * 2.0**127,
+    -0.75,
+]
 
 
 @pytest.mark.parametrize("target", ["fp16", "bf16"])
@@ -1273,7 +1390,9 @@ def test_nvfp4_every_scale_code_exact(target: str, g: float) -> None:
     e4 = _ml_values(E4M3, 256)
     s64 = e4[sc.astype(np.int64)]
     K, N = codes.shape
-    want = [[_model_nvfp4(spec, float(e2m1[codes[k, n]]), float(s64[k // 16, n]), g) for n in range(N)] for k in range(K)]
+    want = [
+        [_model_nvfp4(spec, float(e2m1[codes[k, n]]), float(s64[k // 16, n]), g) for n in range(N)] for k in range(K)
+    ]
     _assert_bits(spec, W, want, f"nvfp4 g={g}")
     # ml_dtypes float8_e4m3fn scales and a 0-d global scale are accepted.
     W2 = dequantize_reference(spec, qweight, sc.view(E4M3), global_scale=gs.reshape(()))
@@ -1324,9 +1443,12 @@ def test_nvfp4_fp32_step_is_observable() -> None:
             single = _target_bits(spec, Fraction(float(e2m1[q])) * Fraction(float(e4[s])) * Fraction(g), False)
             if single != _model_nvfp4(spec, float(e2m1[q]), float(e4[s]), g):
                 # Every (code, scale) pair that double-rounds differently with this g.
-                keep = [(q2, s2) for q2, s2 in cs
-                        if _model_nvfp4(spec, float(e2m1[q2]), float(e4[s2]), g)
-                        != _target_bits(spec, Fraction(float(e2m1[q2])) * Fraction(float(e4[s2])) * Fraction(g), False)]
+                keep = [
+                    (q2, s2)
+                    for q2, s2 in cs
+                    if _model_nvfp4(spec, float(e2m1[q2]), float(e4[s2]), g)
+                    != _target_bits(spec, Fraction(float(e2m1[q2])) * Fraction(float(e4[s2])) * Fraction(g), False)
+                ]
                 found = (g, keep)
                 break
         if found:
@@ -1441,21 +1563,39 @@ def test_block_scale_and_global_scale_errors() -> None:
             call()
 
     expect(r"^global_scale: required for scales.global_scale", lambda: dequantize_reference(nv, q, s))
-    expect(r"^global_scale: expected a 1-element float32 array, got \(1,\) float64",
-           lambda: dequantize_reference(nv, q, s, global_scale=g.astype(np.float64)))
-    expect(r"^global_scale: expected a 1-element float32 array, got \(2,\) float32",
-           lambda: dequantize_reference(nv, q, s, global_scale=np.ones(2, np.float32)))
-    expect(r"^global_scale: expected a 1-element float32 numpy array, got float",
-           lambda: dequantize_reference(nv, q, s, global_scale=0.5))
-    expect(r"^global_scale: spec has scales.global_scale false", lambda: dequantize_reference(mx, mq, ms, global_scale=g))
-    expect(r"^global_scale: spec has scales.global_scale false", lambda: dequantize_reference(plain, pq, ps, global_scale=g))
-    expect(r"^scales: expected uint8 e4m3 block-scale codes \(or ml_dtypes float8_e4m3fn\)",
-           lambda: dequantize_reference(nv, q, s.astype(BF16), global_scale=g))
+    expect(
+        r"^global_scale: expected a 1-element float32 array, got \(1,\) float64",
+        lambda: dequantize_reference(nv, q, s, global_scale=g.astype(np.float64)),
+    )
+    expect(
+        r"^global_scale: expected a 1-element float32 array, got \(2,\) float32",
+        lambda: dequantize_reference(nv, q, s, global_scale=np.ones(2, np.float32)),
+    )
+    expect(
+        r"^global_scale: expected a 1-element float32 numpy array, got float",
+        lambda: dequantize_reference(nv, q, s, global_scale=0.5),
+    )
+    expect(
+        r"^global_scale: spec has scales.global_scale false", lambda: dequantize_reference(mx, mq, ms, global_scale=g)
+    )
+    expect(
+        r"^global_scale: spec has scales.global_scale false",
+        lambda: dequantize_reference(plain, pq, ps, global_scale=g),
+    )
+    expect(
+        r"^scales: expected uint8 e4m3 block-scale codes \(or ml_dtypes float8_e4m3fn\)",
+        lambda: dequantize_reference(nv, q, s.astype(BF16), global_scale=g),
+    )
     expect(r"^scales: expected uint8 e4m3", lambda: dequantize_reference(nv, q, s.view(E8M0), global_scale=g))
     expect(r"^scales: expected uint8 e8m0", lambda: dequantize_reference(mx, mq, ms.view(E4M3)))
     expect(r"^scales: expected uint8 e8m0", lambda: dequantize_reference(mx, mq, ms.view(np.int8)))
-    expect(r"^scales: expected shape \(4, 32\) uint8 \(e4m3 codes\)", lambda: dequantize_reference(nv, q, s[:2], global_scale=g))
-    expect(r"^scales: expected dtype float16", lambda: dequantize_reference(plain, pq, ps.view(np.uint16).astype(np.uint8)))
+    expect(
+        r"^scales: expected shape \(4, 32\) uint8 \(e4m3 codes\)",
+        lambda: dequantize_reference(nv, q, s[:2], global_scale=g),
+    )
+    expect(
+        r"^scales: expected dtype float16", lambda: dequantize_reference(plain, pq, ps.view(np.uint16).astype(np.uint8))
+    )
     assert shapes_for(nv, 64, 32) == {"qweight": (8, 32), "scales": (4, 32), "global_scale": (1,)}
     assert shapes_for(mx, 64, 32) == {"qweight": (8, 32), "scales": (2, 32)}
 
@@ -1487,18 +1627,33 @@ def test_nf4_values_and_scaling(target: str) -> None:
     want = [[_model_product(spec, [cb_t[codes[k, n]], float(s64[k // 32, n])]) for n in range(N)] for k in range(K)]
     _assert_bits(spec, W, want, "nf4")
     # The two roundings are observable: rounding the unrounded codebook value times s once differs somewhere.
-    single = [[_target_bits(spec, Fraction(cb[codes[k, n]]) * Fraction(float(s64[k // 32, n])),
-                            (cb[codes[k, n]] < 0) != _neg(float(s64[k // 32, n])))
-               for n in range(N)] for k in range(K)]
+    single = [
+        [
+            _target_bits(
+                spec,
+                Fraction(cb[codes[k, n]]) * Fraction(float(s64[k // 32, n])),
+                (cb[codes[k, n]] < 0) != _neg(float(s64[k // 32, n])),
+            )
+            for n in range(N)
+        ]
+        for k in range(K)
+    ]
     assert (np.array(single, dtype=np.int64) != _bits16(W).astype(np.int64)).any()
 
 
-@pytest.mark.parametrize("book", [[-2.5, 0.1, 3.0, 1 / 3, -0.0, 7.77], [0.3, -1.7, 1e-3], [5.0], [0.1 * i for i in range(15)]])
+@pytest.mark.parametrize(
+    "book", [[-2.5, 0.1, 3.0, 1 / 3, -0.0, 7.77], [0.3, -1.7, 1e-3], [5.0], [0.1 * i for i in range(15)]]
+)
 def test_short_user_codebook(book: list[float]) -> None:
     """A user codebook with fewer than 2^bits entries: codes past the end are 0; -0.0 stays -0."""
     bits = 4
-    spec_dict = {"name": "cb", "source": {"bits": bits, "kind": "codebook", "codebook": book}, "target": "bf16",
-                 "packing": {"axis": "K"}, "scales": {"group_size": -1}}
+    spec_dict = {
+        "name": "cb",
+        "source": {"bits": bits, "kind": "codebook", "codebook": book},
+        "target": "bf16",
+        "packing": {"axis": "K"},
+        "scales": {"group_size": -1},
+    }
     spec = load_spec(spec_dict)
     n = 2**bits
     cb_t = [_rne(Fraction(v), 8, 7) if v != 0 else v for v in book] + [0.0] * (n - len(book))
@@ -1523,8 +1678,15 @@ def test_short_user_codebook(book: list[float]) -> None:
 # -- multi-word blocks (3-bit GPTQ and other widths) ------------------------------------------------
 
 
-def _gptq3(target: str = "fp16", kind: str = "unsigned", bias: int | None = None, gs: int = 32,
-           mode: str = "none", act_order: bool = False, bits: int = 3) -> Spec:
+def _gptq3(
+    target: str = "fp16",
+    kind: str = "unsigned",
+    bias: int | None = None,
+    gs: int = 32,
+    mode: str = "none",
+    act_order: bool = False,
+    bits: int = 3,
+) -> Spec:
     src: dict = {"bits": bits, "kind": kind}
     if bias is not None:
         src["bias"] = bias
@@ -1573,8 +1735,10 @@ def test_multiword_every_element_vs_python_packer(bits: int, kind: str, target: 
     scales = _wide_scales(spec, (1, N), rng)
     W = dequantize_reference(spec, qweight, scales)
     s64 = scales.astype(np.float64)
-    want = [[_model_product(spec, [float(_value(spec, int(codes[k, n]))), float(s64[0, n])]) for n in range(N)]
-            for k in range(K)]
+    want = [
+        [_model_product(spec, [float(_value(spec, int(codes[k, n]))), float(s64[0, n])]) for n in range(N)]
+        for k in range(K)
+    ]
     _assert_bits(spec, W, want, f"{bits}-bit")
 
 
@@ -1603,11 +1767,17 @@ def test_three_bit_shapes_and_errors() -> None:
         shapes_for(_gptq3(gs=-1), 48, 8)
     q, s, _, _ = random_inputs(spec, 256, 64, 0)
     assert q.shape == (24, 64) and q.dtype == np.int32
-    with pytest.raises(ValueError, match=r"^qweight: 23 rows \(qweight.shape\[0\]\) is not a multiple of 3.*"
-                                         r"expected shape \(K \* 3 / 32, N\), got \(23, 64\) int32"):
+    with pytest.raises(
+        ValueError,
+        match=r"^qweight: 23 rows \(qweight.shape\[0\]\) is not a multiple of 3.*"
+        r"expected shape \(K \* 3 / 32, N\), got \(23, 64\) int32",
+    ):
         dequantize_reference(spec, q[:23], s)
-    with pytest.raises(ValueError, match=r"^qweight: K=224 \(from qweight.shape\[0\] / 3 \* 32\) is not a multiple of "
-                                         r"scales.group_size=128"):
+    with pytest.raises(
+        ValueError,
+        match=r"^qweight: K=224 \(from qweight.shape\[0\] / 3 \* 32\) is not a multiple of "
+        r"scales.group_size=128",
+    ):
         dequantize_reference(spec, q[:21], s)
     with pytest.raises(ValueError, match=r"^qweight: expected shape \(24, 64\) int32 .*got \(24, 63\) int32"):
         dequantize_reference(spec, q[:, :63], s)
@@ -1635,12 +1805,14 @@ def test_three_bit_random_inputs_cover_codes() -> None:
 
 def test_round_fp32_matches_numpy() -> None:
     rng = np.random.default_rng(90)
-    x = np.concatenate([
-        _wide_f64(rng, 30000, -160, 130),  # fp32 subnormals, normals and overflow
-        _ties_and_neighbours(23, -126, 127),
-        rng.integers(0x3600_0000_0000_0000, 0x47F0_0000_0000_0000, 20000, dtype=np.uint64).view(np.float64),
-        np.array([0.0, -0.0, np.inf, -np.inf, 2.0**-149, 2.0**-150, 3 * 2.0**-151]),
-    ])
+    x = np.concatenate(
+        [
+            _wide_f64(rng, 30000, -160, 130),  # fp32 subnormals, normals and overflow
+            _ties_and_neighbours(23, -126, 127),
+            rng.integers(0x3600_0000_0000_0000, 0x47F0_0000_0000_0000, 20000, dtype=np.uint64).view(np.float64),
+            np.array([0.0, -0.0, np.inf, -np.inf, 2.0**-149, 2.0**-150, 3 * 2.0**-151]),
+        ]
+    )
     got = _round_to_bits_array(x, 8, 23)
     with np.errstate(over="ignore"):
         want = x.astype(np.float32).view(np.uint32).astype(np.int64)
@@ -1722,7 +1894,8 @@ def test_shipped_spec_every_element(spec: Spec) -> None:
         assert z is not None
         zval = np.empty((z.shape[0], N), dtype=np.int64)
         zval.reshape(z.shape[0], N // spec.per_word, spec.per_word)[:, :, np.asarray(_zero_order_model(spec))] = (
-            _unpack_fields(z, spec.source.bits))
+            _unpack_fields(z, spec.source.bits)
+        )
         zval = zval + (1 if mode == "gptq_v1" else 0)
     elif mode != "none":
         assert z is not None

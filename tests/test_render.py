@@ -133,7 +133,11 @@ def _converter_test_kernel(spec, converter: str) -> str:
     """A kernel that uses the header the way a user's kernel would: a packing block's words (one, or
     spec.words for 3-bit codes), prepared zero points, scale pairs or prepared block scales."""
     ns = f"dqgen::{spec.name}"
-    words = "w[threadIdx.x], " if spec.words == 1 else "".join(f"w[{spec.words} * threadIdx.x + {t}], " for t in range(spec.words))
+    words = (
+        "w[threadIdx.x], "
+        if spec.words == 1
+        else "".join(f"w[{spec.words} * threadIdx.x + {t}], " for t in range(spec.words))
+    )
     body = ""
     zr = ""
     if spec.zeros.packed:
@@ -202,7 +206,9 @@ def test_ptx_problems_reports_missing_instruction(solved):
     assert len(ptx_problems(plan, "")) == len(mnemonics)
 
 
-@pytest.mark.parametrize("cvt", ["cvt.rn.f16.s32", "cvt.rn.f32.s32", "cvt.rn.f32.u32", "cvt.rn.bf16.s8", "cvt.rn.f16.u16"])
+@pytest.mark.parametrize(
+    "cvt", ["cvt.rn.f16.s32", "cvt.rn.f32.s32", "cvt.rn.f32.u32", "cvt.rn.bf16.s8", "cvt.rn.f16.u16"]
+)
 def test_ptx_problems_reports_int_to_float_cvt(solved, cvt):
     path = ROOT / "specs" / "awq_int4_fp16.yaml"
     _, plan, _, _ = solved(path)
@@ -236,15 +242,27 @@ NEW_FORMATS = {
     # 3-bit GPTQ: 32 codes in 3 words (w0, w1, w2); fp16 and bf16, grouped and per-channel, float zeros
     "u3b4_fp16": dict(source=dict(bits=3, kind="biased", bias=4), target="fp16", scales=dict(group_size=128)),
     "s3_bf16": dict(source=dict(bits=3, kind="signed"), target="bf16", scales=dict(group_size=32)),
-    "u3_fp16_hqq": dict(source=dict(bits=3, kind="unsigned"), target="fp16", scales=dict(group_size=64), zeros=dict(mode="float")),
+    "u3_fp16_hqq": dict(
+        source=dict(bits=3, kind="unsigned"), target="fp16", scales=dict(group_size=64), zeros=dict(mode="float")
+    ),
     # MXFP4: e2m1 + e8m0 scale byte per 32 along K
-    "mxfp4_fp16": dict(source=dict(bits=4, kind="float", format="e2m1"), target="fp16", scales=dict(group_size=32, dtype="e8m0")),
-    "mxfp4_bf16": dict(source=dict(bits=4, kind="float", format="e2m1"), target="bf16", scales=dict(group_size=32, dtype="e8m0")),
+    "mxfp4_fp16": dict(
+        source=dict(bits=4, kind="float", format="e2m1"), target="fp16", scales=dict(group_size=32, dtype="e8m0")
+    ),
+    "mxfp4_bf16": dict(
+        source=dict(bits=4, kind="float", format="e2m1"), target="bf16", scales=dict(group_size=32, dtype="e8m0")
+    ),
     # NVFP4: e2m1 + e4m3 scale byte per 16 + fp32 global scale
-    "nvfp4_fp16": dict(source=dict(bits=4, kind="float", format="e2m1"), target="fp16",
-                       scales=dict(group_size=16, dtype="e4m3", global_scale=True)),
-    "nvfp4_bf16": dict(source=dict(bits=4, kind="float", format="e2m1"), target="bf16",
-                       scales=dict(group_size=16, dtype="e4m3", global_scale=True)),
+    "nvfp4_fp16": dict(
+        source=dict(bits=4, kind="float", format="e2m1"),
+        target="fp16",
+        scales=dict(group_size=16, dtype="e4m3", global_scale=True),
+    ),
+    "nvfp4_bf16": dict(
+        source=dict(bits=4, kind="float", format="e2m1"),
+        target="bf16",
+        scales=dict(group_size=16, dtype="e4m3", global_scale=True),
+    ),
 }
 
 
@@ -293,8 +311,10 @@ def test_new_format_converter_compiles_alone(key, arch, new_format):
     src = _converter_test_kernel(spec, converter)
     for want in ("ptx", "cubin"):
         r = compile_source(src, arch=arch, want=want, name=f"{spec.name}_converter_test.cu")
-        assert (r.ptx if want == "ptx" else r.cubin)
-    assert ptx_problems(plan, compile_source(src, arch=arch, want="ptx", name=f"{spec.name}_converter_test.cu").ptx) == []
+        assert r.ptx if want == "ptx" else r.cubin
+    assert (
+        ptx_problems(plan, compile_source(src, arch=arch, want="ptx", name=f"{spec.name}_converter_test.cu").ptx) == []
+    )
 
 
 def test_multi_word_interface(new_format):
@@ -312,7 +332,10 @@ def test_multi_word_interface(new_format):
     assert {v.vec for v in variants(spec)} == {4}
     # float zeros ride along: f[i] next to s[i]
     spec, plan, _, converter = new_format("u3_fp16_hqq")
-    assert "void dequant(unsigned w0, unsigned w1, unsigned w2, const unsigned* s, const unsigned* f, unsigned* out)" in converter
+    assert (
+        "void dequant(unsigned w0, unsigned w1, unsigned w2, const unsigned* s, const unsigned* f, unsigned* out)"
+        in converter
+    )
     assert "const unsigned f15 = f[15];" in converter
 
 
@@ -347,5 +370,17 @@ def test_interface_mismatch_is_an_error(new_format):
         context(spec, bad)
     spec_mx, plan_mx, _, _ = new_format("mxfp4_fp16")
     with pytest.raises(ValueError, match="do not match the spec's scales"):
-        context(spec_mx, solve(load_spec(dict(name="plain", **_K, source=dict(bits=4, kind="float", format="e2m1"),
-                                                   target="fp16", scales=dict(group_size=32)))))
+        context(
+            spec_mx,
+            solve(
+                load_spec(
+                    dict(
+                        name="plain",
+                        **_K,
+                        source=dict(bits=4, kind="float", format="e2m1"),
+                        target="fp16",
+                        scales=dict(group_size=32),
+                    )
+                )
+            ),
+        )

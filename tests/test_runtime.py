@@ -35,20 +35,27 @@ def arr(shape, dtype, *, aligned=True, device=0, strides=None) -> DeviceArray:
             acc *= max(d, 1)
         strides = tuple(reversed(strides))
     ptr = 0x7F00_0000_0000 + next(_ptrs) * 0x10_0000 + (0 if aligned else 4)
-    return DeviceArray(ptr=ptr, shape=shape, strides_bytes=tuple(strides), dtype=dtype, device=device, kind="torch", obj=None)
+    return DeviceArray(
+        ptr=ptr, shape=shape, strides_bytes=tuple(strides), dtype=dtype, device=device, kind="torch", obj=None
+    )
 
 
 def spec(name):
     return load_spec(ROOT / "specs" / f"{name}.yaml")
 
 
-AWQ, GPTQ, INT8, AWQ_BF16, INT8_BF16 = (spec(n) for n in ("awq_int4_fp16", "gptq_int4_fp16", "int8_fp16", "awq_int4_bf16", "int8_bf16"))
+AWQ, GPTQ, INT8, AWQ_BF16, INT8_BF16 = (
+    spec(n) for n in ("awq_int4_fp16", "gptq_int4_fp16", "int8_fp16", "awq_int4_bf16", "int8_bf16")
+)
 
 
 def awq_inputs(K=256, N=4096, G=None, sdt=F16, **kw):
     """qweight [K, N/8], scales [K/128, N], zeros [K/128, N/8], out [K, N] for AWQ (group 128)."""
     G = K // 128 if G is None else G
-    return dict(qweight=arr((K, N // 8), I32), scales=arr((G, N), sdt), zeros=arr((G, N // 8), I32), out=arr((K, N), sdt)) | kw
+    return (
+        dict(qweight=arr((K, N // 8), I32), scales=arr((G, N), sdt), zeros=arr((G, N // 8), I32), out=arr((K, N), sdt))
+        | kw
+    )
 
 
 def gptq_inputs(K=256, N=4096, **kw):
@@ -396,13 +403,17 @@ INT3, MXFP4, NVFP4 = (spec(n) for n in ("gptq_int3_fp16", "mxfp4_bf16", "nvfp4_f
 
 def int3_inputs(K=256, N=64, **kw):
     """qweight [3K/32, N] (32 3-bit codes per 3 words along K), scales [K/128, N] fp16."""
-    return dict(qweight=arr((3 * K // 32, N), I32), scales=arr((K // 128, N), F16), zeros=None, out=arr((K, N), F16)) | kw
+    return (
+        dict(qweight=arr((3 * K // 32, N), I32), scales=arr((K // 128, N), F16), zeros=None, out=arr((K, N), F16)) | kw
+    )
 
 
 def fp4_inputs(s, K=256, N=64, sdt=U8, **kw):
     """qweight [K/8, N], uint8 block-scale codes [K/group, N], out [K, N]; a global scale for NVFP4."""
     tdt = BF16 if s.target.value == "bf16" else F16
-    d = dict(qweight=arr((K // 8, N), I32), scales=arr((K // s.scales.group_size, N), sdt), zeros=None, out=arr((K, N), tdt))
+    d = dict(
+        qweight=arr((K // 8, N), I32), scales=arr((K // s.scales.group_size, N), sdt), zeros=None, out=arr((K, N), tdt)
+    )
     d["global_scale"] = arr((1,), F32) if s.scales.global_scale else None
     return d | kw
 

@@ -62,7 +62,9 @@ def test_disassembler_sees_slow_conversions():
     """The check above can fail: a kernel with a static_cast shows I2F in the same pipeline."""
     from dqgen.nvrtc import compile_source
 
-    src = 'extern "C" __global__ void k(const int* a, float* b) { b[threadIdx.x] = static_cast<float>(a[threadIdx.x]); }'
+    src = (
+        'extern "C" __global__ void k(const int* a, float* b) { b[threadIdx.x] = static_cast<float>(a[threadIdx.x]); }'
+    )
     ops = disassemble(compile_source(src, arch="sm_90", want="cubin").cubin)
     assert any(op.startswith("I2F") for op in ops)
 

@@ -54,7 +54,16 @@ TABLE: dict[str, tuple[str, int | Fraction]] = {
 }
 
 
-def make(bits: int, kind: str, target: str, axis: str, order: Any, bias: int | None = None, zeros: str = "none", arch: str = "sm_80") -> Spec:
+def make(
+    bits: int,
+    kind: str,
+    target: str,
+    axis: str,
+    order: Any,
+    bias: int | None = None,
+    zeros: str = "none",
+    arch: str = "sm_80",
+) -> Spec:
     src: dict[str, Any] = {"bits": bits, "kind": kind}
     if bias is not None:
         src["bias"] = bias
@@ -81,7 +90,12 @@ def prmt_ref(a: int, b: int, sel: int) -> int:
     return out
 
 
-WORDS = [int(w) for w in np.random.default_rng(0).integers(0, 1 << 32, size=256, dtype=np.uint64)] + [0, 0xFFFFFFFF, 0x80808080, 0x7F7F7F7F]
+WORDS = [int(w) for w in np.random.default_rng(0).integers(0, 1 << 32, size=256, dtype=np.uint64)] + [
+    0,
+    0xFFFFFFFF,
+    0x80808080,
+    0x7F7F7F7F,
+]
 
 
 def same_prmt(sel: int, b: int, ref_sel: int, ref_b: int) -> bool:

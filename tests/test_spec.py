@@ -82,13 +82,22 @@ def test_valid_variants() -> None:
     assert load_spec(spec_with(arch="sm_90a")).sm == 90
     assert load_spec(spec_with(target="bf16", arch="sm_80")).target is Target.bf16
     assert load_spec(spec_with(**{"source.kind": "biased", "source.bias": 0})).source.offset == 0
-    assert load_spec(spec_with(**{"packing.axis": "K", "packing.order": "sequential", "scales.group_size": 64})).packing.axis == "K"
+    assert (
+        load_spec(
+            spec_with(**{"packing.axis": "K", "packing.order": "sequential", "scales.group_size": 64})
+        ).packing.axis
+        == "K"
+    )
     text = "name: y\nsource: {bits: 8, kind: signed}\ntarget: fp16\npacking: {axis: N}\nscales: {group_size: -1}\n"
     assert load_spec(text).order == [0, 1, 2, 3]
 
 
 INVALID: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
-    ("non-permutation order", spec_with(**{"packing.order": [0, 1, 2, 3, 4, 5, 6, 6]}), ("packing.order", "[0, 1, 2, 3, 4, 5, 6, 6]")),
+    (
+        "non-permutation order",
+        spec_with(**{"packing.order": [0, 1, 2, 3, 4, 5, 6, 6]}),
+        ("packing.order", "[0, 1, 2, 3, 4, 5, 6, 6]"),
+    ),
     ("order of wrong length", spec_with(**{"packing.order": [0, 1, 2, 3]}), ("packing.order", "[0, 1, 2, 3]")),
     ("unknown preset", spec_with(**{"packing.order": "zigzag"}), ("packing.order", "zigzag")),
     ("preset for other bits", spec_with(**{"source.bits": 8}), ("packing.order", "awq", "8")),
@@ -105,7 +114,11 @@ INVALID: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("bias out of range", spec_with(**{"source.kind": "biased", "source.bias": 16}), ("source", "bias", "16")),
     ("negative bias", spec_with(**{"source.kind": "biased", "source.bias": -1}), ("source", "bias", "-1")),
     ("bias with unsigned kind", spec_with(**{"source.bias": 8}), ("source", "bias", "unsigned")),
-    ("integer zeros with signed kind", spec_with(**{"source.kind": "signed", "zeros.mode": "integer"}), ("zeros.mode", "integer", "signed")),
+    (
+        "integer zeros with signed kind",
+        spec_with(**{"source.kind": "signed", "zeros.mode": "integer"}),
+        ("zeros.mode", "integer", "signed"),
+    ),
     (
         "K packing with group size not a multiple of 8",
         spec_with(**{"packing.axis": "K", "packing.order": "sequential", "scales.group_size": 100}),
@@ -161,14 +174,23 @@ def test_unsolvable_widths_are_spec_errors(bits: int) -> None:
     # 5-7-bit codes would straddle words in 5-7-word blocks that no strategy places: refused by the
     # schema, not by the solver after the fact
     with pytest.raises(SpecError) as ei:
-        load_spec({"name": "w", "source": {"bits": bits, "kind": "unsigned"}, "target": "fp16",
-                   "packing": {"axis": "K"}, "scales": {"group_size": -1}})
+        load_spec(
+            {
+                "name": "w",
+                "source": {"bits": bits, "kind": "unsigned"},
+                "target": "fp16",
+                "packing": {"axis": "K"},
+                "scales": {"group_size": -1},
+            }
+        )
     assert "[source.bits]" in str(ei.value) and f"got {bits}" in str(ei.value) and "1, 2, 3, 4, 8" in str(ei.value)
 
 
 def test_file_error_names_the_file(tmp_path: Path) -> None:
     p = tmp_path / "x.yaml"
-    p.write_text("name: x\nsource: {bits: 9, kind: unsigned}\ntarget: fp16\npacking: {axis: N}\nscales: {group_size: 1}\n")
+    p.write_text(
+        "name: x\nsource: {bits: 9, kind: unsigned}\ntarget: fp16\npacking: {axis: N}\nscales: {group_size: 1}\n"
+    )
     with pytest.raises(SpecError) as ei:
         load_spec(p)
     msg = str(ei.value)
@@ -189,8 +211,14 @@ NVFP4_SCALES = {"group_size": 16, "dtype": "e4m3", "global_scale": True}
 
 def k_spec(source: dict[str, Any], group_size: int = 128, **changes: Any) -> dict[str, Any]:
     """A spec packed sequentially along K with ``source`` and per-group fp16 scales, plus dotted changes."""
-    return spec_with(**{"source": copy.deepcopy(source), "packing": {"axis": "K", "order": "sequential"},
-                        "scales.group_size": group_size, **copy.deepcopy(changes)})
+    return spec_with(
+        **{
+            "source": copy.deepcopy(source),
+            "packing": {"axis": "K", "order": "sequential"},
+            "scales.group_size": group_size,
+            **copy.deepcopy(changes),
+        }
+    )
 
 
 def test_new_formats_load() -> None:
@@ -222,74 +250,174 @@ def test_new_formats_load() -> None:
 
 
 def test_new_format_yaml_loads() -> None:
-    text = ("name: mxfp4\nsource: {bits: 4, kind: float, format: e2m1}\ntarget: bf16\n"
-            "packing: {axis: K}\nscales: {group_size: 32, dtype: e8m0}\n")
+    text = (
+        "name: mxfp4\nsource: {bits: 4, kind: float, format: e2m1}\ntarget: bf16\n"
+        "packing: {axis: K}\nscales: {group_size: 32, dtype: e8m0}\n"
+    )
     assert load_spec(text).scales.dtype is ScaleDtype.e8m0
 
 
 INVALID_V5: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     # zero points shift integer codes: none with a minifloat or a codebook
-    *[(f"{mode} zeros with {name}", k_spec(src, zeros={"mode": mode}), ("[zeros.mode]", repr(mode), "'none'", name))
-      for mode in ("integer", "gptq_v1", "float", "additive")
-      for name, src in (("e4m3", E4M3), ("e2m1", E2M1), ("nf4", NF4))],
+    *[
+        (f"{mode} zeros with {name}", k_spec(src, zeros={"mode": mode}), ("[zeros.mode]", repr(mode), "'none'", name))
+        for mode in ("integer", "gptq_v1", "float", "additive")
+        for name, src in (("e4m3", E4M3), ("e2m1", E2M1), ("nf4", NF4))
+    ],
     # block scales
-    ("NVFP4 without global_scale", k_spec(E2M1, scales={"group_size": 16, "dtype": "e4m3"}),
-     ("[scales.global_scale]", "False", "true", "e4m3")),
-    ("global_scale with e8m0", k_spec(E2M1, scales={**MXFP4_SCALES, "global_scale": True}),
-     ("[scales.global_scale]", "True", "false", "e8m0")),
-    ("global_scale with fp16 scales", k_spec(E2M1, scales={"group_size": 32, "global_scale": True}),
-     ("[scales.global_scale]", "True", "false", "e4m3")),
-    ("global_scale with explicit fp16 scales", k_spec(E2M1, scales={"group_size": 32, "dtype": "fp16", "global_scale": True}),
-     ("[scales.global_scale]", "True", "false")),
+    (
+        "NVFP4 without global_scale",
+        k_spec(E2M1, scales={"group_size": 16, "dtype": "e4m3"}),
+        ("[scales.global_scale]", "False", "true", "e4m3"),
+    ),
+    (
+        "global_scale with e8m0",
+        k_spec(E2M1, scales={**MXFP4_SCALES, "global_scale": True}),
+        ("[scales.global_scale]", "True", "false", "e8m0"),
+    ),
+    (
+        "global_scale with fp16 scales",
+        k_spec(E2M1, scales={"group_size": 32, "global_scale": True}),
+        ("[scales.global_scale]", "True", "false", "e4m3"),
+    ),
+    (
+        "global_scale with explicit fp16 scales",
+        k_spec(E2M1, scales={"group_size": 32, "dtype": "fp16", "global_scale": True}),
+        ("[scales.global_scale]", "True", "false"),
+    ),
     ("e8m0 scales with e4m3 codes", k_spec(E4M3, scales=MXFP4_SCALES), ("[scales.dtype]", "'e8m0'", "e2m1", "e4m3")),
     ("e4m3 scales with nf4 codes", k_spec(NF4, scales=NVFP4_SCALES), ("[scales.dtype]", "'e4m3'", "e2m1", "nf4")),
-    ("e8m0 scales with integer codes", k_spec({"bits": 4, "kind": "unsigned"}, scales=MXFP4_SCALES),
-     ("[scales.dtype]", "'e8m0'", "e2m1", "u4")),
-    ("block scales packed along N", k_spec(E2M1, scales=MXFP4_SCALES, **{"packing.axis": "N"}),
-     ("[packing.axis]", "'N'", "'K'", "e8m0")),
-    ("block scales with group_size -1", k_spec(E2M1, scales={**MXFP4_SCALES, "group_size": -1}),
-     ("[scales.group_size]", "-1", "positive")),
-    ("NVFP4 with group_size -1", k_spec(E2M1, scales={**NVFP4_SCALES, "group_size": -1}),
-     ("[scales.group_size]", "-1", "positive")),
-    ("act_order with e8m0 block scales", k_spec(E2M1, scales=MXFP4_SCALES, act_order=True), ("[act_order]", "True", "block scales")),
-    ("act_order with e4m3 block scales", k_spec(E2M1, scales=NVFP4_SCALES, act_order=True), ("[act_order]", "True", "block scales")),
-    ("unknown scale dtype", k_spec(E2M1, scales={"group_size": 32, "dtype": "e5m2"}), ("[scales.dtype]", "'e5m2'", "e8m0")),
+    (
+        "e8m0 scales with integer codes",
+        k_spec({"bits": 4, "kind": "unsigned"}, scales=MXFP4_SCALES),
+        ("[scales.dtype]", "'e8m0'", "e2m1", "u4"),
+    ),
+    (
+        "block scales packed along N",
+        k_spec(E2M1, scales=MXFP4_SCALES, **{"packing.axis": "N"}),
+        ("[packing.axis]", "'N'", "'K'", "e8m0"),
+    ),
+    (
+        "block scales with group_size -1",
+        k_spec(E2M1, scales={**MXFP4_SCALES, "group_size": -1}),
+        ("[scales.group_size]", "-1", "positive"),
+    ),
+    (
+        "NVFP4 with group_size -1",
+        k_spec(E2M1, scales={**NVFP4_SCALES, "group_size": -1}),
+        ("[scales.group_size]", "-1", "positive"),
+    ),
+    (
+        "act_order with e8m0 block scales",
+        k_spec(E2M1, scales=MXFP4_SCALES, act_order=True),
+        ("[act_order]", "True", "block scales"),
+    ),
+    (
+        "act_order with e4m3 block scales",
+        k_spec(E2M1, scales=NVFP4_SCALES, act_order=True),
+        ("[act_order]", "True", "block scales"),
+    ),
+    (
+        "unknown scale dtype",
+        k_spec(E2M1, scales={"group_size": 32, "dtype": "e5m2"}),
+        ("[scales.dtype]", "'e5m2'", "e8m0"),
+    ),
     # codebooks
-    ("codebook with 17 entries", k_spec({"bits": 4, "kind": "codebook", "codebook": [float(i) for i in range(17)]}),
-     ("[source.codebook]", "17", "16")),
+    (
+        "codebook with 17 entries",
+        k_spec({"bits": 4, "kind": "codebook", "codebook": [float(i) for i in range(17)]}),
+        ("[source.codebook]", "17", "16"),
+    ),
     ("empty codebook", k_spec({"bits": 4, "kind": "codebook", "codebook": []}), ("[source.codebook]", "got 0")),
-    ("codebook on 3-bit codes", k_spec({"bits": 3, "kind": "codebook", "codebook": [0.0, 1.0]}), ("[source.bits]", "3", "4 bits")),
-    ("nf4 on 3-bit codes", k_spec({"bits": 3, "kind": "codebook", "codebook": "nf4"}), ("[source.bits]", "3", "4 bits")),
-    ("unknown codebook preset", k_spec({"bits": 4, "kind": "codebook", "codebook": "nf5"}), ("[source.codebook]", "'nf5'", "nf4")),
-    ("codebook with inf", k_spec({"bits": 4, "kind": "codebook", "codebook": [1.0, float("inf")]}),
-     ("[source.codebook]", "finite", "inf", "entry 1")),
-    ("codebook entry past fp16", k_spec({"bits": 4, "kind": "codebook", "codebook": [0.5, 70000.0]}),
-     ("[source.codebook]", "70000", "fp16 range", "inf")),
-    ("codebook of strings", k_spec({"bits": 4, "kind": "codebook", "codebook": ["x"]}),
-     ("[source.codebook]", "['x']", "preset name", "list of 1 to 16 numbers")),
-    ("codebook of booleans", k_spec({"bits": 4, "kind": "codebook", "codebook": [True, False]}),
-     ("[source.codebook]", "[True, False]", "numbers")),
-    ("codebook mapping", k_spec({"bits": 4, "kind": "codebook", "codebook": {"a": 1}}), ("[source.codebook]", "{'a': 1}", "preset name")),
+    (
+        "codebook on 3-bit codes",
+        k_spec({"bits": 3, "kind": "codebook", "codebook": [0.0, 1.0]}),
+        ("[source.bits]", "3", "4 bits"),
+    ),
+    (
+        "nf4 on 3-bit codes",
+        k_spec({"bits": 3, "kind": "codebook", "codebook": "nf4"}),
+        ("[source.bits]", "3", "4 bits"),
+    ),
+    (
+        "unknown codebook preset",
+        k_spec({"bits": 4, "kind": "codebook", "codebook": "nf5"}),
+        ("[source.codebook]", "'nf5'", "nf4"),
+    ),
+    (
+        "codebook with inf",
+        k_spec({"bits": 4, "kind": "codebook", "codebook": [1.0, float("inf")]}),
+        ("[source.codebook]", "finite", "inf", "entry 1"),
+    ),
+    (
+        "codebook entry past fp16",
+        k_spec({"bits": 4, "kind": "codebook", "codebook": [0.5, 70000.0]}),
+        ("[source.codebook]", "70000", "fp16 range", "inf"),
+    ),
+    (
+        "codebook of strings",
+        k_spec({"bits": 4, "kind": "codebook", "codebook": ["x"]}),
+        ("[source.codebook]", "['x']", "preset name", "list of 1 to 16 numbers"),
+    ),
+    (
+        "codebook of booleans",
+        k_spec({"bits": 4, "kind": "codebook", "codebook": [True, False]}),
+        ("[source.codebook]", "[True, False]", "numbers"),
+    ),
+    (
+        "codebook mapping",
+        k_spec({"bits": 4, "kind": "codebook", "codebook": {"a": 1}}),
+        ("[source.codebook]", "{'a': 1}", "preset name"),
+    ),
     ("codebook kind without codebook", k_spec({"bits": 4, "kind": "codebook"}), ("[source.codebook]", "needs", "nf4")),
-    ("codebook on an integer kind", k_spec({"bits": 4, "kind": "unsigned", "codebook": "nf4"}), ("[source.codebook]", "'unsigned'")),
+    (
+        "codebook on an integer kind",
+        k_spec({"bits": 4, "kind": "unsigned", "codebook": "nf4"}),
+        ("[source.codebook]", "'unsigned'"),
+    ),
     # bits that do not divide the stated packing
     ("3-bit with packing.words 1", k_spec(U3B4, **{"packing.words": 1}), ("[packing.words]", "got 1", "3")),
     ("3-bit with packing.words 2", k_spec(U3B4, **{"packing.words": 2}), ("[packing.words]", "got 2", "3")),
-    ("4-bit with packing.words 3", k_spec({"bits": 4, "kind": "unsigned"}, **{"packing.words": 3}), ("[packing.words]", "got 3", "1")),
+    (
+        "4-bit with packing.words 3",
+        k_spec({"bits": 4, "kind": "unsigned"}, **{"packing.words": 3}),
+        ("[packing.words]", "got 3", "1"),
+    ),
     ("3-bit packed along N", k_spec(U3B4, **{"packing.axis": "N"}), ("[packing.axis]", "'N'", "'K'", "3-bit")),
-    ("3-bit with the awq order", k_spec(U3B4, **{"packing.order": "awq"}), ("[packing.order]", "'awq'", "'sequential'", "3-bit")),
-    ("3-bit with packed integer zeros", k_spec({"bits": 3, "kind": "unsigned"}, zeros={"mode": "integer"}),
-     ("[zeros.mode]", "'integer'", "3-bit")),
+    (
+        "3-bit with the awq order",
+        k_spec(U3B4, **{"packing.order": "awq"}),
+        ("[packing.order]", "'awq'", "'sequential'", "3-bit"),
+    ),
+    (
+        "3-bit with packed integer zeros",
+        k_spec({"bits": 3, "kind": "unsigned"}, zeros={"mode": "integer"}),
+        ("[zeros.mode]", "'integer'", "3-bit"),
+    ),
     ("3-bit group not a multiple of 32", k_spec(U3B4, group_size=16), ("[scales.group_size]", "16", "32")),
     # minifloat formats
     ("e4m3 with bits 4", k_spec({**E4M3, "bits": 4}), ("[source.bits]", "e4m3", "8", "4")),
     ("e2m1 with bits 8", k_spec({**E2M1, "bits": 8}), ("[source.bits]", "e2m1", "4", "8")),
-    ("kind float without format", k_spec({"bits": 8, "kind": "float"}), ("[source.format]", "float", "e4m3", "e5m2", "e2m1")),
-    ("unknown minifloat format", k_spec({"bits": 8, "kind": "float", "format": "e3m4"}), ("[source.format]", "e3m4", "e4m3")),
-    ("format on an unsigned kind", k_spec({"bits": 8, "kind": "unsigned", "format": "e4m3"}),
-     ("[source.format]", "e4m3", "'float'", "'unsigned'")),
-    ("format on a biased kind", k_spec({"bits": 8, "kind": "biased", "bias": 128, "format": "e4m3"}),
-     ("[source.format]", "e4m3", "'float'", "'biased'")),
+    (
+        "kind float without format",
+        k_spec({"bits": 8, "kind": "float"}),
+        ("[source.format]", "float", "e4m3", "e5m2", "e2m1"),
+    ),
+    (
+        "unknown minifloat format",
+        k_spec({"bits": 8, "kind": "float", "format": "e3m4"}),
+        ("[source.format]", "e3m4", "e4m3"),
+    ),
+    (
+        "format on an unsigned kind",
+        k_spec({"bits": 8, "kind": "unsigned", "format": "e4m3"}),
+        ("[source.format]", "e4m3", "'float'", "'unsigned'"),
+    ),
+    (
+        "format on a biased kind",
+        k_spec({"bits": 8, "kind": "biased", "bias": 128, "format": "e4m3"}),
+        ("[source.format]", "e4m3", "'float'", "'biased'"),
+    ),
     ("format on a codebook kind", k_spec({**NF4, "format": "e2m1"}), ("[source.format]", "e2m1", "'codebook'")),
 ]
 
@@ -312,8 +440,10 @@ def test_invalid_new_format_spec(data: dict[str, Any], needles: tuple[str, ...])
 
 def test_invalid_new_format_yaml_names_file_and_field(tmp_path: Path) -> None:
     p = tmp_path / "nvfp4.yaml"
-    p.write_text("name: nvfp4\nsource: {bits: 4, kind: float, format: e2m1}\ntarget: fp16\n"
-                 "packing: {axis: K}\nscales: {group_size: 16, dtype: e4m3}\n")
+    p.write_text(
+        "name: nvfp4\nsource: {bits: 4, kind: float, format: e2m1}\ntarget: fp16\n"
+        "packing: {axis: K}\nscales: {group_size: 16, dtype: e4m3}\n"
+    )
     with pytest.raises(SpecError) as ei:
         load_spec(p)
     msg = str(ei.value)
@@ -341,4 +471,8 @@ def test_minifloat_layouts_agree_with_formats() -> None:
         assert (f.ebits, f.mbits, f.specials, f.signed) == (ebits, mbits, specials, True), name
     for name in BLOCK_SCALE_DTYPES:
         assert MINIFLOATS[name].width == 8, name
-    assert len(NF4_CODEBOOK) == 16 and NF4_CODEBOOK == sorted(NF4_CODEBOOK) and (NF4_CODEBOOK[0], NF4_CODEBOOK[-1]) == (-1.0, 1.0)
+    assert (
+        len(NF4_CODEBOOK) == 16
+        and sorted(NF4_CODEBOOK) == NF4_CODEBOOK
+        and (NF4_CODEBOOK[0], NF4_CODEBOOK[-1]) == (-1.0, 1.0)
+    )
