@@ -1,10 +1,13 @@
 """dqgen: a code-generation compiler for fast, proven GPU dequantization kernels."""
 
+__version__ = "0.2.0"
+
 from .packing import pack, pack_zeros, repack, unpack, unpack_zeros
 from .spec import Spec, SpecError, load_spec
 
 __all__ = [
     "Kernel",
+    "__version__",
     "Spec",
     "SpecError",
     "compile",

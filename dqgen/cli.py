@@ -15,6 +15,23 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"dqgen {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print dqgen's version and exit."
+    ),
+) -> None:
+    """Generate, prove and run fast GPU dequantization kernels."""
+
+
 def _fail(msg: str) -> None:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(2)
@@ -29,7 +46,7 @@ def _load(path: str):
 
 @app.command()
 def explain(
-    spec: str = typer.Argument(..., help="Path to a spec YAML file."),
+    spec: str = typer.Argument(..., help="A spec YAML file, or a shipped spec by name (dqgen list)."),
     as_json: bool = typer.Option(False, "--json", help="Print the Plan as JSON."),
     strategy: str | None = typer.Option(None, help="Show this strategy's best plan instead of the cheapest."),
     words: int = typer.Option(1_000_000, min=0, help="Random words in the proof (besides every code at every lane)."),
@@ -69,7 +86,7 @@ def explain(
 
 @app.command()
 def build(
-    spec: str = typer.Argument(..., help="Path to a spec YAML file."),
+    spec: str = typer.Argument(..., help="A spec YAML file, or a shipped spec by name (dqgen list)."),
     arch: str | None = typer.Option(None, help="Architecture to compile PTX and cubin for (default: the spec's)."),
     out: str = typer.Option("generated", help="Folder for the .cu, .cuh and .ptx files."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -108,7 +125,7 @@ def _parse_shapes(text: str) -> list[tuple[int, int, int | None]]:
 
 @app.command()
 def bench(
-    specs: list[str] = typer.Argument(..., help="Spec YAML files."),
+    specs: list[str] = typer.Argument(..., help="Spec YAML files or shipped spec names."),
     shapes: str | None = typer.Option(
         None, help="Comma-separated KxN[:G] (default: the five shapes of docs/performance.md)."
     ),
@@ -262,18 +279,26 @@ def _preset_rows() -> list[tuple[str, str, str, str]]:
 
 
 @app.command("list")
-def list_specs(directory: str = typer.Argument("specs", help="Folder of spec files.")) -> None:
-    """List the specs in DIRECTORY and every preset (packing orders, codebooks, minifloat formats, block scales, zero modes)."""
+def list_specs(
+    directory: str = typer.Argument(None, help="Folder of spec files (default: the specs shipped with dqgen)."),
+) -> None:
+    """List the specs in DIRECTORY (default: the shipped ones, each usable by name) and every preset."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    from .spec import SHIPPED_SPECS
+
+    shipped = directory is None
+    if directory is None:
+        directory = str(SHIPPED_SPECS)
     if not Path(directory).is_dir():
         _fail(f"{directory}: no such folder of specs")
     paths = sorted(Path(directory).glob("*.yaml"))
     console = Console()
-    specs = Table(title=f"Specs in {directory}/", box=box.SIMPLE_HEAD, title_justify="left")
+    title = "Shipped specs (use by name: dqgen build NAME)" if shipped else f"Specs in {directory}/"
+    specs = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     specs.add_column("spec", no_wrap=True, min_width=max([len(p.name) for p in paths], default=4))
     specs.add_column("conversion", no_wrap=True)
     specs.add_column("description")
@@ -281,11 +306,15 @@ def list_specs(directory: str = typer.Argument("specs", help="Folder of spec fil
         try:
             s = load_spec(p)
         except SpecError as e:
-            specs.add_row(Text(p.name), Text("INVALID", style="red"), Text(str(e).removeprefix(f"{p}: ")))
+            specs.add_row(
+                Text(p.stem if shipped else p.name), Text("INVALID", style="red"), Text(str(e).removeprefix(f"{p}: "))
+            )
             continue
         line = s.description.strip().splitlines()[0] if s.description.strip() else ""
         name = "" if s.name == p.stem else f" (name: {s.name})"
-        specs.add_row(Text(p.name), Text(f"{s.source.short} -> {s.target.value}"), Text(line + name))
+        specs.add_row(
+            Text(p.stem if shipped else p.name), Text(f"{s.source.short} -> {s.target.value}"), Text(line + name)
+        )
     console.print(specs)
     presets = Table(title="Presets", box=box.SIMPLE_HEAD, title_justify="left")
     rows = _preset_rows()

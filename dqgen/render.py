@@ -20,7 +20,8 @@ from .magic import fmt_num, half_pair
 from .plan import Plan
 from .spec import Spec
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+#: Shipped inside the package (wheel and checkout alike).
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 REG = re.compile(r"^[a-z][a-z0-9_]*$")
 BLOCK = 256
 

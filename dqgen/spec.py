@@ -588,19 +588,38 @@ def _format_validation_error(err: ValidationError, origin: str) -> SpecError:
     return SpecError(f"{origin}: " + "; ".join(parts))
 
 
-def load_spec(source: str | Path | dict) -> Spec:
-    """Load and validate a spec from a path, YAML text (several lines, or one {...} mapping) or a dict.
-    Raises ``SpecError`` with one line naming the field."""
+#: The specs shipped with dqgen (inside the package, so an installed wheel has them too).
+SHIPPED_SPECS = Path(__file__).resolve().parent / "specs"
+
+
+def shipped_specs() -> dict[str, Path]:
+    """Every shipped spec by name (its file stem): ``awq_int4_fp16`` -> ``.../dqgen/specs/awq_int4_fp16.yaml``."""
+    return {p.stem: p for p in sorted(SHIPPED_SPECS.glob("*.yaml"))}
+
+
+def _shipped_path(name: str) -> Path | None:
+    """A bare name (no folder, no suffix) that is no file here names a shipped spec."""
+    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name) or Path(name).exists():
+        return None
+    return shipped_specs().get(name)
+
+
+def load_spec(source: Spec | str | Path | dict) -> Spec:
+    """Load and validate a spec from a Spec, a shipped spec's name (``awq_int4_fp16``, see ``dqgen list``), a path,
+    YAML text (several lines, or one {...} mapping) or a dict. Raises ``SpecError`` with one line naming the field."""
+    if isinstance(source, Spec):
+        return source
     origin = "spec"
     if isinstance(source, dict):
         data = source
     else:
-        p = Path(source)
+        shipped = _shipped_path(source) if isinstance(source, str) else None
+        p = shipped or Path(source)
         # One line that is not a flow mapping is a path; YAML text spans lines (or is a {...} mapping).
         text_like = "\n" in str(source) or str(source).lstrip().startswith("{")
         if isinstance(source, Path) or not text_like:
             if not p.exists():
-                raise SpecError(f"{p}: no such spec file")
+                raise SpecError(f"{p}: no such spec file (nor a shipped spec: `dqgen list` shows them)")
             origin = str(p)
             try:
                 text = p.read_text()

@@ -17,7 +17,7 @@ if [[ " $STEPS " == *" tests "* ]]; then
 fi
 if [[ " $STEPS " == *" builds "* ]]; then
   tmp=$(mktemp -d)
-  for spec in specs/*.yaml; do
+  for spec in dqgen/specs/*.yaml; do
     python -m dqgen build "$spec" --json --words 100000 --out "$tmp/generated" > "$tmp/$(basename "$spec" .yaml).json" 2>> "$OUT/builds.err" || rc=1
   done
   python - "$tmp" "$OUT/builds.json" <<'PY' || rc=1
@@ -32,7 +32,7 @@ json.dump(reports, open(sys.argv[2], "w"), indent=1)
 PY
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
-  python -m dqgen bench ${BENCH_SPECS:-specs/awq_int4_fp16.yaml specs/awq_int4_bf16.yaml specs/gptq_int4_fp16.yaml specs/int8_fp16.yaml} \
+  python -m dqgen bench ${BENCH_SPECS:-awq_int4_fp16 awq_int4_bf16 gptq_int4_fp16 int8_fp16} \
     ${BENCH_ARGS:-} --docs "$OUT/performance.md" > "$OUT/bench.txt" 2> "$OUT/bench.log" || rc=1
   tail -5 "$OUT/bench.log"
 fi

@@ -1,5 +1,5 @@
 """Time every aligned kernel variant of some specs at some shapes (GB/s), to choose launch rules.
-Usage on a GPU machine: python scripts/variant_sweep.py specs/awq_int4_fp16.yaml 8192x28672 3584x37888"""
+Usage on a GPU machine: python scripts/variant_sweep.py awq_int4_fp16 8192x28672 3584x37888"""
 
 from __future__ import annotations
 

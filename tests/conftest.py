@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from dqgen.spec import SHIPPED_SPECS
+
 ROOT = Path(__file__).resolve().parent.parent
-SPECS = sorted((ROOT / "specs").glob("*.yaml"))
+SPECS = sorted(SHIPPED_SPECS.glob("*.yaml"))
 
 
 def _gpu() -> bool:

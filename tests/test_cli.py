@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from dqgen.cli import app
-from dqgen.spec import load_spec
+from dqgen.spec import SHIPPED_SPECS, load_spec
 
 from .conftest import ROOT, SPECS
 
-AWQ = "specs/awq_int4_fp16.yaml"
+AWQ = "dqgen/specs/awq_int4_fp16.yaml"
 WORDS = ["--words", "20000"]
 README = (ROOT / "README.md").read_text()
 
@@ -99,7 +99,7 @@ def test_readme_table_lists_every_spec():
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
 def test_every_spec_explains_proves_and_matches_readme(path):
-    r = dqgen("explain", f"specs/{path.name}", *WORDS)
+    r = dqgen("explain", f"dqgen/specs/{path.name}", *WORDS)
     assert r.returncode == 0, r.stderr
     assert re.search(r"^Proof: PROVEN: ", r.stdout, flags=re.M)
     table = readme_table()
@@ -131,7 +131,7 @@ INVALID = {
     "target_fp8": (AWQ_TEXT.replace("target: fp16", "target: fp8"), "target"),
     "unknown_field": (AWQ_TEXT + "colour: blue\n", "colour"),
     "bits_3": (AWQ_TEXT.replace("bits: 4", "bits: 3"), "packing.axis"),
-    "zeros_for_signed": ((ROOT / "specs" / "int8_fp16.yaml").read_text() + "zeros: {mode: integer}\n", "zeros.mode"),
+    "zeros_for_signed": ((SHIPPED_SPECS / "int8_fp16.yaml").read_text() + "zeros: {mode: integer}\n", "zeros.mode"),
 }
 
 
@@ -176,7 +176,7 @@ def test_unknown_strategy_is_one_error_line():
 
 def test_spec_path_without_yaml_suffix_missing(tmp_path):
     """A missing path without a .yaml suffix: still one error line, no traceback."""
-    r = dqgen("explain", "specs/awq_int4_fp16")
+    r = dqgen("explain", "dqgen/specs/awq_int4_fp16")
     _assert_one_error_line(r)
 
 
@@ -188,7 +188,9 @@ def test_existing_spec_file_with_other_suffix_explains(tmp_path):
 
 
 def test_missing_spec_file_without_yaml_suffix_is_named():
-    _assert_one_error_line(dqgen("explain", "specs/awq_int4_fp16"), "specs/awq_int4_fp16", "no such spec file")
+    _assert_one_error_line(
+        dqgen("explain", "dqgen/specs/awq_int4_fp16"), "dqgen/specs/awq_int4_fp16", "no such spec file"
+    )
 
 
 def test_build_out_is_a_file_is_one_error_line(tmp_path):
@@ -231,7 +233,7 @@ def test_build_json_without_gpu(tmp_path):
 def test_build_summary_table(tmp_path):
     r = dqgen(
         "build",
-        "specs/gptq_int4_fp16.yaml",
+        "dqgen/specs/gptq_int4_fp16.yaml",
         "--out",
         str(tmp_path),
         "--words",
@@ -264,7 +266,7 @@ def _presets() -> list[tuple[str, str, str]]:
 
 
 def _spec_rows() -> list[tuple[str, str, str]]:
-    """(file name, 'source -> target', first line of the YAML description) of every file in specs/."""
+    """(name, 'source -> target', first line of the YAML description) of every shipped spec."""
     import yaml
 
     from dqgen.spec import load_spec
@@ -273,7 +275,7 @@ def _spec_rows() -> list[tuple[str, str, str]]:
     for p in SPECS:
         s = load_spec(p)
         desc = yaml.safe_load(p.read_text())["description"].strip().splitlines()[0]
-        rows.append((p.name, f"{s.source.short} -> {s.target.value}", desc))
+        rows.append((p.stem, f"{s.source.short} -> {s.target.value}", desc))
     return rows
 
 
@@ -313,7 +315,7 @@ def test_list_narrow_terminal_keeps_names_whole():
     assert r.returncode == 0, r.stderr
     assert max(len(line.rstrip()) for line in r.stdout.splitlines()) <= 80
     for p in SPECS:
-        assert re.search(rf"^\s*{re.escape(p.name)}\s", r.stdout, flags=re.M), r.stdout
+        assert re.search(rf"^\s*{re.escape(p.stem)}\s", r.stdout, flags=re.M), r.stdout
     for field, name, _ in _presets():
         assert re.search(rf"^\s*{re.escape(field)}\s+{re.escape(name)}\s", r.stdout, flags=re.M), r.stdout
 
@@ -334,11 +336,11 @@ def test_list_is_fast():
 
 
 def test_list_cli_runner(monkeypatch, tmp_path):
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(tmp_path)  # the shipped specs are listed from any folder
     r = CliRunner().invoke(app, ["list"], env={"COLUMNS": "400"})
     assert r.exit_code == 0, r.output
-    listed = [m.group(1) for m in re.finditer(r"^\s*(\S+\.yaml)\s", r.output, flags=re.M)]
-    assert listed == [p.name for p in SPECS]
+    listed = [m.group(1) for m in re.finditer(r"^\s*(\w+)\s+\S+ -> (?:fp16|bf16)\s", r.output, flags=re.M)]
+    assert listed == [p.stem for p in SPECS]
     # an invalid spec in a directory is listed as INVALID with its one-line error, not a crash
     (tmp_path / "bad.yaml").write_text(AWQ_TEXT.replace("group_size: 128", "group_size: 0"))
     (tmp_path / "good.yaml").write_text(AWQ_TEXT)
@@ -360,7 +362,7 @@ def test_list_missing_folder_is_one_error_line(tmp_path):
 
 def test_explain_json_cli_runner(monkeypatch):
     monkeypatch.chdir(ROOT)
-    r = CliRunner().invoke(app, ["explain", "specs/int8_fp16.yaml", "--json", "--words", "1000"])
+    r = CliRunner().invoke(app, ["explain", "dqgen/specs/int8_fp16.yaml", "--json", "--words", "1000"])
     assert r.exit_code == 0
     d = json.loads(r.output)
     assert d["ops_per_8"]["convert"] == float(readme_table()["int8_fp16"]) and d["proof"]["ok"] is True
@@ -389,7 +391,7 @@ def test_explain_prints_f32_pack_in_ptx_operand_order():
 
     seen = 0
     for name in ("mxfp4_bf16", "nvfp4_fp16"):
-        spec = load_spec(ROOT / "specs" / f"{name}.yaml")
+        spec = load_spec(SHIPPED_SPECS / f"{name}.yaml")
         plan = solve(spec)
         text = render(spec, plan, None)
         for op in plan.ops:

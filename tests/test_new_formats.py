@@ -15,7 +15,7 @@ from dqgen.isa import Const
 from dqgen.plan import Op, Plan
 from dqgen.prove import prove, quick_check
 from dqgen.solver import candidates, solve
-from dqgen.spec import NF4_CODEBOOK, Spec, load_spec
+from dqgen.spec import NF4_CODEBOOK, SHIPPED_SPECS, Spec, load_spec
 
 NP_TARGET = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 ML = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml_dtypes.float4_e2m1fn}
@@ -260,9 +260,8 @@ def test_mutating_a_special_value_constant_is_caught(const_why: str) -> None:
 
 @pytest.mark.parametrize("name", ["mxfp4_bf16", "nvfp4_fp16", "gptq_int3_fp16", "fp8_e4m3_bf16_sm80", "nf4_bf16"])
 def test_new_shipped_specs_prove(name: str) -> None:
-    from .conftest import ROOT
 
-    spec = load_spec(ROOT / "specs" / f"{name}.yaml")
+    spec = load_spec(SHIPPED_SPECS / f"{name}.yaml")
     r = prove(solve(spec), spec, n_random=50_000)
     assert r.ok, r.failures
 

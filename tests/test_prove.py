@@ -15,10 +15,10 @@ from dqgen.isa import Const, Opcode
 from dqgen.plan import Op, Plan
 from dqgen.prove import code_values, expected_bits, lane_cases, prove, quick_check, random_float_zeros
 from dqgen.solver import solve
-from dqgen.spec import Spec, load_spec
+from dqgen.spec import SHIPPED_SPECS, Spec, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-SPECS = {p.stem: p for p in sorted((ROOT / "specs").glob("*.yaml"))}
+SPECS = {p.stem: p for p in sorted(SHIPPED_SPECS.glob("*.yaml"))}
 
 
 def make(

@@ -27,10 +27,10 @@ from dqgen.reference import (
     random_inputs,
     shapes_for,
 )
-from dqgen.spec import Spec, load_spec
+from dqgen.spec import SHIPPED_SPECS, Spec, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC_FILES = sorted((ROOT / "specs").glob("*.yaml"))
+SPEC_FILES = sorted(SHIPPED_SPECS.glob("*.yaml"))
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 # Widths and orders the shipped specs do not exercise: 1- and 2-bit codes, an explicit
@@ -524,7 +524,7 @@ def test_random_inputs_full_tensor_vectorized(spec: Spec) -> None:
 
 
 def _spec(stem: str) -> Spec:
-    return load_spec(ROOT / "specs" / f"{stem}.yaml")
+    return load_spec(SHIPPED_SPECS / f"{stem}.yaml")
 
 
 def test_error_message_example() -> None:

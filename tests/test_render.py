@@ -11,7 +11,7 @@ from dqgen.build import ptx_problems
 from dqgen.nvrtc import compile_source
 from dqgen.render import context, kernel_name, render_converter, render_kernel, variants
 from dqgen.solver import solve
-from dqgen.spec import load_spec
+from dqgen.spec import SHIPPED_SPECS, load_spec
 
 from .conftest import ROOT, SPECS
 
@@ -69,7 +69,7 @@ def test_specs_found():
 @pytest.mark.parametrize("path", SPECS, **_ids)
 def test_generated_files_are_up_to_date(path, solved):
     spec, _, kernel, converter = solved(path)
-    hint = f"generated/{spec.name} is stale: run `dqgen build specs/{path.name}`"
+    hint = f"generated/{spec.name} is stale: run `dqgen build {path.stem}`"
     cu, cuh = ROOT / "generated" / f"{spec.name}.cu", ROOT / "generated" / f"{spec.name}.cuh"
     assert cu.exists() and cuh.exists(), hint
     assert cu.read_bytes() == kernel.encode("utf-8"), hint
@@ -195,7 +195,7 @@ def test_zero_registers_fit_the_kernels_buffer(path, solved):
 
 
 def test_ptx_problems_reports_missing_instruction(solved):
-    path = ROOT / "specs" / "awq_int4_fp16.yaml"
+    path = SHIPPED_SPECS / "awq_int4_fp16.yaml"
     _, plan, _, _ = solved(path)
     mnemonics = sorted({op.opcode.ptx for op in plan.ops})
     assert "lop3.b32" in mnemonics
@@ -210,7 +210,7 @@ def test_ptx_problems_reports_missing_instruction(solved):
     "cvt", ["cvt.rn.f16.s32", "cvt.rn.f32.s32", "cvt.rn.f32.u32", "cvt.rn.bf16.s8", "cvt.rn.f16.u16"]
 )
 def test_ptx_problems_reports_int_to_float_cvt(solved, cvt):
-    path = ROOT / "specs" / "awq_int4_fp16.yaml"
+    path = SHIPPED_SPECS / "awq_int4_fp16.yaml"
     _, plan, _, _ = solved(path)
     mnemonics = sorted({op.opcode.ptx for op in plan.ops})
     ptx = "\n".join(f"\t{m} %r1, %r2, %r3;" for m in mnemonics) + f"\n\t{cvt} %h1, %r4;\n"

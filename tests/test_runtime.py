@@ -14,7 +14,7 @@ import dqgen
 from dqgen.device import DeviceArray, as_device_array
 from dqgen.render import VARIANTS_N, kernel_name, variants
 from dqgen.runtime import Kernel, Problem, ShapeError, default_variant, infer_problem
-from dqgen.spec import SpecError, load_spec
+from dqgen.spec import SHIPPED_SPECS, SpecError, load_spec
 
 from .conftest import ROOT
 
@@ -41,7 +41,7 @@ def arr(shape, dtype, *, aligned=True, device=0, strides=None) -> DeviceArray:
 
 
 def spec(name):
-    return load_spec(ROOT / "specs" / f"{name}.yaml")
+    return load_spec(SHIPPED_SPECS / f"{name}.yaml")
 
 
 AWQ, GPTQ, INT8, AWQ_BF16, INT8_BF16 = (
@@ -357,7 +357,7 @@ def test_as_device_array_rejects_numpy_naming_the_tensor():
 
 def test_compile_on_cpu(monkeypatch):
     monkeypatch.chdir(ROOT)
-    k = dqgen.compile("specs/awq_int4_fp16.yaml")
+    k = dqgen.compile("awq_int4_fp16")  # a shipped spec by name
     assert isinstance(k, Kernel) and isinstance(k, dqgen.Kernel)
     assert k.spec.name == "awq_int4_fp16"
     assert k.plan.per8("convert") == 9
@@ -370,7 +370,7 @@ def test_compile_on_cpu(monkeypatch):
 
 
 def test_kernel_checks_inputs_before_touching_a_gpu():
-    k = dqgen.compile(ROOT / "specs" / "awq_int4_fp16.yaml")
+    k = dqgen.compile(SHIPPED_SPECS / "awq_int4_fp16.yaml")
     with pytest.raises(ValueError, match="^qweight: "):
         k(np.zeros((4, 1), np.int32), np.zeros((1, 8), np.float16), np.zeros((1, 1), np.int32))
     d = awq_inputs()

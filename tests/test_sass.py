@@ -8,9 +8,7 @@ from fractions import Fraction
 import pytest
 
 from dqgen.sass import disassemble, sass_count
-from dqgen.spec import load_spec
-
-from .conftest import ROOT
+from dqgen.spec import SHIPPED_SPECS, load_spec
 
 # Targets per 8 outputs (best published figures, anchors.md): conversion only.
 TABLE = {
@@ -40,19 +38,19 @@ SM90_ONLY = {"fp8_e4m3_fp16": 4, "nvfp4_fp16": 15}
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("name", sorted(TABLE))
 def test_sass_meets_table_without_slow_conversions(name, arch):
-    c = sass_count(load_spec(ROOT / "specs" / f"{name}.yaml"), arch)
+    c = sass_count(load_spec(SHIPPED_SPECS / f"{name}.yaml"), arch)
     _check(c, TABLE[name], name, arch)
 
 
 @pytest.mark.parametrize("name", sorted(SM90_ONLY))
 def test_sass_of_sm90_specs(name):
-    c = sass_count(load_spec(ROOT / "specs" / f"{name}.yaml"), "sm_90")
+    c = sass_count(load_spec(SHIPPED_SPECS / f"{name}.yaml"), "sm_90")
     _check(c, SM90_ONLY[name], name, "sm_90")
 
 
 def _check(c, bound, name, arch):
     assert not c.slow, f"{name} {arch}: slow conversion instructions {c.slow}"
-    spec = load_spec(ROOT / "specs" / f"{name}.yaml")
+    spec = load_spec(SHIPPED_SPECS / f"{name}.yaml")
     if spec.source.kind.value != "float":  # fp8 specs may ask for the hardware cvt (F2FP) themselves
         assert not any(op.split(".")[0] in ("I2F", "I2FP", "F2F", "F2FP") for op in c.ops)
     assert 0 < c.per8 <= bound, c.line()
@@ -71,6 +69,6 @@ def test_disassembler_sees_slow_conversions():
 
 def test_counts_are_plan_counts_for_awq_fp16():
     """ptxas keeps the Plan: 1 shift, 4 LOP3, 2 HADD2 and 2 HFMA2 for 8 outputs."""
-    c = sass_count(load_spec(ROOT / "specs" / "awq_int4_fp16.yaml"), "sm_90")
+    c = sass_count(load_spec(SHIPPED_SPECS / "awq_int4_fp16.yaml"), "sm_90")
     assert c.per8 == Fraction(9)
     assert c.ops["LOP3.LUT"] == 4 and c.ops["SHF.R.U32.HI"] == 1

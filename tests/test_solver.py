@@ -20,10 +20,10 @@ import pytest
 from dqgen.isa import Const, Opcode
 from dqgen.plan import Op, Plan
 from dqgen.solver import NoPlanError, candidates, solve
-from dqgen.spec import Spec, load_spec
+from dqgen.spec import SHIPPED_SPECS, Spec, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-SPECS = {p.stem: p for p in sorted((ROOT / "specs").glob("*.yaml"))}
+SPECS = {p.stem: p for p in sorted(SHIPPED_SPECS.glob("*.yaml"))}
 
 # Best published per-8 conversion costs (anchors.md, "Per-8-element op counts"); where nobody
 # publishes one (3-bit blocks, codebooks) or the published one drops NaN (vLLM's e4m3 without cvt),

@@ -20,6 +20,7 @@ from dqgen.spec import (
     NF4_CODEBOOK,
     ORDER_PRESET_DOCS,
     ORDER_PRESETS,
+    SHIPPED_SPECS,
     ZERO_MODE_DOCS,
     MiniFloat,
     ScaleDtype,
@@ -32,7 +33,7 @@ from dqgen.spec import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC_FILES = sorted((ROOT / "specs").glob("*.yaml"))
+SPEC_FILES = sorted(SHIPPED_SPECS.glob("*.yaml"))
 
 BASE: dict[str, Any] = {
     "name": "t",
@@ -64,14 +65,14 @@ def test_shipped_specs_load() -> None:
 
 
 def test_shipped_spec_contents() -> None:
-    awq = load_spec(ROOT / "specs" / "awq_int4_fp16.yaml")
+    awq = load_spec(SHIPPED_SPECS / "awq_int4_fp16.yaml")
     assert awq.order == [0, 2, 4, 6, 1, 3, 5, 7] and awq.per_word == 8 and awq.zeros.mode == "integer"
-    gptq = load_spec(ROOT / "specs" / "gptq_int4_fp16.yaml")
+    gptq = load_spec(SHIPPED_SPECS / "gptq_int4_fp16.yaml")
     assert gptq.source.kind is SourceKind.biased and gptq.source.offset == 8 and gptq.source.short == "u4b8"
     assert gptq.order == list(range(8)) and gptq.packing.axis == "K"
-    ft = load_spec(ROOT / "specs" / "ft_int8_fp16.yaml")
+    ft = load_spec(SHIPPED_SPECS / "ft_int8_fp16.yaml")
     assert ft.order == [0, 2, 1, 3] and ft.source.short == "u8b128" and ft.per_word == 4
-    i8 = load_spec(ROOT / "specs" / "int8_bf16.yaml")
+    i8 = load_spec(SHIPPED_SPECS / "int8_bf16.yaml")
     assert i8.target is Target.bf16 and i8.source.short == "s8" and i8.sm == 80
 
 
