@@ -62,6 +62,7 @@ def published(spec: Spec) -> tuple[Fraction | int, str] | None:
     if kind is SourceKind.float:
         if tuple(spec.order) != tuple(range(spec.per_word)):
             return None
+        assert spec.source.format is not None, "the spec validator requires a format for kind 'float'"
         return _PUBLISHED_FLOAT.get((spec.source.format.value, spec.target.value, spec.sm >= 89))
     if kind is SourceKind.codebook or spec.words > 1:
         return None

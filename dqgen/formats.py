@@ -178,7 +178,10 @@ class MiniFloat:
             "finite": "no inf or NaN",
             "e8m0": "no sign or mantissa: 2^(E-127), 0xFF is NaN",
         }[self.specials]
-        return f"{self.name}: {int(self.signed)} sign bit, {self.ebits} exponent bits (bias {self.bias}), {self.mbits} mantissa bits; {rules}"
+        return (
+            f"{self.name}: {int(self.signed)} sign bit, {self.ebits} exponent bits (bias {self.bias}), "
+            f"{self.mbits} mantissa bits; {rules}"
+        )
 
 
 E4M3 = MiniFloat("e4m3", 4, 3, "fn")

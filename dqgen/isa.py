@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from functools import cache
-from typing import Union
 
 import numpy as np
 
@@ -41,7 +40,7 @@ class Const:
         return f"0x{self.value:08X}"
 
 
-Operand = Union[str, Const]
+Operand = str | Const
 
 
 class Opcode(Enum):

@@ -38,7 +38,8 @@ def magic_fact(fmt: FloatFormat) -> str:
     e = magic_exponent(fmt)
     return (
         f"{fmt.name} magic 0x{magic_bits(fmt):0{fmt.width // 4}X} = {magic_value(fmt)}.0: biased exponent "
-        f"{e} = bias {fmt.bias} + {fmt.mbits} mantissa bits, so the mantissa's unit is 2^({e}-{fmt.bias}-{fmt.mbits}) = 1 "
+        f"{e} = bias {fmt.bias} + {fmt.mbits} mantissa bits, "
+        f"so the mantissa's unit is 2^({e}-{fmt.bias}-{fmt.mbits}) = 1 "
         f"and (magic | q) = {magic_value(fmt)} + q for any integer 0 <= q < {magic_value(fmt)}"
     )
 
@@ -47,7 +48,10 @@ def magic_pair(fmt: FloatFormat, xor_bits: tuple[int, int] = (0, 0)) -> Const:
     """The magic in both 16-bit halves; ``xor_bits`` are field sign bits to flip in the same LOP3."""
     m = magic_bits(fmt)
     lo, hi = m | xor_bits[0], m | xor_bits[1]
-    why = f"magic {fmt.name}x2 {{{magic_value(fmt)}, {magic_value(fmt)}}}: exponent field {magic_exponent(fmt)} = {fmt.bias}+{fmt.mbits} makes the mantissa unit 1"
+    why = (
+        f"magic {fmt.name}x2 {{{magic_value(fmt)}, {magic_value(fmt)}}}: "
+        f"exponent field {magic_exponent(fmt)} = {fmt.bias}+{fmt.mbits} makes the mantissa unit 1"
+    )
     if any(xor_bits):
         why += (
             f"; XOR-ing the code's top bit (0x{xor_bits[0]:X} per half) turns two's complement into offset binary, "
@@ -56,7 +60,7 @@ def magic_pair(fmt: FloatFormat, xor_bits: tuple[int, int] = (0, 0)) -> Const:
     return Const(half_pair(lo, hi), why, "b32")
 
 
-def pair_const(fmt: FloatFormat, lo: Fraction | int, hi: Fraction | int, why: str) -> Const:
+def pair_const(fmt: FloatFormat, lo: Fraction | int | float, hi: Fraction | int | float, why: str) -> Const:
     """A pair of exact target values; raises ValueError if either is not representable."""
     return Const(half_pair(fmt.encode_exact(lo), fmt.encode_exact(hi)), why, f"{fmt.name}x2")
 

@@ -85,6 +85,7 @@ def element_values(spec: Spec, words: np.ndarray, fmt: FloatFormat) -> np.ndarra
     codebook entry rounded once to ``fmt`` (the spec's rule). NaN / inf as float64."""
     fields = code_fields(spec, words)
     if spec.source.kind is SourceKind.float:
+        assert spec.source.format is not None, "the spec validator requires a format for kind 'float'"
         mf = MINIFLOATS[spec.source.format.value]
         table = np.array([float(mf.decode(c)) for c in range(1 << mf.width)])
         return table[fields]
@@ -98,6 +99,8 @@ def element_values(spec: Spec, words: np.ndarray, fmt: FloatFormat) -> np.ndarra
 
 def block_scale_values(spec: Spec, codes: np.ndarray) -> np.ndarray:
     """float64 value of block-scale codes (e8m0: 2^(E-127), 0xFF NaN; e4m3: OCP e4m3fn)."""
+    if spec.scales.dtype is None:
+        raise ValueError(f"{spec.name}: scales.dtype is not set, so the scales are not block-scale codes")
     mf = MINIFLOATS[spec.scales.dtype.value]
     table = np.array([float(mf.decode(c)) for c in range(256)])
     return table[np.asarray(codes, dtype=np.int64) & 0xFF]
@@ -198,7 +201,7 @@ def _run(
                 env[f"f{i}"] = fzeros[:, 2 * i] | (fzeros[:, 2 * i + 1] << np.uint32(16))
     regs = plan.run(env)
     got = np.empty((w.shape[0], spec.per_word), dtype=np.uint32)
-    for o, (lo, hi) in zip(plan.outputs, plan.pairs):
+    for o, (lo, hi) in zip(plan.outputs, plan.pairs, strict=True):  # Plan.pairs has one pair per output
         got[:, lo] = regs[o] & np.uint32(0xFFFF)
         got[:, hi] = regs[o] >> np.uint32(16)
     return got
@@ -232,8 +235,8 @@ def lane_cases(spec: Spec, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     b, n, W = spec.source.bits, spec.per_word, spec.words
     codes = np.arange(1 << b, dtype=np.uint32)
     zs = codes if spec.zeros.packed else np.zeros(1, dtype=np.uint32)
-    q, z = np.meshgrid(codes, zs, indexing="ij")
-    q, z = q.ravel(), z.ravel()
+    grid_q, grid_z = np.meshgrid(codes, zs, indexing="ij")
+    q, z = grid_q.ravel(), grid_z.ravel()
     words, zeros = [], []
     for lane in range(n):
         w = _random_words(rng, q.size, W)

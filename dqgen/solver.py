@@ -168,7 +168,8 @@ def choose_placements(
 
 class Builder:
     def __init__(self, spec: Spec, fmt: FloatFormat) -> None:
-        self.spec, self.fmt, self.ops = spec, fmt, []
+        self.spec, self.fmt = spec, fmt
+        self.ops: list[Op] = []
         self.ar = arith_ops(fmt)
 
     def emit(
@@ -216,7 +217,8 @@ def _inputs(spec: Spec, pairs: int) -> list[Input]:
             Input(
                 "w",
                 "word",
-                f"one packed 32-bit word: {spec.per_word} codes of {spec.source.bits} bits, field j = element {spec.order}[j]",
+                f"one packed 32-bit word: {spec.per_word} codes of {spec.source.bits} bits, "
+                f"field j = element {spec.order}[j]",
             )
         ]
     else:
@@ -224,8 +226,8 @@ def _inputs(spec: Spec, pairs: int) -> list[Input]:
             Input(
                 n,
                 "word",
-                f"word {k} of a {spec.words}-word block: {spec.per_word} codes of {spec.source.bits} bits, code i at bits "
-                f"[{spec.source.bits}i, {spec.source.bits}i+{spec.source.bits}) of the block",
+                f"word {k} of a {spec.words}-word block: {spec.per_word} codes of {spec.source.bits} bits, "
+                f"code i at bits [{spec.source.bits}i, {spec.source.bits}i+{spec.source.bits}) of the block",
             )
             for k, n in enumerate(word_names(spec))
         ]
@@ -233,13 +235,14 @@ def _inputs(spec: Spec, pairs: int) -> list[Input]:
         doc = (
             "the packed zero-point word of the same columns, same layout"
             if spec.packing.axis == "N"
-            else "a word holding each element's stored zero point in its field (the kernel replicates the column's zero)"
+            else "a word holding each element's stored zero point in its field "
+            "(the kernel replicates the column's zero)"
         )
         ins.append(Input("z", "zero_word", doc))
     if spec.scales.block:
-        ins.append(
-            Input("sc", "scale_code", f"the block's {spec.scales.dtype.value} scale code (one byte, zero-extended)")
-        )
+        dtype = spec.scales.dtype
+        assert dtype is not None, "ScaleSpec.block is true only when a block-scale dtype is set"
+        ins.append(Input("sc", "scale_code", f"the block's {dtype.value} scale code (one byte, zero-extended)"))
         if spec.scales.global_scale:
             ins.append(Input("gs", "global_scale", "the tensor's fp32 global scale (its bits)"))
     else:
@@ -356,7 +359,8 @@ def _fixup(B: Builder, x: str, pl: Placement, off: int, zreg: str | None, i: int
         fmt,
         Fraction(1, 1 << pl.p_lo),
         Fraction(1, 1 << pl.p_hi),
-        f"{{{fmt_num(Fraction(1, 1 << pl.p_lo))}, {fmt_num(Fraction(1, 1 << pl.p_hi))}}}: undo the field's position 2^p in each half",
+        f"{{{fmt_num(Fraction(1, 1 << pl.p_lo))}, {fmt_num(Fraction(1, 1 << pl.p_hi))}}}: "
+        "undo the field's position 2^p in each half",
     )
     if zreg is not None:
         return B.emit(B.ar["fma"], d, (x, inv, zreg), f"({A} + q*2^p)/2^p - ({A}/2^p + z) = q - z, exact", "convert")
@@ -559,7 +563,7 @@ def build_lanes_multiword(spec: Spec) -> Plan:
             raise NoPlanError(f"{spec.name}: pairs {pairs} of the window at bit {start} cannot be placed")
         shifts, chosen = best[0]
         regs = _shift_regs(B, src, shifts, "convert")
-        for p, pl in zip(pairs, chosen):
+        for p, pl in zip(pairs, chosen, strict=True):  # one placement per pair
             kinds.add(pl.kind)
             t = _place(B, pl, regs, f"p{p}", "convert")
             flip = (1 << (pl.p_lo + b - 1), 1 << (pl.p_hi + b - 1)) if signed else (0, 0)
@@ -576,7 +580,8 @@ def build_lanes_multiword(spec: Spec) -> Plan:
             diffs.append(_fixup(B, x, pl, off, None, p))
     outs = _scale_stage(B, diffs)
     summary = (
-        f"{spec.words}-word blocks cut into 32-bit windows by funnel shifts; fields placed by {', '.join(sorted(kinds))}, "
+        f"{spec.words}-word blocks cut into 32-bit windows by funnel shifts; "
+        f"fields placed by {', '.join(sorted(kinds))}, "
         f"OR-ed under the {fmt.name} magic {A} and fixed up by one sub/fma"
     )
     return Plan(
@@ -663,7 +668,10 @@ def build_sign_split(spec: Spec, shifts: frozenset[int], chosen: list[Placement]
         )
         diffs.append(B.sub(f"d{i}", t0, t1, f"({A} + low) - ({A} + {A}*({what})) = code value, exact", "convert"))
     outs = _scale_stage(B, diffs)
-    summary = f"each {b}-bit field split in two LOP3s: low {b - 1} bits into the {fmt.name} mantissa under {A}, the top bit into the exponent's lowest bit (x2 = +{A}); one subtraction"
+    summary = (
+        f"each {b}-bit field split in two LOP3s: low {b - 1} bits into the {fmt.name} mantissa under {A}, "
+        f"the top bit into the exponent's lowest bit (x2 = +{A}); one subtraction"
+    )
     return Plan(
         spec.name,
         "sign_split",
@@ -689,7 +697,8 @@ def sign_split_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
     off = code_offset(spec)
     if off != 1 << (b - 1):
         return [], [
-            f"sign_split: the top bit can only stand for -{1 << (b - 1)} (signed) or +{1 << (b - 1)} with bias {1 << (b - 1)}; offset {off} needs another op"
+            f"sign_split: the top bit can only stand for -{1 << (b - 1)} (signed) "
+            f"or +{1 << (b - 1)} with bias {1 << (b - 1)}; offset {off} needs another op"
         ]
     opts = [
         [p for p in placements(spec, i, 0, False) if p.p_lo == 0 and p.p_hi == 0 and p.kind != "prmt_magic"]
@@ -708,7 +717,8 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
     m32 = magic_bits(FP32)
     M = Const(
         m32,
-        f"fp32 magic 2^{FP32.mbits} = {magic_value(FP32)}.0: exponent {magic_exponent(FP32)} = {FP32.bias}+{FP32.mbits}, mantissa unit 1",
+        f"fp32 magic 2^{FP32.mbits} = {magic_value(FP32)}.0: "
+        f"exponent {magic_exponent(FP32)} = {FP32.bias}+{FP32.mbits}, mantissa unit 1",
         "f32",
     )
 
@@ -756,15 +766,17 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
             f"fp32 {magic_value(FP32)} + byte of element {e}",
             "convert",
             prmt_selector(picks_for(e)),
-            f"byte moves {picks_for(e)}: byte {picks_for(e)[0]} of {src} into the mantissa, bytes 1-3 of the magic above it",
+            f"byte moves {picks_for(e)}: byte {picks_for(e)[0]} of {src} into the mantissa, "
+            "bytes 1-3 of the magic above it",
         )
-        zr = zregs[e]
+        zreg = zregs[e]
         f32.append(
             B.emit(
                 Opcode.SUB_F32,
                 f"v{e}",
-                (t, zr if zr is not None else sub_c),
-                "exact integer value in fp32" + (" (the zero point folded into the magic subtraction)" if zr else ""),
+                (t, zreg if zreg is not None else sub_c),
+                "exact integer value in fp32"
+                + (" (the zero point folded into the magic subtraction)" if zreg is not None else ""),
                 "convert",
             )
         )
@@ -783,7 +795,10 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
             )
         )
     outs = _scale_stage(B, diffs)
-    summary = "each byte PRMT-ed under the fp32 magic 2^23, one fp32 subtraction each, then two fp32 packed to bf16x2 by taking their upper halves"
+    summary = (
+        "each byte PRMT-ed under the fp32 magic 2^23, one fp32 subtraction each, "
+        "then two fp32 packed to bf16x2 by taking their upper halves"
+    )
     return [
         Plan(
             spec.name,

@@ -18,12 +18,13 @@ Each op says why; every constant is computed from the formats and the table.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 
 from .formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat, MiniFloat, exact_bits
-from .isa import Const, Opcode, lut_of, prmt_selector
+from .isa import Const, Opcode, Operand, lut_of, prmt_selector
 from .magic import half_pair, pair_const
-from .plan import Plan
+from .plan import Plan, Stage
 from .solver import Builder, _inputs, _scale_stage, field_pos, target_format
 from .spec import SourceKind, Spec
 
@@ -79,6 +80,7 @@ def _top_aligned(
         return (shifted[L] if L else src), (P + L) // 8
 
     (ra, ka), (rb, kb) = byte_of(P_lo), byte_of(P_hi)
+    bb: Operand  # the second PRMT source: a register, or the zero constant
     if zero_low:
         assert ra == rb
         picks, a, bb = [4, ka, 4, kb], ra, ZERO
@@ -98,7 +100,7 @@ def _top_aligned(
     )
 
 
-def place_pair(B: Builder, mf: MiniFloat, carrier: FloatFormat, r: str, i: int, stage: str = "convert") -> str:
+def place_pair(B: Builder, mf: MiniFloat, carrier: FloatFormat, r: str, i: int, stage: Stage = "convert") -> str:
     """From a top-aligned pair register to the exact values in ``carrier`` (bit placement + re-bias)."""
     b = mf.width
     shift = carrier.ebits - mf.ebits
@@ -274,7 +276,7 @@ def _f16_to_bf16(B: Builder, h: str, i: int) -> str:
 # ----------------------------------------------------------------------------- PRMT table lookup
 
 
-def table_bits(values: list[Fraction | float], fmt: FloatFormat) -> list[int]:
+def table_bits(values: Sequence[Fraction | float], fmt: FloatFormat) -> list[int]:
     """16-bit patterns of the table entries in ``fmt``, each rounded once to nearest-even."""
     import numpy as np
 
@@ -307,7 +309,8 @@ def lut_all(B: Builder, spec: Spec, entries: list[int], carrier: FloatFormat, wh
         Opcode.LOP3,
         "sel",
         (src, Const(0x77777777, "the low 3 bits of every 4-bit code"), ZERO),
-        "PRMT selectors: a code's low 3 bits index 8 table bytes; bit 3 would mean 'replicate the sign', so it is cleared",
+        "PRMT selectors: a code's low 3 bits index 8 table bytes; "
+        "bit 3 would mean 'replicate the sign', so it is cleared",
         "convert",
         LUT_AND,
         WHY[LUT_AND],
@@ -363,7 +366,7 @@ def lut_all(B: Builder, spec: Spec, entries: list[int], carrier: FloatFormat, wh
             f"per code: 0x{mark:02X} if its code is 8..15, else 0",
             "convert",
         )
-        regs = []
+        regs: list[str | None] = []  # None: the low bytes are all zero and need no lookup
         for which, bs in (("high bytes", hi_bytes), ("low bytes", lo_bytes)):
             if which == "low bytes" and no_lo:
                 regs.append(None)
@@ -412,7 +415,9 @@ def lut_all(B: Builder, spec: Spec, entries: list[int], carrier: FloatFormat, wh
                     WHY[LUT_MUX],
                 )
             )
-        quads[q] = (regs[0], regs[1])
+        hi_reg, lo_reg = regs
+        assert hi_reg is not None, "only the low bytes are ever skipped"
+        quads[q] = (hi_reg, lo_reg)
     outs = []
     for i in range(n // 2):
         p0, p1 = field_pos(spec, 2 * i) // 4, field_pos(spec, 2 * i + 1) // 4
@@ -484,8 +489,11 @@ def _block_scale_stage(B: Builder, pairs16: list[str]) -> tuple[list[str], list[
     spec = B.spec
     tfmt = target_format(spec)
     pack = Opcode.CVT_F16X2_F32 if tfmt is FP16 else Opcode.CVT_BF16X2_F32
+    dtype = spec.scales.dtype
+    # _finish calls this only when ScaleSpec.block is true, which needs a block-scale dtype
+    assert dtype is not None, "block-scale stage without a scale dtype"
     outs = []
-    if spec.scales.dtype.value == "e8m0":
+    if dtype.value == "e8m0":
         t = B.emit(
             Opcode.SHR,
             "sc_h",
@@ -565,7 +573,7 @@ def _block_scale_stage(B: Builder, pairs16: list[str]) -> tuple[list[str], list[
             S = place_pair(B, mf, FP16, r, 99, "scale_prep")
         regs = [S, "gs"]
     for i, d in enumerate(pairs16):
-        if spec.scales.dtype.value == "e4m3":
+        if dtype.value == "e4m3":
             d = B.emit(
                 Opcode.MUL_F16X2,
                 f"e{i}",

@@ -99,7 +99,7 @@ def test_round_trip_16bit_patterns(fmt: FloatFormat, np_dtype: type) -> None:
     exp_all_ones = ((pats >> fmt.mbits) & ((1 << fmt.ebits) - 1)) == (1 << fmt.ebits) - 1
     with np.errstate(invalid="ignore"):
         vals = pats.astype(np.uint16).view(np_dtype).astype(np.float64)
-    for p, v, special in zip(pats.tolist(), vals.tolist(), exp_all_ones.tolist()):
+    for p, v, special in zip(pats.tolist(), vals.tolist(), exp_all_ones.tolist(), strict=True):
         d = fmt.decode(p)
         if special:
             assert isinstance(d, float) and (np.isnan(d) if p & ((1 << fmt.mbits) - 1) else np.isinf(d))
@@ -118,7 +118,7 @@ def test_round_trip_fp32_sample() -> None:
     finite = ((pats >> 23) & 0xFF) != 0xFF
     pats = pats[finite & (pats != 0x80000000)]
     vals = pats.view(np.float32).astype(np.float64)
-    for p, v in zip(pats.tolist(), vals.tolist()):
+    for p, v in zip(pats.tolist(), vals.tolist(), strict=True):
         assert FP32.decode(p) == Fraction(v)
         assert FP32.encode_exact(Fraction(v)) == p
 

@@ -45,7 +45,7 @@ def test_lop3_truth_table(lut: int) -> None:
     a, b, c = (rng.integers(0, 1 << 32, size=200, dtype=np.uint64).astype(np.uint32) for _ in range(3))
     got = emu_lop3(a, b, c, lut)
     assert got.dtype == np.uint32
-    want = [lop3_ref(int(x), int(y), int(z), lut) for x, y, z in zip(a, b, c)]
+    want = [lop3_ref(int(x), int(y), int(z), lut) for x, y, z in zip(a, b, c, strict=True)]
     assert [int(g) for g in got] == want
 
 
@@ -54,7 +54,9 @@ def test_lop3_random_luts() -> None:
     for lut in rng.integers(0, 256, size=20):
         a, b, c = (rng.integers(0, 1 << 32, size=50, dtype=np.uint64).astype(np.uint32) for _ in range(3))
         got = emu_lop3(a, b, c, int(lut))
-        assert [int(g) for g in got] == [lop3_ref(int(x), int(y), int(z), int(lut)) for x, y, z in zip(a, b, c)]
+        assert [int(g) for g in got] == [
+            lop3_ref(int(x), int(y), int(z), int(lut)) for x, y, z in zip(a, b, c, strict=True)
+        ]
 
 
 # ----------------------------------------------------------------------------- PRMT / SHR
@@ -105,7 +107,7 @@ def test_prmt_random_against_reference() -> None:
     b = rng.integers(0, 1 << 32, size=64, dtype=np.uint64).astype(np.uint32)
     for sel in [int(s) for s in rng.integers(0, 1 << 16, size=40)] + [0x5250, 0x5351, 0x5150, 0x5352, 0x7650, 0x7632]:
         got = emu_prmt(a, b, sel)
-        assert [int(g) for g in got] == [prmt_ref(int(x), int(y), sel) for x, y in zip(a, b)]
+        assert [int(g) for g in got] == [prmt_ref(int(x), int(y), sel) for x, y in zip(a, b, strict=True)]
 
 
 def test_prmt_selector_builds_nibbles() -> None:
@@ -236,7 +238,7 @@ def operands(kind: str, fmt: str, n: int, seed: int) -> list[np.ndarray]:
     cols: list[list[np.ndarray]] = [[] for _ in range(arity)]
 
     def add(*xs: np.ndarray) -> None:
-        for c, x in zip(cols, xs):
+        for c, x in zip(cols, xs, strict=True):  # one column per operand
             c.append(x.astype(np.int64))
 
     # 1. uniform finite patterns
@@ -256,13 +258,19 @@ def operands(kind: str, fmt: str, n: int, seed: int) -> list[np.ndarray]:
         add(_pattern(rng, k, eb, mb, base), _pattern(rng, k, eb, mb, base + rng.integers(-d, d + 1, size=k)))
     # 3. subnormals and the smallest normals
     add(*(_pattern(rng, k, eb, mb, rng.integers(0, 3, size=k)) for _ in range(arity)))
+
     # 4. extreme exponents (overflow to inf, underflow to subnormal / zero)
-    ext = lambda: np.where(
-        rng.random(k) < 0.5, rng.integers(0, 4, size=k), rng.integers((1 << eb) - 5, (1 << eb) - 1, size=k)
-    )
+    def ext() -> np.ndarray:
+        return np.where(
+            rng.random(k) < 0.5, rng.integers(0, 4, size=k), rng.integers((1 << eb) - 5, (1 << eb) - 1, size=k)
+        )
+
     add(*(_pattern(rng, k, eb, mb, ext()) for _ in range(arity)))
+
     # 5. signed zeros mixed with anything
-    zero = lambda: (rng.integers(0, 2, size=k) << (eb + mb)).astype(np.int64)  # noqa: E731
+    def zero() -> np.ndarray:
+        return (rng.integers(0, 2, size=k) << (eb + mb)).astype(np.int64)
+
     mix = [np.where(rng.random(k) < 0.6, zero(), _pattern(rng, k, eb, mb)) for _ in range(arity)]
     add(*mix)
     # 6. exact-zero results: x - x, or a*1 + (-a)
@@ -319,7 +327,7 @@ def test_f32_sub_exact() -> None:
     a, b = (x.astype(np.uint32) for x in ops)
     got = emulate(Opcode.SUB_F32, [a, b], None)
     bad = []
-    for x, y, g in zip(a, b, got):
+    for x, y, g in zip(a, b, got, strict=True):
         want = ref_op("sub", "fp32", [int(x), int(y)])
         if int(g) != want:
             bad.append(f"sub.f32(0x{int(x):08X}, 0x{int(y):08X}): got 0x{int(g):08X}, want 0x{want:08X}")

@@ -39,7 +39,7 @@ def outputs(plan: Plan, env: dict[str, np.ndarray]) -> np.ndarray:
     regs = plan.run({k: np.asarray(v, dtype=np.uint32) for k, v in env.items()})
     n = next(iter(env.values())).shape[0]
     out = np.empty((n, plan.elements), dtype=np.uint32)
-    for o, (lo, hi) in zip(plan.outputs, plan.pairs):
+    for o, (lo, hi) in zip(plan.outputs, plan.pairs, strict=True):
         out[:, lo] = regs[o] & 0xFFFF
         out[:, hi] = regs[o] >> 16
     return out
@@ -192,7 +192,7 @@ def test_nf4_table_is_the_qlora_construction() -> None:
     ppf, off = NormalDist().inv_cdf, 0.9677083
     pos = [ppf(float(p)) for p in np.linspace(off, 0.5, 9, dtype=np.float32)[:-1]]
     neg = [-ppf(float(p)) for p in np.linspace(off, 0.5, 8, dtype=np.float32)[:-1]]
-    vals = sorted(pos + [0.0] + neg)
+    vals = sorted([*pos, 0.0, *neg])
     derived = np.array(vals) / max(vals)
     table = np.array(NF4_CODEBOOK)
     assert len(table) == 16 and np.all(np.diff(table) > 0)

@@ -199,7 +199,7 @@ def test_lane_cases_cover_every_code_at_every_lane(spec: Spec) -> None:
         assert codes == set(range(1 << b)), lane
         assert top in codes
         if zs is not None:
-            pairs = {((w >> (b * lane)) & top, (z >> (b * lane)) & top) for w, z in zip(ws, zs)}
+            pairs = {((w >> (b * lane)) & top, (z >> (b * lane)) & top) for w, z in zip(ws, zs, strict=True)}
             assert pairs == {(q, z) for q in range(1 << b) for z in range(1 << b)}, lane
     # and a block holding the maximum code in every lane at once
     assert (1 << (32 * W)) - 1 in ws
@@ -264,7 +264,7 @@ def run_plan(plan: Plan, words: np.ndarray, zeros: np.ndarray | None, **scale_re
     env = {name: blocks[:, k] for k, name in enumerate(plan.words)} | ({"z": zeros} if zeros is not None else {})
     regs = plan.run(env | scale_regs)
     got = np.empty((len(words), 2 * len(plan.outputs)), dtype=np.uint32)
-    for o, (lo, hi) in zip(plan.outputs, plan.pairs):
+    for o, (lo, hi) in zip(plan.outputs, plan.pairs, strict=True):
         got[:, lo], got[:, hi] = regs[o] & np.uint32(0xFFFF), regs[o] >> np.uint32(16)
     return got
 

@@ -159,7 +159,8 @@ def _converter_test_kernel(spec, converter: str) -> str:
     return (
         converter
         + f"""
-extern "C" __global__ void converter_test(const unsigned* w, const unsigned* z, const unsigned* s, const float* g, unsigned* out) {{
+extern "C" __global__ void converter_test(const unsigned* w, const unsigned* z, const unsigned* s, const float* g,
+                                          unsigned* out) {{
     (void)z; (void)g;{body}
 }}
 """
@@ -368,7 +369,7 @@ def test_interface_mismatch_is_an_error(new_format):
     bad = dataclasses.replace(plan, inputs=[i for i in plan.inputs if i.name != "w2"])
     with pytest.raises(ValueError, match="word inputs"):
         context(spec, bad)
-    spec_mx, plan_mx, _, _ = new_format("mxfp4_fp16")
+    spec_mx, _, _, _ = new_format("mxfp4_fp16")
     with pytest.raises(ValueError, match="do not match the spec's scales"):
         context(
             spec_mx,

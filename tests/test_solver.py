@@ -326,7 +326,7 @@ def test_check_rejects_broken_plans() -> None:
     with pytest.raises(ValueError, match="undefined register"):
         dataclasses.replace(plan, ops=ops).check()
     with pytest.raises(ValueError, match="written twice"):
-        dataclasses.replace(plan, ops=list(plan.ops) + [plan.ops[0]]).check()
+        dataclasses.replace(plan, ops=[*plan.ops, plan.ops[0]]).check()
     with pytest.raises(ValueError, match="needs sm_90"):
         bad = Op(Opcode.SUB_BF16X2, "zz", ("w", "w"), "test")
-        dataclasses.replace(plan, ops=list(plan.ops) + [bad]).check()
+        dataclasses.replace(plan, ops=[*plan.ops, bad]).check()
