@@ -36,11 +36,13 @@ def write_sources(spec: Spec, plan: Plan, out_dir: Path) -> tuple[Path, Path, st
 
 
 def build_spec(spec: Spec, arch: str, out_dir: Path, words: int = 1_000_000, gpu: bool | None = None) -> dict:
-    from .spec import ARCH_RE
+    from .spec import ARCH_RE, arch_problem, shown
 
-    m = ARCH_RE.match(arch)
-    if not m:
-        raise ValueError(f"[--arch] got {arch!r}; expected e.g. sm_80 or sm_90")
+    # the same check as the spec's arch field, before anything is written
+    problem = arch_problem(arch)
+    m = ARCH_RE.fullmatch(arch)
+    if problem or not m:
+        raise ValueError(f"[--arch] got {shown(arch)}; {problem}")
     if int(m.group(1)) < spec.sm:
         raise ValueError(f"[--arch] got {arch}; expected {spec.arch} or newer (the spec's arch field)")
     report: dict = {"spec": spec.name, "arch": arch, "ok": True, "steps": {}}
@@ -117,6 +119,7 @@ def gpu_step(spec: Spec) -> dict:
 def print_summary(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     t = Table(title=f"dqgen build {report['spec']} ({report['arch']})", show_header=False)
@@ -128,10 +131,12 @@ def print_summary(report: dict) -> None:
     )
     t.add_row("constants", "\n".join(f"{c['hex']}  {c['why']}" for c in report["constants"]))
     for name, step in report["steps"].items():
-        mark = "skipped" if step.get("skipped") else ("OK" if step["ok"] else "FAILED")
         extra = "\n".join(step.get("problems", []) + step.get("failures", []))
-        t.add_row(
-            name, f"[{'green' if step['ok'] else 'red'}]{mark}[/] {step['line']}" + (f"\n{extra}" if extra else "")
+        # a skipped step's line says so itself ("no GPU: skipped")
+        mark = (
+            "" if step.get("skipped") else f"[{'green' if step['ok'] else 'red'}]{'OK' if step['ok'] else 'FAILED'}[/] "
         )
+        # the line and problems are plain text (NVRTC messages hold [brackets]), only the mark is markup
+        t.add_row(name, Text.from_markup(mark) + Text(step["line"] + (f"\n{extra}" if extra else "")))
     t.add_row("files", "\n".join(report["files"]))
     console.print(t)

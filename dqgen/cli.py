@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 import typer
 
+from .printable import printable
 from .spec import SpecError, load_spec
 
 app = typer.Typer(
@@ -44,6 +48,27 @@ def _load(path: str):
         _fail(str(e))
 
 
+#: Proofs with at least this many random words show a progress bar on a terminal (a million take about a second).
+PROGRESS_MIN_WORDS = 4_000_000
+
+
+@contextmanager
+def _proof_progress(words: int, stream: TextIO | None = None) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress callback for ``prove`` drawing a rich bar on ``stream`` (stderr) when it is a terminal and the
+    proof is long; None otherwise, so that piped output stays exactly as it was."""
+    stream = sys.stderr if stream is None else stream
+    if words < PROGRESS_MIN_WORDS or not stream.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("proof"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(file=stream), transient=True) as bar:
+        task = bar.add_task("proof", total=words)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
 @app.command()
 def explain(
     spec: str = typer.Argument(..., help="A spec YAML file, or a shipped spec by name (dqgen list)."),
@@ -64,7 +89,8 @@ def explain(
         plan = solve(s, strategy)
     except NoPlanError as e:
         _fail(str(e))
-    proof = prove(plan, s, n_random=words)
+    with _proof_progress(words) as progress:
+        proof = prove(plan, s, n_random=words, progress=progress)
     counts = []
     if sass:
         from .sass import sass_count
@@ -294,10 +320,10 @@ def list_specs(
     if directory is None:
         directory = str(SHIPPED_SPECS)
     if not Path(directory).is_dir():
-        _fail(f"{directory}: no such folder of specs")
+        _fail(f"{printable(directory)}: no such folder of specs")
     paths = sorted(Path(directory).glob("*.yaml"))
     console = Console()
-    title = "Shipped specs (use by name: dqgen build NAME)" if shipped else f"Specs in {directory}/"
+    title = Text("Shipped specs (use by name: dqgen build NAME)" if shipped else f"Specs in {printable(directory)}/")
     specs = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     specs.add_column("spec", no_wrap=True, min_width=max([len(p.name) for p in paths], default=4))
     specs.add_column("conversion", no_wrap=True)
@@ -307,13 +333,17 @@ def list_specs(
             s = load_spec(p)
         except SpecError as e:
             specs.add_row(
-                Text(p.stem if shipped else p.name), Text("INVALID", style="red"), Text(str(e).removeprefix(f"{p}: "))
+                Text(printable(p.stem if shipped else p.name)),
+                Text("INVALID", style="red"),
+                Text(printable(str(e).removeprefix(f"{printable(str(p))}: "))),
             )
             continue
         line = s.description.strip().splitlines()[0] if s.description.strip() else ""
         name = "" if s.name == p.stem else f" (name: {s.name})"
         specs.add_row(
-            Text(p.stem if shipped else p.name), Text(f"{s.source.short} -> {s.target.value}"), Text(line + name)
+            Text(printable(p.stem if shipped else p.name)),
+            Text(f"{s.source.short} -> {s.target.value}"),
+            Text(printable(line + name)),
         )
     console.print(specs)
     presets = Table(title="Presets", box=box.SIMPLE_HEAD, title_justify="left")

@@ -15,6 +15,7 @@ from .formats import FORMATS, FloatFormat
 from .isa import Const, Opcode
 from .magic import fmt_num
 from .plan import STAGES, Plan
+from .printable import printable
 from .prove import ProofResult
 from .spec import Spec
 
@@ -152,7 +153,8 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
     b = spec.source.bits
     lines: list[str] = []
     add = lines.append
-    add(f"dqgen explain: {spec.name}" + (f" - {spec.description.strip()}" if spec.description else ""))
+    # the description is user text: no terminal escapes reach the screen
+    add(f"dqgen explain: {spec.name}" + (f" - {printable(spec.description.strip())}" if spec.description else ""))
     add("")
     src = spec.source
     what = {

@@ -13,9 +13,9 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +40,7 @@ CACHE_FORMAT_VERSION = 1
 # changes the generated code for every kernel and must bump CACHE_FORMAT_VERSION.
 _BASE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 
-_ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
+_ARCH_RE = re.compile(r"sm_([0-9]{2,3})([af]?)")  # matched in full, ASCII digits only
 
 Want = Literal["ptx", "cubin"]
 
@@ -100,7 +100,7 @@ def default_cache_dir() -> Path:
 
 
 def _arch_options(arch: str, want: Want) -> list[str]:
-    m = _ARCH_RE.match(arch)
+    m = _ARCH_RE.fullmatch(arch)
     if not m:
         raise ValueError(f"arch must look like 'sm_80', 'sm_90' or 'sm_90a', got {arch!r}")
     if want == "ptx":
@@ -195,8 +195,14 @@ def _cache_store(cache_dir: Path, result: CompileResult, want: Want) -> None:
         _atomic_write(data_path, data)
         _atomic_write(meta_path, json.dumps(meta, indent=1, sort_keys=True).encode())
     except OSError as e:
-        # A read-only or full cache must not break compilation.
-        warnings.warn(f"dqgen: could not write NVRTC cache entry in {cache_dir}: {e}", RuntimeWarning, stacklevel=3)
+        # A read-only or full cache must not break compilation: one line per folder and process, no traceback.
+        if cache_dir not in _CACHE_DISABLED:
+            _CACHE_DISABLED.add(cache_dir)
+            print(f"dqgen: NVRTC cache disabled: cannot write {cache_dir}: {e.strerror or e}", file=sys.stderr)
+
+
+#: Cache folders found unwritable in this process (the line saying so is printed once for each).
+_CACHE_DISABLED: set[Path] = set()
 
 
 def _get_log(prog: Any) -> str:

@@ -30,7 +30,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from dqgen.spec import CONTAINER_BITS, PACKED_ZERO_MODES, SourceKind, Spec
+from dqgen.spec import CONTAINER_BITS, PACKED_ZERO_MODES, SourceKind, Spec, SpecError, SpecLike, load_spec
 
 __all__ = ["pack", "pack_zeros", "repack", "unpack", "unpack_zeros", "zeros_from_stored", "zeros_to_stored"]
 
@@ -63,9 +63,14 @@ def _describe(a: np.ndarray) -> str:
 
 
 def _check_spec(spec: object, name: str = "spec") -> Spec:
-    if not isinstance(spec, Spec):
-        raise TypeError(f"{name}: expected a dqgen Spec (see dqgen.load_spec), got {type(spec).__name__}")
-    return spec
+    """A Spec from anything ``dqgen.load_spec`` takes (a Spec, a shipped name, a path, YAML text or a dict)."""
+    if isinstance(spec, Spec):
+        return spec
+    try:
+        return load_spec(spec)  # type: ignore[arg-type]  # load_spec itself refuses other types (TypeError)
+    except (SpecError, TypeError) as e:
+        # name the argument: repack takes two specs
+        raise type(e)(f"{name}: {str(e).removeprefix('spec: ')}") from None
 
 
 def _int_array(name: str, a: object, ndim: int | None) -> np.ndarray:
@@ -234,7 +239,7 @@ def _codes_to_fields(codes: object, spec: Spec, name: str) -> np.ndarray:
     return (arr.astype(np.int64) & ((1 << bits) - 1)).astype(np.uint32)
 
 
-def pack(codes: np.ndarray, spec: Spec) -> np.ndarray:
+def pack(codes: np.ndarray, spec: SpecLike) -> np.ndarray:
     """Pack integer codes ``W[K, N]`` into the spec's int32 ``qweight`` layout.
 
     ``codes`` (any integer dtype) are the *stored* unsigned field values in ``[0, 2^bits)``; for a
@@ -255,7 +260,7 @@ def pack(codes: np.ndarray, spec: Spec) -> np.ndarray:
     return _pack_fields(fields, spec.source.bits, spec.order, spec.packing.axis)
 
 
-def unpack(qweight: np.ndarray, spec: Spec) -> np.ndarray:
+def unpack(qweight: np.ndarray, spec: SpecLike) -> np.ndarray:
     """Inverse of ``pack``: the stored unsigned field values ``W[K, N]`` of int32/uint32 ``qweight``,
     as uint8 (codes are at most 8 bits wide). Signed and biased codes come back as stored, not as
     values; float codes as their bit patterns. Raises ValueError naming ``qweight`` for a wrong dtype,
@@ -279,7 +284,7 @@ def _zero_fields(zeros: object, spec: Spec, name: str) -> np.ndarray:
     return arr.astype(np.uint32)
 
 
-def pack_zeros(zeros: np.ndarray, spec: Spec) -> np.ndarray:
+def pack_zeros(zeros: np.ndarray, spec: SpecLike) -> np.ndarray:
     """Pack stored zero values ``Z[G, N]`` (unsigned, ``[0, 2^bits)``) into int32 ``qzeros [G, N/P]``,
     along N in ``spec.zero_order`` (the weights' order for AWQ-style specs, sequential for GPTQ-style
     ones). These are *stored* values: use ``zeros_to_stored`` first to go from true zero points
@@ -291,7 +296,7 @@ def pack_zeros(zeros: np.ndarray, spec: Spec) -> np.ndarray:
     return _pack_fields(fields, spec.source.bits, spec.zero_order, "N")
 
 
-def unpack_zeros(qzeros: np.ndarray, spec: Spec) -> np.ndarray:
+def unpack_zeros(qzeros: np.ndarray, spec: SpecLike) -> np.ndarray:
     """Inverse of ``pack_zeros``: stored zero values ``Z[G, N]`` as uint8 (``zeros_from_stored``
     turns them into true zero points)."""
     spec = _check_spec(spec)
@@ -323,7 +328,7 @@ def _zeros_to_stored(z: object, spec: Spec, name: str) -> np.ndarray:
     return (arr.astype(np.int64) - spec.zeros.stored_offset).astype(np.uint8)
 
 
-def zeros_to_stored(z: np.ndarray, spec: Spec) -> np.ndarray:
+def zeros_to_stored(z: np.ndarray, spec: SpecLike) -> np.ndarray:
     """True integer zero points ``z`` (any shape) -> the stored fields for ``spec.zeros.mode``, uint8.
 
     ``integer`` / ``gptq_v2`` store ``z`` in ``[0, 2^bits)`` as is; ``gptq_v1`` stores ``z - 1``, so it
@@ -341,7 +346,7 @@ def _zeros_from_stored(stored: object, spec: Spec, name: str) -> np.ndarray:
     return arr.astype(np.int32) + np.int32(spec.zeros.stored_offset)
 
 
-def zeros_from_stored(stored: np.ndarray, spec: Spec) -> np.ndarray:
+def zeros_from_stored(stored: np.ndarray, spec: SpecLike) -> np.ndarray:
     """Inverse of ``zeros_to_stored``: stored fields -> true zero points as int32
     (``stored + 1`` for gptq_v1, so a stored ``2^bits - 1`` reads as ``2^bits``; ``stored`` otherwise)."""
     spec = _check_spec(spec)
@@ -355,7 +360,7 @@ def zeros_from_stored(stored: np.ndarray, spec: Spec) -> np.ndarray:
 
 
 def repack(
-    qweight: np.ndarray, from_spec: Spec, to_spec: Spec, *, qzeros: np.ndarray | None = None
+    qweight: np.ndarray, from_spec: SpecLike, to_spec: SpecLike, *, qzeros: np.ndarray | None = None
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Move packed integer codes from ``from_spec``'s layout to ``to_spec``'s, exactly, in integers.
 

@@ -10,6 +10,7 @@ rounding, not from the Plan.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -346,7 +347,16 @@ def quick_check(plan: Plan, spec: Spec, seed: int = 1) -> str | None:
     return failures[0] if failures else None
 
 
-def prove(plan: Plan, spec: Spec, n_random: int = 1_000_000, seed: int = 0, chunk: int = 1 << 18) -> ProofResult:
+def prove(
+    plan: Plan,
+    spec: Spec,
+    n_random: int = 1_000_000,
+    seed: int = 0,
+    chunk: int = 1 << 18,
+    progress: Callable[[int, int], None] | None = None,
+) -> ProofResult:
+    """Check ``plan`` bit for bit: every code at every lane, then ``n_random`` random words in chunks.
+    ``progress(done, n_random)`` is called after each chunk (a progress bar for long proofs)."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     failures: list[str] = []
@@ -360,4 +370,6 @@ def prove(plan: Plan, spec: Spec, n_random: int = 1_000_000, seed: int = 0, chun
         s, gs = _scales(spec, rng, n, False)
         _compare(plan, spec, w, z, s, "random words", failures, random_float_zeros(rng, spec, (n, spec.per_word)), gs)
         done += n
+        if progress is not None:
+            progress(done, n_random)
     return ProofResult(not failures, lane_words + done, lane_words, time.perf_counter() - t0, failures)

@@ -14,13 +14,17 @@ integers), so there is exactly one rounding, to nearest-even in the target forma
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .printable import printable
 
 CONTAINER_BITS = 32
 SOLVED_BITS = (1, 2, 3, 4, 8)  # code widths with a solver strategy (3: multi-word blocks)
@@ -49,6 +53,36 @@ ORDER_PRESET_DOCS: dict[str, str] = {
 
 class SpecError(ValueError):
     """An invalid spec: one line naming the field, the value and what is allowed."""
+
+
+#: How much of a bad value an error message echoes: a value can be megabytes (or an alias bomb's expansion).
+SHOWN_VALUE_CHARS = 80
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut to ``SHOWN_VALUE_CHARS`` characters (with an ellipsis), for error messages."""
+    text = _bounded_repr(value)
+    return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 1] + "\u2026"
+
+
+def _bounded_repr(value: object, depth: int = 0) -> str:
+    """repr that stops early (nested containers past a few levels or items show as ``...``): a plain repr of an
+    alias-shared container is built in full, exponentially large, before it could be cut."""
+    if isinstance(value, (list, tuple)):
+        if depth > 3:
+            return "[...]"
+        items = [_bounded_repr(v, depth + 1) for v in list(value)[:8]]
+        return "[" + ", ".join(items) + (", ...]" if len(value) > 8 else "]")
+    if isinstance(value, dict):
+        if depth > 3:
+            return "{...}"
+        items = [f"{_bounded_repr(k, depth + 1)}: {_bounded_repr(v, depth + 1)}" for k, v in list(value.items())[:8]]
+        return "{" + ", ".join(items) + (", ...}" if len(value) > 8 else "}")
+    if isinstance(value, str) and len(value) > 4 * SHOWN_VALUE_CHARS:
+        value = value[: 4 * SHOWN_VALUE_CHARS]
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"<a {value.bit_length()}-bit integer>"  # repr of a huge int is slow, past 4300 digits an error
+    return repr(value)
 
 
 class Target(str, Enum):
@@ -122,18 +156,20 @@ class Source(BaseModel):
     - ``biased``: stored q in [0, 2^bits), value q - ``bias`` (vLLM's u4b8 / u8b128).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     bits: int = Field(
         description="Width of one code in bits: 1, 2, 3, 4 or 8. 3-bit codes straddle words "
         "(GPTQ: 32 codes in 3 words): see ``Packing.words``."
     )
-    kind: SourceKind = Field(description="How a code's bits map to a value.")
+    # Enums stay lax (strict would take Enum instances only, not the strings YAML gives); lax enums coerce nothing else.
+    kind: SourceKind = Field(strict=False, description="How a code's bits map to a value.")
     bias: int | None = Field(
         default=None, description="For kind 'biased' only: the value is q - bias, 0 <= bias < 2^bits."
     )
     format: MiniFloat | None = Field(
         default=None,
+        strict=False,
         description="For kind 'float' only: the minifloat format of each code (e4m3, e5m2: 8 bits; e2m1: 4 bits).",
     )
     codebook: str | list[float] | None = Field(
@@ -153,7 +189,7 @@ class Source(BaseModel):
             return [float(x) for x in v]
         raise ValueError(
             "expected a preset name ('nf4') or a list of 1 to 16 numbers"
-            + (f", got {v!r}" if isinstance(v, dict) else "")
+            + (f", got {shown(v)}" if isinstance(v, dict) else "")
         )
 
     @field_validator("bits")
@@ -161,7 +197,7 @@ class Source(BaseModel):
     def _bits(cls, v: int) -> int:
         if v not in SOLVED_BITS:
             # 5-7 bits would straddle words in 5-7-word blocks; no solver strategy places those windows yet
-            raise ValueError(f"must be one of {', '.join(map(str, SOLVED_BITS))}, got {v}")
+            raise ValueError(f"must be one of {', '.join(map(str, SOLVED_BITS))}, got {shown(v)}")
         return v
 
     @property
@@ -200,7 +236,8 @@ class Source(BaseModel):
                 )
             if isinstance(self.codebook, str) and self.codebook not in CODEBOOK_PRESETS:
                 raise ValueError(
-                    f"[source.codebook] {self.codebook!r} is not a preset; presets: {sorted(CODEBOOK_PRESETS)} (or give a list of values)"
+                    f"[source.codebook] {shown(self.codebook)} is not a preset; presets: {sorted(CODEBOOK_PRESETS)} "
+                    "(or give a list of values)"
                 )
             vals = self.codebook_values
             if self.bits != 4:
@@ -253,7 +290,7 @@ class Packing(BaseModel):
     ``[j*bits, (j+1)*bits)`` of the word. A preset name or an explicit permutation.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     container: Literal[32] = Field(default=32, description="Word width in bits; 32 is the only one.")
     axis: Literal["N", "K"] = Field(description="Logical axis packed into a word.")
@@ -264,6 +301,14 @@ class Packing(BaseModel):
         "packs 32 codes into 3 words (code i at bits [3i, 3i+3) of the 96-bit little-endian run, some codes straddling "
         "two words). Derived when omitted; a stated value must match.",
     )
+
+    @field_validator("container", mode="before")
+    @classmethod
+    def _container_int(cls, v: Any) -> Any:
+        # Literal[32] compares by ==, so strict mode alone would let 32.0 through
+        if type(v) is not int:
+            raise ValueError(f"expected the integer 32, got {shown(v)}")
+        return v
 
     def block_words(self, bits: int) -> int:
         return bits // math.gcd(bits, CONTAINER_BITS)
@@ -284,6 +329,9 @@ class ScaleDtype(str, Enum):
 
 
 BLOCK_SCALE_DTYPES = ("e8m0", "e4m3")
+
+#: The most rows or columns a tensor may have: the kernels index them with 32-bit signed integers.
+MAX_ROWS = 2**31 - 1
 
 #: One line per block-scale dtype, for ``dqgen list``.
 BLOCK_SCALE_DOCS: dict[str, str] = {
@@ -311,10 +359,10 @@ class Scales(BaseModel):
       compute ``x * fp32(s / G)``, which rounds differently from this in about 1e-5 of fp16 outputs.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     group_size: int = Field(description="Rows of K sharing a scale; -1 for per-channel.")
-    dtype: ScaleDtype | None = Field(default=None, description="Scale dtype; defaults to the target.")
+    dtype: ScaleDtype | None = Field(default=None, strict=False, description="Scale dtype; defaults to the target.")
     global_scale: bool = Field(
         default=False, description="One fp32 scale per tensor on top of the block scales (NVFP4)."
     )
@@ -322,6 +370,15 @@ class Scales(BaseModel):
     @property
     def block(self) -> bool:
         return self.dtype is not None and self.dtype.value in BLOCK_SCALE_DTYPES
+
+    @field_validator("group_size")
+    @classmethod
+    def _group_bounded(cls, v: Any) -> Any:
+        if isinstance(v, int) and v > MAX_ROWS:
+            raise ValueError(
+                f"must be at most {MAX_ROWS} rows (kernels index rows with 32-bit integers), got {shown(v)}"
+            )
+        return v
 
     @field_validator("group_size")
     @classmethod
@@ -364,7 +421,7 @@ class Zeros(BaseModel):
       ``round(q * s + b)``, one rounding (an fma).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     mode: ZeroMode = "none"
 
@@ -378,18 +435,175 @@ class Zeros(BaseModel):
         return 1 if self.mode == "gptq_v1" else 0
 
 
-ARCH_RE = re.compile(r"^sm_(\d+)[af]?$")
+#: ``sm_<number>[a|f]``, matched in full (``re.fullmatch``; ASCII digits only, no trailing newline).
+ARCH_RE = re.compile(r"sm_([0-9]{1,4})([af]?)")
+
+#: The real architectures NVRTC 13 compiles for (``nvrtcGetSupportedArchs``; tests/test_spec.py compares the two
+#: where cuda-bindings is installed). Fixed here so that a spec's validity does not depend on the machine.
+NVRTC_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
+
+
+def arch_problem(arch: str) -> str | None:
+    """Why ``arch`` is no architecture dqgen can compile for, or None when it is one."""
+    m = ARCH_RE.fullmatch(arch)
+    if not m:
+        return "must look like 'sm_80', 'sm_90' or 'sm_90a' (sm_, ASCII digits, an optional a or f)"
+    sm, suffix = int(m.group(1)), m.group(2)
+    if sm < NVRTC_ARCHS[0]:
+        return f"{arch} is older than sm_75, the oldest NVRTC 13 targets"
+    if sm not in NVRTC_ARCHS:
+        return f"{arch} is not an architecture NVRTC 13 targets (sm_{', sm_'.join(map(str, NVRTC_ARCHS))})"
+    if (suffix == "a" and sm < 90) or (suffix == "f" and sm < 100):
+        return f"{arch}: the 'a' suffix exists from sm_90 on and 'f' from sm_100 on"
+    return None
+
+
+#: C and C++ keywords (C23, C++23 and the alternative operator tokens): a spec name becomes a C++ namespace.
+C_KEYWORDS = frozenset(
+    [
+        "alignas",
+        "alignof",
+        "and",
+        "and_eq",
+        "asm",
+        "atomic_cancel",
+        "atomic_commit",
+        "atomic_noexcept",
+        "auto",
+        "bitand",
+        "bitor",
+        "bool",
+        "break",
+        "case",
+        "catch",
+        "char",
+        "char8_t",
+        "char16_t",
+        "char32_t",
+        "class",
+        "compl",
+        "concept",
+        "const",
+        "consteval",
+        "constexpr",
+        "constinit",
+        "const_cast",
+        "continue",
+        "co_await",
+        "co_return",
+        "co_yield",
+        "decltype",
+        "default",
+        "delete",
+        "do",
+        "double",
+        "dynamic_cast",
+        "else",
+        "enum",
+        "explicit",
+        "export",
+        "extern",
+        "false",
+        "float",
+        "for",
+        "friend",
+        "goto",
+        "if",
+        "inline",
+        "int",
+        "long",
+        "mutable",
+        "namespace",
+        "new",
+        "noexcept",
+        "not",
+        "not_eq",
+        "nullptr",
+        "operator",
+        "or",
+        "or_eq",
+        "private",
+        "protected",
+        "public",
+        "reflexpr",
+        "register",
+        "reinterpret_cast",
+        "requires",
+        "restrict",
+        "return",
+        "short",
+        "signed",
+        "sizeof",
+        "static",
+        "static_assert",
+        "static_cast",
+        "struct",
+        "switch",
+        "synchronized",
+        "template",
+        "this",
+        "thread_local",
+        "throw",
+        "true",
+        "try",
+        "typedef",
+        "typeid",
+        "typename",
+        "typeof",
+        "typeof_unqual",
+        "union",
+        "unsigned",
+        "using",
+        "virtual",
+        "void",
+        "volatile",
+        "wchar_t",
+        "while",
+        "xor",
+        "xor_eq",
+        "_Alignas",
+        "_Alignof",
+        "_Atomic",
+        "_BitInt",
+        "_Bool",
+        "_Complex",
+        "_Decimal32",
+        "_Decimal64",
+        "_Decimal128",
+        "_Generic",
+        "_Imaginary",
+        "_Noreturn",
+        "_Static_assert",
+        "_Thread_local",
+    ]
+)
+#: The longest spec name: it names files and C++ identifiers (``dqgen_<name>_v4_r2_u``), well inside file-name limits.
+MAX_NAME_CHARS = 64
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a spec (a C++ namespace and file names), or None when it can."""
+    if len(name) > MAX_NAME_CHARS:
+        return f"must be at most {MAX_NAME_CHARS} characters, got {len(name)}"
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        return "must be a C identifier (ASCII letters, digits and _, not starting with a digit)"
+    if name in C_KEYWORDS:
+        return "a C/C++ keyword cannot name the generated C++ namespace"
+    if "__" in name or re.match(r"_[A-Z]", name):
+        # reserved for the implementation (C++ [lex.name]); CUDA's __global__, __device__ ... are among them
+        return "reserved in C++ (names with a double underscore, or starting with _ and a capital letter)"
+    return None
 
 
 class Spec(BaseModel):
     """A dequantization spec: one YAML file. See the module docstring for the value formula."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(description="Identifier used for generated file names.", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    name: str = Field(description="C identifier (at most 64 characters) used for generated file names and namespaces.")
     description: str = ""
     source: Source
-    target: Target
+    target: Target = Field(strict=False)
     packing: Packing
     scales: Scales
     zeros: Zeros = Zeros()
@@ -400,21 +614,25 @@ class Spec(BaseModel):
     )
     arch: str = Field(default="sm_80", description="Minimum compute capability, e.g. sm_80, sm_90.")
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        problem = name_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
     @field_validator("arch")
     @classmethod
     def _arch(cls, v: str) -> str:
-        m = ARCH_RE.match(v)
-        if not m:
-            raise ValueError(f"must look like 'sm_80', got {v!r}")
-        if int(m.group(1)) < 75:
-            raise ValueError(f"{v} is older than sm_75, the oldest NVRTC 13 targets")
-        if (v.endswith("a") and int(m.group(1)) < 90) or (v.endswith("f") and int(m.group(1)) < 100):
-            raise ValueError(f"{v}: the 'a' suffix exists from sm_90 on and 'f' from sm_100 on")
+        problem = arch_problem(v)
+        if problem:
+            raise ValueError(problem)
         return v
 
     @property
     def sm(self) -> int:
-        m = ARCH_RE.match(self.arch)
+        m = ARCH_RE.fullmatch(self.arch)
         assert m
         return int(m.group(1))
 
@@ -567,7 +785,7 @@ class Spec(BaseModel):
 
 
 def _field_error(field: str, value: object, allowed: str) -> ValueError:
-    return ValueError(f"[{field}] got {value!r}; expected {allowed}")
+    return ValueError(f"[{field}] got {shown(value)}; expected {allowed}")
 
 
 def _format_validation_error(err: ValidationError, origin: str) -> SpecError:
@@ -583,9 +801,102 @@ def _format_validation_error(err: ValidationError, origin: str) -> SpecError:
             parts.append(f"[{loc}] is not a known field")
         else:
             given = e.get("input")
-            given_s = "" if isinstance(given, dict) else f"got {given!r}; "
+            given_s = "" if isinstance(given, dict) else f"got {shown(given)}; "
             parts.append(f"[{loc}] {given_s}{msg}")
     return SpecError(f"{origin}: " + "; ".join(parts))
+
+
+#: The largest spec file or text read: a spec is a few hundred bytes; this refuses /dev/zero and the like.
+MAX_SPEC_BYTES = 1 << 20
+#: The most YAML nodes a spec may expand to, every alias counted as a full copy: shipped specs have under 100,
+#: a 700-byte "billion laughs" alias bomb expands to billions.
+MAX_SPEC_NODES = 10_000
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses duplicate keys and documents whose aliases expand past ``MAX_SPEC_NODES``."""
+
+    def compose_document(self) -> yaml.Node:
+        node = super().compose_document()
+        _count_nodes(node, {}, set())
+        return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = (key_node.tag, key_node.value)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {shown(key_node.value)} on line {line} (first on line {seen[key]})",
+                        None,  # the line is in the message; a mark would append the source line to it
+                    )
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _count_nodes(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """The node count of ``node`` with every alias expanded (memoized per node, so linear in the document)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in open_nodes:
+        raise yaml.YAMLError("a recursive alias (a node that contains itself) is not a spec")
+    open_nodes.add(id(node))
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        total += sum(_count_nodes(child, sizes, open_nodes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total += sum(_count_nodes(k, sizes, open_nodes) + _count_nodes(v, sizes, open_nodes) for k, v in node.value)
+    if total > MAX_SPEC_NODES:
+        raise yaml.YAMLError(f"expands to more than {MAX_SPEC_NODES} nodes (anchors and aliases counted in full)")
+    open_nodes.discard(id(node))
+    sizes[id(node)] = total
+    return total
+
+
+def _parse_yaml(text: str, origin: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_SpecLoader)
+    except yaml.YAMLError as e:
+        raise SpecError(f"{origin}: not valid YAML: {shown_text(str(e))}") from None
+    except RecursionError:
+        raise SpecError(f"{origin}: not valid YAML: nested too deeply") from None
+
+
+def shown_text(text: str, limit: int = 4 * SHOWN_VALUE_CHARS) -> str:
+    """One line of at most ``limit`` characters (a parser's message quotes the input it choked on)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "\u2026"
+
+
+def _read_spec_file(p: Path) -> tuple[str, str]:
+    """(origin, text) of spec file ``p``: a regular file of at most ``MAX_SPEC_BYTES``, or a SpecError."""
+    origin = printable(str(p))
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise SpecError(f"{origin}: no such spec file (nor a shipped spec: `dqgen list` shows them)") from None
+    except (OSError, ValueError) as e:
+        raise SpecError(f"{origin}: cannot read the spec: {getattr(e, 'strerror', None) or e}") from None
+    # stat first: opening a FIFO blocks, and /dev/zero never ends
+    if not stat.S_ISREG(st.st_mode):
+        raise SpecError(f"{origin}: not a regular file (expected a YAML spec file)")
+    if st.st_size > MAX_SPEC_BYTES:
+        raise SpecError(f"{origin}: {st.st_size} bytes; a spec file has at most {MAX_SPEC_BYTES} bytes")
+    try:
+        with open(p, "rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as e:
+        raise SpecError(f"{origin}: cannot read the spec: {e.strerror or e}") from None
+    if len(data) > MAX_SPEC_BYTES:  # grew since the stat
+        raise SpecError(f"{origin}: more than {MAX_SPEC_BYTES} bytes; a spec file has at most {MAX_SPEC_BYTES} bytes")
+    try:
+        return origin, data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{origin}: not a text file (expected UTF-8 YAML)") from None
 
 
 #: The specs shipped with dqgen (inside the package, so an installed wheel has them too).
@@ -599,16 +910,25 @@ def shipped_specs() -> dict[str, Path]:
 
 def _shipped_path(name: str) -> Path | None:
     """A bare name (no folder, no suffix) that is no file here names a shipped spec."""
-    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name) or Path(name).exists():
+    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name) or os.path.lexists(name):
         return None
     return shipped_specs().get(name)
 
 
-def load_spec(source: Spec | str | Path | dict) -> Spec:
+#: What every public function taking a spec accepts (``load_spec`` resolves it).
+SpecLike: TypeAlias = "Spec | str | Path | dict[str, Any]"
+
+
+def load_spec(source: SpecLike) -> Spec:
     """Load and validate a spec from a Spec, a shipped spec's name (``awq_int4_fp16``, see ``dqgen list``), a path,
     YAML text (several lines, or one {...} mapping) or a dict. Raises ``SpecError`` with one line naming the field."""
     if isinstance(source, Spec):
         return source
+    if not isinstance(source, (str, Path, dict)):
+        raise TypeError(
+            "spec: expected a dqgen Spec, a shipped spec's name, a path, YAML text or a dict, "
+            f"got {type(source).__name__}"
+        )
     origin = "spec"
     if isinstance(source, dict):
         data = source
@@ -618,21 +938,12 @@ def load_spec(source: Spec | str | Path | dict) -> Spec:
         # One line that is not a flow mapping is a path; YAML text spans lines (or is a {...} mapping).
         text_like = "\n" in str(source) or str(source).lstrip().startswith("{")
         if isinstance(source, Path) or not text_like:
-            if not p.exists():
-                raise SpecError(f"{p}: no such spec file (nor a shipped spec: `dqgen list` shows them)")
-            origin = str(p)
-            try:
-                text = p.read_text()
-            except UnicodeDecodeError:
-                raise SpecError(f"{p}: not a text file (expected UTF-8 YAML)") from None
-            except OSError as e:
-                raise SpecError(f"{p}: cannot read the spec: {e.strerror or e}") from None
+            origin, text = _read_spec_file(p)
         else:
             text = str(source)
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise SpecError(f"{origin}: not valid YAML: {e}".replace("\n", " ")) from None
+            if len(text) > MAX_SPEC_BYTES:
+                raise SpecError(f"{origin}: {len(text)} characters of YAML; a spec has at most {MAX_SPEC_BYTES}")
+        data = _parse_yaml(text, origin)
         if not isinstance(data, dict):
             raise SpecError(f"{origin}: expected a mapping of spec fields, got {type(data).__name__}")
     try:

@@ -814,13 +814,59 @@ def test_zero_modes_every_element_exact(spec: Spec) -> None:
         assert differs_from_f64_sum > 0
 
 
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(hi, lo) with hi = fl(a + b) and hi + lo = a + b exactly (Knuth's TwoSum)."""
+    hi = a + b
+    bb = hi - a
+    return hi, (a - (hi - bb)) + (b - bb)
+
+
+def _model_round_bits(spec: Spec, hi: np.ndarray, lo: np.ndarray | None = None) -> np.ndarray:
+    """The target's bits of hi + lo (exactly, |lo| below half an ulp of hi in float64), rounded once to nearest-even.
+    fp16 uses numpy's correctly rounded float64 cast where lo is 0; bf16 scales to the target's quantum and uses
+    rint, a route independent of the reference's (ml_dtypes goes through float32, which would round twice)."""
+    lo = np.zeros_like(hi) if lo is None else lo
+    mant, min_exp, max_exp, dt = (11, -14, 15, np.float16) if spec.target.value == "fp16" else (8, -126, 127, BF16)
+    _, e = np.frexp(hi)  # hi = m * 2^e, 0.5 <= |m| < 1: the leading bit is 2^(e-1)
+    quantum = np.exp2(np.maximum(e - 1, min_exp) - (mant - 1))  # subnormals share the smallest exponent's quantum
+    scaled = hi / quantum  # exact: a power of two
+    r = np.rint(scaled)
+    tie = scaled - np.floor(scaled) == 0.5
+    r = np.where(tie & (lo > 0), np.ceil(scaled), np.where(tie & (lo < 0), np.floor(scaled), r))
+    value = np.copysign(r * quantum, hi)  # rint keeps the sign of a zero result
+    value = np.where(np.abs(value) >= 2.0 ** (max_exp + 1), np.copysign(np.inf, hi), value)
+    return value.astype(np.float32).astype(dt).view(np.uint16)  # exact: value already fits the target
+
+
+def test_round_bits_matches_exact_rounding() -> None:
+    """The vectorized model rounding against Fraction arithmetic, ties and tie-breaking sticky parts included."""
+    rng = np.random.default_rng(3)
+    for target in ("fp16", "bf16"):
+        spec = load_spec(_mspec("r", target=target))
+        big = 60000.0 if target == "fp16" else 2.0**120
+        tiny = 2.0**-24 if target == "fp16" else 2.0**-133
+        hi = np.concatenate(
+            [
+                rng.uniform(-big, big, 2000),
+                rng.uniform(-1, 1, 2000) * tiny * 300,
+                np.array([0.5, 1.5, 2.5]) * tiny,  # subnormal ties
+                (1 + np.array([1, 3, 5]) / 2**11) * (1 if target == "fp16" else 2**-3),  # normal ties
+            ]
+        )
+        # sticky parts far below hi's float64 ulp, as TwoSum leaves them
+        lo = np.where(rng.random(hi.size) < 0.5, 0.0, hi * 2.0**-60 * np.sign(rng.random(hi.size) - 0.5))
+        lo[-6:] = [tiny * 2**-40, -(tiny * 2**-40), 0.0, 1e-30, -1e-30, 0.0]
+        got = _model_round_bits(spec, hi, lo)
+        for h, l_, g in zip(hi, lo, got, strict=True):
+            exact = Fraction(float(h)) + Fraction(float(l_))
+            assert int(g) == _target_bits(spec, exact, _neg(float(h))), (target, h, l_)
+
+
 @pytest.mark.parametrize("spec", MODE_SPECS)
 def test_zero_modes_full_tensor_vectorized(spec: Spec) -> None:
     """A whole random_inputs tensor against a numpy model (test-side unpacking). float and additive
-    use numpy's correctly rounded float64 -> float16 casts, so they are checked for fp16 only."""
+    round exact float64 values (or exact TwoSum pairs) once with ``_model_round_bits``."""
     mode = spec.zeros.mode
-    if spec.target.value == "bf16" and mode in ("float", "additive"):
-        pytest.skip("no independent vectorized bf16 rounding from float64; covered element-wise above")
     K, N = 256, 128
     qweight, scales, zeros, g_idx = random_inputs(spec, K, N, seed=9)
     W = _bits16(dequantize_reference(spec, qweight, scales, zeros, g_idx))
@@ -849,11 +895,12 @@ def test_zero_modes_full_tensor_vectorized(spec: Spec) -> None:
             vals = vals - (z + (1 if mode == "gptq_v1" else 0))[rows]
         if mode == "float":
             assert zeros is not None
-            t = (vals - zeros.astype(np.float64)[rows]).astype(np.float16).astype(np.float64)  # exact difference
-            want = (t * s).astype(np.float16).view(np.uint16)
+            hi, lo = _two_sum(vals, -zeros.astype(np.float64)[rows])
+            t = _model_round_bits(spec, hi, lo).view(np.float16 if spec.target.value == "fp16" else BF16)
+            want = _model_round_bits(spec, t.astype(np.float64) * s)  # a product of two 8/11-bit significands is exact
         elif mode == "additive":
             assert zeros is not None
-            want = (vals * s + zeros.astype(np.float64)[rows]).astype(np.float16).view(np.uint16)  # exact sum
+            want = _model_round_bits(spec, *_two_sum(vals * s, zeros.astype(np.float64)[rows]))
         elif spec.target.value == "fp16":
             want = (vals * s).astype(np.float16).view(np.uint16)
         else:

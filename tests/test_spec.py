@@ -477,3 +477,190 @@ def test_minifloat_layouts_agree_with_formats() -> None:
         and sorted(NF4_CODEBOOK) == NF4_CODEBOOK
         and (NF4_CODEBOOK[0], NF4_CODEBOOK[-1]) == (-1.0, 1.0)
     )
+
+
+# ---- issue 11: hostile or sloppy input (items 9-13, 15) ----------------------------------------------------------
+
+BASE_YAML = """name: t
+source: {bits: 4, kind: unsigned}
+target: fp16
+packing: {axis: N, order: awq}
+scales: {group_size: 128}
+"""
+
+
+def _one_line_error(source: Any) -> str:
+    with pytest.raises(SpecError) as exc:
+        load_spec(source)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_alias_bomb_is_refused_fast_with_a_short_message() -> None:
+    # "billion laughs": 9 levels of 9 aliases each, 9^9 strings in a description, in well under 1 KB
+    levels = ['a0: &a0 "lol"'] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    bomb = "\n".join(levels) + "\n" + BASE_YAML + "description: *a8\n"
+    assert len(bomb) < 1000
+    import time
+
+    t0 = time.perf_counter()
+    msg = _one_line_error(bomb)
+    assert time.perf_counter() - t0 < 2
+    assert "expands to more than 10000 nodes" in msg
+    assert len(msg) < 300
+
+
+def test_moderate_aliases_still_load() -> None:
+    # anchors are fine while the expanded document stays small
+    text = BASE_YAML.replace("{axis: N, order: awq}", "{<<: &p {axis: N, order: sequential}, order: awq}")
+    text += "description: &d 'a'\nzeros: {<<: {mode: integer}}\n"
+    spec = load_spec(text)
+    assert spec.packing.order == "awq" and spec.zeros.mode == "integer"
+
+
+def test_recursive_alias_is_refused() -> None:
+    msg = _one_line_error(BASE_YAML + "description: &d [1, *d]\n")
+    assert "recursive alias" in msg
+
+
+def test_bad_long_value_is_shown_truncated() -> None:
+    msg = _one_line_error(spec_with(arch="sm_" + "x" * 5000))
+    assert msg.startswith("spec: [arch]")
+    assert "\u2026" in msg and len(msg) < 200
+    msg = _one_line_error(spec_with(description=["lol"] * 100_000))
+    assert msg.startswith("spec: [description]") and len(msg) < 300
+
+
+@pytest.mark.parametrize("name", ["int", "namespace", "asm", "extern", "class", "__global__", "_Foo", "a__b"])
+def test_name_keywords_and_reserved_identifiers_refused(name: str) -> None:
+    msg = _one_line_error(spec_with(name=name))
+    assert msg.startswith("spec: [name]")
+    assert "keyword" in msg or "reserved" in msg
+
+
+@pytest.mark.parametrize("name", ["9lives", "a-b", "caf\u00e9", "x\n", "", "a b"])
+def test_name_must_be_an_ascii_c_identifier(name: str) -> None:
+    assert "C identifier" in _one_line_error(spec_with(name=name))
+
+
+def test_name_ok_forms() -> None:
+    for name in ("_foo", "Int", "awq_int4_fp16", "x" * 64):
+        assert load_spec(spec_with(name=name)).name == name
+
+
+def test_name_length_bounded() -> None:
+    msg = _one_line_error(spec_with(name="x" * 5000))
+    assert msg.startswith("spec: [name]") and "at most 64 characters, got 5000" in msg
+
+
+@pytest.mark.parametrize("arch", ["sm_80\n", "sm_\u0668\u0660", "sm_80 ", " sm_80", "sm_90ax", "SM_80"])
+def test_arch_pattern_is_ascii_and_full(arch: str) -> None:
+    assert _one_line_error(spec_with(arch=arch)).startswith("spec: [arch]")
+
+
+@pytest.mark.parametrize("arch", ["sm_1000", "sm_81", "sm_99", "sm_130"])
+def test_arch_nvrtc_cannot_target_is_refused(arch: str) -> None:
+    msg = _one_line_error(spec_with(arch=arch))
+    assert msg.startswith("spec: [arch]") and "not an architecture NVRTC 13 targets" in msg
+
+
+def test_arch_list_matches_nvrtc() -> None:
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    from dqgen.spec import NVRTC_ARCHS
+
+    err, archs = nvrtc.nvrtcGetSupportedArchs()
+    assert int(err) == 0
+    assert tuple(archs) == NVRTC_ARCHS
+    for sm in archs:
+        assert load_spec(spec_with(arch=f"sm_{sm}")).sm == sm
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("source.bits", "4"),
+        ("source.bits", 4.0),
+        ("source.bits", True),
+        ("scales.group_size", "128"),
+        ("scales.group_size", 128.0),
+        ("scales.group_size", 1e30),
+        ("act_order", "yes"),
+        ("act_order", 1),
+        ("packing.words", 1.0),
+        ("packing.container", 32.0),
+        ("packing.order", [0, 2, 4, 6, 1, 3, 5, 7.0]),
+        ("packing.order", [False, 2, 4, 6, 1, 3, 5, 7]),
+        ("scales.global_scale", "false"),
+        ("name", 5),
+        ("description", 5),
+    ],
+)
+def test_no_lax_coercion(field: str, value: object) -> None:
+    msg = _one_line_error(spec_with(**{field: value}))
+    assert msg.startswith(f"spec: [{field}")
+
+
+@pytest.mark.parametrize(
+    "line", ['bits: "4"', "bits: 4.0", "bits: true", "bits: 0x4.0"], ids=["str", "float", "bool", "hexfloat"]
+)
+def test_no_lax_coercion_from_yaml(line: str) -> None:
+    text = BASE_YAML.replace("source: {bits: 4, kind: unsigned}", "source:\n  kind: unsigned\n  " + line)
+    assert _one_line_error(text).startswith("spec: [source.bits]")
+
+
+@pytest.mark.parametrize("value", ["1e30", "1.0e30", str(2**31), str(10**400)])
+def test_group_size_bounded(value: str) -> None:
+    text = BASE_YAML.replace("group_size: 128", f"group_size: {value}")
+    msg = _one_line_error(text)
+    assert msg.startswith("spec: [scales.group_size]") and len(msg) < 300
+
+
+def test_duplicate_keys_refused_naming_key_and_line(tmp_path: Path) -> None:
+    f = tmp_path / "dup.yaml"
+    f.write_text(BASE_YAML + "target: bf16\n")
+    msg = _one_line_error(f)
+    assert msg.startswith(f"{f}: not valid YAML") and "duplicate key 'target' on line 6 (first on line 3)" in msg
+    nested = BASE_YAML.replace("{bits: 4, kind: unsigned}", "{bits: 4, kind: unsigned, bits: 8}")
+    assert "duplicate key 'bits' on line 2" in _one_line_error(nested)
+
+
+def test_strict_specs_still_take_enum_names() -> None:
+    s = load_spec(spec_with(target="bf16", **{"scales.dtype": "bf16"}))
+    assert s.target is Target.bf16 and s.scales.dtype is ScaleDtype.bf16
+
+
+def test_special_files_refused_without_reading(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    assert "not a regular file" in _one_line_error("/dev/zero")
+    assert "not a regular file" in _one_line_error(str(tmp_path))
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    result: list[str] = []
+
+    def load() -> None:
+        try:
+            load_spec(fifo)
+        except SpecError as e:
+            result.append(str(e))
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "load_spec blocked opening a FIFO"
+    assert result == [f"{fifo}: not a regular file (expected a YAML spec file)"]
+
+
+def test_huge_spec_file_refused(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as f:
+        f.truncate(2 << 20)  # sparse: 2 MiB of zeros on no disk
+    msg = _one_line_error(big)
+    assert msg == f"{big}: {2 << 20} bytes; a spec file has at most {1 << 20} bytes"
+
+
+def test_load_spec_refuses_other_types() -> None:
+    with pytest.raises(TypeError, match=r"^spec: expected a dqgen Spec, .* got int$"):
+        load_spec(5)  # type: ignore[arg-type]
