@@ -132,6 +132,16 @@ INVALID = {
     "unknown_field": (AWQ_TEXT + "colour: blue\n", "colour"),
     "bits_3": (AWQ_TEXT.replace("bits: 4", "bits: 3"), "packing.axis"),
     "zeros_for_signed": ((SHIPPED_SPECS / "int8_fp16.yaml").read_text() + "zeros: {mode: integer}\n", "zeros.mode"),
+    # issue 11: names NVRTC or the file system would choke on later, arches NVRTC cannot target, lax types
+    "name_keyword": (AWQ_TEXT.replace("name: awq_int4_fp16", "name: namespace"), "name"),
+    "name_reserved": (AWQ_TEXT.replace("name: awq_int4_fp16", "name: __global__"), "name"),
+    "name_5000_chars": (AWQ_TEXT.replace("name: awq_int4_fp16", "name: " + "x" * 5000), "name"),
+    "arch_sm_1000": (AWQ_TEXT.replace("arch: sm_80", "arch: sm_1000"), "arch"),
+    "arch_newline": (AWQ_TEXT.replace("arch: sm_80", 'arch: "sm_80\\n"'), "arch"),
+    "arch_arabic_digits": (AWQ_TEXT.replace("arch: sm_80", "arch: sm_\u0668\u0660"), "arch"),
+    "bits_string": (AWQ_TEXT.replace("bits: 4", 'bits: "4"'), "source.bits"),
+    "bits_true": (AWQ_TEXT.replace("bits: 4", "bits: true"), "source.bits"),
+    "group_size_1e30": (AWQ_TEXT.replace("group_size: 128", "group_size: 1e30"), "scales.group_size"),
 }
 
 
@@ -244,6 +254,7 @@ def test_build_summary_table(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "gptq_int4_fp16" in r.stdout and "sm_90" in r.stdout and "no GPU: skipped" in r.stdout
+    assert "skipped no GPU" not in r.stdout  # said once (issue 11)
     assert (tmp_path / "gptq_int4_fp16.sm_90.ptx").is_file()
 
 
@@ -400,3 +411,93 @@ def test_explain_prints_f32_pack_in_ptx_operand_order():
                 assert f"{op.opcode.ptx} {op.dst}, {hi}, {lo};" in text
                 seen += 1
     assert seen >= 2
+
+
+# --------------------------------------------------------------------------- issue 11: hostile input
+
+
+def test_invalid_value_is_echoed_short(tmp_path):
+    spec = tmp_path / "long.yaml"
+    spec.write_text(AWQ_TEXT.replace("arch: sm_80", "arch: sm_" + "8" * 100_000))
+    r = dqgen("explain", str(spec), *WORDS)
+    _assert_one_error_line(r, "[arch]", "\u2026")
+    assert len(r.stderr) < 400
+
+
+def test_duplicate_key_is_one_error_line(tmp_path):
+    spec = tmp_path / "dup.yaml"
+    spec.write_text(AWQ_TEXT + "target: bf16\n")
+    r = dqgen("build", str(spec), "--out", str(tmp_path / "out"), *WORDS)
+    _assert_one_error_line(r, "dup.yaml", "duplicate key 'target' on line")
+    assert not (tmp_path / "out").exists()
+
+
+def test_build_arch_option_nvrtc_cannot_target_writes_nothing(tmp_path):
+    for arch in ("sm_1000", "sm_80\n", "sm_\u0668\u0660"):
+        r = dqgen("build", AWQ, "--arch", arch, "--out", str(tmp_path / "out"), *WORDS)
+        _assert_one_error_line(r, "[--arch]")
+        assert not (tmp_path / "out").exists()
+
+
+def test_explain_reads_only_small_regular_files(tmp_path):
+    _assert_one_error_line(dqgen("explain", "/dev/zero"), "/dev/zero", "not a regular file")
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    r = dqgen("explain", str(fifo))  # dqgen() times out (fails) if opening the FIFO blocks
+    _assert_one_error_line(r, str(fifo), "not a regular file")
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as f:
+        f.truncate(3 << 20)
+    _assert_one_error_line(dqgen("explain", str(big)), str(big), f"{3 << 20} bytes", "at most 1048576")
+
+
+ESCAPES = '"\\e[31mRED\\e[0m\\a\\x9b2J\\e]0;title\\a tab\\tend"'  # YAML escapes: ESC, BEL, 8-bit CSI, OSC
+
+
+def test_list_and_explain_strip_control_characters(tmp_path):
+    (tmp_path / "esc.yaml").write_text(AWQ_TEXT.replace(AWQ_TEXT.splitlines()[1], f"description: {ESCAPES}"))
+    assert "\x1b" in load_spec(tmp_path / "esc.yaml").description  # the escapes are in the spec ...
+    for r in (dqgen("list", str(tmp_path)), dqgen("explain", str(tmp_path / "esc.yaml"), *WORDS)):
+        assert r.returncode == 0, r.stderr
+        assert "RED" in r.stdout and "title" in r.stdout
+        for c in ("\x1b", "\x07", "\x9b"):  # ... but never reach the terminal
+            assert c not in r.stdout
+    escaped_name = tmp_path / "bad\x1b[2J.yaml"
+    escaped_name.write_text("- not a spec\n")
+    r = dqgen("list", str(tmp_path))
+    assert r.returncode == 0 and "\x1b" not in r.stdout and "bad[2J.yaml" in r.stdout
+
+
+def test_explain_progress_only_on_a_terminal(monkeypatch):
+    import io
+
+    from dqgen.cli import PROGRESS_MIN_WORDS, _proof_progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    pipe, tty = io.StringIO(), Tty()
+    with _proof_progress(PROGRESS_MIN_WORDS, pipe) as cb:
+        assert cb is None  # not a terminal: no progress, output unchanged
+    with _proof_progress(PROGRESS_MIN_WORDS - 1, tty) as cb:
+        assert cb is None  # short proof: no bar
+    with _proof_progress(PROGRESS_MIN_WORDS, tty) as cb:
+        assert cb is not None
+        cb(PROGRESS_MIN_WORDS // 2, PROGRESS_MIN_WORDS)
+    assert "proof" in tty.getvalue() and pipe.getvalue() == ""
+    # piped `dqgen explain` output is exactly the rendered plan and proof: nothing from a progress bar
+    monkeypatch.chdir(ROOT)
+    r = CliRunner().invoke(app, ["explain", "int8_fp16", "--words", str(PROGRESS_MIN_WORDS)])
+    assert r.exit_code == 0 and r.output.startswith("dqgen explain: int8_fp16") and "\r" not in r.output
+
+
+def test_prove_reports_progress():
+    from dqgen.prove import prove
+    from dqgen.solver import solve
+
+    spec = load_spec("int8_fp16")
+    calls: list[tuple[int, int]] = []
+    result = prove(solve(spec), spec, n_random=10_000, chunk=3000, progress=lambda d, t: calls.append((d, t)))
+    assert result.ok
+    assert calls == [(3000, 10_000), (6000, 10_000), (9000, 10_000), (10_000, 10_000)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -278,3 +279,18 @@ def test_kernel_errors_are_runtime_errors(tmp_path: Path) -> None:
     kernel = device.LoadedKernel(cubin, "k")
     with pytest.raises(TypeError, match="numpy scalar"):
         kernel((1,), (1,), [12345])
+
+
+def test_unwritable_cache_is_one_line_on_stderr(tmp_path: Path) -> None:
+    """An unwritable $DQGEN_CACHE_DIR (here: below a file; chmod does not stop root) compiles anyway and says once,
+    in one line, that the cache is off and why: no RuntimeWarning with source lines (issue 11)."""
+    (tmp_path / "file").write_text("")
+    script = (
+        "from dqgen.nvrtc import compile_source\n"
+        f"for arch in ('sm_80', 'sm_90'): assert compile_source({LOP3_SRC!r}, arch=arch).ptx\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "DQGEN_CACHE_DIR": str(tmp_path / "file" / "cache"), "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == f"dqgen: NVRTC cache disabled: cannot write {tmp_path / 'file' / 'cache'}: Not a directory\n"

@@ -7,10 +7,12 @@ element order[j] of the word's run), never taken from dqgen.packing itself.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -24,7 +26,7 @@ from dqgen.packing import (
     zeros_from_stored,
     zeros_to_stored,
 )
-from dqgen.spec import Spec, load_spec
+from dqgen.spec import SHIPPED_SPECS, Spec, load_spec
 
 BITS = [1, 2, 4, 8]
 FAST = settings(max_examples=60, deadline=None)
@@ -580,3 +582,46 @@ def test_repack_float_codes_between_axes() -> None:
     assert out.shape == (16, 3)
     np.testing.assert_array_equal(unpack(out, n_spec), codes)
     np.testing.assert_array_equal(repack(out, n_spec, k_spec), pack(codes, k_spec))
+
+
+# ---- issue 11 item 19: every public function takes what dqgen.load_spec takes -----------------------------------
+
+
+def test_public_functions_take_spec_path_name_or_dict(tmp_path: Path) -> None:
+    import dqgen
+
+    path = SHIPPED_SPECS / "gptq_int4_fp16.yaml"
+    as_dict = yaml.safe_load(path.read_text())
+    spec = dqgen.load_spec(path)
+    codes = np.random.default_rng(0).integers(0, 16, size=(64, 32))
+    want = dqgen.pack(codes, spec)
+    for form in (path, str(path), "gptq_int4_fp16", as_dict, path.read_text()):
+        qweight = dqgen.pack(codes, form)
+        np.testing.assert_array_equal(qweight, want)
+        np.testing.assert_array_equal(dqgen.unpack(qweight, form), codes)
+        np.testing.assert_array_equal(dqgen.repack(qweight, form, "awq_int4_fp16"), dqgen.pack(codes, "awq_int4_fp16"))
+    awq = SHIPPED_SPECS / "awq_int4_fp16.yaml"  # packed zero points
+    zeros = np.random.default_rng(1).integers(0, 16, size=(2, 32))
+    want_z = dqgen.pack_zeros(zeros, dqgen.load_spec(awq))
+    for form in (str(awq), "awq_int4_fp16", yaml.safe_load(awq.read_text())):
+        np.testing.assert_array_equal(dqgen.pack_zeros(zeros, form), want_z)
+        np.testing.assert_array_equal(dqgen.unpack_zeros(want_z, form), zeros)
+
+
+def test_public_functions_name_a_bad_spec_argument(tmp_path: Path) -> None:
+    import dqgen
+
+    codes = np.zeros((64, 32), dtype=np.int64)
+    with pytest.raises(dqgen.SpecError, match=r"^spec: .*nope.yaml: no such spec file"):
+        dqgen.pack(codes, str(tmp_path / "nope.yaml"))
+    with pytest.raises(dqgen.SpecError, match=r"^to_spec: \[source.bits\] got '4'"):
+        dqgen.repack(
+            dqgen.pack(codes, "int8_fp16"),
+            "int8_fp16",
+            {
+                **yaml.safe_load((SHIPPED_SPECS / "int8_fp16.yaml").read_text()),
+                "source": {"bits": "4", "kind": "signed"},
+            },
+        )
+    with pytest.raises(TypeError, match=r"^spec: expected a dqgen Spec, .* got int$"):
+        dqgen.unpack(codes, 5)  # type: ignore[arg-type]
