@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import device as dev
@@ -35,7 +36,14 @@ def write_sources(spec: Spec, plan: Plan, out_dir: Path) -> tuple[Path, Path, st
     return cu, cuh, source
 
 
-def build_spec(spec: Spec, arch: str, out_dir: Path, words: int = 1_000_000, gpu: bool | None = None) -> dict:
+def build_spec(
+    spec: Spec,
+    arch: str,
+    out_dir: Path,
+    words: int = 1_000_000,
+    gpu: bool | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
     from .spec import ARCH_RE, arch_problem, shown
 
     # the same check as the spec's arch field, before anything is written
@@ -56,7 +64,7 @@ def build_spec(spec: Spec, arch: str, out_dir: Path, words: int = 1_000_000, gpu
     report["zero_ops_per_word"] = plan.count("zero")
     report["scale_prep_ops"] = plan.count("scale_prep")  # once per block scale (MXFP4 / NVFP4)
     report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
-    proof = prove(plan, spec, n_random=words)
+    proof = prove(plan, spec, n_random=words, progress=progress)
     steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
     cu, cuh, source = write_sources(spec, plan, out_dir)
     report["files"] = [str(cu), str(cuh)]

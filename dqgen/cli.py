@@ -123,7 +123,8 @@ def build(
 
     s = _load(spec)
     try:
-        report = build_spec(s, arch=arch or s.arch, out_dir=Path(out), words=words)
+        with _proof_progress(words) as progress:
+            report = build_spec(s, arch=arch or s.arch, out_dir=Path(out), words=words, progress=progress)
     except ValueError as e:
         _fail(str(e))
     except OSError as e:

@@ -791,7 +791,7 @@ def _field_error(field: str, value: object, allowed: str) -> ValueError:
 def _format_validation_error(err: ValidationError, origin: str) -> SpecError:
     parts = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
+        loc = printable(shown_text(".".join(str(p) for p in e["loc"]), SHOWN_VALUE_CHARS))  # keys are input too
         msg = e["msg"].removeprefix("Value error, ")
         if msg.startswith("["):  # cross-field errors carry their own field name
             parts.append(msg)

@@ -664,3 +664,8 @@ def test_huge_spec_file_refused(tmp_path: Path) -> None:
 def test_load_spec_refuses_other_types() -> None:
     with pytest.raises(TypeError, match=r"^spec: expected a dqgen Spec, .* got int$"):
         load_spec(5)  # type: ignore[arg-type]
+
+
+def test_unknown_huge_key_is_shown_short() -> None:
+    msg = _one_line_error(spec_with(**{"k" * 100_000: 1}))
+    assert msg.startswith("spec: [kkkk") and msg.endswith("\u2026] is not a known field") and len(msg) < 200
