@@ -266,7 +266,7 @@ class Source(BaseModel):
     @property
     def offset(self) -> int:
         """The constant subtracted from the unsigned field value (bias); 0 otherwise."""
-        return self.bias if self.kind is SourceKind.biased else 0
+        return self.bias if self.kind is SourceKind.biased and self.bias is not None else 0
 
     @property
     def short(self) -> str:
@@ -707,6 +707,7 @@ class Spec(BaseModel):
                 "scales.dtype", sd.value, f"the target dtype {self.target.value!r}, or a block-scale code (e8m0, e4m3)"
             )
         if self.scales.block:
+            assert sd is not None  # block means a block-scale dtype
             if not (kind is SourceKind.float and self.source.format is MiniFloat.e2m1):
                 raise _field_error(
                     "scales.dtype",
