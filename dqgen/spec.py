@@ -62,7 +62,7 @@ SHOWN_VALUE_CHARS = 80
 def shown(value: object) -> str:
     """``repr(value)`` cut to ``SHOWN_VALUE_CHARS`` characters (with an ellipsis), for error messages."""
     text = _bounded_repr(value)
-    return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 1] + "\u2026"
+    return _cut(text, SHOWN_VALUE_CHARS)
 
 
 def _bounded_repr(value: object, depth: int = 0) -> str:
@@ -869,13 +869,20 @@ def _parse_yaml(text: str, origin: str) -> Any:
 
 def shown_text(text: str, limit: int = 4 * SHOWN_VALUE_CHARS) -> str:
     """One line of at most ``limit`` characters (a parser's message quotes the input it choked on)."""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "\u2026"
+    return _cut(" ".join(text.split()), limit)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+#: A path in an error message is cut to this many characters (a 5000-character "path" is a bad value too).
+MAX_SHOWN_PATH_CHARS = 256
 
 
 def _read_spec_file(p: Path) -> tuple[str, str]:
     """(origin, text) of spec file ``p``: a regular file of at most ``MAX_SPEC_BYTES``, or a SpecError."""
-    origin = printable(str(p))
+    origin = printable(_cut(str(p), MAX_SHOWN_PATH_CHARS), newlines=False)
     try:
         st = os.stat(p)
     except FileNotFoundError:

@@ -669,3 +669,8 @@ def test_load_spec_refuses_other_types() -> None:
 def test_unknown_huge_key_is_shown_short() -> None:
     msg = _one_line_error(spec_with(**{"k" * 100_000: 1}))
     assert msg.startswith("spec: [kkkk") and msg.endswith("\u2026] is not a known field") and len(msg) < 200
+
+
+def test_overlong_path_is_shown_short() -> None:
+    msg = _one_line_error("a" * 5000)
+    assert msg.endswith("\u2026: cannot read the spec: File name too long") and len(msg) < 400
