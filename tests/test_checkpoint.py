@@ -84,12 +84,12 @@ class Layer:
     rows: np.ndarray  # [K] group of each row
     bits: int
 
-    def expected(self, out: np.dtype = np.dtype(np.float16)) -> np.ndarray:
+    def expected(self, out: np.dtype | None = None) -> np.ndarray:
+        """(q - z) * s rounded once: the product of |q - z| <= 256 and a <= 16-bit scale is exact in float64
+        and in float32; numpy rounds float64 -> fp16 once, ml_dtypes float32 -> bf16 once."""
+        out = np.dtype(np.float16) if out is None else out
         zero = (1 << (self.bits - 1)) if self.z is None else self.z[self.rows].astype(np.int64)
         exact = (self.codes.astype(np.int64) - zero).astype(np.float64) * self.scales.astype(np.float64)[self.rows]
-        if out == BF16 and self.scales.dtype == np.float16:
-            # The documented path for fp16 scales into bf16: exactly in fp16, then one rounding to bf16.
-            return exact.astype(np.float16).astype(np.float32).astype(BF16)
         return exact.astype(np.float32).astype(out) if out == BF16 else exact.astype(out)
 
 
@@ -232,9 +232,10 @@ def ckpts(tmp_path_factory):
     return out
 
 
-def check_output(out_file: Path, made: dict, extra: dict, dtype=np.dtype(np.float16)) -> None:
+def check_output(out_file: Path, made: dict, extra: dict, dtype: np.dtype | None = None) -> None:
     """The written file: each layer's [N, K] weight equals the independent computation, passthrough
     tensors are byte-identical, the quantized tensors are gone."""
+    dtype = np.dtype(np.float16) if dtype is None else dtype
     got = read_safetensors(out_file)
     for prefix, layer in made.items():
         w = got.pop(f"{prefix}.weight")
@@ -349,14 +350,14 @@ def test_gptq_act_order(ckpts, tmp_path):
 
 
 def test_bf16_output(ckpts, tmp_path):
-    """fp16 scales into bf16: exact fp16 values, then one rounding to bf16; our writer's BF16 tensors
-    read back with a raw header parse, our reader, and the safetensors package where it can."""
+    """fp16 scales into bf16: one rounding of (q - z) * s; our writer's BF16 tensors read back with a raw
+    header parse, our reader, and the safetensors package where it can."""
     f, made, extra = ckpts["gptq_act"]
     layers = read_layers(f, target="bf16")
     assert all(lay.target == "bf16" and lay.spec.target.value == "fp16" for lay in layers)
     out = tmp_path / "o.safetensors"
     lines = dequantize_file(f, out, target="bf16", device="cpu", progress=False)
-    assert all("bf16 (via fp16)" in ln for ln in lines)
+    assert all("bf16 (q - z by an fp16 kernel, scaled and rounded once)" in ln for ln in lines)
     check_output(out, made, extra, BF16)
     raw = out.read_bytes()
     n = struct.unpack("<Q", raw[:8])[0]
