@@ -21,9 +21,11 @@ Formats (the layouts every loader agrees on; K = in_features, N = out_features, 
 
 Every disagreement between the config and the tensors (bits or group size against the shapes, a
 missing tensor, unpacked float zeros, a g_idx of the wrong length or with group ids out of range,
-a v1 zero point of 0 that wrapped to 2^bits - 1, qzeros that vary in a ``sym: true`` file) raises
-``ValueError`` naming the layer and the tensor or config field: a file that would dequantize to
-silent garbage is refused instead.
+a v1 zero point of 0 that wrapped to 2^bits - 1, qzeros that vary in a ``sym: true`` file, a ``bits``
+that the model's other sizes contradict when no qzeros, g_idx or group size pins the code width)
+raises ``ValueError`` naming the layer and the tensor or config field: a file that would dequantize to
+silent garbage is refused instead. So are index files whose ``weight_map`` names a file outside the
+model's folder.
 
 ``dequantize_file`` writes ``<prefix>.weight`` as ``[N, K]`` (``torch.nn.Linear``'s
 ``[out_features, in_features]``; dqgen's kernels produce ``W[K, N]``, which is transposed) in the
@@ -32,14 +34,17 @@ other tensor (biases, embeddings, norms) byte for byte. To load the result as a 
 ``quantization_config`` from the model's ``config.json``.
 
 Values: each element is ``round_target((q - z) * s)``, one rounding, with the scales as stored. When
-the scales' dtype differs from the target they are converted first if that is exact; fp16 scales that
-bf16 cannot hold exactly are not rounded (that would add an error of up to one bf16 step) - the layer
-is dequantized exactly in fp16 and each value then rounded to bf16 (the note says so).
+the scales' dtype differs from the target they are converted first if that is exact. Scales the target
+cannot hold exactly (fp16 scales into bf16, say) are not rounded, which would round twice: the kernel
+(an fp16 spec) runs with unit scales and gives ``q - z`` exactly, the product with the stored scales is
+formed exactly (fp32 on the GPU for 16-bit scales, float64 on the CPU) and rounded once (the note says
+so). Overflow is counted in the dtype written.
 
-The safetensors files are read and written here with a small parser over ``mmap`` (the format is an
-8-byte little-endian header length, a JSON header ``{name: {dtype, shape, data_offsets}}`` and the
-raw little-endian bytes): the output is streamed tensor by tensor, so a model larger than memory can
-be dequantized, and bf16 works with any version of the ``safetensors`` package.
+Input files are validated by the ``safetensors`` package; their tensors are then read over ``mmap``
+from the byte ranges of the header. The output is written here (an 8-byte little-endian header length,
+a JSON header ``{name: {dtype, shape, data_offsets}}``, the raw little-endian bytes), streamed tensor
+by tensor so that a model larger than memory can be dequantized, into a temporary file of its own
+that replaces ``out`` when complete.
 """
 
 from __future__ import annotations
@@ -544,8 +549,8 @@ def infer_spec(
     ``tensors`` maps full names (``name + ".qweight"``, ...) or bare parts (``"qweight"``) to arrays.
     Checks every config field against the shapes and the small tensors' values; raises ValueError
     naming the layer and the tensor or field when they disagree. Returns the spec and notes (what
-    was inferred or ignored). The spec's target is ``target``, except that fp16 scales which bf16
-    cannot hold exactly keep an fp16 spec (see the module docstring)."""
+    was inferred or ignored). The spec's target is ``target``, except for scales that the target cannot
+    hold exactly: then it is the fp16 spec that gives q - z with unit scales (see the module docstring)."""
     return _analyze(config, tensors, name, target)[0:2]
 
 
