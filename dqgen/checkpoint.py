@@ -917,7 +917,15 @@ def _check_code_width(q: _QConfig, tensors: _Tensors, layers: list[QuantLayer], 
 
     stray = unknown(q.bits)
     fits = [b for b in (2, 4, 8) if b != q.bits and not unknown(b)]
-    if not stray or not fits:
+    if not stray:
+        return
+    if not fits:  # nothing to tell the widths apart: the config is trusted, and the summary line says so
+        for lay in layers:
+            if lay.name in stray:
+                lay.notes.append(
+                    f"K = {lay.K} for [bits] = {q.bits} is not a size found elsewhere in the model, and no qzeros, "
+                    "g_idx or group size pins the code width: the config's bits are trusted"
+                )
         return
     name, b = stray[0], fits[0]
     lay = next(x for x in layers if x.name == name)
@@ -1055,6 +1063,8 @@ def _check_out(out: Path) -> None:
     """Refuse an output path that cannot be a file before any input is read."""
     if out.is_dir():
         raise ValueError(f"output {out}: is a folder; expected the path of the .safetensors file to write")
+    if out.exists() and not out.is_file():  # a device or a FIFO would be replaced by a regular file
+        raise ValueError(f"output {out}: exists and is not a regular file")
     parent = next((p for p in out.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise ValueError(f"output {out}: {parent} is not a folder")
@@ -1068,10 +1078,15 @@ def _open_temp(out: Path) -> tuple[Any, Path]:
         fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial")
     except OSError as e:
         raise ValueError(f"output {out}: cannot write in {out.parent}: {e.strerror or e}") from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
-    return os.fdopen(fd, "wb"), Path(name)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        return os.fdopen(fd, "wb"), Path(name)
+    except BaseException:  # an interrupt here too leaves no file behind
+        os.close(fd)
+        os.unlink(name)
+        raise
 
 
 def dequantize_file(

@@ -749,6 +749,7 @@ def _expected_once(layer: Layer, dtype: np.dtype) -> np.ndarray:
     return bits
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize(
     "scale_dtype,target,bits,exponents",
     [
@@ -759,7 +760,7 @@ def _expected_once(layer: Layer, dtype: np.dtype) -> np.ndarray:
         ("bf16", "fp16", 4, (-24, -14)),  # bf16 scales below fp16's normal range: not exact in fp16
     ],
 )
-def test_one_rounding_when_scales_are_not_exact_in_the_target(tmp_path, scale_dtype, target, bits, exponents):
+def test_one_rounding_when_scales_are_not_exact_in_the_target(tmp_path, scale_dtype, target, bits, exponents, device):
     """Issue 11 case 2: each element is the exact (q - z) * s rounded once to the target, checked against
     rational arithmetic; rounding the scales (or an fp16 product) first would differ."""
     sdt = {"fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32), "bf16": BF16}[scale_dtype]
@@ -776,11 +777,11 @@ def test_one_rounding_when_scales_are_not_exact_in_the_target(tmp_path, scale_dt
     assert layer.target == target and any("rounded once" in n for n in layer.notes), layer.notes
     assert not any("exactly in fp16" in n for n in layer.notes)
     want = _expected_once(lay, tdt)
-    got = dequantize_layer(layer, device="cpu")
+    got = dequantize_layer(layer, device=device)
     assert got.dtype == tdt
     np.testing.assert_array_equal(got.view(np.uint16), want)
     out = tmp_path / "o.safetensors"
-    dequantize_file(f, out, target=target, device="cpu", progress=False)
+    dequantize_file(f, out, target=target, device=device, progress=False)
     np.testing.assert_array_equal(read_safetensors(out)["l.weight"].view(np.uint16), want.T)
     # The data tells the two apart: rounding through the scales' dtype or the target first differs somewhere.
     zero = lay.z[lay.rows].astype(np.int64)
@@ -1039,3 +1040,24 @@ def test_wrong_n_scales_names_scales(tmp_path, config, layer, edit):
     msg = str(e.value)
     assert msg.startswith("layer model.layers.3.mlp.down_proj, scales: [4, 16] has N = 16 columns"), msg
     assert "N = 32" in msg and "bits=" not in msg, msg
+
+
+def test_code_width_without_evidence_is_trusted_and_noted(tmp_path):
+    """One layer, K != N, nothing else in the model: no size tells the widths apart; the config is used,
+    and the summary line says that it could not be checked."""
+    rng = np.random.default_rng(9)
+    tensors: dict = {}
+    made = {"l": make_layer(rng, tensors, "l", "gptq", 256, 96, -1, sym=True, qzeros_when_sym=False)}
+    f = write_checkpoint(tmp_path / "m", tensors, gptq_config(bits=4, group=-1, sym=True), "quantize_config.json")
+    out = tmp_path / "o.safetensors"
+    (line,) = dequantize_file(f, out, device="cpu", progress=False)
+    assert "the config's bits are trusted" in line, line
+    check_output(out, made, {})
+
+
+def test_out_that_is_not_a_regular_file_is_refused(ckpts, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="exists and is not a regular file"):
+        dequantize_file(ckpts["awq"][0], fifo, device="cpu", progress=False)
+    assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
