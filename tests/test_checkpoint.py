@@ -850,6 +850,34 @@ def test_concurrent_runs_each_install_a_whole_file_of_their_own(ckpts, tmp_path)
     assert [p.name for p in race.iterdir()] == ["same.safetensors"]  # no temporary file left
 
 
+def test_concurrent_cli_runs_leave_one_whole_file(ckpts, tmp_path):
+    """Issue 11 case 1 with two real processes (fp16 and bf16) started together on one --out: both
+    succeed (each installs a file of its own), and what is left is one of the two whole files."""
+    f = ckpts["awq"][0]
+    solo = {}
+    for dtype in ("fp16", "bf16"):
+        solo[dtype] = tmp_path / f"solo_{dtype}.safetensors"
+        dequantize_file(f, solo[dtype], target=dtype, device="cpu", progress=False)
+    race = tmp_path / "race"
+    race.mkdir()
+    out = race / "same.safetensors"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dqgen", "dequant", str(f), "--out", str(out), "--dtype", dtype, "--device", "cpu"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for dtype in ("fp16", "bf16")
+    ]
+    results = [(p.communicate(timeout=300), p.returncode) for p in procs]
+    for (stdout, stderr), rc in results:
+        assert rc == 0 and stdout.splitlines()[-1] == f"wrote {out}", (rc, stdout, stderr)
+    assert out.read_bytes() in (solo["fp16"].read_bytes(), solo["bf16"].read_bytes())
+    assert [p.name for p in race.iterdir()] == ["same.safetensors"]
+
+
 def test_sigterm_removes_the_temporary_file(tmp_path):
     """Issue 11 case 4: SIGTERM while the CLI dequantizes ends it (exit 143) without a partial file."""
     rng = np.random.default_rng(4)
