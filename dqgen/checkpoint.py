@@ -21,9 +21,11 @@ Formats (the layouts every loader agrees on; K = in_features, N = out_features, 
 
 Every disagreement between the config and the tensors (bits or group size against the shapes, a
 missing tensor, unpacked float zeros, a g_idx of the wrong length or with group ids out of range,
-a v1 zero point of 0 that wrapped to 2^bits - 1, qzeros that vary in a ``sym: true`` file) raises
-``ValueError`` naming the layer and the tensor or config field: a file that would dequantize to
-silent garbage is refused instead.
+a v1 zero point of 0 that wrapped to 2^bits - 1, qzeros that vary in a ``sym: true`` file, a ``bits``
+that the model's other sizes contradict when no qzeros, g_idx or group size pins the code width)
+raises ``ValueError`` naming the layer and the tensor or config field: a file that would dequantize to
+silent garbage is refused instead. So are index files whose ``weight_map`` names a file outside the
+model's folder.
 
 ``dequantize_file`` writes ``<prefix>.weight`` as ``[N, K]`` (``torch.nn.Linear``'s
 ``[out_features, in_features]``; dqgen's kernels produce ``W[K, N]``, which is transposed) in the
@@ -32,31 +34,37 @@ other tensor (biases, embeddings, norms) byte for byte. To load the result as a 
 ``quantization_config`` from the model's ``config.json``.
 
 Values: each element is ``round_target((q - z) * s)``, one rounding, with the scales as stored. When
-the scales' dtype differs from the target they are converted first if that is exact; fp16 scales that
-bf16 cannot hold exactly are not rounded (that would add an error of up to one bf16 step) - the layer
-is dequantized exactly in fp16 and each value then rounded to bf16 (the note says so).
+the scales' dtype differs from the target they are converted first if that is exact. Scales the target
+cannot hold exactly (fp16 scales into bf16, say) are not rounded, which would round twice: the kernel
+(an fp16 spec) runs with unit scales and gives ``q - z`` exactly, the product with the stored scales is
+formed exactly (fp32 on the GPU for 16-bit scales, float64 on the CPU) and rounded once (the note says
+so). Overflow is counted in the dtype written.
 
-The safetensors files are read and written here with a small parser over ``mmap`` (the format is an
-8-byte little-endian header length, a JSON header ``{name: {dtype, shape, data_offsets}}`` and the
-raw little-endian bytes): the output is streamed tensor by tensor, so a model larger than memory can
-be dequantized, and bf16 works with any version of the ``safetensors`` package.
+Input files are validated by the ``safetensors`` package; their tensors are then read over ``mmap``
+from the byte ranges of the header. The output is written here (an 8-byte little-endian header length,
+a JSON header ``{name: {dtype, shape, data_offsets}}``, the raw little-endian bytes), streamed tensor
+by tensor so that a model larger than memory can be dequantized, into a temporary file of its own
+that replaces ``out`` when complete.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import mmap
 import os
 import struct
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import ml_dtypes
 import numpy as np
 from pydantic import ValidationError
+from safetensors import SafetensorError, safe_open
 
 from .packing import unpack_zeros
 from .spec import Spec
@@ -95,7 +103,6 @@ _ST_DTYPES: dict[str, np.dtype] = {
     "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
 }
 _ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
-_MAX_HEADER = 100 * 1024 * 1024
 
 _LAYER_PARTS = ("qweight", "qzeros", "scales", "g_idx")
 
@@ -119,51 +126,41 @@ class _Entry:
 
 
 class _StFile:
-    """One safetensors file, header parsed and checked, data memory-mapped."""
+    """One safetensors file, header validated by the safetensors package, data memory-mapped."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # The package checks what its own loaders check (header size bounds, JSON, dtypes, byte counts,
+        # data_offsets that tile the data with no gap, overlap or overrun): a file it refuses is refused here.
         try:
-            self._fh = open(path, "rb")
+            with safe_open(str(path), framework="numpy"):
+                pass
+        except SafetensorError as e:
+            raise ValueError(f"{path}: not a safetensors file ({e})") from None
+        except OSError as e:
+            raise ValueError(f"{path}: cannot open: {e.strerror or e}") from None
+        # Its API hands out arrays, not byte ranges, and only of dtypes numpy knows. The output is streamed
+        # and every other tensor is copied byte for byte whatever its dtype, so the byte ranges are read from
+        # the header it just validated.
+        try:
+            self._fh = open(path, "rb")  # noqa: SIM115 - stays open under the mmap until close()
         except OSError as e:
             raise ValueError(f"{path}: cannot open: {e.strerror or e}") from None
         size = os.fstat(self._fh.fileno()).st_size
-        head = self._fh.read(8)
-        if len(head) < 8:
-            raise ValueError(f"{path}: not a safetensors file ({size} bytes, shorter than the 8-byte header length)")
-        (n,) = struct.unpack("<Q", head)
-        if n > min(size - 8, _MAX_HEADER):
-            raise ValueError(f"{path}: not a safetensors file (header length {n} does not fit the file's {size} bytes)")
-        try:
-            header = json.loads(self._fh.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: not a safetensors file (header is not JSON: {e})") from None
-        if not isinstance(header, dict):
-            raise ValueError(f"{path}: not a safetensors file (header is not a JSON object)")
+        (n,) = struct.unpack("<Q", self._fh.read(8))
+        header = json.loads(self._fh.read(n))
         self.metadata: dict[str, str] = header.pop("__metadata__", None) or {}
         base = 8 + n
         self.entries: dict[str, _Entry] = {}
         for name, info in header.items():
-            try:
-                dtype, shape, (b, e) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
-            except (KeyError, TypeError, ValueError):
-                raise ValueError(f"{path}: tensor {name!r} has a malformed header entry {info!r}") from None
-            if not 0 <= b <= e <= size - base:
-                raise ValueError(
-                    f"{path}: tensor {name!r} data_offsets {[b, e]} lie outside the file's {size - base} data bytes"
-                )
-            dt = _ST_DTYPES.get(dtype)
-            if dt is not None and math.prod(shape) * dt.itemsize != e - b:
-                raise ValueError(
-                    f"{path}: tensor {name!r} ({dtype} {list(shape)}) needs {math.prod(shape) * dt.itemsize} bytes, "
-                    f"its data_offsets span {e - b}"
-                )
-            self.entries[name] = _Entry(self, dtype, shape, base + b, base + e)
+            begin, end = info["data_offsets"]
+            if not 0 <= begin <= end <= size - base:  # the file changed since it was validated
+                raise ValueError(f"{path}: tensor {name!r} data_offsets {[begin, end]} lie outside the file")
+            self.entries[name] = _Entry(self, info["dtype"], tuple(info["shape"]), base + begin, base + end)
         self._mm = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if size > 0 else None
 
     def raw(self, entry: _Entry) -> memoryview:
-        assert self._mm is not None or entry.begin == entry.end
-        if entry.begin == entry.end:
+        if self._mm is None or entry.begin == entry.end:
             return memoryview(b"")
         return memoryview(self._mm)[entry.begin : entry.end]
 
@@ -179,10 +176,8 @@ class _StFile:
 
     def close(self) -> None:
         if self._mm is not None:
-            try:
+            with contextlib.suppress(BufferError):  # an exported view is still alive; the GC closes it later
                 self._mm.close()
-            except BufferError:  # an exported view is still alive; the GC closes it later
-                pass
         self._fh.close()
 
 
@@ -242,10 +237,20 @@ def _safetensors_files(path: Path) -> list[Path]:
         try:
             wm = json.loads(path.read_text())["weight_map"]
             names = sorted(set(wm.values()))
+            if not all(isinstance(n, str) for n in names):
+                raise TypeError("weight_map values must be file names")
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(
                 f"{path}: not a safetensors index (expected a JSON object with a weight_map): {e}"
             ) from None
+        for tensor, n in wm.items():
+            # Checked on the name, not on the resolved path: shards may be symlinks that leave the folder
+            # (the Hugging Face cache links them to its blobs/), but the index itself must not point outside.
+            parts = Path(n).parts
+            if not parts or Path(n).is_absolute() or ".." in parts or "\\" in n:
+                raise ValueError(
+                    f"{path}: weight_map entry {tensor!r} names {n!r}, which is not a file inside {path.parent}"
+                )
         missing = [n for n in names if not (path.parent / n).exists()]
         if missing:
             raise ValueError(f"{path}: weight_map names files that are not there: {', '.join(missing)}")
@@ -279,7 +284,7 @@ def _le_bytes(a: np.ndarray) -> memoryview:
     a = np.ascontiguousarray(a)
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
-    return memoryview(a.reshape(-1).view(np.uint8))
+    return a.reshape(-1).view(np.uint8).data
 
 
 def write_safetensors(
@@ -445,8 +450,10 @@ def _parse_config(config: Mapping[str, Any]) -> _QConfig:
 class QuantLayer:
     """One quantized linear layer, ready to dequantize: the spec dqgen runs, the tensors in the form
     the kernel takes (scales in ``spec.target``, ``zeros`` None for symmetric GPTQ, ``g_idx`` int32 or
-    None) and notes on what was inferred or ignored. ``target`` is the output dtype; it differs from
-    ``spec.target`` only when fp16 scales are dequantized in fp16 and then rounded to bf16."""
+    None) and notes on what was inferred or ignored. ``target`` is the output dtype. When the stored
+    scales are not exact in it, ``product_scales`` holds them, the kernel (an fp16 spec) runs with unit
+    ``scales`` and gives q - z exactly, and each product with ``product_scales`` is rounded once to
+    ``target``."""
 
     name: str
     spec: Spec
@@ -456,6 +463,8 @@ class QuantLayer:
     g_idx: np.ndarray | None
     notes: list[str] = field(default_factory=list)
     target: str = ""
+    product_scales: np.ndarray | None = None
+    width_pinned: bool = True  # some tensor shape ties the code width down (see _analyze)
 
     def __post_init__(self) -> None:
         if not self.target:
@@ -480,7 +489,11 @@ def spec_summary(spec: Spec, target: str | None = None) -> str:
     ]
     if spec.act_order:
         parts.append("act_order")
-    out = spec.target.value if target in (None, spec.target.value) else f"{target} (via {spec.target.value})"
+    out = (
+        spec.target.value
+        if target in (None, spec.target.value)
+        else f"{target} (q - z by an {spec.target.value} kernel, scaled and rounded once)"
+    )
     return ", ".join(parts) + f" -> {out}"
 
 
@@ -536,15 +549,23 @@ def infer_spec(
     ``tensors`` maps full names (``name + ".qweight"``, ...) or bare parts (``"qweight"``) to arrays.
     Checks every config field against the shapes and the small tensors' values; raises ValueError
     naming the layer and the tensor or field when they disagree. Returns the spec and notes (what
-    was inferred or ignored). The spec's target is ``target``, except that fp16 scales which bf16
-    cannot hold exactly keep an fp16 spec (see the module docstring)."""
+    was inferred or ignored). The spec's target is ``target``, except for scales that the target cannot
+    hold exactly: then it is the fp16 spec that gives q - z with unit scales (see the module docstring)."""
     return _analyze(config, tensors, name, target)[0:2]
 
 
-def _analyze(
-    config: Mapping[str, Any], tensors: Mapping[str, Any], name: str, target: str
-) -> tuple[Spec, list[str], np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """infer_spec, also returning the scales (in the spec's target), zeros and g_idx to run with."""
+class _Analysis(NamedTuple):
+    spec: Spec
+    notes: list[str]
+    scales: np.ndarray  # what the kernel takes: in the spec's target, or ones when product_scales is set
+    zeros: np.ndarray | None
+    g_idx: np.ndarray | None
+    product_scales: np.ndarray | None  # the stored scales, applied after the kernel (see QuantLayer)
+    width_pinned: bool
+
+
+def _analyze(config: Mapping[str, Any] | _QConfig, tensors: Mapping[str, Any], name: str, target: str) -> _Analysis:
+    """infer_spec, also returning what the kernel runs with."""
     if target not in _TARGETS:
         raise ValueError(f"[target] got {target!r}; expected 'fp16' or 'bf16'")
     q = config if isinstance(config, _QConfig) else _parse_config(config)
@@ -570,7 +591,7 @@ def _analyze(
             missing[0],
             f"missing ({'AWQ' if q.method == 'awq' else 'GPTQ'} "
             f"{'asymmetric ' if q.method == 'gptq' and not q.sym else ''}layers need "
-            f"{', '.join(['qweight'] + needed)}; this one has {', '.join(have)})",
+            f"{', '.join(['qweight', *needed])}; this one has {', '.join(have)})",
         )
     scales = np.asarray(_tensor(tensors, name, "scales"))
     if scales.ndim != 2 or not _is_float(scales.dtype):
@@ -590,31 +611,44 @@ def _analyze(
 
     bits, P, gs = q.bits, 32 // q.bits, q.group_size
     N = scales.shape[1]
-    if q.method == "awq":
-        K = qshape[0]
-        if qshape[1] * P != N:
+    K = qshape[0] if q.method == "awq" else qshape[0] * P
+    n_qweight = qshape[1] * P if q.method == "awq" else qshape[1]
+    if n_qweight != N:
+        # Which of qweight and scales is wrong: the other tensors that hold N decide.
+        witnesses = []
+        if qzeros is not None and qzeros.shape[1] * P == n_qweight:
+            witnesses.append(f"qzeros {list(qzeros.shape)}")
+        bias = _meta(tensors, name, "bias")
+        if bias is not None and bias[1] == (n_qweight,):
+            witnesses.append(f"bias {list(bias[1])}")
+        if witnesses:
+            raise err(
+                "scales",
+                f"{list(scales.shape)} has N = {N} columns, but qweight {list(qshape)} and "
+                f"{' and '.join(witnesses)} hold N = {n_qweight}",
+            )
+        if q.method == "awq":
             alt = (
                 " (scales has as many columns as qweight: that is GPTQ's layout, packed along K)"
                 if qshape[1] == N
-                else _fits_bits(bits, words=qshape[1], want_n=N)
+                else ""
             )
             raise err(
                 "qweight",
-                f"{list(qshape)} packs N = {qshape[1]} x {P} = {qshape[1] * P} columns ({cfg('bits')} = {bits}), "
-                f"but scales has N = {N}{alt}",
+                f"{list(qshape)} packs N = {qshape[1]} x {P} = {n_qweight} columns, but scales has N = {N}{alt}",
             )
-    else:
-        K = qshape[0] * P
-        if qshape[1] != N:
-            alt = " (N/8 words per row: that is AWQ's layout, packed along N)" if qshape[1] * 8 == N else ""
-            raise err(
-                "qweight",
-                f"{list(qshape)} has {qshape[1]} columns but scales {list(scales.shape)} has N = {N}; "
-                f"GPTQ packs along K, so both hold N columns{alt}",
-            )
+        alt = " (N/8 words per row: that is AWQ's layout, packed along N)" if qshape[1] * 8 == N else ""
+        raise err(
+            "qweight",
+            f"{list(qshape)} has {qshape[1]} columns but scales {list(scales.shape)} has N = {N}; "
+            f"GPTQ packs along K, so both hold N columns{alt}",
+        )
 
     # g_idx: its length is K, which pins down the bits.
     g_idx = _tensor(tensors, name, "g_idx")
+    # Whether a tensor shape ties the code width down (K from g_idx or the groups, N from qzeros; AWQ is
+    # always 4-bit): without one, qweight [K/P, N] fits every width, and the file as a whole must say.
+    width_pinned = q.method == "awq" or g_idx is not None or qzeros is not None or gs > 0
     if g_idx is not None:
         g_idx = np.asarray(g_idx)
         if q.method == "awq":
@@ -771,27 +805,29 @@ def _analyze(
     # Scales dtype vs target.
     spec_target = target
     tdt = _TARGETS[target]
+    product_scales: np.ndarray | None = None
     if scales.dtype != tdt:
         conv = scales.astype(tdt)
-        exact = np.array_equal(conv.astype(np.float32), scales.astype(np.float32))
         sname = _dname(scales.dtype)
-        if exact:
+        if np.array_equal(conv.astype(np.float64), scales.astype(np.float64)):
             notes.append(f"scales converted exactly from {sname} to {target}")
             scales = conv
-        elif scales.dtype == np.float16 and target == "bf16":
-            spec_target = "fp16"
-            notes.append("fp16 scales not exact in bf16: dequantized exactly in fp16, then rounded to bf16")
         else:
-            changed = int(np.count_nonzero(conv.astype(np.float32) != scales.astype(np.float32)))
-            lost = ~np.isfinite(conv.astype(np.float32)) | ((conv.astype(np.float32) == 0) & (scales != 0))
-            if lost.any():
+            # Rounding the scales to the target and then the product would round twice. The kernel runs with
+            # unit scales instead (q - z, |q - z| <= 256, exact in fp16), and the product with the stored
+            # scales is formed exactly (9 x 24 significant bits at most) and rounded once.
+            if not np.array_equal(scales.astype(np.float32).astype(np.float64), scales.astype(np.float64)):
                 raise err(
                     "scales",
-                    f"{int(lost.sum())} {sname} scales overflow or vanish in {target}; "
-                    f"dequantize to {'bf16' if target == 'fp16' else 'fp16'} instead",
+                    f"{sname} scales with more precision than float32: store them as float32, fp16 or bf16",
                 )
-            notes.append(f"{changed} of {scales.size} {sname} scales rounded to {target}")
-            scales = conv
+            notes.append(
+                f"{sname} scales not exact in {target}: q - z from the fp16 kernel, times the {sname} scales "
+                f"exactly, rounded once to {target}"
+            )
+            spec_target = "fp16"
+            product_scales = np.ascontiguousarray(scales)
+            scales = np.ones(scales.shape, np.float16)
 
     short = f"u{bits}b{src['bias']}" if "bias" in src else f"u{bits}"
     try:
@@ -811,7 +847,7 @@ def _analyze(
             "",
             f"no dqgen spec fits {q.where}: " + "; ".join(x["msg"].removeprefix("Value error, ") for x in e.errors()),
         ) from None
-    return spec, notes, np.ascontiguousarray(scales), zeros, g_idx
+    return _Analysis(spec, notes, np.ascontiguousarray(scales), zeros, g_idx, product_scales, width_pinned)
 
 
 def _layer_names(tensors: Iterable[str]) -> list[str]:
@@ -820,7 +856,7 @@ def _layer_names(tensors: Iterable[str]) -> list[str]:
 
 def _build_layer(config: _QConfig, tensors: _Tensors, name: str, target: str, load_qweight: bool = True) -> QuantLayer:
     try:
-        spec, notes, scales, zeros, g_idx = _analyze(config, tensors, name, target)
+        a = _analyze(config, tensors, name, target)
     except ValueError as e:
         if str(e).startswith("layer "):
             raise
@@ -830,9 +866,76 @@ def _build_layer(config: _QConfig, tensors: _Tensors, name: str, target: str, lo
     else:  # shape/dtype only, for planning; replaced before dequantizing
         dt, shape = tensors.meta(f"{name}.qweight")
         qweight = np.lib.stride_tricks.as_strided(np.zeros(1, _ST_DTYPES[dt]), shape=shape, strides=(0,) * len(shape))
-    if zeros is not None:
-        zeros = np.ascontiguousarray(zeros)
-    return QuantLayer(name, spec, qweight, scales, zeros, g_idx, notes, target)
+    zeros = np.ascontiguousarray(a.zeros) if a.zeros is not None else None
+    return QuantLayer(
+        name, a.spec, qweight, a.scales, zeros, a.g_idx, a.notes, target, a.product_scales, a.width_pinned
+    )
+
+
+_DIM_KEYS = ("_size", "_dim", "_rank")
+
+
+def _model_dims(folder: Path) -> dict[int, str]:
+    """Sizes the model's config.json declares (hidden_size, intermediate_size, head_dim, ...), by value."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    dims: dict[int, str] = {}
+
+    def walk(d: Any, where: str) -> None:
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if isinstance(v, dict):
+                    walk(v, f"{where}{k}.")
+                elif isinstance(v, int) and not isinstance(v, bool) and v > 0 and str(k).endswith(_DIM_KEYS):
+                    dims.setdefault(v, f"config.json {where}{k}")
+
+    walk(config, "")
+    return dims
+
+
+def _check_code_width(q: _QConfig, tensors: _Tensors, layers: list[QuantLayer], folder: Path) -> None:
+    """GPTQ's qweight [K/P, N] fits every code width; qzeros, g_idx or a group size pin it down. When no
+    layer of the file has one, K = rows x 32/bits must still be a size the model has elsewhere (another
+    layer's N, a dimension of another tensor, a size in config.json): if it is not, and another width
+    makes every K one, the config's bits are wrong and the output would have the wrong shape."""
+    if not layers or any(lay.width_pinned for lay in layers):
+        return
+    consumed = {f"{lay.name}.{p}" for lay in layers for p in _LAYER_PARTS}
+    known = _model_dims(folder)
+    for name, e in tensors.entries.items():
+        if name not in consumed:
+            for d in e.shape:
+                known.setdefault(d, f"tensor {name} {list(e.shape)}")
+    for lay in layers:
+        known.setdefault(lay.N, f"N of layer {lay.name}")
+    rows = {lay.name: int(lay.qweight.shape[0]) for lay in layers}
+
+    def unknown(bits: int) -> list[str]:
+        return [n for n, r in rows.items() if r * 32 // bits not in known]
+
+    stray = unknown(q.bits)
+    fits = [b for b in (2, 4, 8) if b != q.bits and not unknown(b)]
+    if not stray:
+        return
+    if not fits:  # nothing to tell the widths apart: the config is trusted, and the summary line says so
+        for lay in layers:
+            if lay.name in stray:
+                lay.notes.append(
+                    f"K = {lay.K} for [bits] = {q.bits} is not a size found elsewhere in the model, and no qzeros, "
+                    "g_idx or group size pins the code width: the config's bits are trusted"
+                )
+        return
+    name, b = stray[0], fits[0]
+    lay = next(x for x in layers if x.name == name)
+    r = rows[name]
+    raise ValueError(
+        f"layer {name}, qweight: [{r}, {lay.N}] unpacks to K = {r} x {32 // q.bits} = {lay.K} rows for [bits] = "
+        f"{q.bits} in {q.short}, a size nothing else in the model has; with bits={b} every layer's K is one "
+        f"(here {r * 32 // b}: {known[r * 32 // b]}): the config and the tensors disagree, and no qzeros, g_idx "
+        "or group size in the file pins the code width"
+    )
 
 
 def read_layers(file: Path | str, target: str = "fp16", config: dict | None = None) -> list[QuantLayer]:
@@ -845,7 +948,9 @@ def read_layers(file: Path | str, target: str = "fp16", config: dict | None = No
         names = _layer_names(tensors)
         if not names:
             raise ValueError(f"{path}: no quantized layers (no tensor named <prefix>.qweight)")
-        return [_build_layer(qc, tensors, n, target) for n in names]
+        layers = [_build_layer(qc, tensors, n, target) for n in names]
+        _check_code_width(qc, tensors, layers, path if path.is_dir() else path.parent)
+        return layers
 
 
 # ----------------------------------------------------------------------------------------------
@@ -864,11 +969,40 @@ def _kernel(spec: Spec) -> Any:
     return _KERNELS[key]
 
 
+def _row_groups(layer: QuantLayer, K: int) -> np.ndarray:
+    """The scales row (group) of each row of K."""
+    if layer.g_idx is not None:
+        return layer.g_idx.astype(np.int64)
+    assert layer.product_scales is not None
+    return np.arange(K) // (K // layer.product_scales.shape[0])
+
+
+def _scale_once(diff: np.ndarray, layer: QuantLayer) -> np.ndarray:
+    """round_target(diff * product_scales[row group]) for diff = q - z [K, N] (fp16 integers), on the CPU:
+    the float64 product is exact (9 x 24 significant bits at most), and the reference's rounding rounds
+    it once (numpy and ml_dtypes go float64 -> float32 -> bf16, which can round twice)."""
+    from .reference import _FORMAT_BITS, _round_array
+    from .spec import Target
+
+    assert layer.product_scales is not None
+    K, N = diff.shape
+    rows = _row_groups(layer, K)
+    scales = layer.product_scales.astype(np.float64)
+    bits = np.empty((K, N), np.uint16)
+    step = max(1, (1 << 22) // max(N, 1))  # rows per chunk: bounded float64 temporaries
+    for k in range(0, K, step):
+        exact = diff[k : k + step].astype(np.float64) * scales[rows[k : k + step]]
+        bits[k : k + step] = _round_array(exact.reshape(-1), *_FORMAT_BITS[Target(layer.target)]).reshape(exact.shape)
+    return bits.view(_TARGETS[layer.target])
+
+
 def _dequantize(layer: QuantLayer, device: str, transpose: bool) -> np.ndarray:
     if device == "cpu":
         from .reference import dequantize_reference
 
         w = dequantize_reference(layer.spec, layer.qweight, layer.scales, layer.zeros, layer.g_idx)
+        if layer.product_scales is not None:
+            w = _scale_once(w, layer)
         if transpose:
             w = np.ascontiguousarray(w.T)
     elif device == "cuda":
@@ -885,16 +1019,30 @@ def _dequantize(layer: QuantLayer, device: str, transpose: bool) -> np.ndarray:
                 return torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16)
             return torch.from_numpy(a).cuda()
 
+        def down(t: Any) -> np.ndarray:
+            t = t.cpu()
+            return t.view(torch.int16).numpy().view(BF16) if t.dtype == torch.bfloat16 else t.numpy()
+
         kernel = _kernel(layer.spec)
         out = kernel(up(layer.qweight), up(layer.scales), up(layer.zeros), g_idx=up(layer.g_idx))
+        ps = layer.product_scales
+        if ps is not None and ps.dtype.itemsize <= 2:
+            # q - z (9 significant bits at most) times an fp16 / bf16 / fp8 scale (11 at most) is exact in
+            # fp32, and torch's fp32 -> fp16 / bf16 conversion rounds to nearest even: one rounding.
+            rows = torch.from_numpy(_row_groups(layer, out.shape[0])).cuda()
+            out = (out.float() * torch.from_numpy(ps.astype(np.float32)).cuda()[rows]).to(
+                torch.bfloat16 if layer.target == "bf16" else torch.float16
+            )
+            ps = None
+        if ps is not None:  # fp32 scales: the exact product needs float64
+            out = torch.from_numpy(_scale_once(down(out), layer).view(np.int16)).view(
+                torch.bfloat16 if layer.target == "bf16" else torch.float16
+            )
         if transpose:
             out = out.t().contiguous()
-        out = out.cpu()
-        w = out.view(torch.int16).numpy().view(BF16) if out.dtype == torch.bfloat16 else out.numpy()
+        w = down(out)
     else:
         raise ValueError(f"[device] got {device!r}; expected 'cuda' or 'cpu'")
-    if layer.target != layer.spec.target.value:  # fp16 computed exactly, one rounding to the output dtype
-        w = w.astype(np.float32).astype(_TARGETS[layer.target])
     bad = ~np.isfinite(w.astype(np.float32))
     if bad.any():
         raise ValueError(
@@ -911,6 +1059,36 @@ def dequantize_layer(layer: QuantLayer, device: str = "cuda") -> np.ndarray:
     return _dequantize(layer, device, transpose=False)
 
 
+def _check_out(out: Path) -> None:
+    """Refuse an output path that cannot be a file before any input is read."""
+    if out.is_dir():
+        raise ValueError(f"output {out}: is a folder; expected the path of the .safetensors file to write")
+    if out.exists() and not out.is_file():  # a device or a FIFO would be replaced by a regular file
+        raise ValueError(f"output {out}: exists and is not a regular file")
+    parent = next((p for p in out.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ValueError(f"output {out}: {parent} is not a folder")
+
+
+def _open_temp(out: Path) -> tuple[Any, Path]:
+    """A new file of its own next to ``out`` (renamed onto it when complete), with the permissions a
+    plain open() would give it (mkstemp makes it 0600)."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial")
+    except OSError as e:
+        raise ValueError(f"output {out}: cannot write in {out.parent}: {e.strerror or e}") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        return os.fdopen(fd, "wb"), Path(name)
+    except BaseException:  # an interrupt here too leaves no file behind
+        os.close(fd)
+        os.unlink(name)
+        raise
+
+
 def dequantize_file(
     file: Path | str,
     out: Path | str,
@@ -924,15 +1102,18 @@ def dequantize_file(
 
     ``out`` holds ``<prefix>.weight`` ``[N, K]`` (out_features x in_features, ``torch.nn.Linear``'s
     layout) in ``target`` for each layer, and every non-quantized tensor of the input unchanged; the
-    layers' qweight / qzeros / scales / g_idx are dropped. All layers are checked before anything is
-    written; the file is written under a temporary name and renamed when complete. With ``progress``
-    a rich progress bar (one step per layer) runs on stderr when it is a terminal. Returns one summary line per layer
-    (also passed to ``log`` as each layer is done)."""
+    layers' qweight / qzeros / scales / g_idx are dropped. ``out`` and all layers are checked before
+    anything is written; the file is written under a temporary name of its own in ``out``'s folder and
+    renamed onto ``out`` when complete (atomically: concurrent runs to one ``out`` each install a whole
+    file of their own, the last one stays), and removed on any error or interrupt. With ``progress`` a
+    rich progress bar (one step per layer) runs on stderr when it is a terminal. Returns one summary
+    line per layer (also passed to ``log`` as each layer is done)."""
     path, out = Path(file), Path(out)
     if target not in _TARGETS:
         raise ValueError(f"[target] got {target!r}; expected 'fp16' or 'bf16'")
     if device not in ("cuda", "cpu"):
         raise ValueError(f"[device] got {device!r}; expected 'cuda' or 'cpu'")
+    _check_out(out)
     qc = _parse_config(config if config is not None else read_config(path))
     files = _safetensors_files(path)
     if out.resolve() in {f.resolve() for f in files}:
@@ -943,6 +1124,7 @@ def dequantize_file(
             raise ValueError(f"{path}: no quantized layers (no tensor named <prefix>.qweight)")
         # Pass 1: check every layer (reads only the small tensors) before writing anything.
         plans = {n: _build_layer(qc, tensors, n, target, load_qweight=False) for n in names}
+        _check_code_width(qc, tensors, list(plans.values()), path if path.is_dir() else path.parent)
         consumed = {f"{n}.{p}" for n in names for p in _LAYER_PARTS}
         items: list[tuple[str, str, tuple[int, ...], int]] = []
         sources: dict[str, Any] = {}
@@ -962,8 +1144,7 @@ def dequantize_file(
             "dqgen": f"dequantized {qc.method.upper()} layers to {target} [out_features, in_features]",
         }
         lines: list[str] = []
-        tmp = out.with_name(out.name + ".partial")
-        out.parent.mkdir(parents=True, exist_ok=True)
+        fh, tmp = _open_temp(out)
         bar = None
         try:
             if progress:
@@ -989,7 +1170,7 @@ def dequantize_file(
                     )
                     bar.start()
                     task = bar.add_task("", total=len(names))
-            with open(tmp, "wb") as fh:
+            with fh:
                 fh.write(_header_bytes(items, meta))
                 for name, _dt, shape, nbytes in items:
                     src = sources[name]

@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import tempfile
+import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from types import FrameType
+from typing import Any, NoReturn, TextIO
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from .printable import printable
 from .spec import SpecError, load_spec
 
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Generate, prove and run fast GPU dequantization kernels."
+#: Exit codes of every command (README.md "Exit codes"; 130 / 143: Ctrl-C / SIGTERM).
+EXIT_INPUT = 2  # bad usage or input: a spec, a tensor, a file, an option
+EXIT_FAILED = 3  # a proof, a compile or a check against the reference failed
+EXIT_INTERNAL = 70  # an uncaught exception: a bug in dqgen (EX_SOFTWARE)
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 2 bad usage or input (spec, tensor, file, option); 3 a proof, compile or reference "
+    "check failed; 70 internal error (a bug: the traceback goes to a file, or to stderr with --debug); "
+    "130 / 143 interrupted (Ctrl-C / SIGTERM)."
 )
 
 
@@ -27,8 +41,68 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _without_flag_metavars(params: list[Any]) -> list[Any]:
+    """typer's rich help prints '<bool>' after flags (--json, --help), which take no value."""
+    for p in params:
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+    return params
+
+
+def _internal_error(e: Exception, debug: bool) -> NoReturn:
+    text = str(e).strip()
+    what = f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
+    if debug:
+        traceback.print_exception(type(e), e, e.__traceback__)
+        where = "traceback above"
+    else:
+        try:
+            fd, name = tempfile.mkstemp(prefix="dqgen-traceback-", suffix=".txt")
+            with os.fdopen(fd, "w") as fh:
+                traceback.print_exception(type(e), e, e.__traceback__, file=fh)
+            where = f"traceback in {name}; dqgen --debug prints it"
+        except OSError:
+            where = "dqgen --debug prints the traceback"
+    typer.echo(f"error: internal error, a bug in dqgen ({what}); {where}", err=True)
+    raise typer.Exit(EXIT_INTERNAL)
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_metavars(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_metavars(super().get_params(ctx))
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except Exception as e:
+            # typer's exits, aborts and usage errors (exit 2) carry their own exit codes; typer quiets a
+            # closed pipe (dqgen explain ... | head).
+            if isinstance(e, (typer.Exit, typer.Abort, BrokenPipeError)) or hasattr(e, "exit_code"):
+                raise
+            _internal_error(e, bool(ctx.params.get("debug")))
+
+
+app = typer.Typer(
+    cls=_Group,
+    add_completion=False,
+    no_args_is_help=True,
+    help="Generate, prove and run fast GPU dequantization kernels.",
+    epilog=EXIT_CODES_HELP,
+)
+
+
 @app.callback()
-def _options(
+def _root(
+    debug: bool = typer.Option(
+        False, "--debug", envvar="DQGEN_DEBUG", help="On an internal error, print the traceback to stderr."
+    ),
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print dqgen's version and exit."
     ),
@@ -36,9 +110,9 @@ def _options(
     """Generate, prove and run fast GPU dequantization kernels."""
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str, code: int = EXIT_INPUT) -> NoReturn:
     typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
 
 
 def _load(path: str):
@@ -107,7 +181,7 @@ def explain(
         for c in counts:
             typer.echo(f"SASS {c.line()}" + (f"; SLOW CONVERSIONS: {c.slow}" if c.slow else "; no I2F/F2F"))
     if not proof.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()
@@ -134,7 +208,7 @@ def build(
     else:
         print_summary(report)
     if not report["ok"]:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _parse_shapes(text: str) -> list[tuple[int, int, int | None]]:
@@ -207,7 +281,7 @@ def bench(
         )
     Console(width=140).print(t)
     if any(r.equal is False for r in rows):
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _bits_text(widths: list[int]) -> str:
@@ -360,7 +434,16 @@ def list_specs(
     console.print(presets)
 
 
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM ends a command the way Ctrl-C does, as an exception, so that its cleanup runs (dequant
+    removes its temporary file); a second SIGTERM kills at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         app()
     except KeyboardInterrupt:
@@ -373,7 +456,7 @@ def dequant(
         ..., help="An AWQ or GPTQ checkpoint: a .safetensors file, a folder, or a model.safetensors.index.json."
     ),
     out: str = typer.Option(
-        ..., "--out", help="The dense .safetensors file to write (<prefix>.weight as [out_features, in_features])."
+        ..., "--out", help="The dense .safetensors file to write (<prefix>.weight as \\[out_features, in_features])."
     ),
     dtype: str = typer.Option("fp16", "--dtype", help="Output dtype: fp16 or bf16."),
     device: str | None = typer.Option(
@@ -384,6 +467,7 @@ def dequant(
 ) -> None:
     """Dequantize every AWQ / GPTQ layer of FILE into a dense checkpoint OUT; other tensors are copied unchanged."""
     from .checkpoint import dequantize_file
+    from .nvrtc import CompileError
 
     if dtype not in ("fp16", "bf16"):
         _fail(f"[--dtype] got {dtype!r}; expected fp16 or bf16")
@@ -400,4 +484,12 @@ def dequant(
         dequantize_file(file, out, target=dtype, device=device, progress=True, log=lambda line: print(line, flush=True))
     except (ValueError, OSError) as e:
         _fail(str(e).replace("\n", " "))
+    except CompileError as e:
+        _fail(f"compiling a layer's kernel failed: {str(e).strip().splitlines()[0]}", EXIT_FAILED)
     typer.echo(f"wrote {out}")
+
+
+# Every command gets the help without '<bool>' after flags (after the last @app.command above).
+for _info in app.registered_commands:
+    if _info.cls in (None, TyperCommand):
+        _info.cls = _Command

@@ -18,10 +18,15 @@ layer with what ``dequantize_file`` wrote (transposed: the output is [N, K], nn.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import struct
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import ml_dtypes
@@ -84,12 +89,12 @@ class Layer:
     rows: np.ndarray  # [K] group of each row
     bits: int
 
-    def expected(self, out: np.dtype = np.dtype(np.float16)) -> np.ndarray:
+    def expected(self, out: np.dtype | None = None) -> np.ndarray:
+        """(q - z) * s rounded once: the product of |q - z| <= 256 and a <= 16-bit scale is exact in float64
+        and in float32; numpy rounds float64 -> fp16 once, ml_dtypes float32 -> bf16 once."""
+        out = np.dtype(np.float16) if out is None else out
         zero = (1 << (self.bits - 1)) if self.z is None else self.z[self.rows].astype(np.int64)
         exact = (self.codes.astype(np.int64) - zero).astype(np.float64) * self.scales.astype(np.float64)[self.rows]
-        if out == BF16 and self.scales.dtype == np.float16:
-            # The documented path for fp16 scales into bf16: exactly in fp16, then one rounding to bf16.
-            return exact.astype(np.float16).astype(np.float32).astype(BF16)
         return exact.astype(np.float32).astype(out) if out == BF16 else exact.astype(out)
 
 
@@ -232,9 +237,10 @@ def ckpts(tmp_path_factory):
     return out
 
 
-def check_output(out_file: Path, made: dict, extra: dict, dtype=np.dtype(np.float16)) -> None:
+def check_output(out_file: Path, made: dict, extra: dict, dtype: np.dtype | None = None) -> None:
     """The written file: each layer's [N, K] weight equals the independent computation, passthrough
     tensors are byte-identical, the quantized tensors are gone."""
+    dtype = np.dtype(np.float16) if dtype is None else dtype
     got = read_safetensors(out_file)
     for prefix, layer in made.items():
         w = got.pop(f"{prefix}.weight")
@@ -349,14 +355,14 @@ def test_gptq_act_order(ckpts, tmp_path):
 
 
 def test_bf16_output(ckpts, tmp_path):
-    """fp16 scales into bf16: exact fp16 values, then one rounding to bf16; our writer's BF16 tensors
-    read back with a raw header parse, our reader, and the safetensors package where it can."""
+    """fp16 scales into bf16: one rounding of (q - z) * s; our writer's BF16 tensors read back with a raw
+    header parse, our reader, and the safetensors package where it can."""
     f, made, extra = ckpts["gptq_act"]
     layers = read_layers(f, target="bf16")
     assert all(lay.target == "bf16" and lay.spec.target.value == "fp16" for lay in layers)
     out = tmp_path / "o.safetensors"
     lines = dequantize_file(f, out, target="bf16", device="cpu", progress=False)
-    assert all("bf16 (via fp16)" in ln for ln in lines)
+    assert all("bf16 (q - z by an fp16 kernel, scaled and rounded once)" in ln for ln in lines)
     check_output(out, made, extra, BF16)
     raw = out.read_bytes()
     n = struct.unpack("<Q", raw[:8])[0]
@@ -704,3 +710,382 @@ def test_gpu_equals_cpu(ckpts, tmp_path, name, dtype):
     dequantize_file(f, gpu, target=dtype, device="cuda", progress=False)
     assert cpu.read_bytes() == gpu.read_bytes()
     check_output(gpu, made, extra, BF16 if dtype == "bf16" else np.dtype(np.float16))
+
+
+# ----------------------------------------------------------------------------------------------
+# Hardening (issue 11): one rounding, overflow in the written dtype, whole files only, inputs confined.
+# ----------------------------------------------------------------------------------------------
+
+
+def _round_once(exact: Fraction, dtype: np.dtype) -> int:
+    """The bits of the fp16 / bf16 value nearest to ``exact`` (ties: even last bit), from exact rational
+    arithmetic: any nearby grid point g is at most one step off, so the answer is g or a neighbour."""
+    g = int(np.array([float(exact)]).astype(np.float32).astype(dtype).view(np.uint16)[0])
+    sign, mag = g & 0x8000, g & 0x7FFF
+    if exact < 0:
+        sign = 0x8000
+    finite_limit = 0x7C00 if dtype == np.float16 else 0x7F80
+
+    def value(m: int) -> Fraction:
+        return Fraction(float(np.array([sign | m], np.uint16).view(dtype)[0]))
+
+    cands = [m for m in (mag - 1, mag, mag + 1) if 0 <= m < finite_limit]
+    return sign | min(cands, key=lambda m: (abs(value(m) - exact), m & 1))
+
+
+def _expected_once(layer: Layer, dtype: np.dtype) -> np.ndarray:
+    zero = (1 << (layer.bits - 1)) if layer.z is None else layer.z[layer.rows].astype(np.int64)
+    diff = layer.codes.astype(np.int64) - zero
+    s = layer.scales.astype(np.float64)[layer.rows]  # exact widening
+    memo: dict[tuple[int, float], int] = {}
+    bits = np.empty(diff.shape, np.uint16)
+    for idx in np.ndindex(*diff.shape):
+        key = (int(diff[idx]), float(s[idx]))
+        if key not in memo:
+            # q == z: IEEE's (+0) x s = -0.0 for a negative scale, as every dqgen kernel gives.
+            zero_sign = 0x8000 if key[0] == 0 and key[1] < 0 else 0
+            memo[key] = zero_sign | _round_once(Fraction(key[0]) * Fraction(key[1]), dtype)
+        bits[idx] = memo[key]
+    return bits
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize(
+    "scale_dtype,target,bits,exponents",
+    [
+        ("fp16", "bf16", 4, (-10, -2)),
+        ("fp16", "bf16", 8, (-10, -2)),
+        ("fp32", "bf16", 4, (-10, -2)),
+        ("fp32", "fp16", 8, (-20, -2)),  # fp16 subnormal products too
+        ("bf16", "fp16", 4, (-24, -14)),  # bf16 scales below fp16's normal range: not exact in fp16
+    ],
+)
+def test_one_rounding_when_scales_are_not_exact_in_the_target(tmp_path, scale_dtype, target, bits, exponents, device):
+    """Issue 11 case 2: each element is the exact (q - z) * s rounded once to the target, checked against
+    rational arithmetic; rounding the scales (or an fp16 product) first would differ."""
+    sdt = {"fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32), "bf16": BF16}[scale_dtype]
+    tdt = np.dtype(np.float16) if target == "fp16" else BF16
+    rng = np.random.default_rng([bits, len(scale_dtype), -exponents[0]])
+    tensors: dict = {}
+    lay = make_layer(rng, tensors, "l", "gptq", K=64, N=32, G=32, bits=bits, fmt="gptq_v2")
+    sign = np.where(rng.random(lay.scales.shape) < 0.5, -1.0, 1.0)
+    scales = (sign * 2.0 ** rng.uniform(*exponents, size=lay.scales.shape)).astype(np.float32).astype(sdt)
+    assert not np.array_equal(scales.astype(tdt).astype(np.float64), scales.astype(np.float64))
+    tensors["l.scales"] = lay.scales = scales
+    f = write_checkpoint(tmp_path / "m", tensors, gptq_config(bits=bits, fmt="gptq_v2"), "quantize_config.json")
+    (layer,) = read_layers(f, target=target)
+    assert layer.target == target and any("rounded once" in n for n in layer.notes), layer.notes
+    assert not any("exactly in fp16" in n for n in layer.notes)
+    want = _expected_once(lay, tdt)
+    got = dequantize_layer(layer, device=device)
+    assert got.dtype == tdt
+    np.testing.assert_array_equal(got.view(np.uint16), want)
+    out = tmp_path / "o.safetensors"
+    dequantize_file(f, out, target=target, device=device, progress=False)
+    np.testing.assert_array_equal(read_safetensors(out)["l.weight"].view(np.uint16), want.T)
+    # The data tells the two apart: rounding through the scales' dtype or the target first differs somewhere.
+    zero = lay.z[lay.rows].astype(np.int64)
+    diff = (lay.codes.astype(np.int64) - zero).astype(np.float64)
+    if scale_dtype == "fp16":
+        twice = (diff * scales.astype(np.float64)[lay.rows]).astype(np.float16).astype(np.float32).astype(tdt)
+    else:
+        twice = (diff * scales.astype(tdt).astype(np.float64)[lay.rows]).astype(np.float32).astype(tdt)
+    assert np.count_nonzero(twice.view(np.uint16) != want) > 0
+
+
+def test_fp16_overflow_is_not_a_bf16_overflow(tmp_path):
+    """Issue 11 case 3: AWQ scales of 60000 and |q - z| up to 15 overflow fp16, not bf16."""
+    rng = np.random.default_rng(60000)
+    tensors: dict = {}
+    lay = make_layer(rng, tensors, "model.layers.0.mlp.up_proj", "awq", K=64, N=32, G=32)
+    tensors["model.layers.0.mlp.up_proj.scales"] = lay.scales = np.full(lay.scales.shape, 60000, np.float16)
+    f = write_checkpoint(tmp_path / "m", tensors, AWQ_CONFIG, "config.json")
+    out = tmp_path / "bf16.safetensors"
+    dequantize_file(f, out, target="bf16", device="cpu", progress=False)
+    w = read_safetensors(out)["model.layers.0.mlp.up_proj.weight"]
+    want = _expected_once(lay, BF16)
+    np.testing.assert_array_equal(w.view(np.uint16), want.T)
+    assert np.abs(w.astype(np.float32)).max() > 65504  # values fp16 cannot hold, written as bf16
+    r = CliRunner().invoke(app, ["dequant", str(f), "--out", str(tmp_path / "fp16.safetensors"), "--device", "cpu"])
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: layer model.layers.0.mlp.up_proj:") and "overflow fp16" in r.output
+    assert not (tmp_path / "fp16.safetensors").exists() and not list(tmp_path.glob(".fp16*"))
+
+
+def test_concurrent_runs_each_install_a_whole_file_of_their_own(ckpts, tmp_path):
+    """Issue 11 case 1: run A (fp16) is paused after its first layer while run B (bf16) writes the same
+    --out from start to end; B's success leaves B's file, and A then installs its own, whole."""
+    f, made, extra = ckpts["awq"]
+    solo16, solo_bf = tmp_path / "solo16.safetensors", tmp_path / "solo_bf.safetensors"
+    dequantize_file(f, solo16, target="fp16", device="cpu", progress=False)
+    dequantize_file(f, solo_bf, target="bf16", device="cpu", progress=False)
+    assert solo16.read_bytes() != solo_bf.read_bytes()
+    race = tmp_path / "race"
+    out = race / "same.safetensors"
+    a_paused, b_done = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def pause_a(line: str) -> None:
+        a_paused.set()
+        assert b_done.wait(120)
+
+    def run_a() -> None:
+        try:
+            dequantize_file(f, out, target="fp16", device="cpu", progress=False, log=pause_a)
+        except BaseException as e:
+            errors.append(e)
+
+    a = threading.Thread(target=run_a)
+    a.start()
+    try:
+        assert a_paused.wait(120)
+        dequantize_file(f, out, target="bf16", device="cpu", progress=False)
+        assert out.read_bytes() == solo_bf.read_bytes()
+    finally:
+        b_done.set()
+        a.join(120)
+    assert not errors, errors
+    assert out.read_bytes() == solo16.read_bytes()
+    check_output(out, made, extra)
+    assert [p.name for p in race.iterdir()] == ["same.safetensors"]  # no temporary file left
+
+
+def test_concurrent_cli_runs_leave_one_whole_file(ckpts, tmp_path):
+    """Issue 11 case 1 with two real processes (fp16 and bf16) started together on one --out: both
+    succeed (each installs a file of its own), and what is left is one of the two whole files."""
+    f = ckpts["awq"][0]
+    solo = {}
+    for dtype in ("fp16", "bf16"):
+        solo[dtype] = tmp_path / f"solo_{dtype}.safetensors"
+        dequantize_file(f, solo[dtype], target=dtype, device="cpu", progress=False)
+    race = tmp_path / "race"
+    race.mkdir()
+    out = race / "same.safetensors"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dqgen", "dequant", str(f), "--out", str(out), "--dtype", dtype, "--device", "cpu"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for dtype in ("fp16", "bf16")
+    ]
+    results = [(p.communicate(timeout=300), p.returncode) for p in procs]
+    for (stdout, stderr), rc in results:
+        assert rc == 0 and stdout.splitlines()[-1] == f"wrote {out}", (rc, stdout, stderr)
+    assert out.read_bytes() in (solo["fp16"].read_bytes(), solo["bf16"].read_bytes())
+    assert [p.name for p in race.iterdir()] == ["same.safetensors"]
+
+
+def test_sigterm_removes_the_temporary_file(tmp_path):
+    """Issue 11 case 4: SIGTERM while the CLI dequantizes ends it (exit 143) without a partial file."""
+    rng = np.random.default_rng(4)
+    tensors: dict = {}
+    for i in range(16):
+        make_layer(rng, tensors, f"model.layers.{i}.mlp.up_proj", "awq", K=512, N=512, G=32)
+    f = write_checkpoint(tmp_path / "m", tensors, AWQ_CONFIG, "config.json")
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "dqgen", "dequant", str(f), "--out", str(outdir / "o.safetensors"), "--device", "cpu"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not [q for q in outdir.iterdir() if q.name.endswith(".partial")]:
+            assert p.poll() is None and time.monotonic() < deadline, "the temporary file never appeared"
+            time.sleep(0.005)
+        p.send_signal(signal.SIGTERM)
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, (p.returncode, stdout, stderr)
+    assert "Traceback" not in stderr
+    assert list(outdir.iterdir()) == []
+
+
+def _spy_dequantize(monkeypatch) -> list[str]:
+    import dqgen.checkpoint as ck
+
+    calls: list[str] = []
+    real = ck._dequantize
+
+    def spy(layer, *a, **k):
+        calls.append(layer.name)
+        return real(layer, *a, **k)
+
+    monkeypatch.setattr(ck, "_dequantize", spy)
+    return calls
+
+
+@pytest.mark.parametrize("where", ["folder", "under_a_file", "unwritable"])
+def test_out_is_checked_before_any_layer(ckpts, tmp_path, monkeypatch, where):
+    """Issue 11 case 5: --out naming a folder, a path under a file, or a place that cannot be written
+    fails with one line, exit 2, before any layer is dequantized."""
+    f = ckpts["awq"][0]
+    if where == "folder":
+        out = tmp_path / "existing"
+        out.mkdir()
+    elif where == "under_a_file":
+        (tmp_path / "a_file").write_text("")
+        out = tmp_path / "a_file" / "o.safetensors"
+    elif os.geteuid() == 0:  # root writes through permission bits; /proc takes no new files
+        out = Path("/proc/dqgen-test-o.safetensors")
+    else:
+        (tmp_path / "ro").mkdir(mode=0o500)
+        out = tmp_path / "ro" / "o.safetensors"
+    calls = _spy_dequantize(monkeypatch)
+    r = CliRunner().invoke(app, ["dequant", str(f), "--out", str(out), "--device", "cpu"])
+    assert r.exit_code == 2, r.output
+    lines = r.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: output {out}: "), r.output
+    assert calls == []
+    with pytest.raises(ValueError, match=r"^output "):
+        dequantize_file(f, out, device="cpu", progress=False)
+    assert calls == []
+
+
+def _index_checkpoint(tmp_path: Path, entry: str) -> Path:
+    """A model folder whose index maps one tensor to ``entry``; that file (outside the folder) exists."""
+    rng = np.random.default_rng(6)
+    tensors: dict = {}
+    make_layer(rng, tensors, "l", "awq", K=64, N=32, G=32)
+    d = tmp_path / "model" / "sub"
+    d.mkdir(parents=True)
+    save_file(tensors, str(d / "model.safetensors"))
+    save_file({"stolen": np.arange(4, dtype=np.float32)}, str(tmp_path / "elsewhere.safetensors"))
+    wm = dict.fromkeys(tensors, "model.safetensors") | {"stolen": entry}
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    (d / "config.json").write_text(json.dumps({"quantization_config": AWQ_CONFIG}))
+    return d
+
+
+@pytest.mark.parametrize("entry", ["../../elsewhere.safetensors", "ABS", "./../../elsewhere.safetensors"])
+def test_weight_map_outside_the_model_folder_is_refused(tmp_path, entry):
+    """Issue 11 case 6."""
+    if entry == "ABS":
+        entry = str(tmp_path / "elsewhere.safetensors")
+    d = _index_checkpoint(tmp_path, entry)
+    with pytest.raises(ValueError, match="weight_map entry 'stolen'"):
+        read_layers(d)
+    r = CliRunner().invoke(app, ["dequant", str(d), "--out", str(tmp_path / "o.safetensors"), "--device", "cpu"])
+    assert r.exit_code == 2
+    lines = r.output.splitlines()
+    assert len(lines) == 1 and "weight_map entry 'stolen'" in lines[0] and entry in lines[0], r.output
+    assert not (tmp_path / "o.safetensors").exists()
+
+
+def test_weight_map_symlinked_shard_is_read(tmp_path):
+    """Shards that are symlinks to elsewhere (the Hugging Face cache's blobs/) are still read."""
+    d = _index_checkpoint(tmp_path, "stolen.safetensors")
+    (d / "stolen.safetensors").symlink_to(tmp_path / "elsewhere.safetensors")
+    out = tmp_path / "o.safetensors"
+    dequantize_file(d, out, device="cpu", progress=False)
+    assert set(read_safetensors(out)) == {"l.weight", "stolen"}
+
+
+def test_overlapping_data_offsets_are_refused(tmp_path):
+    """Issue 11 case 7: the safetensors package's validation, e.g. two tensors sharing bytes."""
+    header = {
+        "a": {"dtype": "I32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "I32", "shape": [2], "data_offsets": [4, 12]},
+    }
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    bad = tmp_path / "overlap.safetensors"
+    bad.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(12))
+    with pytest.raises(ValueError, match=r"overlap\.safetensors: not a safetensors file \(.*invalid offset"):
+        read_safetensors(bad)
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": AWQ_CONFIG}))
+    r = CliRunner().invoke(app, ["dequant", str(bad), "--out", str(tmp_path / "o.safetensors"), "--device", "cpu"])
+    assert r.exit_code == 2 and len(r.output.splitlines()) == 1 and "not a safetensors file" in r.output
+
+
+def _per_channel_sym_model(tmp_path: Path, config_bits: int) -> tuple[Path, dict, dict]:
+    """A small model of 4-bit sym GPTQ layers, per channel, with neither qzeros nor g_idx: qweight's shape
+    alone fits 2, 4 and 8 bits. The sizes are linked as in a transformer (hidden 256, intermediate 512)."""
+    rng = np.random.default_rng(8)
+    tensors: dict = {"model.embed_tokens.weight": rng.standard_normal((100, 256)).astype(np.float16)}
+    made = {}
+    for prefix, K, N in (
+        ("model.layers.0.self_attn.q_proj", 256, 256),
+        ("model.layers.0.mlp.up_proj", 256, 512),
+        ("model.layers.0.mlp.down_proj", 512, 256),
+    ):
+        made[prefix] = make_layer(rng, tensors, prefix, "gptq", K, N, -1, sym=True, qzeros_when_sym=False)
+    config = gptq_config(bits=config_bits, group=-1, sym=True)
+    return write_checkpoint(tmp_path / "m", tensors, config, "quantize_config.json"), made, tensors
+
+
+@pytest.mark.parametrize("config_bits", [2, 8])
+def test_code_width_that_the_model_contradicts_is_refused(tmp_path, config_bits):
+    """Issue 11 case 8: 4-bit data, bits 2 or 8 in the config, nothing in a layer pins the width: refused
+    (K would be 2x or 0.5x), naming the layer and the width the model's sizes fit."""
+    f, _, _ = _per_channel_sym_model(tmp_path, config_bits)
+    with pytest.raises(ValueError) as e:
+        read_layers(f)
+    msg = str(e.value)
+    assert msg.startswith("layer model.layers.0.") and "[bits]" in msg and "with bits=4" in msg, msg
+    r = CliRunner().invoke(app, ["dequant", str(f), "--out", str(tmp_path / "o.safetensors"), "--device", "cpu"])
+    assert r.exit_code == 2 and len(r.output.splitlines()) == 1 and r.output.startswith("error: layer "), r.output
+    assert not list(tmp_path.glob("*o.safetensors*"))
+
+
+def test_code_width_that_the_model_confirms_is_read(tmp_path):
+    f, made, tensors = _per_channel_sym_model(tmp_path, 4)
+    out = tmp_path / "o.safetensors"
+    dequantize_file(f, out, device="cpu", progress=False)
+    check_output(out, made, {"model.embed_tokens.weight": tensors["model.embed_tokens.weight"]})
+
+
+def _narrow_scales(t, p):
+    t[f"{p}.scales"] = t[f"{p}.scales"][:, :16]
+
+
+def _with_bias(t, p):
+    t[f"{p}.bias"] = np.zeros(t[f"{p}.qweight"].shape[1], np.float16)
+    _narrow_scales(t, p)
+
+
+@pytest.mark.parametrize(
+    "config,layer,edit",
+    [
+        (AWQ_CONFIG, {"kind": "awq"}, _narrow_scales),  # qweight and qzeros hold N = 32
+        (gptq_config(), {}, _narrow_scales),  # qweight and qzeros
+        (gptq_config(sym=True), {"sym": True, "qzeros_when_sym": False}, _with_bias),  # qweight and bias
+    ],
+)
+def test_wrong_n_scales_names_scales(tmp_path, config, layer, edit):
+    """Issue 11 case 18: scales with the wrong N is blamed on scales, with no other bit width suggested."""
+    f = _bad(tmp_path, config, "config.json", edit=edit, **layer)
+    with pytest.raises(ValueError) as e:
+        read_layers(f)
+    msg = str(e.value)
+    assert msg.startswith("layer model.layers.3.mlp.down_proj, scales: [4, 16] has N = 16 columns"), msg
+    assert "N = 32" in msg and "bits=" not in msg, msg
+
+
+def test_code_width_without_evidence_is_trusted_and_noted(tmp_path):
+    """One layer, K != N, nothing else in the model: no size tells the widths apart; the config is used,
+    and the summary line says that it could not be checked."""
+    rng = np.random.default_rng(9)
+    tensors: dict = {}
+    made = {"l": make_layer(rng, tensors, "l", "gptq", 256, 96, -1, sym=True, qzeros_when_sym=False)}
+    f = write_checkpoint(tmp_path / "m", tensors, gptq_config(bits=4, group=-1, sym=True), "quantize_config.json")
+    out = tmp_path / "o.safetensors"
+    (line,) = dequantize_file(f, out, device="cpu", progress=False)
+    assert "the config's bits are trusted" in line, line
+    check_output(out, made, {})
+
+
+def test_out_that_is_not_a_regular_file_is_refused(ckpts, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="exists and is not a regular file"):
+        dequantize_file(ckpts["awq"][0], fifo, device="cpu", progress=False)
+    assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -501,3 +502,137 @@ def test_prove_reports_progress():
     result = prove(solve(spec), spec, n_random=10_000, chunk=3000, progress=lambda d, t: calls.append((d, t)))
     assert result.ok
     assert calls == [(3000, 10_000), (6000, 10_000), (9000, 10_000), (10_000, 10_000)]
+
+
+# --------------------------------------------------------------------------- exit codes and help (issue 11)
+
+
+def _one_line(output: str) -> str:
+    lines = [ln for ln in output.splitlines() if ln.strip()]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def _boom(*args, **kwargs):
+    raise RuntimeError("boom\nsecond line")
+
+
+def _failed_proof(monkeypatch) -> None:
+    """prove() reports a counterexample (as it would for a wrong plan)."""
+    import dataclasses
+
+    import dqgen.build
+    import dqgen.prove
+
+    real = dqgen.prove.prove
+
+    def failing(plan, spec, n_random=0, **kwargs):
+        return dataclasses.replace(real(plan, spec, n_random=100), ok=False, failures=["word 0x0: got 1, want 2"])
+
+    monkeypatch.setattr(dqgen.prove, "prove", failing)
+    monkeypatch.setattr(dqgen.build, "prove", failing)
+
+
+# command -> (args that work but for the patched internals, args with a bad input, what to break for a bug)
+EXIT_CASES = {
+    "explain": (["explain", AWQ, "--words", "100"], ["explain", "nope.yaml"], ("dqgen.solver", "solve")),
+    "build": (["build", AWQ, "--words", "100", "--out", "OUT"], ["build", "nope.yaml"], ("dqgen.build", "solve")),
+    "bench": (["bench", AWQ], ["bench", "nope.yaml"], ("dqgen.device", "gpu_available")),
+    "list": (["list"], ["list", "no_such_folder"], ("dqgen.cli", "_preset_rows")),
+    "dequant": (
+        ["dequant", "x.safetensors", "--out", "OUT/o.safetensors", "--device", "cpu"],
+        ["dequant", "no_such.safetensors", "--out", "OUT/o.safetensors", "--device", "cpu"],
+        ("dqgen.checkpoint", "dequantize_file"),
+    ),
+}
+
+
+@pytest.mark.parametrize("command", sorted(EXIT_CASES))
+def test_exit_codes(command, monkeypatch, tmp_path):
+    """Issue 11 case 16: 2 for usage and input errors, 70 (one line naming the traceback's file) for a bug,
+    for every command; --debug prints the traceback instead."""
+    import importlib
+
+    monkeypatch.chdir(ROOT)
+    works, bad_input, (module, attr) = EXIT_CASES[command]
+    works = [a.replace("OUT", str(tmp_path)) for a in works]
+    bad_input = [a.replace("OUT", str(tmp_path)) for a in bad_input]
+    runner = CliRunner()
+    r = runner.invoke(app, bad_input)
+    assert r.exit_code == 2, r.output
+    assert _one_line(r.stderr).startswith("error: ") and r.stdout == ""
+    r = runner.invoke(app, [command, "--no-such-option"])
+    assert r.exit_code == 2, r.output
+    monkeypatch.setattr(importlib.import_module(module), attr, _boom)
+    r = runner.invoke(app, works)
+    assert r.exit_code == 70, r.output
+    line = _one_line(r.stderr)
+    assert line.startswith("error: internal error, a bug in dqgen (RuntimeError: boom); traceback in "), line
+    saved = Path(re.search(r"traceback in (\S+);", line).group(1))
+    try:
+        text = saved.read_text()
+        assert "Traceback" in text and "RuntimeError: boom" in text and "second line" in text
+    finally:
+        saved.unlink()
+    r = runner.invoke(app, ["--debug", *works])
+    assert r.exit_code == 70 and "Traceback (most recent call last)" in r.stderr, r.output
+    assert r.stderr.rstrip().splitlines()[-1].startswith("error: internal error, a bug in dqgen (RuntimeError: boom)")
+
+
+def test_exit_code_3_when_a_proof_fails(monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    _failed_proof(monkeypatch)
+    r = CliRunner().invoke(app, ["explain", AWQ, "--words", "100"])
+    assert r.exit_code == 3 and "FAILED" in r.output, r.output
+    r = CliRunner().invoke(app, ["build", AWQ, "--words", "100", "--out", str(tmp_path), "--json"])
+    assert r.exit_code == 3, r.output
+    assert json.loads(r.output)["steps"]["proof"]["ok"] is False
+
+
+def test_exit_code_70_through_main_in_a_subprocess(tmp_path):
+    """The installed entry point (dqgen.cli:main): an uncaught exception is one line and exit 70."""
+    code = (
+        "import sys, dqgen.solver\n"
+        "def boom(*a, **k):\n    raise KeyError('x')\n"
+        "dqgen.solver.solve = boom\n"
+        f"sys.argv = ['dqgen', 'explain', {AWQ!r}, '--words', '100']\n"
+        "from dqgen.cli import main\nmain()\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"TMPDIR": str(tmp_path)},
+    )
+    assert r.returncode == 70, r.stderr
+    assert r.stdout == "" and "Traceback" not in r.stderr
+    line = _one_line(r.stderr)
+    assert line.startswith("error: internal error, a bug in dqgen (KeyError: 'x'); traceback in "), line
+    assert len(list(tmp_path.glob("dqgen-traceback-*.txt"))) == 1
+
+
+def test_exit_codes_are_documented():
+    r = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    text = re.sub(r"[\s│]+", " ", r.output)
+    readme = re.search(r"^## Exit codes\n(.*?)^## ", README, flags=re.M | re.S)
+    assert readme, "README.md has no '## Exit codes' section"
+    for code in ("0", "2", "3", "70", "130", "143"):
+        assert re.search(rf"\b{code}\b", text), code
+        assert re.search(rf"^\| `?{code}`? \|", readme.group(1), flags=re.M), code
+
+
+def test_dequant_help_shows_brackets_and_no_bool_metavars():
+    """Issue 11 case 17: rich markup does not eat [out_features, in_features]; flags show no <bool>."""
+    for args in (["dequant", "--help"], ["explain", "--help"], ["--help"]):
+        r = CliRunner().invoke(app, args, env={"COLUMNS": "100"})
+        assert r.exit_code == 0, r.output
+        text = re.sub(r"[\s│]+", " ", r.output)
+        assert "<bool>" not in text, text
+        assert "--help Show this message and exit." in text, text
+    r = CliRunner().invoke(app, ["dequant", "--help"], env={"COLUMNS": "100"})
+    assert "<prefix>.weight as [out_features, in_features])" in re.sub(r"[\s│]+", " ", r.output)
+    r = CliRunner().invoke(app, ["explain", "--help"], env={"COLUMNS": "100"})
+    assert re.search(r"--json\s+Print the Plan as JSON", r.output), r.output
