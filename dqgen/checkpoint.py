@@ -745,13 +745,15 @@ def _analyze(config: Mapping[str, Any] | _QConfig, tensors: Mapping[str, Any], n
         zeros = qzeros
     else:
         packing = {"axis": "K", "order": "sequential"}
-        probe = Spec(
-            name="probe",
-            source={"bits": bits, "kind": "unsigned"},
-            target="fp16",
-            packing=packing,
-            scales={"group_size": -1},
-            zeros={"mode": "gptq_v2"},
+        probe = Spec.model_validate(  # from a dict: strict models type __init__'s arguments as models
+            dict(
+                name="probe",
+                source={"bits": bits, "kind": "unsigned"},
+                target="fp16",
+                packing=packing,
+                scales={"group_size": -1},
+                zeros={"mode": "gptq_v2"},
+            )
         )
         stored = unpack_zeros(qzeros, probe) if qzeros is not None else None
         if q.sym:
@@ -831,16 +833,18 @@ def _analyze(config: Mapping[str, Any] | _QConfig, tensors: Mapping[str, Any], n
 
     short = f"u{bits}b{src['bias']}" if "bias" in src else f"u{bits}"
     try:
-        spec = Spec(
-            name=_spec_name(q, short, mode, act, spec_target),
-            description=f"{q.method.upper()} checkpoint layer {name}",
-            source=src,
-            target=spec_target,
-            packing=packing,
-            scales={"group_size": gs},
-            zeros={"mode": mode},
-            act_order=act,
-            arch="sm_80",
+        spec = Spec.model_validate(
+            dict(
+                name=_spec_name(q, short, mode, act, spec_target),
+                description=f"{q.method.upper()} checkpoint layer {name}",
+                source=src,
+                target=spec_target,
+                packing=packing,
+                scales={"group_size": gs},
+                zeros={"mode": mode},
+                act_order=act,
+                arch="sm_80",
+            )
         )
     except ValidationError as e:  # e.g. a group size that is not a multiple of the codes per word
         raise err(
