@@ -569,6 +569,9 @@ def test_arch_list_matches_nvrtc() -> None:
     nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
     from dqgen.spec import NVRTC_ARCHS
 
+    err, major, _ = nvrtc.nvrtcVersion()
+    if major != 13:
+        pytest.skip(f"NVRTC_ARCHS lists NVRTC 13's targets; this is NVRTC {major}")
     err, archs = nvrtc.nvrtcGetSupportedArchs()
     assert int(err) == 0
     assert tuple(archs) == NVRTC_ARCHS
