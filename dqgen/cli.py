@@ -154,12 +154,19 @@ def bench(
         wanted = _parse_shapes(shapes) if shapes else DEFAULT_SHAPES
         sh = [(K, N, G if G is not None else s.scales.group_size) for K, N, G in wanted]
         rows += bench_spec(s, sh, copy, impls=impls.split(",") if impls else None, reps=reps, log=log)
-    overhead, compile_s = {}, {}
+    overhead: dict[str, dict] = {}
+    compile_s: dict[str, dict] = {}
     if extras:
-        overhead[loaded[0].name] = call_overhead(loaded[0])
-        log(f"call overhead: {overhead[loaded[0].name]}")
-        compile_s[loaded[0].name] = compile_times(loaded[0])
-        log(f"compile times: {compile_s[loaded[0].name]}")
+        name = loaded[0].name
+        for what, measure, into in (
+            ("call overhead", call_overhead, overhead),
+            ("compile times", compile_times, compile_s),
+        ):
+            try:
+                into[name] = measure(loaded[0])
+                log(f"{what}: {into[name]}")
+            except Exception as e:  # the rows are still worth writing; the figure is reported missing
+                log(f"{what}: failed, not reported: {type(e).__name__}: {e}")
     doc = bench_document(gpu, copy, rows, overhead, compile_s)
     record_path = Path(record) if record else (Path(docs).parent if docs else Path("docs")) / "bench" / "dequant.json"
     write_json(record_path, doc)

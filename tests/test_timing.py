@@ -152,3 +152,18 @@ def test_field_shifts_awq_and_sequential():
     # AWQ stores element e of 8 in nibble [0, 4, 1, 5, 2, 6, 3, 7][e] (AutoAWQ's reverse order)
     assert field_shifts(load_spec(ROOT / "specs" / "awq_int4_fp16.yaml")) == [0, 16, 4, 20, 8, 24, 12, 28]
     assert field_shifts(load_spec(ROOT / "specs" / "int8_fp16.yaml")) == [0, 8, 16, 24]
+
+
+def test_subprocess_json_is_found_after_other_output(tmp_path):
+    """`dqgen build --json` prints an indented document; anything printed before it is skipped."""
+    import sys
+
+    from dqgen.bench import _run_json
+
+    script = tmp_path / "s.py"
+    script.write_text("print('warning: x')\nprint('{not json')\nprint('{\\n \"steps\": {\"proof\": 1}\\n}')\n")
+    doc, wall = _run_json([sys.executable, str(script)], None)
+    assert doc == {"steps": {"proof": 1}} and wall > 0
+    script.write_text("print(1)\n")
+    with pytest.raises(RuntimeError, match="printed no JSON: stdout '1"):
+        _run_json([sys.executable, str(script)], None)
