@@ -664,8 +664,7 @@ def write_markdown(
             )
     if sass:
         lines += ["", sass]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    _write_whole(path, "\n".join(lines) + "\n")
 
 
 def behind_triton(rows: list[Row]) -> list[str]:
@@ -721,13 +720,18 @@ def bench_document(
 
 
 def write_json(path: Path, doc: dict) -> None:
-    """Write whole or not at all: a temporary file in the same folder, then a rename."""
+    """The JSON record, written whole or not at all."""
     import json
+
+    _write_whole(path, json.dumps(doc, indent=1) + "\n")  # dumps fails first on a value JSON cannot hold
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write whole or not at all: a temporary file in the same folder, then a rename."""
     import os
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(doc, indent=1) + "\n"  # fails here, before any file exists, on a value JSON cannot hold
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
