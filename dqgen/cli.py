@@ -233,15 +233,29 @@ def bench(
     impls: str | None = typer.Option(
         None, help="Comma-separated subset of: torch, cuda-naive, triton (dqgen and the same-bytes copy always run)."
     ),
-    reps: int = typer.Option(
-        20, min=3, help="Timed CUDA-graph replays (of 20 calls each) per implementation and shape."
-    ),
+    reps: int = typer.Option(20, min=3, help="Timed CUDA-graph replays (of 20 calls each) for the graph column."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
     docs: str | None = typer.Option(None, help="Write the markdown report here (e.g. docs/performance.md)."),
+    record: str | None = typer.Option(
+        None, help="Write the rows as JSON here (default: bench/dequant.json beside --docs, else docs/bench/...)."
+    ),
+    extras: bool = typer.Option(
+        True, help="Also measure call overhead and compile times (first spec only; subprocesses)."
+    ),
 ) -> None:
-    """Time SPEC's kernel on the GPU against copy bandwidth, torch eager, a static_cast CUDA kernel and Triton."""
+    """Time SPEC's kernel on the GPU (one call after an L2 flush, median) against copy bandwidth, its
+    default launch, torch eager, a static_cast CUDA kernel and Triton."""
     from . import device as dev
-    from .bench import DEFAULT_SHAPES, bench_spec, copy_bandwidth, rows_json, write_markdown
+    from .bench import (
+        DEFAULT_SHAPES,
+        bench_document,
+        bench_spec,
+        call_overhead,
+        compile_times,
+        copy_bandwidth,
+        write_json,
+        write_markdown,
+    )
 
     loaded = [_load(s) for s in specs]
     if not dev.gpu_available():
@@ -258,16 +272,32 @@ def bench(
         wanted = _parse_shapes(shapes) if shapes else DEFAULT_SHAPES
         sh = [(K, N, G if G is not None else s.scales.group_size) for K, N, G in wanted]
         rows += bench_spec(s, sh, copy, impls=impls.split(",") if impls else None, reps=reps, log=log)
+    overhead: dict[str, dict] = {}
+    compile_s: dict[str, dict] = {}
+    if extras:
+        name = loaded[0].name
+        for what, measure, into in (
+            ("call overhead", call_overhead, overhead),
+            ("compile times", compile_times, compile_s),
+        ):
+            try:
+                into[name] = measure(loaded[0])
+                log(f"{what}: {into[name]}")
+            except Exception as e:  # the rows are still worth writing; the figure is reported missing
+                log(f"{what}: failed, not reported: {type(e).__name__}: {e}")
+    doc = bench_document(gpu, copy, rows, overhead, compile_s)
+    record_path = Path(record) if record else (Path(docs).parent if docs else Path("docs")) / "bench" / "dequant.json"
+    write_json(record_path, doc)
     if docs:
         from .sass import sass_report
 
-        write_markdown(Path(docs), gpu, copy, rows, sass_report([p for p in specs]))
+        write_markdown(Path(docs), gpu, copy, rows, sass_report(list(specs)), overhead, compile_s, when=doc["date"])
     if as_json:
-        typer.echo(json.dumps({"gpu": gpu, "copy_gbps": copy, "rows": rows_json(rows)}, indent=2))
+        typer.echo(json.dumps(doc, indent=2))
         return
-    t = Table(title=f"dqgen bench on {gpu}: copy {copy:.0f} GB/s")
-    for c in ("spec", "K x N", "G", "impl", "us", "GB/s", "% copy", "equal"):
-        t.add_column(c, justify="right" if c in ("us", "GB/s", "% copy") else "left")
+    t = Table(title=f"dqgen bench on {gpu}: copy {copy:.0f} GB/s; us = one call after an L2 flush (median)")
+    for c in ("spec", "K x N", "G", "impl", "us", "GB/s", "% copy", "graph us", "equal"):
+        t.add_column(c, justify="right" if c in ("us", "GB/s", "% copy", "graph us") else "left")
     for r in rows:
         t.add_row(
             r.spec,
@@ -277,6 +307,7 @@ def bench(
             f"{r.us:.1f}",
             f"{r.gbps:.0f}",
             f"{r.pct_copy:.1f}",
+            "" if r.graph_us is None else f"{r.graph_us:.1f}",
             "n/a" if r.equal is None else ("yes" if r.equal else "NO"),
         )
     Console(width=140).print(t)

@@ -1,18 +1,19 @@
-"""Launch-parameter tuning: time every aligned kernel variant once per GPU and kernel source, and
-cache the winner next to the compiled kernels, so `dqgen build` on a new GPU tunes once."""
+"""Launch-parameter tuning: time every aligned kernel variant once per GPU and kernel source the way
+one call happens in a model (dqgen.timing), keep one only where it clearly beats the default launch
+rule, and cache the choice next to the compiled kernels, so `dqgen build` on a new GPU tunes once."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import tempfile
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import device as dev
 from .nvrtc import default_cache_dir
 from .render import Variant, kernel_name, variants
+from .timing import keep_tuned, method, single_call_us
 
 if TYPE_CHECKING:
     from .runtime import Kernel
@@ -24,6 +25,10 @@ TUNE_SHAPES = {"small": (4096, 4096), "large": (8192, 28672)}
 SMALL_MAX_ELEMENTS = 1 << 24  # 4096 x 4096
 
 
+#: Bumped when the timing or the keep rule changes.
+TUNE_METHOD = "single-call-l2-flushed-keep-2pct"
+
+
 def size_class(K: int, N: int) -> str:
     return "small" if K * N <= SMALL_MAX_ELEMENTS else "large"
 
@@ -31,9 +36,11 @@ def size_class(K: int, N: int) -> str:
 def _path(kernel: Kernel, ordinal: int):
     from cuda.bindings import driver
 
-    err, raw = driver.cuDeviceGetName(256, dev._device(ordinal))
+    _err, raw = driver.cuDeviceGetName(256, dev._device(ordinal))
     name = raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
-    key = hashlib.sha256(f"{name}\n{dev.device_arch(ordinal)}\n{kernel.source}".encode()).hexdigest()[:32]
+    # TUNE_METHOD in the key: choices made by an older timing method are not reused
+    text = f"{TUNE_METHOD}\n{name}\n{dev.device_arch(ordinal)}\n{kernel.source}"
+    key = hashlib.sha256(text.encode()).hexdigest()[:32]
     return default_cache_dir() / "tune" / f"{key}.json", name
 
 
@@ -50,45 +57,40 @@ def load_tuning(kernel: Kernel, ordinal: int) -> dict[str, Variant] | None:
         return None
 
 
-def _time(kernel: Kernel, v: Variant, sets: list, outs: list, reps: int) -> float:
-    """Microseconds per launch, from CUDA-graph replays rotating over input sets larger than L2
-    together (host launch overhead and cache hits excluded, as in bench)."""
+def _time(kernel: Kernel, v: Variant, inputs: tuple, out: Any) -> float:
+    """Median microseconds of one launch after an L2 flush (the way a call happens in a model)."""
     import torch
 
-    from .bench import time_us
-
-    launches = [kernel.prepare(*st[:3], g_idx=st[3], global_scale=st[4], out=o, variant=v) for st, o in zip(sets, outs)]
-    return time_us(lambda i: launches[i](torch.cuda.current_stream()), len(sets), reps=reps, calls=20)
+    launch = kernel.prepare(*inputs[:3], g_idx=inputs[3], global_scale=inputs[4], out=out, variant=v)
+    return single_call_us(lambda: launch(torch.cuda.current_stream()))
 
 
-def tune(kernel: Kernel, ordinal: int = 0, reps: int = 10) -> dict:
-    """Time each aligned variant on each TUNE_SHAPES problem; cache and return the winners and timings."""
+def tune(kernel: Kernel, ordinal: int = 0) -> dict:
+    """Time the default and every other aligned variant on each TUNE_SHAPES problem; keep a variant
+    only where it beats the default by KEEP_MARGIN (so tuning never makes a call slower); cache and
+    return the choices with every timing."""
     import torch
 
-    from .bench import bytes_moved, l2_bytes, make_g_idx, make_global_scale, make_inputs
+    from .bench import make_g_idx, make_global_scale, make_inputs
+    from .runtime import default_variant
 
     best: dict[str, dict] = {}
     timings: dict[str, dict[str, float]] = {}
     spec = kernel.spec
     tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
+    default = kernel_name(spec, default_variant(spec, True))
     for cls, (K, N) in TUNE_SHAPES.items():
-        # (qweight, scales, zeros, g_idx, global_scale) per input set
-        first = (*make_inputs(spec, K, N, 0), make_g_idx(spec, K, 0), make_global_scale(spec, 0))
-        nsets = max(1, min(8, math.ceil(2 * l2_bytes() / bytes_moved(spec, *first[:3], K, N))))
-        sets = [first] + [
-            (*make_inputs(spec, K, N, i), make_g_idx(spec, K, i), make_global_scale(spec, i)) for i in range(1, nsets)
-        ]
-        outs = [torch.empty((K, N), dtype=tdt, device=f"cuda:{ordinal}") for _ in sets]
-        t = {
-            kernel_name(kernel.spec, v): _time(kernel, v, sets, outs, reps) for v in variants(kernel.spec) if v.aligned
-        }
-        name = min(t, key=t.get)
-        v = next(v for v in variants(kernel.spec) if kernel_name(kernel.spec, v) == name)
+        # (qweight, scales, zeros, g_idx, global_scale); one set: the flush makes every call cold
+        inputs = (*make_inputs(spec, K, N, 0), make_g_idx(spec, K, 0), make_global_scale(spec, 0))
+        out = torch.empty((K, N), dtype=tdt, device=f"cuda:{ordinal}")
+        t = {kernel_name(spec, v): _time(kernel, v, inputs, out) for v in variants(spec) if v.aligned}
+        name = keep_tuned(default, t)
+        v = next(v for v in variants(spec) if kernel_name(spec, v) == name)
         best[cls] = {"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream}
         timings[cls] = t
-        del first, sets, outs
+        del inputs, out
     path, gpu = _path(kernel, ordinal)
-    data = {"gpu": gpu, "shapes": TUNE_SHAPES, "best": best, "us": timings}
+    data = {"gpu": gpu, "method": method(), "shapes": TUNE_SHAPES, "default": default, "best": best, "us": timings}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:

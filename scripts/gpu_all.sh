@@ -1,19 +1,66 @@
 #!/usr/bin/env bash
-# Every GPU test, GPU build check and benchmark in one command, for one call on a lent GPU machine;
-# a summary table last. Usage from the repo root on the GPU machine (dqgen on PYTHONPATH):
-#   bash scripts/gpu_all.sh [OUTDIR]        (STEPS="tests builds bench" by default)
-# On an H100 (2026-11-23): tests about 8 min, builds of all 22 specs about 4 min, bench about 30 s per
-# spec; where one call is limited to 10 minutes, run STEPS=tests, STEPS=builds and STEPS=bench apart.
+# GPU tests, sanitizer runs, GPU build checks and benchmarks, for one call on a lent GPU machine (at most
+# 10 minutes each); a summary table last. Usage from the repo root on the GPU machine (dqgen on PYTHONPATH):
+#   TIER=quick bash scripts/gpu_all.sh [OUTDIR]    the quick tier: run after every change to a kernel,
+#       template, solver or runtime (153 s on an H100, 2026-11-23: tests 133 s, memcheck 17 s): tests marked `quick` (every shipped spec
+#       at two shapes, one with tails; every entry point; every zero mode once), then one launch of every
+#       kernel entry point under compute-sanitizer memcheck (and racecheck where a kernel uses shared memory).
+#   TIER=full PART=1|2|3|4 bash scripts/gpu_all.sh [OUTDIR]    the full tier, one part per call:
+#       1: test_gpu.py, every spec at every shape and the unaligned path; 2: the rest of the GPU tests;
+#       3: `dqgen build` of every shipped spec; 4: the benchmark (writes OUTDIR/performance.md and
+#       OUTDIR/bench/dequant.json).
+#   STEPS="tests builds bench" (the old way, everything at once) still works where no TIER is given.
 set -uo pipefail
 OUT=${1:-${OUT:-/tmp/dqgen-gpu}}
-STEPS=${STEPS:-tests builds bench}
+TIER=${TIER:-}
+PART=${PART:-}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 rc=0
+start=$(date +%s)
+pytest_gpu() {  # name, pytest arguments...
+  local name=$1; shift
+  python -m pytest -q -p no:cacheprovider --junitxml="$OUT/$name.xml" "$@" > "$OUT/$name.log" 2>&1 || rc=1
+  tail -3 "$OUT/$name.log"
+}
+case "$TIER/$PART" in
+  quick/*) STEPS=${STEPS:-quick sanitize} ;;
+  full/1) STEPS=${STEPS:-full1} ;;
+  full/2) STEPS=${STEPS:-full2} ;;
+  full/3) STEPS=${STEPS:-builds} ;;
+  full/4) STEPS=${STEPS:-bench} ;;
+  full/*) echo "error: TIER=full needs PART=1, 2, 3 or 4" >&2; exit 2 ;;
+  /*) STEPS=${STEPS:-tests builds bench} ;;
+  *) echo "error: TIER must be quick or full, got '$TIER'" >&2; exit 2 ;;
+esac
+if [[ " $STEPS " == *" quick "* ]]; then
+  pytest_gpu quick-tests -m "gpu and quick" tests/test_gpu_quick.py
+fi
+if [[ " $STEPS " == *" sanitize "* ]]; then
+  t0=$(date +%s)
+  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 python scripts/sanitize_entry_points.py \
+    > "$OUT/memcheck.log" 2>&1 || rc=1
+  tail -2 "$OUT/memcheck.log"
+  shared=$(python scripts/sanitize_entry_points.py --shared)
+  if [[ -n "$shared" ]]; then
+    compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 python scripts/sanitize_entry_points.py $shared \
+      > "$OUT/racecheck.log" 2>&1 || rc=1
+    tail -2 "$OUT/racecheck.log"
+  else
+    echo "racecheck: no kernel uses shared memory" | tee "$OUT/racecheck.log"
+  fi
+  echo "sanitizer step: $(( $(date +%s) - t0 )) s"
+fi
+if [[ " $STEPS " == *" full1 "* ]]; then
+  pytest_gpu full1 -m gpu tests/test_gpu.py -k "bit_exact_all_shapes or unaligned_fallback"
+fi
+if [[ " $STEPS " == *" full2 "* ]]; then
+  pytest_gpu full2 -m gpu tests/test_gpu.py tests/test_nvrtc.py tests/test_checkpoint.py \
+    -k "not bit_exact_all_shapes and not unaligned_fallback"
+fi
 if [[ " $STEPS " == *" tests "* ]]; then
-  python -m pytest -q -m gpu tests/test_gpu.py tests/test_nvrtc.py tests/test_checkpoint.py -p no:cacheprovider --junitxml="$OUT/gpu-tests.xml" > "$OUT/pytest.log" 2>&1 || rc=1
-  tail -3 "$OUT/pytest.log"
+  pytest_gpu gpu-tests -m gpu tests/test_gpu.py tests/test_gpu_quick.py tests/test_nvrtc.py tests/test_checkpoint.py
 fi
 if [[ " $STEPS " == *" builds "* ]]; then
   tmp=$(mktemp -d)
@@ -37,4 +84,5 @@ if [[ " $STEPS " == *" bench "* ]]; then
   tail -5 "$OUT/bench.log"
 fi
 python scripts/gpu_table.py "$OUT"
+echo "gpu_all.sh TIER=${TIER:-none} PART=${PART:-none} STEPS='$STEPS': $(( $(date +%s) - start )) s, rc=$rc"
 exit $rc

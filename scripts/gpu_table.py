@@ -1,4 +1,5 @@
-"""Print the GPU run's summary table: GPU tests (from pytest's junit XML) and `dqgen build` checks."""
+"""Print the GPU run's summary table: GPU tests (from pytest's junit XML files: counts and failures)
+and `dqgen build` checks."""
 
 from __future__ import annotations
 
@@ -18,15 +19,25 @@ def main(out: Path) -> None:
     t.add_column("what")
     t.add_column("result")
     t.add_column("detail", overflow="fold")
-    xml = out / "gpu-tests.xml"
-    if xml.exists():
+    for xml in sorted(out.glob("*.xml")):  # one per pytest step: a count line, and a row per failure
+        counts: dict[str, int] = {}
+        total = 0.0
         for case in ET.parse(xml).getroot().iter("testcase"):
-            status, detail = "pass", f"{float(case.get('time', 0)):.1f} s"
+            status, detail = "pass", ""
+            total += float(case.get("time", 0))
             for tag in ("failure", "error", "skipped"):
                 el = case.find(tag)
                 if el is not None:
                     status, detail = tag, (el.get("message") or "")[:150]
-            t.add_row(escape(f"test {case.get('name')}"), status, escape(detail))
+            counts[status] = counts.get(status, 0) + 1
+            if status in ("failure", "error"):
+                t.add_row(escape(f"test {case.get('name')}"), status, escape(detail))
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        t.add_row(
+            escape(f"tests {xml.stem}"),
+            "ok" if set(counts) <= {"pass", "skipped"} else "FAILED",
+            f"{summary}; {total:.0f} s in tests",
+        )
     builds = out / "builds.json"
     if builds.exists():
         for r in json.loads(builds.read_text()):
