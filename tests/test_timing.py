@@ -150,8 +150,8 @@ def test_markdown_report_has_both_columns_and_the_behind_list(tmp_path):
 
 def test_field_shifts_awq_and_sequential():
     # AWQ stores element e of 8 in nibble [0, 4, 1, 5, 2, 6, 3, 7][e] (AutoAWQ's reverse order)
-    assert field_shifts(load_spec(ROOT / "specs" / "awq_int4_fp16.yaml")) == [0, 16, 4, 20, 8, 24, 12, 28]
-    assert field_shifts(load_spec(ROOT / "specs" / "int8_fp16.yaml")) == [0, 8, 16, 24]
+    assert field_shifts(load_spec("awq_int4_fp16")) == [0, 16, 4, 20, 8, 24, 12, 28]
+    assert field_shifts(load_spec("int8_fp16")) == [0, 8, 16, 24]
 
 
 def test_subprocess_json_is_found_after_other_output(tmp_path):
