@@ -27,6 +27,7 @@ __all__ = [
     "CACHE_FORMAT_VERSION",
     "CompileError",
     "CompileResult",
+    "cache_lookup",
     "compile_source",
     "default_cache_dir",
     "nvrtc_version",
@@ -273,3 +274,18 @@ def compile_source(
     if use_cache:
         _cache_store(cdir, result, want)
     return result
+
+
+def cache_lookup(
+    source: str,
+    *,
+    arch: str = "sm_80",
+    want: Want = "ptx",
+    name: str = "dqgen.cu",
+    options: Sequence[str] = (),
+    cache_dir: Path | None = None,
+) -> CompileResult | None:
+    """The cached result of ``compile_source`` with these arguments, or None (nothing is compiled)."""
+    all_options = _arch_options(arch, want) + list(_BASE_OPTIONS) + [str(o) for o in options]
+    key = _cache_key(source, arch, want, name, all_options)
+    return _cache_load(Path(cache_dir) if cache_dir is not None else default_cache_dir(), key, want, arch)
