@@ -219,9 +219,7 @@ class LoadedKernel:
         )
         del holders, param_ptrs
 
-    def bind(
-        self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0
-    ) -> BoundLaunch:
+    def bind(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0) -> BoundLaunch:
         """Pack the arguments once; the returned launcher only calls cuLaunchKernel (hot loops)."""
         return BoundLaunch(self, grid, block, args, shared_mem)
 

@@ -505,7 +505,7 @@ def _torch_stream(torch: Any, device: int) -> int:
     """torch's current raw CUstream on ``device``: torch's C accessor (no Stream object) where it has one."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if raw is not None:
-        return int(raw(device))
+        return raw(device)
     return int(torch.cuda.current_stream(device).cuda_stream)
 
 

@@ -68,9 +68,7 @@ def register() -> None:
         return None
 
 
-def traced_call(
-    kernel: Kernel, qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any
-) -> Any:
+def traced_call(kernel: Kernel, qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any) -> Any:
     """What torch.compile traces for ``kernel(...)``: one op call (checks run when the compiled graph runs)."""
     if out is None:
         return torch.ops.dqgen.dequantize(kernel.op_key, qweight, scales, zeros, g_idx, global_scale)
