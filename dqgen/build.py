@@ -78,8 +78,8 @@ def build_spec(spec: Spec, arch: str, out_dir: Path, words: int = BUILD_WORDS, g
     lap("render")
     try:
         t0 = time.perf_counter()
-        ptx = compile_source(source, arch=arch, want="ptx", name=cu.name, source_path=str(cu))
-        cubin = compile_source(source, arch=arch, want="cubin", name=cu.name, source_path=str(cu))
+        # one NVRTC run: the cubin (loaded by the GPU check and the tuner) and the PTX it was made from
+        ptx = cubin = compile_source(source, arch=arch, want="cubin", name=cu.name, source_path=str(cu), with_ptx=True)
         ptx_path = out_dir / f"{spec.name}.{arch}.ptx"
         assert ptx.ptx is not None
         ptx_path.write_text(ptx.ptx)

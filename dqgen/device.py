@@ -219,13 +219,26 @@ class LoadedKernel:
         )
         del holders, param_ptrs
 
+    def sibling(self, name: str) -> LoadedKernel:
+        """Another entry point of the same loaded module (no second load); it keeps this one, the module's owner,
+        alive."""
+        other = object.__new__(LoadedKernel)
+        other.name, other.device, other._image = name, self.device, self._image
+        primary_context(self.device)
+        other._function = _check(
+            driver.cuModuleGetFunction(self._module, name.encode()), f"cuModuleGetFunction({name!r})"
+        )
+        other._module = self._module
+        other._owner = self
+        return other
+
     def bind(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0) -> BoundLaunch:
         """Pack the arguments once; the returned launcher only calls cuLaunchKernel (hot loops)."""
         return BoundLaunch(self, grid, block, args, shared_mem)
 
     def close(self) -> None:
         module, self._module = getattr(self, "_module", None), None
-        if module is not None:
+        if module is not None and getattr(self, "_owner", None) is None:  # siblings leave the module to its owner
             try:
                 primary_context(self.device)
                 driver.cuModuleUnload(module)

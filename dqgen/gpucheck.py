@@ -22,7 +22,8 @@ def build_shapes(spec: Spec) -> list[tuple[int, int]]:
     # K is whole groups and whole packing blocks (32 rows for 3-bit codes along K)
     k_unit = max(g, 1) if g > 0 else spec.per_word if spec.packing.axis == "K" else 1
     n_unit = spec.per_word if (spec.packing.axis == "N" or spec.zeros.packed) else 1
-    return [(4096, 4096), (k_unit, n_unit), (2 * max(k_unit, 64), 1440 if 1440 % n_unit == 0 else 8 * n_unit)]
+    # 1024 x 4096 fills an H100 several times over (hundreds of blocks) at a quarter of 4096^2's reference time
+    return [(1024, 4096), (k_unit, n_unit), (2 * max(k_unit, 64), 1440 if 1440 % n_unit == 0 else 8 * n_unit)]
 
 
 def to_torch(a: np.ndarray | None, device: int = 0) -> Any:

@@ -305,9 +305,12 @@ class Kernel:
         arch = dev.device_arch(ordinal)
         res = compile_source(self.source, arch=arch, want="cubin", name=f"{self.spec.name}.cu")
         assert res.cubin is not None
+        first: dev.LoadedKernel | None = None
         for name in self._by_name:
             if (ordinal, name) not in self._loaded:
-                self._loaded[(ordinal, name)] = dev.LoadedKernel(res.cubin, name, ordinal)
+                fn = first.sibling(name) if first is not None else dev.LoadedKernel(res.cubin, name, ordinal)
+                first = first or fn
+                self._loaded[(ordinal, name)] = fn
                 self.compiled.append(name)
 
     def variant_for(self, ordinal: int, prob: Problem) -> Variant:

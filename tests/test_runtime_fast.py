@@ -402,3 +402,24 @@ def test_build_json_has_seconds_per_step(tmp_path, monkeypatch: pytest.MonkeyPat
     assert set(steps) | {"total"} == set(sec)
     assert all(sec[s] >= 0 for s in steps) and sec["compile"] > 0
     assert sum(sec[s] for s in steps) == pytest.approx(sec["total"], abs=0.01)
+
+
+def test_build_compiles_once_for_ptx_and_cubin(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dqgen.nvrtc as nv
+    from dqgen.build import build_spec
+
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    runs: list[str] = []
+    real = nv._compile
+
+    def counting(source, arch, want, *a):
+        runs.append(want)
+        return real(source, arch, want, *a)
+
+    monkeypatch.setattr(nv, "_compile", counting)
+    for _ in range(2):
+        report = build_spec(AWQ, "sm_90", tmp_path / "out", words=100, gpu=False)
+        assert report["steps"]["compile"]["ok"], report["steps"]["compile"]
+    assert runs == ["cubin"]  # the second build takes both from the cache
+    ptx = (tmp_path / "out" / "awq_int4_fp16.sm_90.ptx").read_text()
+    assert ".target sm_90" in ptx and ptx.count(".entry dqgen_awq_int4_fp16_v") == len(variants(AWQ))
