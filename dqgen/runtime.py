@@ -449,9 +449,9 @@ class Kernel:
             qweight.stride(),
             qweight.dtype,
             _sig(scales),
-            _sig(zeros),
-            _sig(g_idx),
-            _sig(global_scale),
+            None if zeros is None else _sig(zeros),
+            None if g_idx is None else _sig(g_idx),
+            None if global_scale is None else _sig(global_scale),
             _sig(out),
             None if stream is None else dev.stream_handle(stream),
         )
