@@ -166,6 +166,8 @@ def _holder_address(h: Any) -> int:
 class LoadedKernel:
     """A ``__global__`` function from a cubin (or NUL-terminated PTX), loaded into a primary context."""
 
+    _owner: LoadedKernel | None = None  # set on siblings: the entry point whose module they share
+
     def __init__(self, image: bytes, name: str, device: int = 0) -> None:
         self.name = name
         self.device = int(device)

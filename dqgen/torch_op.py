@@ -47,7 +47,14 @@ def register() -> None:
         return k._torch_call(torch, qweight, scales, zeros, g_idx, global_scale, None, None)
 
     @dequantize.register_fake
-    def _(key, qweight, scales, zeros, g_idx, global_scale):  # type: ignore[no-untyped-def]
+    def _(
+        key: str,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        zeros: torch.Tensor | None,
+        g_idx: torch.Tensor | None,
+        global_scale: torch.Tensor | None,
+    ) -> torch.Tensor:
         k = _kernel(key)
         return qweight.new_empty(k.output_shape(tuple(qweight.shape)), dtype=_dtype(k))
 
@@ -64,7 +71,15 @@ def register() -> None:
         _kernel(key)._torch_call(torch, qweight, scales, zeros, g_idx, global_scale, out, None)
 
     @dequantize_out.register_fake
-    def _(key, qweight, scales, zeros, g_idx, global_scale, out):  # type: ignore[no-untyped-def]
+    def _out(
+        key: str,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        zeros: torch.Tensor | None,
+        g_idx: torch.Tensor | None,
+        global_scale: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> None:
         return None
 
 
