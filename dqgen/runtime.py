@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,6 +242,8 @@ class _Checked:
     device: int
     stream: int | None  # the explicit stream, or None: the producing library's current stream
     gidx_version: int | None  # torch's _version of the g_idx checked (act-order), re-checked when it moves on
+    # The g_idx tensor checked: a new tensor at a freed one's address starts at _version 0 too, so identity counts
+    gidx_ref: Callable[[], Any] | None = None
 
 
 class Kernel:
@@ -458,9 +461,11 @@ class Kernel:
         hit = self._signatures.get(key)
         if hit is None:
             hit = self._check_signature(key, qweight, scales, zeros, g_idx, global_scale, out, stream)
-        elif g_idx is not None and g_idx._version != hit.gidx_version:
+        elif g_idx is not None and (
+            g_idx._version != hit.gidx_version or hit.gidx_ref is None or hit.gidx_ref() is not g_idx
+        ):
             self._check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
-            hit.gidx_version = g_idx._version
+            hit.gidx_version, hit.gidx_ref = g_idx._version, weakref.ref(g_idx)
         if hit.fn is not None:
             hit.fn(_torch_stream(torch, hit.device) if hit.stream is None else hit.stream)
         return out
@@ -483,6 +488,7 @@ class Kernel:
             launch.device,
             None if stream is None else launch.stream,
             None if g_idx is None else g_idx._version,
+            None if g_idx is None else weakref.ref(g_idx),
         )
         if len(self._signatures) >= _SIGNATURES_MAX:
             self._signatures.clear()

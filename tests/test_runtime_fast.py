@@ -321,11 +321,15 @@ def test_act_order_g_idx_checked_once_per_version(fake, monkeypatch: pytest.Monk
     k(q, s, z, g_idx=gi, out=w)
     k(q, s, z, g_idx=gi, out=w)
     assert seen == [G, G] and len(fake.rec.launches) == 4
+    gi2 = torch.Tensor((K,), torch.int32, ptr=gi.data_ptr())  # a new tensor where a freed one was: checked
+    gi2._version = 1
+    k(q, s, z, g_idx=gi2, out=w)
+    assert seen == [G, G, G] and len(fake.rec.launches) == 5
     gi._version = 2  # now holds a bad entry: raises before launching, and again on the next call
     for _ in range(2):
         with pytest.raises(ShapeError, match=r"^g_idx: "):
             k(q, s, z, g_idx=gi, out=w)
-    assert len(fake.rec.launches) == 4
+    assert len(fake.rec.launches) == 5
 
 
 def test_non_torch_arrays_take_the_checked_path(fake) -> None:
