@@ -57,7 +57,12 @@ def overhead() -> dict:
         q, s, z = make_inputs(k.spec, K, N, 1)
         w = torch.empty((K, N), dtype=torch.float16, device="cuda")
         launch = k.prepare(q, s, z, out=w)
-        call_us = triton.testing.do_bench(lambda: k(q, s, z, out=w), warmup=50, rep=300, return_mode="median") * 1e3
+        call_us = (
+            triton.testing.do_bench(
+                lambda q=q, s=s, z=z, w=w: k(q, s, z, out=w), warmup=50, rep=300, return_mode="median"
+            )
+            * 1e3
+        )
         prep_us = triton.testing.do_bench(launch, warmup=50, rep=300, return_mode="median") * 1e3
         res[f"l2flushed_us_{K}x{N}"] = {"call": call_us, "prepared": prep_us, "ratio": call_us / prep_us}
     return res
