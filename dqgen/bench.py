@@ -65,7 +65,9 @@ def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
     on the GPU. Multi-word blocks (3-bit) give qweight [K * words / per_block, N]."""
     torch = _torch()
     g = torch.Generator(device="cuda").manual_seed(seed)
-    P, gs = spec.per_word, spec.scales.group_size
+    from .reference import example_group_size
+
+    P, gs = spec.per_word, example_group_size(spec, K)  # group_size auto: the usual 128 where it divides K
     G = K // gs if gs > 0 else 1
     qshape = (K, N // P) if spec.packing.axis == "N" else (K // P * spec.words, N)
     q = torch.randint(-(2**31), 2**31, qshape, dtype=torch.int32, device="cuda", generator=g)
@@ -126,7 +128,9 @@ def make_g_idx(spec: Spec, K: int, seed: int) -> Any:
     if not spec.act_order:
         return None
     g = torch.Generator(device="cuda").manual_seed(seed)
-    ids = torch.arange(K, device="cuda", dtype=torch.int32) // spec.scales.group_size
+    from .reference import example_group_size
+
+    ids = torch.arange(K, device="cuda", dtype=torch.int32) // example_group_size(spec, K)
     return ids[torch.randperm(K, device="cuda", generator=g)].contiguous()
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,11 +38,16 @@ def write_sources(spec: Spec, plan: Plan, out_dir: Path) -> tuple[Path, Path, st
     return cu, cuh, source
 
 
+#: Random words of the build's proof: every code at every lane (and every zero) is proven anyway; a quarter of
+#: `dqgen prove`'s 10^6 keeps the random part within a few tenths of a second of a build.
+BUILD_WORDS = 250_000
+
+
 def build_spec(
     spec: Spec,
     arch: str,
     out_dir: Path,
-    words: int = 1_000_000,
+    words: int = BUILD_WORDS,
     gpu: bool | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict:
@@ -53,12 +60,21 @@ def build_spec(
         raise ValueError(f"[--arch] got {shown(arch)}; {problem}")
     if int(m.group(1)) < spec.sm:
         raise ValueError(f"[--arch] got {arch}; expected {spec.arch} or newer (the spec's arch field)")
-    report: dict = {"spec": spec.name, "arch": arch, "ok": True, "steps": {}}
-    steps = report["steps"]
+    report: dict = {"spec": spec.name, "arch": arch, "ok": True, "steps": {}, "seconds": {}}
+    steps, seconds = report["steps"], report["seconds"]
+    t_start = t = time.perf_counter()
+
+    def lap(name: str) -> None:  # wall seconds of each step, for `dqgen build --json`
+        nonlocal t
+        now = time.perf_counter()
+        seconds[name] = round(now - t, 4)
+        t = now
+
     try:
         plan = solve(spec)
     except NoPlanError as e:
         raise ValueError(str(e)) from None
+    lap("solve")
     report["strategy"] = plan.strategy
     report["ops_per_8"] = {s: fmt_num(plan.per8(s)) for s in ("convert", "scale")}
     report["zero_ops_per_word"] = plan.count("zero")
@@ -66,12 +82,14 @@ def build_spec(
     report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
     proof = prove(plan, spec, n_random=words, progress=progress)
     steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
+    lap("proof")
     cu, cuh, source = write_sources(spec, plan, out_dir)
     report["files"] = [str(cu), str(cuh)]
+    lap("render")
     try:
         t0 = time.perf_counter()
-        ptx = compile_source(source, arch=arch, want="ptx", name=cu.name, source_path=str(cu))
-        cubin = compile_source(source, arch=arch, want="cubin", name=cu.name, source_path=str(cu))
+        # one NVRTC run: the cubin (loaded by the GPU check and the tuner) and the PTX it was made from
+        ptx = cubin = compile_source(source, arch=arch, want="cubin", name=cu.name, source_path=str(cu), with_ptx=True)
         ptx_path = out_dir / f"{spec.name}.{arch}.ptx"
         assert ptx.ptx is not None
         ptx_path.write_text(ptx.ptx)
@@ -85,29 +103,37 @@ def build_spec(
         }
     except CompileError as e:
         steps["compile"] = {"ok": False, "line": "NVRTC failed", "problems": [str(e)]}
+    lap("compile")
     use_gpu = dev.gpu_available() if gpu is None else gpu
     if not use_gpu:
         steps["gpu"] = {"ok": True, "skipped": True, "line": "no GPU: skipped"}
     else:
-        steps["gpu"] = gpu_step(spec)
+        steps["gpu"] = gpu_step(spec, seconds)
+    lap("gpu")
+    seconds["total"] = round(time.perf_counter() - t_start, 4)
     report["ok"] = all(s["ok"] for s in steps.values())
     return report
 
 
-def gpu_step(spec: Spec) -> dict:
-    try:
-        import torch  # noqa: F401 - the check moves data with torch
-    except ImportError:
-        return {"ok": True, "skipped": True, "line": "GPU present but torch is not installed: skipped"}
+def gpu_step(spec: Spec, seconds: dict | None = None) -> dict:
+    """Bit-exact checks against the reference on GPU 0 (driver-API memory: no torch needed), then tuning where
+    this GPU has not tuned this kernel. ``seconds`` gets the check's and the tuner's times."""
     from .gpucheck import build_shapes, check_shape
     from .runtime import Kernel
     from .tune import load_tuning, tune
 
+    t0 = time.perf_counter()
     kernel = Kernel(spec)
+    kernel.load_all(0)  # the whole set's cubin, just compiled for the compile step: the tuner times every variant
     results = [check_shape(kernel, K, N, seed=i) for i, (K, N) in enumerate(build_shapes(spec))]
+    t1 = time.perf_counter()
     arch = dev.device_arch(0)
     lines = [f"{r.K}x{r.N}: {'bit-exact' if r.ok else f'{r.mismatches} mismatches, {r.detail}'}" for r in results]
-    if load_tuning(kernel, 0) is None:
+    if load_tuning(kernel, 0) is not None:
+        lines.append("launch parameters: tuned earlier (cached)")
+    elif "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
+        lines.append("launch parameters: default rule (tuning times with torch, which is not installed)")
+    else:
         t = tune(kernel, 0)
         for cls, b in t["best"].items():
             K, N = t["shapes"][cls]
@@ -115,8 +141,9 @@ def gpu_step(spec: Spec) -> dict:
                 f"tuned launch ({cls}): {b['rows']} rows x {b['vec']} {'words' if spec.packing.axis == 'N' else 'columns'} per thread"
                 f"{', streaming stores' if b['stream'] else ''} ({min(t['us'][cls].values()):.0f} us at {K}x{N})"
             )
-    else:
-        lines.append("launch parameters: tuned earlier (cached)")
+    if seconds is not None:
+        seconds["gpu_check"] = round(t1 - t0, 4)
+        seconds["tune"] = round(time.perf_counter() - t1, 4)
     return {
         "ok": all(r.ok for r in results),
         "skipped": False,

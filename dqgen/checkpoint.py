@@ -485,7 +485,7 @@ def spec_summary(spec: Spec, target: str | None = None) -> str:
     parts = [
         f"{spec.source.short} {spec.packing.order} along {spec.packing.axis}",
         f"zeros {spec.zeros.mode}",
-        f"group {g if g > 0 else 'per-channel'}",
+        f"group {'auto (from the scales)' if g == 'auto' else g if g > 0 else 'per-channel'}",
     ]
     if spec.act_order:
         parts.append("act_order")

@@ -189,8 +189,12 @@ def build(
     spec: str = typer.Argument(..., help="A spec YAML file, or a shipped spec by name (dqgen list)."),
     arch: str | None = typer.Option(None, help="Architecture to compile PTX and cubin for (default: the spec's)."),
     out: str = typer.Option("generated", help="Folder for the .cu, .cuh and .ptx files."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    words: int = typer.Option(1_000_000, min=0, help="Random words in the proof (besides every code at every lane)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary (with seconds per step) as JSON."),
+    words: int = typer.Option(
+        250_000,
+        min=0,
+        help="Random words in the proof (besides every code at every lane); `dqgen prove` defaults to 10^6.",
+    ),
 ) -> None:
     """Solve, prove, render and compile SPEC; on a machine with a GPU also run it against the reference."""
     from .build import build_spec, print_summary

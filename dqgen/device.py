@@ -21,6 +21,7 @@ from cuda.bindings import driver
 
 __all__ = [
     "DeviceArray",
+    "DeviceBuffer",
     "LoadedKernel",
     "allocate_like",
     "as_device_array",
@@ -165,6 +166,8 @@ def _holder_address(h: Any) -> int:
 class LoadedKernel:
     """A ``__global__`` function from a cubin (or NUL-terminated PTX), loaded into a primary context."""
 
+    _owner: LoadedKernel | None = None  # set on siblings: the entry point whose module they share
+
     def __init__(self, image: bytes, name: str, device: int = 0) -> None:
         self.name = name
         self.device = int(device)
@@ -218,15 +221,26 @@ class LoadedKernel:
         )
         del holders, param_ptrs
 
-    def bind(
-        self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0
-    ) -> BoundLaunch:
+    def sibling(self, name: str) -> LoadedKernel:
+        """Another entry point of the same loaded module (no second load); it keeps this one, the module's owner,
+        alive."""
+        other = object.__new__(LoadedKernel)
+        other.name, other.device, other._image = name, self.device, self._image
+        primary_context(self.device)
+        other._function = _check(
+            driver.cuModuleGetFunction(self._module, name.encode()), f"cuModuleGetFunction({name!r})"
+        )
+        other._module = self._module
+        other._owner = self
+        return other
+
+    def bind(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0) -> BoundLaunch:
         """Pack the arguments once; the returned launcher only calls cuLaunchKernel (hot loops)."""
         return BoundLaunch(self, grid, block, args, shared_mem)
 
     def close(self) -> None:
         module, self._module = getattr(self, "_module", None), None
-        if module is not None:
+        if module is not None and getattr(self, "_owner", None) is None:  # siblings leave the module to its owner
             try:
                 primary_context(self.device)
                 driver.cuModuleUnload(module)
@@ -236,6 +250,26 @@ class LoadedKernel:
     def __del__(self) -> None:
         if sys is not None and not sys.is_finalizing():
             self.close()
+
+
+@functools.lru_cache(maxsize=1)
+def _libcuda() -> Any:
+    """libcuda's cuLaunchKernel / cuCtxGetCurrent / cuCtxSetCurrent through ctypes, or None where it cannot be
+    opened. cuda-bindings converts each of cuLaunchKernel's 11 arguments to its own types (a few microseconds a
+    call); a ctypes call with fixed argtypes costs well under one, which is what a torch-op-cheap call needs."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
+        launch = lib.cuLaunchKernel
+    except (OSError, AttributeError):
+        return None
+    u, p = ctypes.c_uint, ctypes.c_void_p
+    launch.argtypes = [p, u, u, u, u, u, u, u, p, p, p]
+    launch.restype = ctypes.c_int
+    lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(p)]
+    lib.cuCtxGetCurrent.restype = ctypes.c_int
+    lib.cuCtxSetCurrent.argtypes = [p]
+    lib.cuCtxSetCurrent.restype = ctypes.c_int
+    return lib
 
 
 class BoundLaunch:
@@ -251,16 +285,37 @@ class BoundLaunch:
         self._holders = [_param_holder(a, i) for i, a in enumerate(args)]  # owns the argument bytes
         self._ptrs = np.array([_holder_address(h) for h in self._holders] or [0], dtype=np.uint64)
         self._params = int(self._ptrs.ctypes.data) if self._holders else 0
+        lib = _libcuda()
+        self._lib = lib
+        if lib is not None:
+            ctx = primary_context(kernel.device)
+            self._ctx = int(ctx)
+            self._current = ctypes.c_void_p()
+            self._launch = functools.partial(
+                lib.cuLaunchKernel, int(kernel._function), *self.grid, *self.block, self.shared_mem
+            )
 
     def __call__(self, stream: int = 0) -> None:
         k = self.kernel
         if k._module is None:
             raise RuntimeError(f"kernel {k.name!r}: module already unloaded")
-        primary_context(k.device)
-        _check(
-            driver.cuLaunchKernel(k._function, *self.grid, *self.block, self.shared_mem, int(stream), self._params, 0),
-            f"cuLaunchKernel({k.name!r})",
-        )
+        lib = self._lib
+        if lib is None:
+            primary_context(k.device)
+            _check(
+                driver.cuLaunchKernel(
+                    k._function, *self.grid, *self.block, self.shared_mem, int(stream), self._params, 0
+                ),
+                f"cuLaunchKernel({k.name!r})",
+            )
+            return
+        # The current context is per thread and torch / cupy may switch it (another device): compare, set if needed.
+        lib.cuCtxGetCurrent(ctypes.byref(self._current))
+        if self._current.value != self._ctx:
+            primary_context(k.device)
+        err = self._launch(stream, self._params, None)
+        if err:
+            raise RuntimeError(f"cuLaunchKernel({k.name!r}) failed: {_err_name(driver.CUresult(err))}")
 
 
 # --------------------------------------------------------------------------- arrays
@@ -527,6 +582,47 @@ def to_host(a: DeviceArray) -> np.ndarray:
         primary_context(a.device)
         _check(driver.cuMemcpyDtoH(host.ctypes.data, a.ptr, host.nbytes), "cuMemcpyDtoH")
     return host
+
+
+class DeviceBuffer:
+    """Device memory from cuMemAlloc (no torch or cupy needed), freed with the object; ``as_array`` views it."""
+
+    def __init__(self, nbytes: int, device: int = 0) -> None:
+        self.device = int(device)
+        self.nbytes = int(nbytes)
+        primary_context(self.device)
+        self.ptr = int(_check(driver.cuMemAlloc(max(self.nbytes, 1)), "cuMemAlloc"))
+
+    @classmethod
+    def from_host(cls, host: np.ndarray, device: int = 0) -> DeviceBuffer:
+        host = np.ascontiguousarray(host)
+        buf = cls(host.nbytes, device)
+        if host.nbytes:
+            _check(driver.cuMemcpyHtoD(buf.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+        return buf
+
+    def as_array(self, shape: Sequence[int], dtype: Any) -> DeviceArray:
+        dt = np.dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        return DeviceArray(self.ptr, shape, _c_strides(shape, dt.itemsize), dt, self.device, "cai", self)
+
+    def close(self) -> None:
+        ptr, self.ptr = getattr(self, "ptr", 0), 0
+        if ptr:
+            try:
+                primary_context(self.device)
+                driver.cuMemFree(ptr)
+            except Exception:
+                pass
+
+    def __del__(self) -> None:
+        if sys is not None and not sys.is_finalizing():
+            self.close()
+
+
+def synchronize(device: int = 0) -> None:
+    primary_context(device)
+    _check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
 def allocate_like(kind: str, shape: Sequence[int], dtype: Any, device: int) -> Any:

@@ -191,7 +191,13 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         value = f"{f}( e2m1(q) * 2^(E-127) ), one rounding, no intermediate under/overflow (E = the block's e8m0 scale; 0xFF is NaN)"
     elif spec.scales.dtype is not None and spec.scales.dtype.value == "e4m3":
         value = f"{f}( fp32( e2m1(q) * e4m3(s) * g ) ): e2m1 * e4m3 exact, times the fp32 global scale g rounded to fp32, then once to {f}"
-    g = "per-channel" if spec.scales.group_size == -1 else f"groups of {spec.scales.group_size} rows of K"
+    g = (
+        "per-channel"
+        if spec.scales.group_size == -1
+        else "groups of K / (rows of scales) rows of K (group_size auto)"
+        if spec.scales.group_size == "auto"
+        else f"groups of {spec.scales.group_size} rows of K"
+    )
     if spec.act_order:
         g += " chosen per row by g_idx (act-order)"
     add(f"Value    out = {value}; scales {g}; target arch {spec.arch}")

@@ -9,18 +9,21 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from . import device as dev
 from .reference import dequantize_reference, random_global_scale, random_inputs
-from .runtime import Kernel
+from .runtime import Kernel, target_dtype
 from .spec import Spec
 
 
 #: Shapes (K, N) that `dqgen build` checks on a GPU: a square one and the smallest legal one.
 def build_shapes(spec: Spec) -> list[tuple[int, int]]:
-    g = spec.scales.group_size
+    # group_size auto: inputs are made with groups of 128 (reference.example_group_size), so whole groups of 128
+    g = 128 if spec.scales.group_size == "auto" else spec.scales.group_size
     # K is whole groups and whole packing blocks (32 rows for 3-bit codes along K)
     k_unit = max(g, 1) if g > 0 else spec.per_word if spec.packing.axis == "K" else 1
     n_unit = spec.per_word if (spec.packing.axis == "N" or spec.zeros.packed) else 1
-    return [(4096, 4096), (k_unit, n_unit), (2 * max(k_unit, 64), 1440 if 1440 % n_unit == 0 else 8 * n_unit)]
+    # 1024 x 4096 fills an H100 several times over (hundreds of blocks) at a quarter of 4096^2's reference time
+    return [(1024, 4096), (k_unit, n_unit), (2 * max(k_unit, 64), 1440 if 1440 % n_unit == 0 else 8 * n_unit)]
 
 
 def to_torch(a: np.ndarray | None, device: int = 0) -> Any:
@@ -63,16 +66,29 @@ class CheckResult:
     detail: str = ""
 
 
-def check_shape(kernel: Kernel, K: int, N: int, seed: int = 0) -> CheckResult:
-    import torch
+def _on_device(a: np.ndarray | None, keep: list[dev.DeviceBuffer], device: int) -> dev.DeviceArray | None:
+    if a is None:
+        return None
+    buf = dev.DeviceBuffer.from_host(a, device)
+    keep.append(buf)
+    return buf.as_array(a.shape, a.dtype)
 
+
+def check_shape(kernel: Kernel, K: int, N: int, seed: int = 0, device: int = 0) -> CheckResult:
+    """One random problem on GPU ``device`` vs the reference. Memory comes from the driver API (cuMemAlloc), so
+    `dqgen build` checks a kernel without torch or cupy installed."""
     t0 = time.perf_counter()
     q, s, z, gi = random_inputs(kernel.spec, K, N, seed)
     gsc = random_global_scale(kernel.spec, seed)
-    got = kernel(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc))
-    torch.cuda.synchronize()
+    keep: list[dev.DeviceBuffer] = []
+    tdt = target_dtype(kernel.spec)
+    out_buf = dev.DeviceBuffer(K * N * tdt.itemsize, device)
+    out = out_buf.as_array((K, N), tdt)
+    args = [_on_device(a, keep, device) for a in (q, s, z, gi, gsc)]
+    kernel(args[0], args[1], args[2], g_idx=args[3], global_scale=args[4], out=out)
+    dev.synchronize(device)
     want = dequantize_reference(kernel.spec, q, s, z, gi, global_scale=gsc)
-    g = to_numpy(got).view(np.uint16)
+    g = dev.to_host(out).view(np.uint16)
     w = want.view(np.uint16)
     bad = nan_equal_mismatches(g, w, kernel.spec.target.value)
     detail = ""

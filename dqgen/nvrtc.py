@@ -27,6 +27,7 @@ __all__ = [
     "CACHE_FORMAT_VERSION",
     "CompileError",
     "CompileResult",
+    "cache_lookup",
     "compile_source",
     "default_cache_dir",
     "nvrtc_version",
@@ -240,7 +241,11 @@ def _compile(
         (size,) = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
         buf = b" " * size
         _check(nvrtc.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
-        return None, bytes(buf), log
+        # NVRTC keeps the PTX it handed to ptxas: one run gives both (`dqgen build` checks the PTX, loads the cubin)
+        (psize,) = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+        pbuf = b" " * psize
+        _check(nvrtc.nvrtcGetPTX(prog, pbuf), "nvrtcGetPTX")
+        return pbuf.rstrip(b"\x00").decode("utf-8"), bytes(buf), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -255,8 +260,10 @@ def compile_source(
     source_path: str | None = None,
     cache_dir: Path | None = None,
     use_cache: bool = True,
+    with_ptx: bool = False,
 ) -> CompileResult:
-    """Compile CUDA C++ ``source`` for ``arch`` to PTX or cubin.
+    """Compile CUDA C++ ``source`` for ``arch`` to PTX or cubin; ``with_ptx`` (cubin only) also returns the PTX
+    of the same NVRTC run (one compile instead of two for callers that want both).
 
     ``source_path`` is only used in error messages (it is not part of the cache
     key).  ``cache_dir`` defaults to :func:`default_cache_dir`.
@@ -269,13 +276,44 @@ def compile_source(
 
     if use_cache:
         hit = _cache_load(cdir, key, want, arch)
+        if hit is not None and with_ptx and want == "cubin":
+            try:  # the PTX of a cubin entry sits beside it (written by the compile that made the cubin)
+                ptx_text = _entry_paths(cdir, key, "ptx")[0].with_suffix(".cubin.ptx").read_text(encoding="utf-8")
+                hit = CompileResult(ptx_text, hit.cubin, arch, hit.log, 0.0, True, key)
+            except (OSError, UnicodeDecodeError):
+                hit = None
         if hit is not None:
             return hit
 
     t0 = time.perf_counter()
     ptx, cubin, log = _compile(source, arch, want, name, all_options, source_path)
     seconds = time.perf_counter() - t0
+    if want == "cubin" and not with_ptx:
+        ptx_keep, ptx = ptx, None
+    else:
+        ptx_keep = ptx
     result = CompileResult(ptx=ptx, cubin=cubin, arch=arch, log=log, seconds=seconds, cache_hit=False, key=key)
     if use_cache:
         _cache_store(cdir, result, want)
+        if want == "cubin" and ptx_keep is not None:
+            try:
+                side = _entry_paths(cdir, key, "ptx")[0].with_suffix(".cubin.ptx")
+                _atomic_write(side, ptx_keep.encode("utf-8"))
+            except OSError:
+                pass  # only `with_ptx` lookups need it; they recompile without it
     return result
+
+
+def cache_lookup(
+    source: str,
+    *,
+    arch: str = "sm_80",
+    want: Want = "ptx",
+    name: str = "dqgen.cu",
+    options: Sequence[str] = (),
+    cache_dir: Path | None = None,
+) -> CompileResult | None:
+    """The cached result of ``compile_source`` with these arguments, or None (nothing is compiled)."""
+    all_options = _arch_options(arch, want) + list(_BASE_OPTIONS) + [str(o) for o in options]
+    key = _cache_key(source, arch, want, name, all_options)
+    return _cache_load(Path(cache_dir) if cache_dir is not None else default_cache_dir(), key, want, arch)

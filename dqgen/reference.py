@@ -71,7 +71,7 @@ import ml_dtypes
 import numpy as np
 from numba import njit
 
-from dqgen.spec import SourceKind, Spec, Target
+from dqgen.spec import SourceKind, Spec, Target, resolve_group_size, with_group_size
 
 __all__ = [
     "dequantize_reference",
@@ -115,9 +115,11 @@ def target_dtype(spec: Spec) -> np.dtype:
 # ----------------------------------------------------------------------------------------------
 # Rounding float64 -> fp16 / bf16 (and fp32) bits, round to nearest even.
 # ----------------------------------------------------------------------------------------------
+# Every njit below caches its machine code on disk (numba's __pycache__, or its per-user cache where the package
+# folder is read-only): compiling them costs ~1.5 s per process, which `dqgen build`'s GPU check paid every time.
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _round_to_bits(x: float, ebits: int, mbits: int) -> np.int64:
     """Round a float64 to the nearest-even value of a 1+ebits+mbits format (up to fp32); return its bits."""
     sign_bit = np.int64(1) << (ebits + mbits)
@@ -160,13 +162,13 @@ def _round_to_bits(x: float, ebits: int, mbits: int) -> np.int64:
     return np.int64(sign | (((exp + bias - 1) << mbits) + r))
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _round_bits(x: float, ebits: int, mbits: int) -> np.uint16:
     """Round a float64 to the nearest-even value of a 1+ebits+mbits (<= 16-bit) format; return its bits."""
     return np.uint16(_round_to_bits(x, ebits, mbits))
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _round_array(x: np.ndarray, ebits: int, mbits: int) -> np.ndarray:
     """``_round_bits`` over a 1-D float64 array (for tests and small conversions)."""
     out = np.empty(x.shape[0], dtype=np.uint16)
@@ -175,7 +177,7 @@ def _round_array(x: np.ndarray, ebits: int, mbits: int) -> np.ndarray:
     return out
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _round_to_bits_array(x: np.ndarray, ebits: int, mbits: int) -> np.ndarray:
     """``_round_to_bits`` over a 1-D float64 array, as int64 bit patterns (for tests)."""
     out = np.empty(x.shape[0], dtype=np.int64)
@@ -201,7 +203,7 @@ def _zero_field_order(spec: Spec) -> list[int]:
 # ----------------------------------------------------------------------------------------------
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _decode_minifloat(u: np.int64, ebits: int, mbits: int, bias: int, special: int) -> float:
     """The float64 value (exact) of the bits ``u`` of a 1+ebits+mbits source minifloat.
 
@@ -225,13 +227,13 @@ def _decode_minifloat(u: np.int64, ebits: int, mbits: int, bias: int, special: i
     return -v if neg else v
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _decode_bits(u: np.int64, ebits: int, mbits: int) -> float:
     """The float64 value (exact) of the bits of an IEEE-style 1+ebits+mbits format (fp16, bf16, fp32)."""
     return _decode_minifloat(u, ebits, mbits, (1 << (ebits - 1)) - 1, 0)
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _decode_e8m0(u: np.int64) -> float:
     """The float64 value (exact) of an e8m0 scale byte: 2^(E - 127), NaN for E = 0xFF."""
     u = np.int64(u) & 0xFF
@@ -240,7 +242,7 @@ def _decode_e8m0(u: np.int64) -> float:
     return math.ldexp(1.0, u - _E8M0_BIAS)
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _decode_minifloat_array(u: np.ndarray, ebits: int, mbits: int, bias: int, special: int) -> np.ndarray:
     out = np.empty(u.shape[0], dtype=np.float64)
     for i in range(u.shape[0]):
@@ -248,7 +250,7 @@ def _decode_minifloat_array(u: np.ndarray, ebits: int, mbits: int, bias: int, sp
     return out
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _decode_e8m0_array(u: np.ndarray) -> np.ndarray:
     out = np.empty(u.shape[0], dtype=np.float64)
     for i in range(u.shape[0]):
@@ -256,7 +258,7 @@ def _decode_e8m0_array(u: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _sum_round_to_odd(a: float, b: float) -> float:
     """``a + b`` rounded to odd at float64 precision (exact sums, zeros and non-finite sums are
     returned as the plain float64 sum, with IEEE signed-zero rules).
@@ -281,7 +283,7 @@ def _sum_round_to_odd(a: float, b: float) -> float:
     return math.copysign(math.ldexp(np.float64(big_m), e - 53), s)
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _sum_round_to_odd_array(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``_sum_round_to_odd`` elementwise over 1-D float64 arrays (for tests)."""
     out = np.empty(a.shape[0], dtype=np.float64)
@@ -295,7 +297,7 @@ def _sum_round_to_odd_array(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _code_value(q: np.int64, bits: int, kind: int, bias: int) -> np.int64:
     if kind == 1:
         # Two's complement: the top bit of the field weighs -2^(bits-1) instead of +2^(bits-1).
@@ -305,7 +307,7 @@ def _code_value(q: np.int64, bits: int, kind: int, bias: int) -> np.int64:
     return q
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _element(
     d: float,  # code value (exact)
     g: np.int64,
@@ -335,7 +337,7 @@ def _element(
     return _round_bits(d * s, ebits, mbits)
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _unpack_zeros(zw: np.ndarray, order: np.ndarray, bits: int, offset: int) -> np.ndarray:
     """uint32 [G, N/P] words packed along N -> int64 z [G, N] (stored field + offset)."""
     per_word = 32 // bits
@@ -349,7 +351,7 @@ def _unpack_zeros(zw: np.ndarray, order: np.ndarray, bits: int, offset: int) -> 
     return out
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _dequant_kernel(
     qw: np.ndarray,  # uint32 2-D
     cvals: np.ndarray,  # float64 [2^bits]: the exact code value of every stored code
@@ -440,9 +442,30 @@ def _code_values(spec: Spec) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 
 
-def _groups(spec: Spec, k: int) -> int:
+def example_group_size(spec: Spec, K: int) -> int:
+    """The group size to generate inputs with: the spec's, or for ``group_size: auto`` 128 when it divides K
+    (AWQ's and GPTQ's usual size), else one group of all of K."""
     g = spec.scales.group_size
+    if g != "auto":
+        return g
+    return 128 if K % 128 == 0 and 128 % spec.per_word == 0 else max(K, 1)
+
+
+def _groups(spec: Spec, k: int) -> int:
+    g = example_group_size(spec, k)
     return 1 if g == -1 else k // g
+
+
+def _resolve_auto(spec: Spec, qweight: object, scales: object) -> Spec:
+    """An auto-group spec fixed to K / rows of ``scales`` (unchanged otherwise, or when the shapes are malformed:
+    ``_validate`` then names the bad tensor)."""
+    if spec.scales.group_size != "auto":
+        return spec
+    if not (isinstance(qweight, np.ndarray) and isinstance(scales, np.ndarray) and qweight.ndim == scales.ndim == 2):
+        return with_group_size(spec, example_group_size(spec, 0))
+    rows = qweight.shape[0]
+    K = rows if spec.packing.axis == "N" else rows // spec.words * spec.per_word
+    return with_group_size(spec, resolve_group_size(spec, K, scales.shape[0]))
 
 
 def shapes_for(spec: Spec, K: int, N: int) -> dict[str, tuple[int, ...]]:
@@ -453,7 +476,7 @@ def shapes_for(spec: Spec, K: int, N: int) -> dict[str, tuple[int, ...]]:
     B = ``spec.per_word`` codes per block (3-bit: ``(3K/32, N)``)."""
     p = spec.per_word
     words = spec.words
-    g = spec.scales.group_size
+    g = example_group_size(spec, K)
     if K < 0 or N < 0:
         raise ValueError(f"K and N must be non-negative, got K={K}, N={N}")
     if g != -1 and K % g:
@@ -536,6 +559,7 @@ def _validate(
     """Check every input against the spec; return (qweight, scales, zeros, g_idx, global_scale, K, N).
 
     Block-scale codes come back as a uint8 view; the global scale as the float64 value of its fp32."""
+    spec = _resolve_auto(spec, qweight, scales)
     p = spec.per_word
     words = spec.words
     bits = spec.source.bits
@@ -688,9 +712,11 @@ def dequantize_reference(
     iff ``zeros.mode`` is not ``none`` (see the module docstring for its layout per mode); ``g_idx``
     is required iff ``spec.act_order``; ``global_scale`` (a one-element float32 array) is required iff
     ``scales.global_scale``. Every error is a ValueError starting with the offending tensor's name."""
+    spec = _resolve_auto(spec, qweight, scales)
     qw, sc, zr, gi, gs, k_rows, n_cols = _validate(spec, qweight, scales, zeros, g_idx, global_scale)
     ebits, mbits = _FORMAT_BITS[spec.target]
     g = spec.scales.group_size
+    assert g != "auto"  # _resolve_auto fixed it from the scales
     mode = spec.zeros.mode
     group = max(k_rows, 1) if g == -1 else g
     if gi is not None:
@@ -843,7 +869,7 @@ def random_inputs(
         zeros = (-u * scales.astype(np.float64)).astype(np.float32).astype(tdt)
     g_idx: np.ndarray | None = None
     if spec.act_order:
-        gs = spec.scales.group_size
+        gs = example_group_size(spec, K)
         g_idx = np.repeat(np.arange(K // gs, dtype=np.int32), gs)
         rng.shuffle(g_idx)
     return qweight, scales, zeros, g_idx

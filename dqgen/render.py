@@ -8,7 +8,9 @@ that could end a comment or a line removed.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -46,7 +48,9 @@ VARIANTS_K = [Variant(8, r, a) for a in (True, False) for r in (1, 2, 4)] + [Var
 VARIANTS_KB = [Variant(4, r, a) for a in (True, False) for r in (1, 2)] + [Variant(4, r, True, True) for r in (1, 2)]
 
 
+@functools.lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
+    # One environment per process: Jinja caches parsed templates in it, so a second render skips the parse.
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,
@@ -131,7 +135,8 @@ def _check_interface(spec: Spec, plan: Plan) -> None:
                 )
 
 
-def context(spec: Spec, plan: Plan) -> dict:
+def context(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> dict:
+    """Template values; ``only`` limits the entry points to those variants (a lazy per-variant compile)."""
     _check_interface(spec, plan)
     ops = [_render_op(op) for op in plan.ops]
     by_stage = {
@@ -201,7 +206,7 @@ def context(spec: Spec, plan: Plan) -> dict:
         "value_doc": _value_doc(spec),
         "variants": [
             {"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream, "entry": kernel_name(spec, v)}
-            for v in variants(spec)
+            for v in (variants(spec) if only is None else only)
         ],
     }
 
@@ -226,8 +231,10 @@ def render_converter(spec: Spec, plan: Plan) -> str:
     return _env().get_template("converter.cuh.j2").render(**context(spec, plan))
 
 
-def render_kernel(spec: Spec, plan: Plan) -> str:
-    return _env().get_template("kernel.cu.j2").render(**context(spec, plan))
+def render_kernel(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> str:
+    """The kernel source with every variant's entry point, or only those of ``only``: NVRTC's time grows with
+    the number of entry points (one variant compiles in a fraction of the whole set's time)."""
+    return _env().get_template("kernel.cu.j2").render(**context(spec, plan, only))
 
 
 def variants(spec: Spec) -> list[Variant]:

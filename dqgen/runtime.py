@@ -8,7 +8,11 @@ only used, when present, to accept their tensors, allocate outputs and find the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import sys
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +20,11 @@ import ml_dtypes
 import numpy as np
 
 from . import device as dev
-from .nvrtc import compile_source
+from .nvrtc import cache_lookup, compile_source
 from .prove import quick_check
 from .render import BLOCK, Variant, kernel_name, render_kernel, variants
 from .solver import solve
-from .spec import Spec, load_spec
+from .spec import Spec, load_spec, resolve_group_size
 
 _INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
 # gridDim.x limit; past it the kernel loops over tiles (grid-stride).
@@ -50,6 +54,11 @@ class Problem:
     N: int
     groups: int
     aligned: bool  # every base pointer 16-byte aligned (and, packing along K, N % 8 == 0; N % 4 for multi-word blocks)
+    # The call's group size (-1: per-channel). The kernels take it as a launch argument and divide by it once per
+    # row of a tile (k / group_size, to find the row's group); a compile-time size would save that divide but
+    # would need a module per size, and `group_size: auto` makes the size a property of each call's scales.
+    # Measured kernel times already include the divide (the launch argument predates 'auto').
+    group_size: int = field(default=-1, compare=False)  # K / groups (K for per-channel): derived, not compared
 
 
 def _dt(a: dev.DeviceArray) -> str:
@@ -68,7 +77,7 @@ def infer_problem(
     """Validate shapes/dtypes/devices/layout against the spec (g_idx values are checked by the caller).
     With multi-word blocks (3-bit: 32 codes in 3 words) qweight is [K * words / per_block, N];
     block scales are uint8 codes [K / group_size, N]; ``global_scale`` is a one-element fp32 tensor."""
-    P, gs, W = spec.per_word, spec.scales.group_size, spec.words
+    P, W = spec.per_word, spec.words
     tdt = target_dtype(spec)
     if qweight.dtype not in _INT_WORDS or len(qweight.shape) != 2:
         raise ShapeError(
@@ -88,6 +97,18 @@ def infer_problem(
     else:
         K, N = qweight.shape[0] * P, qweight.shape[1]
         layout = f"[K/{P}, N] (packed along K)"
+    if spec.scales.group_size == "auto":
+        if len(scales.shape) != 2:
+            raise ShapeError(
+                f"scales: expected a 2-D tensor (G, {N}), G groups of K / G rows (group_size auto), "
+                f"got shape {tuple(scales.shape)}"
+            )
+        try:
+            gs = resolve_group_size(spec, K, scales.shape[0])
+        except ValueError as e:
+            raise ShapeError(str(e)) from None
+    else:
+        gs = spec.scales.group_size
     if gs > 0 and K % gs:
         raise ShapeError(
             f"qweight: K = {K} (from shape {qweight.shape} {layout}) is not a multiple of scales.group_size = {gs}"
@@ -172,7 +193,7 @@ def infer_problem(
     aligned = all(a.ptr % 16 == 0 for a in arrays.values() if a is not None and a.size)
     if spec.packing.axis == "K":  # a thread's 8 columns (4 for multi-word blocks) are one vector access
         aligned = aligned and N % (8 if W == 1 else 4) == 0
-    return Problem(K, N, G, aligned)
+    return Problem(K, N, G, aligned, gs)
 
 
 def default_variant(spec: Spec, aligned: bool) -> Variant:
@@ -186,11 +207,54 @@ def default_variant(spec: Spec, aligned: bool) -> Variant:
     raise AssertionError("no default variant")
 
 
+#: Loaded entry points of this process, by (sha256 of the variant's source, arch, entry name, device): a second
+#: Kernel of the same spec reuses the module, with no disk-cache read and no module load.
+_MODULES: dict[tuple[str, str, str, int], dev.LoadedKernel] = {}
+#: Checked launches kept per Kernel; past this many tensor signatures the table starts over.
+_SIGNATURES_MAX = 256
+
+
+def _never() -> bool:
+    return False
+
+
+#: torch.compiler.is_compiling once torch is loaded: under torch.compile a call goes through the dqgen custom op.
+_compiling: Callable[[], bool] = _never
+_traced_call: Callable[..., Any] | None = None
+
+
+def _hook_torch() -> None:
+    """Register the torch custom ops (dqgen.torch_op) once torch is imported; never imports torch itself."""
+    global _compiling, _traced_call
+    if _compiling is _never and "torch" in sys.modules:
+        from . import torch_op
+
+        torch_op.register()
+        _traced_call = torch_op.traced_call
+        _compiling = sys.modules["torch"].compiler.is_compiling
+
+
+@dataclass
+class _Checked:
+    """A launch checked for one tensor signature: re-running it needs no check (stream aside)."""
+
+    fn: dev.BoundLaunch | None
+    device: int
+    stream: int | None  # the explicit stream, or None: the producing library's current stream
+    gidx_version: int | None  # torch's _version of the g_idx checked (act-order), re-checked when it moves on
+    # The g_idx tensor checked: a new tensor at a freed one's address starts at _version 0 too, so identity counts
+    gidx_ref: Callable[[], Any] | None = None
+
+
 class Kernel:
     """A compiled dequantizer for one spec. Call it on CUDA tensors (torch, cupy, or any object with
     ``__cuda_array_interface__`` / DLPack):
     ``kernel(qweight, scales, zeros=None, *, g_idx=None, global_scale=None, out=None, stream=None)``;
-    ``global_scale`` (a one-element fp32 tensor) is required exactly when the spec has one (NVFP4)."""
+    ``global_scale`` (a one-element fp32 tensor) is required exactly when the spec has one (NVFP4).
+
+    Each variant's entry point is compiled on first use, alone (NVRTC's time grows with the entry points in a
+    source). Calls on torch tensors are checked once per tensor signature (pointers, shapes, strides, dtypes;
+    act-order g_idx once per tensor version); later calls with the same signature only launch."""
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
@@ -198,9 +262,20 @@ class Kernel:
         bad = quick_check(self.plan, spec)
         if bad:  # solve() only returns checked plans; this guards the render path's input
             raise RuntimeError(f"{spec.name}: plan failed its lane check: {bad}")
+        #: Every variant's entry point in one source: what `dqgen build` writes and the tuner's cache is keyed on.
         self.source = render_kernel(spec, self.plan)
         self._loaded: dict[tuple[int, str], dev.LoadedKernel] = {}
         self._tuned: dict[int, dict[str, Variant] | None] = {}
+        self._by_name = {kernel_name(spec, v): v for v in variants(spec)}
+        self._signatures: dict[tuple, _Checked] = {}
+        self.compiled: list[str] = []  # entry points this Kernel compiled or loaded, in order
+        self.op_key = f"{spec.name}-{hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]}"
+        _KERNELS[self.op_key] = self
+        _hook_torch()
+
+    def variant_source(self, v: Variant) -> str:
+        """The source NVRTC compiles for variant ``v``: the kernel with ``v``'s entry point alone."""
+        return render_kernel(self.spec, self.plan, only=[v])
 
     def _function(self, ordinal: int, name: str) -> dev.LoadedKernel:
         key = (ordinal, name)
@@ -208,10 +283,38 @@ class Kernel:
             arch = dev.device_arch(ordinal)
             if int(arch[3:].rstrip("af")) < self.spec.sm:
                 raise RuntimeError(f"{self.spec.name}: spec targets {self.spec.arch} but GPU {ordinal} is {arch}")
-            res = compile_source(self.source, arch=arch, want="cubin", name=f"{self.spec.name}.cu")
-            assert res.cubin is not None
-            self._loaded[key] = dev.LoadedKernel(res.cubin, name, ordinal)
+            v = self._by_name.get(name)
+            cu_name = f"{self.spec.name}.cu"
+            # The variant's own cubin; else the whole set's if `dqgen build` (or load_all) left it in the disk
+            # cache; else compile the variant alone (a fraction of the whole set's NVRTC time).
+            source = self.source if v is None else self.variant_source(v)
+            module_key = (hashlib.sha256(source.encode()).hexdigest(), arch, name, ordinal)
+            mod = _MODULES.get(module_key)
+            if mod is None:
+                res = cache_lookup(source, arch=arch, want="cubin", name=cu_name)
+                if res is None and v is not None:
+                    res = cache_lookup(self.source, arch=arch, want="cubin", name=cu_name)
+                if res is None:
+                    res = compile_source(source, arch=arch, want="cubin", name=cu_name)
+                assert res.cubin is not None
+                mod = _MODULES[module_key] = dev.LoadedKernel(res.cubin, name, ordinal)
+            self._loaded[key] = mod
+            self.compiled.append(name)
         return self._loaded[key]
+
+    def load_all(self, ordinal: int) -> None:
+        """Compile (or take from the cache) the whole variant set in one source and load every entry point: one
+        NVRTC run for all, where the tuner would otherwise compile each variant apart."""
+        arch = dev.device_arch(ordinal)
+        res = compile_source(self.source, arch=arch, want="cubin", name=f"{self.spec.name}.cu")
+        assert res.cubin is not None
+        first: dev.LoadedKernel | None = None
+        for name in self._by_name:
+            if (ordinal, name) not in self._loaded:
+                fn = first.sibling(name) if first is not None else dev.LoadedKernel(res.cubin, name, ordinal)
+                first = first or fn
+                self._loaded[(ordinal, name)] = fn
+                self.compiled.append(name)
 
     def variant_for(self, ordinal: int, prob: Problem) -> Variant:
         """The variant tuned on this GPU for the problem's size class (`dqgen build` tunes once),
@@ -225,6 +328,28 @@ class Kernel:
             return tuned[size_class(prob.K, prob.N)]
         return default_variant(self.spec, prob.aligned)
 
+    def output_shape(self, qweight_shape: tuple[int, ...]) -> tuple[int, int]:
+        """(K, N) of the output for a qweight of this shape (shape checks are the call's)."""
+        rows, cols = int(qweight_shape[0]), int(qweight_shape[1])
+        if self.spec.packing.axis == "N":
+            return rows, cols * self.spec.per_word
+        return rows // self.spec.words * self.spec.per_word, cols
+
+    def _check_g_idx(self, gi: dev.DeviceArray, groups: int) -> None:
+        """Every act-order group index in [0, G): one device->host copy (the caller caches the verdict)."""
+        if torch_capturing():
+            raise ShapeError(
+                "g_idx: not checked yet (new tensor or changed in place) while a CUDA graph is being captured; "
+                "checking copies it to the host: call the kernel once before capturing"
+            )
+        host = dev.to_host(gi)
+        bad = np.nonzero((host < 0) | (host >= groups))[0]
+        if bad.size:
+            raise ShapeError(
+                f"g_idx: entry {int(bad[0])} is {int(host[bad[0]])}, outside [0, {groups}) "
+                f"({bad.size} such entries; G = K / group_size = {groups})"
+            )
+
     def prepare(
         self,
         qweight: Any,
@@ -236,6 +361,7 @@ class Kernel:
         out: Any = None,
         stream: Any = None,
         variant: Variant | None = None,
+        check_g_idx: bool = True,
     ) -> Launch:
         """Validate the tensors and bind a launch: ``launch()`` runs the kernel, ``launch.out`` is the output.
         Re-launching a prepared Launch skips the checks (for hot loops and CUDA graphs). With act_order,
@@ -247,14 +373,8 @@ class Kernel:
         gsc = dev.as_device_array(global_scale, "global_scale") if global_scale is not None else None
         o = dev.as_device_array(out, "out") if out is not None else None
         prob = infer_problem(self.spec, q, s, z, o, gi, gsc)
-        if gi is not None and gi.size:
-            host = dev.to_host(gi)
-            bad = np.nonzero((host < 0) | (host >= prob.groups))[0]
-            if bad.size:
-                raise ShapeError(
-                    f"g_idx: entry {int(bad[0])} is {int(host[bad[0]])}, outside [0, {prob.groups}) "
-                    f"({bad.size} such entries; G = K / group_size = {prob.groups})"
-                )
+        if gi is not None and gi.size and check_g_idx:
+            self._check_g_idx(gi, prob.groups)
         if out is None:
             out = dev.allocate_like(q.kind, (prob.K, prob.N), target_dtype(self.spec), q.device)
             o = dev.as_device_array(out, "out")
@@ -286,13 +406,13 @@ class Kernel:
         if self.spec.scales.global_scale:  # the entry points of such specs take `const float* global_scale` here
             assert gsc is not None
             args.append(np.uint64(gsc.ptr))
-        args += [np.uint64(o.ptr), np.int64(rows), np.int64(cols), np.int64(self.spec.scales.group_size)]
+        args += [np.uint64(o.ptr), np.int64(rows), np.int64(cols), np.int64(prob.group_size)]
         fn = (
             self._function(q.device, kernel_name(self.spec, v)).bind((blocks,), (BLOCK,), args)
             if rows and cols
             else None
         )
-        return Launch(fn, handle, out, v)
+        return Launch(fn, handle, out, v, q.device)
 
     def __call__(
         self,
@@ -305,9 +425,102 @@ class Kernel:
         out: Any = None,
         stream: Any = None,
     ) -> Any:
-        launch = self.prepare(qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, out=out, stream=stream)
-        launch()
-        return launch.out
+        if _compiling():  # traced by torch.compile: one custom op in the graph (see dqgen.torch_op)
+            assert _traced_call is not None
+            return _traced_call(self, qweight, scales, zeros, g_idx, global_scale, out)
+        torch = sys.modules.get("torch")
+        if torch is None or type(qweight) is not torch.Tensor:
+            launch = self.prepare(
+                qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, out=out, stream=stream
+            )
+            launch()
+            return launch.out
+        return self._torch_call(torch, qweight, scales, zeros, g_idx, global_scale, out, stream)
+
+    def _torch_call(
+        self, torch: Any, qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any, stream: Any
+    ) -> Any:
+        """The call on torch tensors: checked once per signature, then a dict lookup and one launch."""
+        if out is None:
+            K, N = self.output_shape(qweight.shape) if qweight.dim() == 2 else (0, 0)
+            if qweight.dim() == 2 and qweight.is_cuda:
+                out = torch.empty((K, N), dtype=_TORCH_TARGET[self.spec.target.value](torch), device=qweight.device)
+        # data_ptr fixes the device (unified addressing); dtype is kept apart because a .view(dtype) shares the rest
+        key = (
+            qweight.data_ptr(),
+            qweight.shape,
+            qweight.stride(),
+            qweight.dtype,
+            _sig(scales),
+            None if zeros is None else _sig(zeros),
+            None if g_idx is None else _sig(g_idx),
+            None if global_scale is None else _sig(global_scale),
+            _sig(out),
+            None if stream is None else dev.stream_handle(stream),
+        )
+        hit = self._signatures.get(key)
+        if hit is None:
+            hit = self._check_signature(key, qweight, scales, zeros, g_idx, global_scale, out, stream)
+        elif g_idx is not None and (
+            g_idx._version != hit.gidx_version or hit.gidx_ref is None or hit.gidx_ref() is not g_idx
+        ):
+            self._check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
+            hit.gidx_version, hit.gidx_ref = g_idx._version, weakref.ref(g_idx)
+        if hit.fn is not None:
+            hit.fn(_torch_stream(torch, hit.device) if hit.stream is None else hit.stream)
+        return out
+
+    def _groups_of(self, scales: Any) -> int:
+        return int(scales.shape[0])
+
+    def _check_signature(
+        self, key: tuple, qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any, stream: Any
+    ) -> _Checked:
+        """Every check of ``prepare`` (g_idx values included), then the launch cached under ``key``."""
+        _hook_torch()  # torch may have been imported after this Kernel was made
+        launch = self.prepare(
+            qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, out=out, stream=stream, check_g_idx=False
+        )
+        if g_idx is not None and g_idx.numel():
+            self._check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
+        entry = _Checked(
+            launch.fn,
+            launch.device,
+            None if stream is None else launch.stream,
+            None if g_idx is None else g_idx._version,
+            None if g_idx is None else weakref.ref(g_idx),
+        )
+        if len(self._signatures) >= _SIGNATURES_MAX:
+            self._signatures.clear()
+        self._signatures[key] = entry
+        return entry
+
+
+_KERNELS: dict[str, Kernel] = {}
+_TORCH_TARGET = {"fp16": lambda torch: torch.float16, "bf16": lambda torch: torch.bfloat16}
+
+
+def _sig(t: Any) -> tuple | None:
+    # A non-tensor argument keys by identity (it fails the check in prepare, which raises before caching).
+    if t is None:
+        return None
+    try:
+        return (t.data_ptr(), t.shape, t.stride(), t.dtype)
+    except AttributeError:
+        return (id(t),)
+
+
+def _torch_stream(torch: Any, device: int) -> int:
+    """torch's current raw CUstream on ``device``: torch's C accessor (no Stream object) where it has one."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device)
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def torch_capturing() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
 
 @dataclass
@@ -316,6 +529,7 @@ class Launch:
     stream: int
     out: Any
     variant: Variant
+    device: int = 0
 
     def __call__(self, stream: Any = None) -> None:
         """Launch on the stream given at prepare time, or on ``stream`` (e.g. a graph-capture stream)."""

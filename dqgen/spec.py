@@ -361,7 +361,9 @@ class Scales(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    group_size: int = Field(description="Rows of K sharing a scale; -1 for per-channel.")
+    group_size: int | Literal["auto"] = Field(
+        description="Rows of K sharing a scale; -1 for per-channel; 'auto': K / rows of scales, per call."
+    )
     dtype: ScaleDtype | None = Field(default=None, strict=False, description="Scale dtype; defaults to the target.")
     global_scale: bool = Field(
         default=False, description="One fp32 scale per tensor on top of the block scales (NVFP4)."
@@ -370,6 +372,14 @@ class Scales(BaseModel):
     @property
     def block(self) -> bool:
         return self.dtype is not None and self.dtype.value in BLOCK_SCALE_DTYPES
+
+    @field_validator("group_size", mode="before")
+    @classmethod
+    def _group_type(cls, v: Any) -> Any:
+        # One message for the union (pydantic would report each member's failure separately).
+        if v != "auto" and (not isinstance(v, int) or isinstance(v, bool)):
+            raise ValueError("expected a whole number of rows, -1 (per-channel) or 'auto'")
+        return v
 
     @field_validator("group_size")
     @classmethod
@@ -382,8 +392,10 @@ class Scales(BaseModel):
 
     @field_validator("group_size")
     @classmethod
-    def _group(cls, v: int) -> int:
-        if v == 0 or v < -1:
+    def _group(cls, v: int | str) -> int | str:
+        if v == "auto":
+            return v
+        if not isinstance(v, int) or v == 0 or v < -1:
             raise ValueError(f"must be -1 (per-channel) or a positive number of rows, got {v}")
         return v
 
@@ -719,7 +731,7 @@ class Spec(BaseModel):
                 raise _field_error(
                     "packing.axis", self.packing.axis, f"'K' with {sd.value} block scales (blocks run along K)"
                 )
-            if self.scales.group_size <= 0:
+            if self.scales.group_size == "auto" or self.scales.group_size <= 0:
                 raise _field_error(
                     "scales.group_size",
                     self.scales.group_size,
@@ -764,7 +776,8 @@ class Spec(BaseModel):
         if self.target is Target.bf16 and self.sm < 80:
             raise _field_error("arch", self.arch, "sm_80 or newer for bf16 (bf16x2 arithmetic starts at sm_80)")
         g = self.scales.group_size
-        if self.packing.axis == "K" and g != -1 and g % n:
+        # 'auto' is resolved per call from the scales' rows (runtime.infer_problem, reference._validate check it)
+        if self.packing.axis == "K" and g != "auto" and g != -1 and g % n:
             raise _field_error(
                 "scales.group_size",
                 g,
@@ -780,9 +793,38 @@ class Spec(BaseModel):
             raise _field_error(
                 "act_order", True, "false with packing along N (g_idx permutes rows of K; GPTQ packs along K)"
             )
-        if self.act_order and g <= 0:
+        if self.act_order and g != "auto" and g <= 0:
             raise _field_error("act_order", True, "a positive scales.group_size (g_idx maps rows to groups)")
         return self
+
+
+def resolve_group_size(spec: Spec, K: int, rows: int) -> int:
+    """The group size of a call: the spec's, or with ``group_size: auto`` K / ``rows`` (the rows of ``scales``),
+    which must divide K into whole groups (and, packing along K, whole words). ValueError names ``scales``."""
+    g = spec.scales.group_size
+    if g != "auto":
+        return g
+    if rows <= 0 or K % rows:
+        raise ValueError(
+            f"scales: {rows} rows, but with scales.group_size 'auto' the rows must divide K = {K} "
+            f"(group size = K / rows of scales)"
+        )
+    g = K // rows
+    if spec.packing.axis == "K" and g % spec.per_word:
+        raise ValueError(
+            f"scales: {rows} rows give group size K / rows = {K} / {rows} = {g}, not a multiple of {spec.per_word} "
+            f"(packing along K, a {'word' if spec.words == 1 else f'{spec.words}-word block'} holds {spec.per_word} rows)"
+        )
+    return g
+
+
+def with_group_size(spec: Spec, group_size: int) -> Spec:
+    """``spec`` with a fixed group size (an 'auto' spec resolved for one shape)."""
+    if spec.scales.group_size == group_size:
+        return spec
+    data = spec.model_dump(mode="json")
+    data["scales"]["group_size"] = group_size
+    return Spec.model_validate(data)
 
 
 def _field_error(field: str, value: object, allowed: str) -> ValueError:

@@ -127,7 +127,7 @@ def test_every_spec_explains_proves_and_matches_readme(path):
 
 AWQ_TEXT = (ROOT / AWQ).read_text()
 INVALID = {
-    "group_size_0": (AWQ_TEXT.replace("group_size: 128", "group_size: 0"), "scales.group_size"),
+    "group_size_0": (AWQ_TEXT.replace("group_size: auto", "group_size: 0"), "scales.group_size"),
     "order_not_permutation": (AWQ_TEXT.replace("order: awq", "order: [0, 1, 2, 3, 4, 5, 6, 6]"), "packing.order"),
     "target_fp8": (AWQ_TEXT.replace("target: fp16", "target: fp8"), "target"),
     "unknown_field": (AWQ_TEXT + "colour: blue\n", "colour"),
@@ -142,7 +142,7 @@ INVALID = {
     "arch_arabic_digits": (AWQ_TEXT.replace("arch: sm_80", "arch: sm_\u0668\u0660"), "arch"),
     "bits_string": (AWQ_TEXT.replace("bits: 4", 'bits: "4"'), "source.bits"),
     "bits_true": (AWQ_TEXT.replace("bits: 4", "bits: true"), "source.bits"),
-    "group_size_1e30": (AWQ_TEXT.replace("group_size: 128", "group_size: 1e30"), "scales.group_size"),
+    "group_size_1e30": (AWQ_TEXT.replace("group_size: auto", "group_size: 1e30"), "scales.group_size"),
 }
 
 
@@ -354,7 +354,7 @@ def test_list_cli_runner(monkeypatch, tmp_path):
     listed = [m.group(1) for m in re.finditer(r"^\s*(\w+)\s+\S+ -> (?:fp16|bf16)\s", r.output, flags=re.M)]
     assert listed == [p.stem for p in SPECS]
     # an invalid spec in a directory is listed as INVALID with its one-line error, not a crash
-    (tmp_path / "bad.yaml").write_text(AWQ_TEXT.replace("group_size: 128", "group_size: 0"))
+    (tmp_path / "bad.yaml").write_text(AWQ_TEXT.replace("group_size: auto", "group_size: 0"))
     (tmp_path / "good.yaml").write_text(AWQ_TEXT)
     (tmp_path / "notes.yaml").write_text("- just\n- a list\n")
     r = CliRunner().invoke(app, ["list", str(tmp_path)], env={"COLUMNS": "400"})

@@ -27,7 +27,7 @@ from dqgen.reference import (
     random_inputs,
     shapes_for,
 )
-from dqgen.spec import SHIPPED_SPECS, Spec, load_spec
+from dqgen.spec import SHIPPED_SPECS, Spec, load_spec, with_group_size
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_FILES = sorted(SHIPPED_SPECS.glob("*.yaml"))
@@ -74,10 +74,15 @@ def _integer_single_word(s: Spec) -> bool:
     return s.source.kind.value in ("unsigned", "signed", "biased") and s.words == 1 and not s.scales.block
 
 
+def _fixed(s: Spec) -> Spec:
+    """A shipped spec; 'auto' group sizes fixed at 128, the explicit-size path these tests model."""
+    return with_group_size(s, 128) if s.scales.group_size == "auto" else s
+
+
 def _all_specs() -> list:
     # The layout/zero tests below model AWQ-style zeros and row // group groups; shipped specs with
     # other zero modes or act-order are covered by MODE_SPECS and the act-order tests further down.
-    shipped = [load_spec(p) for p in SPEC_FILES]
+    shipped = [_fixed(load_spec(p)) for p in SPEC_FILES]
     params = [
         pytest.param(s, id=s.name)
         for s in shipped
@@ -424,7 +429,7 @@ def test_element_value_all_codes(spec: Spec) -> None:
 
 
 def test_shapes_for_known_layouts() -> None:
-    by = {p.stem: load_spec(p) for p in SPEC_FILES}
+    by = {p.stem: _fixed(load_spec(p)) for p in SPEC_FILES}
     assert shapes_for(by["awq_int4_fp16"], 4096, 4096) == {
         "qweight": (4096, 512),
         "scales": (32, 4096),
@@ -524,7 +529,7 @@ def test_random_inputs_full_tensor_vectorized(spec: Spec) -> None:
 
 
 def _spec(stem: str) -> Spec:
-    return load_spec(SHIPPED_SPECS / f"{stem}.yaml")
+    return _fixed(load_spec(SHIPPED_SPECS / f"{stem}.yaml"))
 
 
 def test_error_message_example() -> None:
@@ -1932,7 +1937,8 @@ def test_shipped_spec_every_element(spec: Spec) -> None:
     W = _bits16(dequantize_reference(spec, q, s, z, gi, g))
     codes = _codes_generic(spec, q, K, N)
     assert codes.min() == 0 and codes.max() == 2**spec.source.bits - 1
-    gs = spec.scales.group_size
+    # group_size auto: the reference takes the size from the scales' rows, as the model does here
+    gs = K // s.shape[0] if spec.scales.group_size == "auto" else spec.scales.group_size
     rows = gi.astype(np.int64) if gi is not None else (np.zeros(K, np.int64) if gs == -1 else np.arange(K) // gs)
     sv = _scale_values(spec, s)
     mode = spec.zeros.mode

@@ -1,0 +1,91 @@
+"""The dqgen call as torch custom ops, so that ``torch.compile`` puts it in its graph (and CUDA graphs of
+``mode="reduce-overhead"`` capture it) instead of breaking the graph at the ctypes launch.
+
+Two ops, both keyed by a Kernel's ``op_key`` (a string the graph can hold): ``dqgen::dequantize`` returns a new
+output (a functional op: no aliasing for the compiler to track), ``dqgen::dequantize_out`` writes a given ``out``
+(declared mutated, which torch.compile functionalizes). Their fake implementations only shape the output.
+Imported by dqgen.runtime once torch is loaded; never imports torch on its own before that."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from .runtime import Kernel
+
+_registered = False
+
+
+def _kernel(key: str) -> Kernel:
+    from .runtime import _KERNELS
+
+    return _KERNELS[key]
+
+
+def _dtype(kernel: Kernel) -> torch.dtype:
+    return torch.float16 if kernel.spec.target.value == "fp16" else torch.bfloat16
+
+
+def register() -> None:
+    global _registered
+    if _registered:
+        return
+    _registered = True
+
+    @torch.library.custom_op("dqgen::dequantize", mutates_args=(), device_types="cuda")
+    def dequantize(
+        key: str,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        zeros: torch.Tensor | None,
+        g_idx: torch.Tensor | None,
+        global_scale: torch.Tensor | None,
+    ) -> torch.Tensor:
+        k = _kernel(key)
+        return k._torch_call(torch, qweight, scales, zeros, g_idx, global_scale, None, None)
+
+    @dequantize.register_fake
+    def _(
+        key: str,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        zeros: torch.Tensor | None,
+        g_idx: torch.Tensor | None,
+        global_scale: torch.Tensor | None,
+    ) -> torch.Tensor:
+        k = _kernel(key)
+        return qweight.new_empty(k.output_shape(tuple(qweight.shape)), dtype=_dtype(k))
+
+    @torch.library.custom_op("dqgen::dequantize_out", mutates_args=("out",), device_types="cuda")
+    def dequantize_out(
+        key: str,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        zeros: torch.Tensor | None,
+        g_idx: torch.Tensor | None,
+        global_scale: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> None:
+        _kernel(key)._torch_call(torch, qweight, scales, zeros, g_idx, global_scale, out, None)
+
+    @dequantize_out.register_fake
+    def _out(
+        key: str,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        zeros: torch.Tensor | None,
+        g_idx: torch.Tensor | None,
+        global_scale: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> None:
+        return None
+
+
+def traced_call(kernel: Kernel, qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any) -> Any:
+    """What torch.compile traces for ``kernel(...)``: one op call (checks run when the compiled graph runs)."""
+    if out is None:
+        return torch.ops.dqgen.dequantize(kernel.op_key, qweight, scales, zeros, g_idx, global_scale)
+    torch.ops.dqgen.dequantize_out(kernel.op_key, qweight, scales, zeros, g_idx, global_scale, out)
+    return out
