@@ -48,14 +48,6 @@ def _torch():
     return torch
 
 
-def _with_group(spec: Spec, group: int) -> Spec:
-    from .spec import load_spec
-
-    data = spec.model_dump(mode="json")
-    data["scales"]["group_size"] = group
-    return load_spec(data)
-
-
 #: Block-scale codes make_inputs draws from: scales of ordinary size (e8m0: 2^-10 .. 2^2; e4m3: 2^-2 .. 2^4).
 _BLOCK_SCALE_CODES = {"e8m0": (117, 130), "e4m3": (0x28, 0x58)}
 
@@ -334,7 +326,9 @@ def l2_bytes() -> int:
 def _shape_spec(spec: Spec, G: int) -> tuple[Spec, int]:
     if spec.scales.block:  # the block size is the format's (MXFP4: 32, NVFP4: 16), not the shape's
         G = spec.scales.group_size
-    return (_with_group(spec, G) if spec.scales.group_size != G else spec), G
+    from .spec import with_group_size
+
+    return with_group_size(spec, G), G
 
 
 def bench_spec(
@@ -442,7 +436,8 @@ def call_overhead(spec: Spec, calls: int = 10_000, big: tuple[int, int] = (4096,
     import time
 
     torch = _torch()
-    sp, _ = _shape_spec(spec, 128 if spec.scales.group_size > 0 else spec.scales.group_size)
+    g = spec.scales.group_size  # 'auto' stays: it is what users call, resolved per call signature
+    sp = spec if g == "auto" else _shape_spec(spec, 128 if g > 0 else g)[0]
     kernel = Kernel(sp)
     P = sp.per_word
     K, N = (128, 8 * P) if sp.packing.axis == "N" else (128, 64)
@@ -549,7 +544,8 @@ def compile_times(spec: Spec, shape: tuple[int, int] = (4096, 4096)) -> dict[str
 
     import yaml
 
-    sp, _ = _shape_spec(spec, 128 if spec.scales.group_size > 0 else spec.scales.group_size)
+    g = spec.scales.group_size  # 'auto' stays: it is what users call, resolved per call signature
+    sp = spec if g == "auto" else _shape_spec(spec, 128 if g > 0 else g)[0]
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="dqgen-bench-") as tmp:
         env = dict(os.environ, DQGEN_CACHE_DIR=str(Path(tmp) / "cache"))

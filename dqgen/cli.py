@@ -260,6 +260,7 @@ def bench(
         write_json,
         write_markdown,
     )
+    from .reference import example_group_size
 
     loaded = [_load(s) for s in specs]
     if not dev.gpu_available():
@@ -274,7 +275,7 @@ def bench(
     rows = []
     for s in loaded:
         wanted = _parse_shapes(shapes) if shapes else DEFAULT_SHAPES
-        sh = [(K, N, G if G is not None else s.scales.group_size) for K, N, G in wanted]
+        sh = [(K, N, G if G is not None else example_group_size(s, K)) for K, N, G in wanted]
         rows += bench_spec(s, sh, copy, impls=impls.split(",") if impls else None, reps=reps, log=log)
     overhead: dict[str, dict] = {}
     compile_s: dict[str, dict] = {}
