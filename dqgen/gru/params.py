@@ -25,6 +25,9 @@ SIGMOID_OUT = (1.0 / 255.0, -128)
 TANH_OUT = (1.0 / 127.0, 0)
 
 
+_ARRAYS = ("w_q", "r_q", "w_scale", "r_scale", "bx_q", "br_q")
+
+
 class QParam(BaseModel):
     """Affine quantization real = scale * (q - zero_point) on ``bits``-bit signed integers."""
 
@@ -114,13 +117,10 @@ class QuantGRUParams(BaseModel):
             if self.pre[g].bits != 8:
                 raise ValueError(f"pre[{g}]: the activation table needs an 8-bit pre-activation")
 
-    # ------------------------------------------------------------------ save / load
-    _ARRAYS = ("w_q", "r_q", "w_scale", "r_scale", "bx_q", "br_q")
-
     def save(self, path: str | Path) -> None:
-        meta = self.model_dump(exclude=set(self._ARRAYS))
+        meta = self.model_dump(exclude=set(_ARRAYS))
         meta["format"] = FORMAT
-        arrays = {name: getattr(self, name) for name in self._ARRAYS}
+        arrays = {name: getattr(self, name) for name in _ARRAYS}
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
@@ -132,7 +132,7 @@ class QuantGRUParams(BaseModel):
         try:
             with np.load(path, allow_pickle=False) as f:
                 meta = json.loads(str(f["meta"]))
-                arrays = {name: f[name] for name in cls._ARRAYS}
+                arrays = {name: f[name] for name in _ARRAYS}
         except (OSError, KeyError, ValueError) as e:
             raise ValueError(f"{path}: not a dqgen quantized GRU file ({e})") from None
         if meta.pop("format", None) != FORMAT:
