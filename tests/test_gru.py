@@ -94,20 +94,41 @@ def _python_cell_element(p: QuantGRUParams, wx: list[int], rh: list[int], h_old:
     for gi, g in enumerate("zrg"):
         c = gi * hsz + j
         cw, cr = d.wx_channels[c], d.rh_channels[c]
-        q_wx[g] = clamp(round(Fraction((wx[gi] + int(d.bias_x[c])) * cw.multiplier, 2**cw.shift)) + p.wx[g].zero_point, lo, hi)
-        q_rh[g] = clamp(round(Fraction((rh[gi] + int(d.bias_h[c])) * cr.multiplier, 2**cr.shift)) + p.rh[g].zero_point, lo, hi)
+        q_wx[g] = clamp(
+            round(Fraction((wx[gi] + int(d.bias_x[c])) * cw.multiplier, 2**cw.shift)) + p.wx[g].zero_point, lo, hi
+        )
+        q_rh[g] = clamp(
+            round(Fraction((rh[gi] + int(d.bias_h[c])) * cr.multiplier, 2**cr.shift)) + p.rh[g].zero_point, lo, hi
+        )
     zs = SIGMOID_OUT[1]
 
     def lut(g: str, v: int) -> int:
         return int(d.lut[g][clamp(v, -128, 127) + 128])
 
-    qz = lut("z", rq(q_wx["z"] - p.wx["z"].zero_point, "wx_z->pre_z") + rq(q_rh["z"] - p.rh["z"].zero_point, "rh_z->pre_z") + p.pre["z"].zero_point)
-    qr = lut("r", rq(q_wx["r"] - p.wx["r"].zero_point, "wx_r->pre_r") + rq(q_rh["r"] - p.rh["r"].zero_point, "rh_r->pre_r") + p.pre["r"].zero_point)
+    qz = lut(
+        "z",
+        rq(q_wx["z"] - p.wx["z"].zero_point, "wx_z->pre_z")
+        + rq(q_rh["z"] - p.rh["z"].zero_point, "rh_z->pre_z")
+        + p.pre["z"].zero_point,
+    )
+    qr = lut(
+        "r",
+        rq(q_wx["r"] - p.wx["r"].zero_point, "wx_r->pre_r")
+        + rq(q_rh["r"] - p.rh["r"].zero_point, "rh_r->pre_r")
+        + p.pre["r"].zero_point,
+    )
     rrh = clamp(rq((qr - zs) * (q_rh["g"] - p.rh["g"].zero_point), "r*rh_g->rrh") + p.rrh.zero_point, lo, hi)
-    qg = lut("g", rq(q_wx["g"] - p.wx["g"].zero_point, "wx_g->pre_g") + rq(rrh - p.rrh.zero_point, "rrh->pre_g") + p.pre["g"].zero_point)
+    qg = lut(
+        "g",
+        rq(q_wx["g"] - p.wx["g"].zero_point, "wx_g->pre_g")
+        + rq(rrh - p.rrh.zero_point, "rrh->pre_g")
+        + p.pre["g"].zero_point,
+    )
     old = clamp(rq((qz - zs) * (h_old - p.h.zero_point), "z*h->old") + p.old.zero_point, lo, hi)
     new = clamp(rq((255 - (qz - zs)) * qg, "(1-z)*g->new") + p.new.zero_point, lo, hi)
-    return clamp(rq(old - p.old.zero_point, "old->h") + rq(new - p.new.zero_point, "new->h") + p.h.zero_point, -128, 127)
+    return clamp(
+        rq(old - p.old.zero_point, "old->h") + rq(new - p.new.zero_point, "new->h") + p.h.zero_point, -128, 127
+    )
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +148,12 @@ def test_reference_cell_matches_python_integers_including_saturation(small: Quan
         h_old = rng.integers(-128, 128, (16, 8))
         got = reference.cell(p, wx, rh, h_old.astype(np.int8))
         for n in range(16):
-            want = _python_cell_element(p, [int(wx[n, 0]), int(wx[n, 8]), int(wx[n, 16])], [int(rh[n, 0]), int(rh[n, 8]), int(rh[n, 16])], int(h_old[n, 0]))
+            want = _python_cell_element(
+                p,
+                [int(wx[n, 0]), int(wx[n, 8]), int(wx[n, 16])],
+                [int(rh[n, 0]), int(rh[n, 8]), int(rh[n, 16])],
+                int(h_old[n, 0]),
+            )
             assert int(got[n, 0]) == want
     big = reference.cell(p, np.full((1, 24), 2**24), np.full((1, 24), 2**24), np.full((1, 8), 127, np.int8))
     assert (big != 0).any()

@@ -65,7 +65,9 @@ def calibrate(
     h3, c = w.shape
     hsz = h3 // 3
     if h3 != 3 * hsz or r.shape != (h3, hsz) or bx.shape != (h3,) or br.shape != (h3,):
-        raise ValueError(f"weights: expected W [3H, C], R [3H, H], bx/br [3H], got {w.shape}, {r.shape}, {bx.shape}, {br.shape}")
+        raise ValueError(
+            f"weights: expected W [3H, C], R [3H, H], bx/br [3H], got {w.shape}, {r.shape}, {bx.shape}, {br.shape}"
+        )
     tracker = RangeTracker(observer)
     n_batches = 0
     for x, h0 in batches:
