@@ -205,3 +205,28 @@ def test_save_load_round_trip(small: QuantGRUParams, tmp_path) -> None:
 def test_bad_weight_shapes_are_named() -> None:
     with pytest.raises(ValueError, match=r"weights: expected W \[3H, C\]"):
         calibrate(np.zeros((9, 4)), np.zeros((9, 2)), np.zeros(9), np.zeros(9), [])
+
+
+def test_explain_prints_every_constant_with_its_bound(small: QuantGRUParams, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from dqgen.cli import app
+
+    path = tmp_path / "g.npz"
+    small.save(path)
+    res = CliRunner().invoke(app, ["explain", str(path)])
+    assert res.exit_code == 0, res.output
+    d = small.derived()
+    for key, r in d.scalar.items():
+        assert f"{key}" in res.output
+        assert f"{r.multiplier} / 2^{r.shift}" in res.output
+        # The printed error is the true distance of the fixed-point value from the real factor.
+        err = abs(Fraction(r.multiplier, 2**r.shift) - Fraction(r.real))
+        assert f"|error| {float(err):.3g}" in res.output
+        assert err <= Fraction(1, 2 ** (r.shift + 1))
+    assert "one_z = round(1 / S_z_out) = 255" in res.output
+    bad = tmp_path / "bad.npz"
+    bad.write_text("x")
+    res = CliRunner().invoke(app, ["explain", str(bad)])
+    assert res.exit_code == 2
+    assert "bad.npz: not a dqgen quantized GRU file" in res.output

@@ -22,7 +22,7 @@ class RangeTracker:
     observer: Observer = "minmax"
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
 
-    def update(self, name: str, values: Iterable[np.ndarray] | np.ndarray) -> None:
+    def update(self, name: str, values: list[np.ndarray] | np.ndarray) -> None:
         arr = np.concatenate([np.ravel(v) for v in values]) if isinstance(values, list) else np.ravel(values)
         lo, hi = float(arr.min()), float(arr.max())
         if name not in self.ranges:

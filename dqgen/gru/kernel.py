@@ -55,7 +55,10 @@ def render(p: QuantGRUParams) -> str:
     scalars = []
     for key, cname in SCALAR_CNAMES.items():
         r = d.scalar[key]
-        why = f"{key}: real {r.real:.9g} ~ {r.multiplier} / 2^{r.shift} (|error| {r.abs_error:.3g} <= {r.abs_error_bound:.3g})"
+        why = (
+            f"{key}: real {r.real:.9g} ~ {r.multiplier} / 2^{r.shift}"
+            f" (|error| {r.abs_error:.3g} <= {r.abs_error_bound:.3g})"
+        )
         scalars.append({"cname": cname, "m": r.multiplier, "k": r.shift, "why": why})
     fn = {"z": "sigmoid", "r": "sigmoid", "g": "tanh"}
     out = {"z": SIGMOID_OUT, "r": SIGMOID_OUT, "g": TANH_OUT}
@@ -74,7 +77,10 @@ def render(p: QuantGRUParams) -> str:
         _env()
         .get_template("gru_cell.cu.j2")
         .render(
-            summary=f"input {p.input_size}, hidden {p.hidden_size}, {p.multiplier_bits}-bit multipliers, {ib}-bit intermediates",
+            summary=(
+                f"input {p.input_size}, hidden {p.hidden_size}, {p.multiplier_bits}-bit multipliers,"
+                f" {ib}-bit intermediates"
+            ),
             name=KERNEL_NAME,
             hidden=p.hidden_size,
             ibits=ib,
@@ -119,7 +125,7 @@ class CellKernel:
         dev = self._dev
         wx, rh = dev.as_device_array(wx_acc, "wx_acc"), dev.as_device_array(rh_acc, "rh_acc")
         ho, hn, ch = (dev.as_device_array(a, nm) for a, nm in ((h_old, "h_old"), (h_new, "h_new"), (chan, "chan")))
-        rows, h3 = wx.shape
+        rows = wx.shape[0]
         for name, a, dtype, shape in (
             ("wx_acc", wx, np.int32, (rows, 3 * self.hidden)),
             ("rh_acc", rh, np.int32, (rows, 3 * self.hidden)),
@@ -129,7 +135,8 @@ class CellKernel:
         ):
             if a.dtype != dtype or tuple(a.shape) != shape or a.strides_bytes[-1] != a.itemsize:
                 raise ValueError(
-                    f"{name}: expected {np.dtype(dtype)}{list(shape)} with unit inner stride, got {a.dtype}{list(a.shape)}"
+                    f"{name}: expected {np.dtype(dtype)}{list(shape)} with unit inner stride,"
+                    f" got {a.dtype}{list(a.shape)}"
                 )
         if not (ho.is_c_contiguous and hn.is_c_contiguous and ch.is_c_contiguous):
             raise ValueError("h_old, h_new, chan: expected contiguous arrays")

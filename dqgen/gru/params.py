@@ -53,7 +53,7 @@ class QParam(BaseModel):
             hi = lo + 1e-6
         levels = 2**bits - 1
         scale = (hi - lo) / levels
-        zp = int(round(-(2 ** (bits - 1)) - lo / scale))
+        zp = round(-(2 ** (bits - 1)) - lo / scale)
         zp = min(max(zp, -(2 ** (bits - 1))), 2 ** (bits - 1) - 1)
         return cls(scale=scale, zero_point=zp, bits=bits)
 

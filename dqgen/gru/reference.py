@@ -3,6 +3,8 @@ in numba, independent of the CUDA template. Every rescale is round_half_even(v *
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -27,7 +29,7 @@ SCALAR_ORDER = (
 
 
 @njit(cache=True, inline="always")
-def _rq(v: np.int64, m: np.int64, k: np.int64) -> np.int64:
+def _rq(v: Any, m: Any, k: Any) -> Any:
     p = v * m
     if k == 0:
         return p
@@ -40,7 +42,7 @@ def _rq(v: np.int64, m: np.int64, k: np.int64) -> np.int64:
 
 
 @njit(cache=True, inline="always")
-def _clamp(v: np.int64, lo: np.int64, hi: np.int64) -> np.int64:
+def _clamp(v: Any, lo: Any, hi: Any) -> Any:
     return lo if v < lo else (hi if v > hi else v)
 
 
@@ -58,7 +60,7 @@ def _cell(
     sc: np.ndarray,  # int64 [11, 2]
     zp: np.ndarray,  # int64 [17]
     lut: np.ndarray,  # int64 [3, 256]
-    one_z: np.int64,
+    one_z: Any,
     h_new: np.ndarray,  # int64 [N, H], written
 ) -> None:
     n_rows, hsz = h_old.shape
