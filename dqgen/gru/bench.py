@@ -102,6 +102,8 @@ def _bench_hidden(rows: list[dict[str, Any]], hsz: int, batch: int, seq: int) ->
             except Exception as e:  # a capture failure must not lose the other rows
                 print(f"{name} hidden {hsz}: CUDA graph capture failed: {str(e).splitlines()[0]}")
                 continue
+            graph.replay()  # capture records without running: the output exists only after a replay
+            torch.cuda.synchronize()
             _row(rows, f"{name}, CUDA graph", hsz, batch, seq, graph.replay, captured, ref, q)
 
 
