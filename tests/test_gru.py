@@ -138,9 +138,13 @@ def small() -> QuantGRUParams:
     return calibrate(w, r, bx, br, [(rng.standard_normal((20, 4, 16)), np.zeros((4, 8)))])
 
 
-def test_reference_cell_matches_python_integers_including_saturation(small: QuantGRUParams) -> None:
+@pytest.mark.parametrize("bits", [31, 15])
+def test_reference_cell_matches_python_integers_including_saturation(bits: int) -> None:
     rng = np.random.default_rng(4)
-    p = small
+    w, r, bx, br = _weights(rng, 16, 8)
+    calib = [(rng.standard_normal((20, 4, 16)), np.zeros((4, 8)))]
+    p = calibrate(w, r, bx, br, calib, multiplier_bits=bits)  # type: ignore[arg-type]
+    assert all(2 ** (bits - 1) <= v.multiplier < 2**bits for v in p.derived().scalar.values())
     # Accumulators far outside the calibrated ranges saturate every clamp (intermediates, pre-activations, h).
     for scale in (10, 1000, 2**20, 2**24):
         wx = rng.integers(-scale, scale, (16, 24))
@@ -159,14 +163,14 @@ def test_reference_cell_matches_python_integers_including_saturation(small: Quan
     assert (big != 0).any()
 
 
-@pytest.mark.parametrize("kind", ["random", "sine"])
-def test_accuracy_vs_float_hidden256(kind: str) -> None:
+@pytest.mark.parametrize(("kind", "bits"), [("random", 31), ("sine", 31), ("random", 15)])
+def test_accuracy_vs_float_hidden256(kind: str, bits: int) -> None:
     rng = np.random.default_rng(5)
     c, h, t, n = 128, 256, 50, 64
     w, r, bx, br = _weights(rng, c, h)
     h0 = np.zeros((n, h))
     calib = [(rng.standard_normal((t, n, c)), h0), (_sine(rng, t, n, c), h0)]
-    p = calibrate(w, r, bx, br, calib)
+    p = calibrate(w, r, bx, br, calib, multiplier_bits=bits)  # type: ignore[arg-type]
     x = rng.standard_normal((t, n, c)) if kind == "random" else _sine(rng, t, n, c)  # not a calibration batch
     want = gru_float(x, h0, w, r, bx, br)
     got = p.h.dequantize(reference.run(p, p.x.quantize(x).astype(np.int8), p.h.quantize(h0).astype(np.int8)))
