@@ -153,7 +153,16 @@ def explain(
         False, "--sass", help="Also count the conversion's SASS instructions (NVRTC cubin + nvdisasm, sm_80 and sm_90)."
     ),
 ) -> None:
-    """Show the derived bit math of SPEC's conversion, op by op, and prove it."""
+    """Show the derived bit math of SPEC's conversion, op by op, and prove it (or a saved quantized GRU's constants)."""
+    if spec.endswith(".npz"):  # a QuantGRU file (dqgen.gru): its derived requantization constants
+        from .gru.explain import explain_text
+        from .gru.params import QuantGRUParams
+
+        try:
+            typer.echo(explain_text(QuantGRUParams.load(spec)))
+        except ValueError as e:
+            _fail(str(e).splitlines()[0])
+        return
     from .explain import render
     from .prove import prove
     from .solver import NoPlanError, solve
@@ -230,7 +239,9 @@ def _parse_shapes(text: str) -> list[tuple[int, int, int | None]]:
 
 @app.command()
 def bench(
-    specs: list[str] = typer.Argument(..., help="Spec YAML files or shipped spec names."),
+    # typer reads the default from the call (B008 is about mutable defaults shared between calls)
+    specs: list[str] = typer.Argument(None, help="Spec YAML files or shipped spec names."),  # noqa: B008
+    gru: bool = typer.Option(False, "--gru", help="Time the int8 GRU (dqgen.gru) against cuDNN instead."),
     shapes: str | None = typer.Option(
         None, help="Comma-separated KxN[:G] (default: the five shapes of docs/performance.md)."
     ),
@@ -262,6 +273,15 @@ def bench(
     )
     from .reference import example_group_size
 
+    if gru:
+        if not dev.gpu_available():
+            _fail("dqgen bench --gru needs an NVIDIA GPU (none found)")
+        from .gru.bench import bench_gru, markdown_table
+
+        typer.echo(markdown_table(bench_gru(out_json=Path("docs/bench/gru.json"))))
+        return
+    if not specs:
+        _fail("specs: expected at least one spec (a YAML file or a shipped name), or --gru")
     loaded = [_load(s) for s in specs]
     if not dev.gpu_available():
         _fail("dqgen bench needs an NVIDIA GPU (none found)")

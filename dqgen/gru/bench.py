@@ -1,0 +1,131 @@
+"""`dqgen bench --gru`: the int8 GRU against torch.nn.GRU (cuDNN, fp32 and fp16) and a haste-style float loop in
+torch (one cuBLAS GEMM for W x, then per step a GEMM for R h and element-wise torch ops). Times are medians of
+triton.testing.do_bench (CUDA events, L2 flushed before each call). cosine_vs_float: the whole output sequence
+against nn.GRU fp32 on the same weights and inputs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _haste_loop(gru: Any, dtype: Any) -> Callable[[Any], Any]:
+    import torch
+
+    from .floatref import torch_to_haste
+
+    hsz = gru.hidden_size
+
+    def conv(name: str) -> Any:
+        t = getattr(gru, name).detach()
+        return torch.from_numpy(torch_to_haste(t.double().cpu().numpy(), hsz)).to(t.device, dtype)
+
+    w, r, bx, br = conv("weight_ih_l0"), conv("weight_hh_l0"), conv("bias_ih_l0"), conv("bias_hh_l0")
+
+    def run(x: Any) -> Any:
+        steps, rows, _ = x.shape
+        wx_all = torch.addmm(bx, x.reshape(steps * rows, -1).to(dtype), w.t()).view(steps, rows, -1)
+        h = torch.zeros(rows, hsz, device=x.device, dtype=dtype)
+        outs = []
+        for t in range(steps):
+            rh = torch.addmm(br, h, r.t())
+            wz, wr, wg = wx_all[t].chunk(3, 1)
+            hz, hr, hg = rh.chunk(3, 1)
+            z, rg = torch.sigmoid(wz + hz), torch.sigmoid(wr + hr)
+            g = torch.tanh(wg + rg * hg)
+            h = z * h + (1 - z) * g
+            outs.append(h)
+        return torch.stack(outs)
+
+    return run
+
+
+def _row(
+    rows: list[dict[str, Any]],
+    name: str,
+    hsz: int,
+    batch: int,
+    seq: int,
+    fn: Callable[[], Any],
+    res: Any,
+    ref: Any,
+    q: Any,
+) -> None:
+    import torch
+    import triton.testing
+
+    out = (res.float() - q.params.h.zero_point) * q.params.h.scale if res.dtype == torch.int8 else res.float()
+    cos = torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0).item()
+    us = 1000.0 * triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median")
+    rows.append(
+        {"impl": name, "hidden": hsz, "batch": batch, "seq": seq, "us": round(us, 1), "cosine_vs_float": round(cos, 6)}
+    )
+    print(f"{name:44s} hidden {hsz:5d}  {us:9.1f} us  cos {cos:.6f}", flush=True)
+
+
+def _bench_hidden(rows: list[dict[str, Any]], hsz: int, batch: int, seq: int) -> None:
+    import torch
+
+    from .module import quantize
+
+    gru = torch.nn.GRU(hsz, hsz).cuda().eval()
+    x = torch.randn(seq, batch, hsz, device="cuda")
+    q = quantize(gru, [torch.randn(50, batch, hsz, device="cuda")])
+    with torch.no_grad():
+        ref = gru(x)[0].float()
+        gru16 = torch.nn.GRU(hsz, hsz).cuda().half().eval()
+        gru16.load_state_dict(gru.state_dict())
+        x16 = x.half()
+        x_q = torch.clamp(torch.round(x / q.params.x.scale) + q.params.x.zero_point, -128, 127).to(torch.int8)
+        h0_q = torch.full((batch, hsz), int(q.params.h.quantize(np.zeros(1))[0]), dtype=torch.int8, device="cuda")
+        haste32, haste16 = _haste_loop(gru, torch.float32), _haste_loop(gru, torch.float16)
+        impls: dict[str, Callable[[], Any]] = {
+            "cudnn_fp32": lambda: gru(x)[0],
+            "cudnn_fp16": lambda: gru16(x16)[0],
+            "haste_torch_fp32": lambda: haste32(x),
+            "haste_torch_fp16": lambda: haste16(x),
+            "dqgen_int8 (float io)": lambda: q(x)[0],
+            "dqgen_int8 (int8 io)": lambda: q.forward_int(x_q, h0_q),
+        }
+        for name, fn in impls.items():
+            _row(rows, name, hsz, batch, seq, fn, fn(), ref, q)
+            # Per-step launches cost host time in eager mode for every loop here, so each is also timed as
+            # a captured CUDA graph: what a deployment that replays the whole sequence would see.
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    captured = fn()
+            except Exception as e:  # a capture failure must not lose the other rows
+                print(f"{name} hidden {hsz}: CUDA graph capture failed: {str(e).splitlines()[0]}")
+                continue
+            graph.replay()  # capture records without running: the output exists only after a replay
+            torch.cuda.synchronize()
+            _row(rows, f"{name}, CUDA graph", hsz, batch, seq, graph.replay, captured, ref, q)
+
+
+def bench_gru(
+    hiddens: Sequence[int] = (256, 512, 1024), batch: int = 64, seq: int = 100, out_json: Path | None = None
+) -> list[dict[str, Any]]:
+    import torch
+
+    rows: list[dict[str, Any]] = []
+    torch.manual_seed(0)
+    for hsz in hiddens:
+        _bench_hidden(rows, hsz, batch, seq)
+    if out_json is not None:
+        out_json.parent.mkdir(parents=True, exist_ok=True)
+        out_json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1) + "\n")
+    return rows
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| impl | hidden | batch | seq | us | cosine vs float |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        f"| {r['impl']} | {r['hidden']} | {r['batch']} | {r['seq']} | {r['us']} | {r['cosine_vs_float']} |"
+        for r in rows
+    ]
+    return "\n".join(lines)
