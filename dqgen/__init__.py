@@ -2,8 +2,8 @@
 
 __version__ = "0.2.0"
 
-from .packing import pack, pack_zeros, repack, unpack, unpack_zeros
-from .spec import Spec, SpecError, load_spec
+from .core.spec import Spec, SpecError, load_spec
+from .layout.packing import pack, pack_zeros, repack, unpack, unpack_zeros
 
 __all__ = [
     "Kernel",
@@ -23,7 +23,7 @@ __all__ = [
 def __getattr__(name: str):
     # Keep `import dqgen` light: the runtime (cuda-bindings, numba) loads on first use.
     if name in ("compile", "Kernel"):
-        from . import runtime
+        from .run import runtime
 
         return getattr(runtime, name)
     raise AttributeError(name)

@@ -18,8 +18,8 @@ from typing import Any, NoReturn, TextIO
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from .printable import printable
-from .spec import SpecError, load_spec
+from .core.printable import printable
+from .core.spec import SpecError, load_spec
 
 #: Exit codes of every command (README.md "Exit codes"; 130 / 143: Ctrl-C / SIGTERM).
 EXIT_INPUT = 2  # bad usage or input: a spec, a tensor, a file, an option
@@ -163,9 +163,9 @@ def explain(
         except ValueError as e:
             _fail(str(e).splitlines()[0])
         return
-    from .explain import render
-    from .prove import prove
-    from .solver import NoPlanError, solve
+    from .check.prove import prove
+    from .solve.solver import NoPlanError, solve
+    from .tools.explain import render
 
     s = _load(spec)
     try:
@@ -176,7 +176,7 @@ def explain(
         proof = prove(plan, s, n_random=words, progress=progress)
     counts = []
     if sass:
-        from .sass import sass_count
+        from .emit.sass import sass_count
 
         counts = [sass_count(s, a) for a in ("sm_80", "sm_90")]
     if as_json:
@@ -206,7 +206,7 @@ def build(
     ),
 ) -> None:
     """Solve, prove, render and compile SPEC; on a machine with a GPU also run it against the reference."""
-    from .build import build_spec, print_summary
+    from .tools.build import build_spec, print_summary
 
     s = _load(spec)
     try:
@@ -260,8 +260,9 @@ def bench(
 ) -> None:
     """Time SPEC's kernel on the GPU (one call after an L2 flush, median) against copy bandwidth, its
     default launch, torch eager, a static_cast CUDA kernel and Triton."""
-    from . import device as dev
-    from .bench import (
+    from .check.reference import example_group_size
+    from .run import device as dev
+    from .tools.bench import (
         DEFAULT_SHAPES,
         bench_document,
         bench_spec,
@@ -271,7 +272,6 @@ def bench(
         write_json,
         write_markdown,
     )
-    from .reference import example_group_size
 
     if gru:
         if not dev.gpu_available():
@@ -314,7 +314,7 @@ def bench(
     record_path = Path(record) if record else (Path(docs).parent if docs else Path("docs")) / "bench" / "dequant.json"
     write_json(record_path, doc)
     if docs:
-        from .sass import sass_report
+        from .emit.sass import sass_report
 
         write_markdown(Path(docs), gpu, copy, rows, sass_report(list(specs)), overhead, compile_s, when=doc["date"])
     if as_json:
@@ -355,7 +355,7 @@ def _accepted_widths(packing: dict, zeros: str = "none") -> list[int]:
     """The widths of unsigned codes for which the spec validator accepts this packing and zero mode."""
     from pydantic import ValidationError
 
-    from .spec import Spec
+    from .core.spec import Spec
 
     widths = []
     for bits in range(1, 9):
@@ -377,12 +377,12 @@ def _accepted_widths(packing: dict, zeros: str = "none") -> list[int]:
 
 
 def _preset_rows() -> list[tuple[str, str, str, str]]:
-    """(spec field, name, code bits, one-line description) of every preset, from dqgen.spec's own tables."""
+    """(spec field, name, code bits, one-line description) of every preset, from dqgen.core.spec's own tables."""
     import math
     from typing import get_args
 
-    from . import formats
-    from . import spec as sp
+    from .core import formats
+    from .core import spec as sp
 
     rows = []
     for name, by_bits in sp.ORDER_PRESETS.items():
@@ -445,7 +445,7 @@ def list_specs(
     from rich.table import Table
     from rich.text import Text
 
-    from .spec import SHIPPED_SPECS
+    from .core.spec import SHIPPED_SPECS
 
     shipped = directory is None
     if directory is None:
@@ -522,13 +522,13 @@ def dequant(
     ),
 ) -> None:
     """Dequantize every AWQ / GPTQ layer of FILE into a dense checkpoint OUT; other tensors are copied unchanged."""
-    from .checkpoint import dequantize_file
-    from .nvrtc import CompileError
+    from .emit.nvrtc import CompileError
+    from .io.checkpoint import dequantize_file
 
     if dtype not in ("fp16", "bf16"):
         _fail(f"[--dtype] got {dtype!r}; expected fp16 or bf16")
     if device is None:
-        from . import device as dev
+        from .run import device as dev
 
         if not dev.gpu_available():
             _fail("no NVIDIA GPU found; pass --device cpu to dequantize with the CPU reference (slower, same bits)")

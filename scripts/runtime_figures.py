@@ -20,7 +20,7 @@ def overhead() -> dict:
     import triton.testing
 
     import dqgen
-    from dqgen.bench import make_inputs
+    from dqgen.tools.bench import make_inputs
 
     k = dqgen.compile("awq_int4_fp16")
     res: dict = {"gpu": torch.cuda.get_device_name(0)}
@@ -69,7 +69,7 @@ def overhead() -> dict:
 
 
 def load_act():
-    from dqgen.spec import load_spec
+    from dqgen.core.spec import load_spec
 
     return load_spec("gptq_int4_asym_act_order_fp16")
 
@@ -81,7 +81,7 @@ def first_call() -> dict:
     torch.zeros(1, device="cuda")
     t1 = time.perf_counter()
     import dqgen
-    from dqgen.bench import make_inputs
+    from dqgen.tools.bench import make_inputs
 
     t2 = time.perf_counter()
     k = dqgen.compile("awq_int4_fp16")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dqgen.gpucheck import nan_equal_mismatches, to_numpy, to_torch
-from dqgen.reference import dequantize_reference, random_global_scale, random_inputs
-from dqgen.render import kernel_name, variants
-from dqgen.runtime import Kernel
-from dqgen.spec import Spec, load_spec
+from dqgen.check.reference import dequantize_reference, random_global_scale, random_inputs
+from dqgen.core.spec import Spec, load_spec
+from dqgen.emit.render import kernel_name, variants
+from dqgen.run.gpucheck import nan_equal_mismatches, to_numpy, to_torch
+from dqgen.run.runtime import Kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 

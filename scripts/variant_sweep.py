@@ -1,5 +1,5 @@
 """Time every aligned kernel variant of some specs at some shapes (GB/s, one call after an L2 flush,
-median: dqgen.timing), to choose launch rules.
+median: dqgen.run.timing), to choose launch rules.
 Usage on a GPU machine: python scripts/variant_sweep.py awq_int4_fp16 8192x28672 3584x37888"""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import sys
 
 import torch
 
-from dqgen.bench import bytes_moved, make_inputs
-from dqgen.render import kernel_name, variants
-from dqgen.runtime import Kernel
-from dqgen.spec import load_spec
-from dqgen.timing import single_call_us
+from dqgen.core.spec import load_spec
+from dqgen.emit.render import kernel_name, variants
+from dqgen.run.runtime import Kernel
+from dqgen.run.timing import single_call_us
+from dqgen.tools.bench import bytes_moved, make_inputs
 
 
 def main(args: list[str]) -> None:

@@ -4,14 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from dqgen.spec import SHIPPED_SPECS
+from dqgen.core.spec import SHIPPED_SPECS
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted(SHIPPED_SPECS.glob("*.yaml"))
 
 
 def _gpu() -> bool:
-    from dqgen.device import gpu_available
+    from dqgen.run.device import gpu_available
 
     return gpu_available()
 

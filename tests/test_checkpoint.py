@@ -1,7 +1,7 @@
-"""Reading AWQ / GPTQ safetensors checkpoints and dequantizing them (``dqgen.checkpoint``, ``dqgen dequant``).
+"""Reading AWQ / GPTQ safetensors checkpoints and dequantizing them (``dqgen.io.checkpoint``, ``dqgen dequant``).
 
 The files are written here from integer codes, zero points and scales this module generates, packed
-with ``dqgen.packing`` and saved with the ``safetensors`` package, in the layouts of:
+with ``dqgen.layout.packing`` and saved with the ``safetensors`` package, in the layouts of:
 
 - AWQ gemm: casper-hansen/AutoAWQ ``awq/modules/linear/gemm.py`` and ``awq/utils/packing_utils.py``
   (qweight int32 [K, N/8] and qzeros [K/G, N/8] packed along N in the order [0,2,4,6,1,3,5,7],
@@ -35,7 +35,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 from typer.testing import CliRunner
 
-from dqgen.checkpoint import (
+from dqgen.cli import app
+from dqgen.core.spec import Spec
+from dqgen.io.checkpoint import (
     dequantize_file,
     dequantize_layer,
     infer_spec,
@@ -44,9 +46,7 @@ from dqgen.checkpoint import (
     read_safetensors,
     write_safetensors,
 )
-from dqgen.cli import app
-from dqgen.packing import pack, pack_zeros, zeros_to_stored
-from dqgen.spec import Spec
+from dqgen.layout.packing import pack, pack_zeros, zeros_to_stored
 
 from .conftest import ROOT
 
@@ -688,9 +688,9 @@ def test_cli_options(ckpts, tmp_path):
 
 
 def test_cli_default_device_without_gpu(ckpts, tmp_path, monkeypatch):
-    import dqgen.device
+    import dqgen.run.device
 
-    monkeypatch.setattr(dqgen.device, "gpu_available", lambda: False)
+    monkeypatch.setattr(dqgen.run.device, "gpu_available", lambda: False)
     r = CliRunner().invoke(app, ["dequant", str(ckpts["awq"][0]), "--out", str(tmp_path / "o.safetensors")])
     assert r.exit_code != 0 and "--device cpu" in r.output and r.output.startswith("error:")
 
@@ -910,7 +910,7 @@ def test_sigterm_removes_the_temporary_file(tmp_path):
 
 
 def _spy_dequantize(monkeypatch) -> list[str]:
-    import dqgen.checkpoint as ck
+    import dqgen.io.checkpoint as ck
 
     calls: list[str] = []
     real = ck._dequantize

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dqgen.cli import app
-from dqgen.spec import SHIPPED_SPECS, load_spec
+from dqgen.core.spec import SHIPPED_SPECS, load_spec
 
 from .conftest import ROOT, SPECS
 
@@ -263,7 +263,7 @@ def test_build_summary_table(tmp_path):
 
 
 def _presets() -> list[tuple[str, str, str]]:
-    """(spec field, preset name, its one-line description) of every preset, enumerated from dqgen.spec."""
+    """(spec field, preset name, its one-line description) of every preset, enumerated from dqgen.core.spec."""
     from typing import get_args
 
     from dqgen import spec as sp
@@ -281,7 +281,7 @@ def _spec_rows() -> list[tuple[str, str, str]]:
     """(name, 'source -> target', first line of the YAML description) of every shipped spec."""
     import yaml
 
-    from dqgen.spec import load_spec
+    from dqgen.core.spec import load_spec
 
     rows = []
     for p in SPECS:
@@ -309,9 +309,9 @@ def test_list_shows_every_spec_and_preset():
     for field, name, doc in _presets():
         line = _row(r.stdout, field, name)
         assert doc in line, line
-    from dqgen.formats import MINIFLOATS
+    from dqgen.core.formats import MINIFLOATS
 
-    for m in ("e4m3", "e5m2", "e2m1"):  # the bit layout comes from dqgen.formats
+    for m in ("e4m3", "e5m2", "e2m1"):  # the bit layout comes from dqgen.core.formats
         assert MINIFLOATS[m].describe().removeprefix(f"{m}: ") in _row(r.stdout, "source.format", m)
     # the widths each preset is accepted for are the validator's
     assert re.search(r"^\s*packing\.order\s+sequential\s+1-4, 8\s", r.stdout, flags=re.M)
@@ -343,7 +343,15 @@ def test_list_is_fast():
     assert r.returncode == 0, r.stderr
     loaded = set(ast.literal_eval(r.stdout))
     assert loaded.isdisjoint(
-        {"dqgen.solver", "dqgen.prove", "dqgen.plan", "dqgen.runtime", "dqgen.render", "torch", "numba"}
+        {
+            "dqgen.solve.solver",
+            "dqgen.check.prove",
+            "dqgen.ir.plan",
+            "dqgen.run.runtime",
+            "dqgen.emit.render",
+            "torch",
+            "numba",
+        }
     ), loaded
 
 
@@ -397,9 +405,9 @@ def test_readme_commands_are_what_ci_runs():
 def test_explain_prints_f32_pack_in_ptx_operand_order():
     """cvt.rn.{f16,bf16}x2.f32 d, a, b puts a in the UPPER half (PTX ISA); the Plan lists (lo, hi).
     explain's text must be pasteable PTX, so the high source comes first."""
-    from dqgen.explain import render
-    from dqgen.isa import Opcode
-    from dqgen.solver import solve
+    from dqgen.ir.isa import Opcode
+    from dqgen.solve.solver import solve
+    from dqgen.tools.explain import render
 
     seen = 0
     for name in ("mxfp4_bf16", "nvfp4_fp16"):
@@ -494,8 +502,8 @@ def test_explain_progress_only_on_a_terminal(monkeypatch):
 
 
 def test_prove_reports_progress():
-    from dqgen.prove import prove
-    from dqgen.solver import solve
+    from dqgen.check.prove import prove
+    from dqgen.solve.solver import solve
 
     spec = load_spec("int8_fp16")
     calls: list[tuple[int, int]] = []
@@ -521,28 +529,28 @@ def _failed_proof(monkeypatch) -> None:
     """prove() reports a counterexample (as it would for a wrong plan)."""
     import dataclasses
 
-    import dqgen.build
-    import dqgen.prove
+    import dqgen.check.prove
+    import dqgen.tools.build
 
-    real = dqgen.prove.prove
+    real = dqgen.check.prove.prove
 
     def failing(plan, spec, n_random=0, **kwargs):
         return dataclasses.replace(real(plan, spec, n_random=100), ok=False, failures=["word 0x0: got 1, want 2"])
 
-    monkeypatch.setattr(dqgen.prove, "prove", failing)
-    monkeypatch.setattr(dqgen.build, "prove", failing)
+    monkeypatch.setattr(dqgen.check.prove, "prove", failing)
+    monkeypatch.setattr(dqgen.tools.build, "prove", failing)
 
 
 # command -> (args that work but for the patched internals, args with a bad input, what to break for a bug)
 EXIT_CASES = {
-    "explain": (["explain", AWQ, "--words", "100"], ["explain", "nope.yaml"], ("dqgen.solver", "solve")),
-    "build": (["build", AWQ, "--words", "100", "--out", "OUT"], ["build", "nope.yaml"], ("dqgen.build", "solve")),
-    "bench": (["bench", AWQ], ["bench", "nope.yaml"], ("dqgen.device", "gpu_available")),
+    "explain": (["explain", AWQ, "--words", "100"], ["explain", "nope.yaml"], ("dqgen.solve.solver", "solve")),
+    "build": (["build", AWQ, "--words", "100", "--out", "OUT"], ["build", "nope.yaml"], ("dqgen.tools.build", "solve")),
+    "bench": (["bench", AWQ], ["bench", "nope.yaml"], ("dqgen.run.device", "gpu_available")),
     "list": (["list"], ["list", "no_such_folder"], ("dqgen.cli", "_preset_rows")),
     "dequant": (
         ["dequant", "x.safetensors", "--out", "OUT/o.safetensors", "--device", "cpu"],
         ["dequant", "no_such.safetensors", "--out", "OUT/o.safetensors", "--device", "cpu"],
-        ("dqgen.checkpoint", "dequantize_file"),
+        ("dqgen.io.checkpoint", "dequantize_file"),
     ),
 }
 
@@ -592,9 +600,9 @@ def test_exit_code_3_when_a_proof_fails(monkeypatch, tmp_path):
 def test_exit_code_70_through_main_in_a_subprocess(tmp_path):
     """The installed entry point (dqgen.cli:main): an uncaught exception is one line and exit 70."""
     code = (
-        "import sys, dqgen.solver\n"
+        "import sys, dqgen.solve.solver\n"
         "def boom(*a, **k):\n    raise KeyError('x')\n"
-        "dqgen.solver.solve = boom\n"
+        "dqgen.solve.solver.solve = boom\n"
         f"sys.argv = ['dqgen', 'explain', {AWQ!r}, '--words', '100']\n"
         "from dqgen.cli import main\nmain()\n"
     )

@@ -1,4 +1,4 @@
-"""dqgen.formats: exact encode/decode and the nearest-even rounding, against first principles,
+"""dqgen.core.formats: exact encode/decode and the nearest-even rounding, against first principles,
 numpy float16 / float32 casts and ml_dtypes bfloat16 casts (of float32-exact inputs only:
 ml_dtypes rounds float64 through float32, which double-rounds)."""
 
@@ -10,8 +10,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from dqgen.formats import BF16, FP16, FP32, FloatFormat
-from dqgen.magic import magic_bits
+from dqgen.core.formats import BF16, FP16, FP32, FloatFormat
+from dqgen.ir.magic import magic_bits
 
 
 def test_format_parameters() -> None:

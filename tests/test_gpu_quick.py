@@ -15,9 +15,9 @@ import sys
 import pytest
 
 import dqgen
-from dqgen.gpucheck import to_numpy, to_torch
-from dqgen.reference import dequantize_reference, random_inputs
-from dqgen.spec import SHIPPED_SPECS, load_spec
+from dqgen.check.reference import dequantize_reference, random_inputs
+from dqgen.core.spec import SHIPPED_SPECS, load_spec
+from dqgen.run.gpucheck import to_numpy, to_torch
 
 from .conftest import ROOT, SPECS
 from .test_checkpoint import check_output, ckpts  # noqa: F401 - ckpts is a fixture used below
@@ -137,7 +137,7 @@ def test_explain_sass_entry_point():
 
 def test_every_entry_point_of_one_spec_runs():
     """Launch bookkeeping for the sanitizer script: it must reach every variant of every spec."""
-    from dqgen.render import variants
+    from dqgen.emit.render import variants
 
     sys.path.insert(0, str(ROOT / "scripts"))
     try:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dqgen.gpucheck import check_shape, to_numpy, to_torch
-from dqgen.reference import dequantize_reference, random_inputs
-from dqgen.runtime import Kernel, ShapeError
-from dqgen.spec import load_spec, with_group_size
+from dqgen.check.reference import dequantize_reference, random_inputs
+from dqgen.core.spec import load_spec, with_group_size
+from dqgen.run.gpucheck import check_shape, to_numpy, to_torch
+from dqgen.run.runtime import Kernel, ShapeError
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""The emulator's semantics (dqgen.isa), checked against independent test-side models.
+"""The emulator's semantics (dqgen.ir.isa), checked against independent test-side models.
 
 LOP3 against a per-bit truth-table evaluation, PRMT against hand-worked PTX ISA examples and a
 plain-Python byte permute, and the float ops against exact ``Fraction`` arithmetic rounded by a
@@ -12,7 +12,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dqgen.isa import Opcode, emu_lop3, emu_prmt, emu_shr, emulate, lut_of, prmt_selector
+from dqgen.ir.isa import Opcode, emu_lop3, emu_prmt, emu_shr, emulate, lut_of, prmt_selector
 
 RNG_SEED = 12345
 

@@ -11,11 +11,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from dqgen.isa import Const
-from dqgen.plan import Op, Plan
-from dqgen.prove import prove, quick_check
-from dqgen.solver import candidates, solve
-from dqgen.spec import NF4_CODEBOOK, SHIPPED_SPECS, Spec, load_spec
+from dqgen.check.prove import prove, quick_check
+from dqgen.core.spec import NF4_CODEBOOK, SHIPPED_SPECS, Spec, load_spec
+from dqgen.ir.isa import Const
+from dqgen.ir.plan import Op, Plan
+from dqgen.solve.solver import candidates, solve
 
 NP_TARGET = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 ML = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml_dtypes.float4_e2m1fn}

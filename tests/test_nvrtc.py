@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dqgen import device
-from dqgen.nvrtc import CompileError, compile_source, default_cache_dir, nvrtc_version
+from dqgen.emit.nvrtc import CompileError, compile_source, default_cache_dir, nvrtc_version
 
 LOP3_SRC = r"""
 extern "C" __global__ void k(unsigned* p) {
@@ -149,7 +149,7 @@ def test_concurrent_processes_share_cache(tmp_path: Path) -> None:
         f"""
         import sys
         from pathlib import Path
-        from dqgen.nvrtc import compile_source
+        from dqgen.emit.nvrtc import compile_source
         r = compile_source(Path({str(src_file)!r}).read_text(), arch="sm_80", cache_dir=Path({str(cache)!r}))
         assert "lop3.b32" in r.ptx
         print(r.key, r.cache_hit)
@@ -286,7 +286,7 @@ def test_unwritable_cache_is_one_line_on_stderr(tmp_path: Path) -> None:
     in one line, that the cache is off and why: no RuntimeWarning with source lines (issue 11)."""
     (tmp_path / "file").write_text("")
     script = (
-        "from dqgen.nvrtc import compile_source\n"
+        "from dqgen.emit.nvrtc import compile_source\n"
         f"for arch in ('sm_80', 'sm_90'): assert compile_source({LOP3_SRC!r}, arch=arch).ptx\n"
     )
     root = Path(__file__).resolve().parent.parent

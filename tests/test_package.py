@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import dqgen
-from dqgen.render import TEMPLATES
-from dqgen.spec import SHIPPED_SPECS, SpecError, load_spec, shipped_specs
+from dqgen.core.spec import SHIPPED_SPECS, SpecError, load_spec, shipped_specs
+from dqgen.emit.render import TEMPLATES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,11 +27,11 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_specs_and_templates_live_inside_the_package():
     pkg = Path(dqgen.__file__).resolve().parent
-    assert SHIPPED_SPECS.parent == pkg and TEMPLATES.parent == pkg
+    assert SHIPPED_SPECS.parent == pkg and TEMPLATES.parent == pkg / "emit"
     assert {"kernel.cu.j2", "converter.cuh.j2"} <= {p.name for p in TEMPLATES.glob("*.j2")}
     # The wheel's package data must name both folders, or an installed dqgen has neither.
     pyproject = (ROOT / "pyproject.toml").read_text()
-    assert 'dqgen = ["specs/*.yaml", "templates/*.j2"]' in pyproject
+    assert 'dqgen = ["specs/*.yaml", "emit/templates/*.j2"]' in pyproject
 
 
 def test_every_shipped_spec_loads_by_name_and_by_path():

@@ -1,7 +1,7 @@
-"""Tests of dqgen.packing: round trips, repacking, known answers computed by hand, error paths.
+"""Tests of dqgen.layout.packing: round trips, repacking, known answers computed by hand, error paths.
 
 Known answers are written out from the layout rule (field j = bits [j*bits, (j+1)*bits) holds
-element order[j] of the word's run), never taken from dqgen.packing itself.
+element order[j] of the word's run), never taken from dqgen.layout.packing itself.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from dqgen.packing import (
+from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
+from dqgen.layout.packing import (
     pack,
     pack_zeros,
     repack,
@@ -26,7 +27,6 @@ from dqgen.packing import (
     zeros_from_stored,
     zeros_to_stored,
 )
-from dqgen.spec import SHIPPED_SPECS, Spec, load_spec
 
 BITS = [1, 2, 4, 8]
 FAST = settings(max_examples=60, deadline=None)
@@ -193,7 +193,7 @@ def test_signed_codes_store_twos_complement() -> None:
 
 def test_agrees_with_reference_dequantizer() -> None:
     """The numba oracle, written independently, reads pack()'s words back as the same codes."""
-    from dqgen.reference import dequantize_reference
+    from dqgen.check.reference import dequantize_reference
 
     rng = np.random.default_rng(0)
     for bits, axis, order in [(4, "N", "awq"), (2, "K", list(range(16))[::-1]), (8, "N", "ft_int8")]:
@@ -386,7 +386,7 @@ def test_repack_errors() -> None:
 # Multi-word blocks (3-bit GPTQ and other widths that do not divide 32) and float / codebook codes.
 # ----------------------------------------------------------------------------------------------
 
-WIDE = [3]  # the only straddling width a spec accepts (dqgen.spec.SOLVED_BITS)
+WIDE = [3]  # the only straddling width a spec accepts (dqgen.core.spec.SOLVED_BITS)
 
 
 def wide_spec(bits: int, kind: str = "unsigned", bias: int | None = None) -> Spec:
@@ -516,7 +516,7 @@ def test_multiword_errors() -> None:
 
 
 def test_multiword_agrees_with_reference_dequantizer() -> None:
-    from dqgen.reference import dequantize_reference
+    from dqgen.check.reference import dequantize_reference
 
     rng = np.random.default_rng(1)
     for bits in WIDE:
@@ -544,7 +544,7 @@ def test_float_codes_are_raw_bit_patterns(fmt: str, axis: str) -> None:
     as_ml = codes.astype(np.uint8).view(ML_FLOAT[fmt])
     np.testing.assert_array_equal(pack(as_ml, spec), q)
     # ... and means the same values to the reference (scale 1; NaN codes compare as NaN).
-    from dqgen.reference import dequantize_reference
+    from dqgen.check.reference import dequantize_reference
 
     w = dequantize_reference(spec, q, np.ones((1, codes.shape[1]), dtype=ml_dtypes.bfloat16)).astype(np.float64)
     np.testing.assert_array_equal(w, as_ml.astype(np.float64))

@@ -1,4 +1,4 @@
-"""dqgen.prove: every shipped plan proves; single-constant mutations are caught; the lane cases
+"""dqgen.check.prove: every shipped plan proves; single-constant mutations are caught; the lane cases
 cover every code at every lane; ``code_values`` / ``expected_bits`` agree with hand-worked words."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dqgen.isa import Const, Opcode
-from dqgen.plan import Op, Plan
-from dqgen.prove import code_values, expected_bits, lane_cases, prove, quick_check, random_float_zeros
-from dqgen.solver import solve
-from dqgen.spec import SHIPPED_SPECS, Spec, load_spec
+from dqgen.check.prove import code_values, expected_bits, lane_cases, prove, quick_check, random_float_zeros
+from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
+from dqgen.ir.isa import Const, Opcode
+from dqgen.ir.plan import Op, Plan
+from dqgen.solve.solver import solve
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = {p.stem: p for p in sorted(SHIPPED_SPECS.glob("*.yaml"))}
@@ -317,7 +317,7 @@ def test_extreme_global_scales_match_formula(name: str) -> None:
 
 def test_nan_products_compare_as_ptx_canonical_nan() -> None:
     """0 * inf is NaN: PTX writes 0x7FFF, and the expected value must use the same pattern."""
-    from dqgen.prove import expected_bits
+    from dqgen.check.prove import expected_bits
 
     spec = load_spec(
         {

@@ -1,7 +1,7 @@
 """Tests of the numba reference dequantizer against independent, test-side models.
 
 Expected values here come from IEEE facts, numpy / ml_dtypes casts, exact ``Fraction``
-arithmetic and a plain Python packer written below: never from dqgen.reference itself.
+arithmetic and a plain Python packer written below: never from dqgen.check.reference itself.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from dqgen.reference import (
+from dqgen.check.reference import (
     _code_values,
     _decode_e8m0_array,
     _round_array,
@@ -27,7 +27,7 @@ from dqgen.reference import (
     random_inputs,
     shapes_for,
 )
-from dqgen.spec import SHIPPED_SPECS, Spec, load_spec, with_group_size
+from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec, with_group_size
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_FILES = sorted(SHIPPED_SPECS.glob("*.yaml"))
@@ -1876,7 +1876,7 @@ def test_independence_of_the_reference() -> None:
     """The oracle imports nothing from dqgen but the spec (a shared bug would go unnoticed)."""
     import ast
 
-    tree = ast.parse((ROOT / "dqgen" / "reference.py").read_text())
+    tree = ast.parse((ROOT / "dqgen" / "check" / "reference.py").read_text())
     mods = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -1884,7 +1884,7 @@ def test_independence_of_the_reference() -> None:
         elif isinstance(node, ast.Import):
             mods.update(a.name for a in node.names)
     dq = {m for m in mods if m.startswith(("dqgen", "."))}
-    assert dq == {"dqgen.spec"}, dq
+    assert dq == {"dqgen.core.spec"}, dq
     assert "ml_dtypes" in mods  # only for the bfloat16 dtype and for reading ml_dtypes scale arrays
 
 

@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from dqgen.build import ptx_problems
-from dqgen.nvrtc import compile_source
-from dqgen.render import context, kernel_name, render_converter, render_kernel, variants
-from dqgen.solver import solve
-from dqgen.spec import SHIPPED_SPECS, load_spec
+from dqgen.core.spec import SHIPPED_SPECS, load_spec
+from dqgen.emit.nvrtc import compile_source
+from dqgen.emit.render import context, kernel_name, render_converter, render_kernel, variants
+from dqgen.solve.solver import solve
+from dqgen.tools.build import ptx_problems
 
 from .conftest import ROOT, SPECS
 

@@ -1,4 +1,4 @@
-"""dqgen.runtime on the CPU: every tensor is checked against the spec before launch (with fake
+"""dqgen.run.runtime on the CPU: every tensor is checked against the spec before launch (with fake
 DeviceArrays: no GPU needed), the kernel variant is picked from shape and alignment, and
 dqgen.compile works without a GPU."""
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import dqgen
-from dqgen.device import DeviceArray, as_device_array
-from dqgen.render import VARIANTS_N, kernel_name, variants
-from dqgen.runtime import Kernel, Problem, ShapeError, default_variant, infer_problem
-from dqgen.spec import SHIPPED_SPECS, SpecError, load_spec, with_group_size
+from dqgen.core.spec import SHIPPED_SPECS, SpecError, load_spec, with_group_size
+from dqgen.emit.render import VARIANTS_N, kernel_name, variants
+from dqgen.run.device import DeviceArray, as_device_array
+from dqgen.run.runtime import Kernel, Problem, ShapeError, default_variant, infer_problem
 
 from .conftest import ROOT
 

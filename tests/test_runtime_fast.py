@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import dqgen.runtime as rt
+import dqgen.run.runtime as rt
 from dqgen import device as dev
+from dqgen.check.reference import dequantize_reference, random_inputs
 from dqgen.cli import app
-from dqgen.reference import dequantize_reference, random_inputs
-from dqgen.render import kernel_name, variants
-from dqgen.runtime import Kernel, ShapeError, default_variant, infer_problem
-from dqgen.spec import SpecError, load_spec, with_group_size
+from dqgen.core.spec import SpecError, load_spec, with_group_size
+from dqgen.emit.render import kernel_name, variants
+from dqgen.run.runtime import Kernel, ShapeError, default_variant, infer_problem
 
 from .test_runtime import F16, I32, arr
 
@@ -409,8 +409,8 @@ def test_build_json_has_seconds_per_step(tmp_path, monkeypatch: pytest.MonkeyPat
 
 
 def test_build_compiles_once_for_ptx_and_cubin(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dqgen.nvrtc as nv
-    from dqgen.build import build_spec
+    import dqgen.emit.nvrtc as nv
+    from dqgen.tools.build import build_spec
 
     monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
     runs: list[str] = []

@@ -7,8 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from dqgen.sass import disassemble, sass_count
-from dqgen.spec import SHIPPED_SPECS, load_spec
+from dqgen.core.spec import SHIPPED_SPECS, load_spec
+from dqgen.emit.sass import disassemble, sass_count
 
 # Targets per 8 outputs (best published figures, anchors.md): conversion only.
 TABLE = {
@@ -58,7 +58,7 @@ def _check(c, bound, name, arch):
 
 def test_disassembler_sees_slow_conversions():
     """The check above can fail: a kernel with a static_cast shows I2F in the same pipeline."""
-    from dqgen.nvrtc import compile_source
+    from dqgen.emit.nvrtc import compile_source
 
     src = (
         'extern "C" __global__ void k(const int* a, float* b) { b[threadIdx.x] = static_cast<float>(a[threadIdx.x]); }'

@@ -1,4 +1,4 @@
-"""dqgen.spec: valid specs load; every invalid one raises SpecError with one line naming the
+"""dqgen.core.spec: valid specs load; every invalid one raises SpecError with one line naming the
 field and the offending value."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any, get_args
 
 import pytest
 
-from dqgen.formats import MINIFLOATS
-from dqgen.spec import (
+from dqgen.core.formats import MINIFLOATS
+from dqgen.core.spec import (
     BLOCK_SCALE_DOCS,
     BLOCK_SCALE_DTYPES,
     CODEBOOK_PRESET_DOCS,
@@ -567,7 +567,7 @@ def test_arch_nvrtc_cannot_target_is_refused(arch: str) -> None:
 
 def test_arch_list_matches_nvrtc() -> None:
     nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
-    from dqgen.spec import NVRTC_ARCHS
+    from dqgen.core.spec import NVRTC_ARCHS
 
     err, major, _ = nvrtc.nvrtcVersion()
     if major != 13:

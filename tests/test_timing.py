@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dqgen.bench import (
+from dqgen.core.spec import load_spec
+from dqgen.run.timing import EventBackend, keep_tuned, median_single_call_us
+from dqgen.tools.bench import (
     JSON_ROW_KEYS,
     Row,
     behind_triton,
@@ -18,8 +20,6 @@ from dqgen.bench import (
     write_json,
     write_markdown,
 )
-from dqgen.spec import load_spec
-from dqgen.timing import EventBackend, keep_tuned, median_single_call_us
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -158,7 +158,7 @@ def test_subprocess_json_is_found_after_other_output(tmp_path):
     """`dqgen build --json` prints an indented document; anything printed before it is skipped."""
     import sys
 
-    from dqgen.bench import _run_json
+    from dqgen.tools.bench import _run_json
 
     script = tmp_path / "s.py"
     script.write_text("print('warning: x')\nprint('{not json')\nprint('{\\n \"steps\": {\"proof\": 1}\\n}')\n")

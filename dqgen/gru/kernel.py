@@ -1,5 +1,5 @@
 """Render the GRU cell kernel from templates/gru_cell.cu.j2 with a model's derived constants baked in, compile
-it with NVRTC and launch it through dqgen.device."""
+it with NVRTC and launch it through dqgen.run.device."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import jinja2
 import numpy as np
 
-from ..nvrtc import compile_source
-from ..render import TEMPLATES
+from ..emit.nvrtc import compile_source
+from ..emit.render import TEMPLATES
 from .params import GATES, SIGMOID_OUT, TANH_OUT, QuantGRUParams
 
 KERNEL_NAME = "dqgen_gru_cell"
@@ -113,7 +113,7 @@ class CellKernel:
     """The compiled cell on a device; call with device arrays (torch/cupy/DLPack) of the documented dtypes."""
 
     def __init__(self, p: QuantGRUParams, device: int = 0) -> None:
-        from .. import device as dev
+        from ..run import device as dev
 
         self.params = p
         self.hidden = p.hidden_size

@@ -1,6 +1,6 @@
 """The independent CPU reference dequantizer: the oracle every generated kernel is checked against.
 
-It is written straight from the formulas in ``dqgen.spec`` (the docstrings of ``Spec``, ``Source``,
+It is written straight from the formulas in ``dqgen.core.spec`` (the docstrings of ``Spec``, ``Source``,
 ``Packing``, ``Scales`` and ``Zeros``) with plain shifts and masks, and on purpose imports nothing
 else from dqgen (no formats, ISA, plan or solver): a bug shared by the generator and its oracle
 would otherwise go unnoticed. Even the packed-zeros field order is derived here from the prose,
@@ -71,7 +71,7 @@ import ml_dtypes
 import numpy as np
 from numba import njit
 
-from dqgen.spec import SourceKind, Spec, Target, resolve_group_size, with_group_size
+from dqgen.core.spec import SourceKind, Spec, Target, resolve_group_size, with_group_size
 
 __all__ = [
     "dequantize_reference",
@@ -93,7 +93,7 @@ _SPECIAL_FN = 1  # finite except S.1..1.1..1 (all exponent and mantissa bits set
 _SPECIAL_FINITE = 2  # every code is a finite number
 
 #: (ebits, mbits, bias, special) of each source minifloat, written from the OCP MX / OFP8 definitions
-#: (see the module docstring), not taken from dqgen.spec.
+#: (see the module docstring), not taken from dqgen.core.spec.
 _MINIFLOATS: dict[str, tuple[int, int, int, int]] = {
     "e4m3": (4, 3, 7, _SPECIAL_FN),
     "e5m2": (5, 2, 15, _SPECIAL_IEEE),

@@ -30,7 +30,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from dqgen.spec import CONTAINER_BITS, PACKED_ZERO_MODES, SourceKind, Spec, SpecError, SpecLike, load_spec
+from dqgen.core.spec import CONTAINER_BITS, PACKED_ZERO_MODES, SourceKind, Spec, SpecError, SpecLike, load_spec
 
 __all__ = ["pack", "pack_zeros", "repack", "unpack", "unpack_zeros", "zeros_from_stored", "zeros_to_stored"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .spec import SourceKind, Spec
+from ..core.spec import SourceKind, Spec
 
 _TRT_U2 = tuple(range(0, 16, 2)) + tuple(range(1, 16, 2))  # TRT-LLM's uint2 register order: pair k at bits 2k and 16+2k
 

@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..core.spec import SourceKind, Spec
 from .bench import field_shifts, triton_supported
-from .spec import SourceKind, Spec
 
 _N_CONFIGS = [
     triton.Config({"BLOCK_K": bk, "BLOCK_W": bw}, num_warps=nw)

@@ -9,10 +9,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from ..check.reference import dequantize_reference, random_global_scale, random_inputs
+from ..core.spec import Spec
 from . import device as dev
-from .reference import dequantize_reference, random_global_scale, random_inputs
 from .runtime import Kernel, target_dtype
-from .spec import Spec
 
 
 #: Shapes (K, N) that `dqgen build` checks on a GPU: a square one and the smallest legal one.

@@ -4,7 +4,7 @@
 Two ops, both keyed by a Kernel's ``op_key`` (a string the graph can hold): ``dqgen::dequantize`` returns a new
 output (a functional op: no aliasing for the compiler to track), ``dqgen::dequantize_out`` writes a given ``out``
 (declared mutated, which torch.compile functionalizes). Their fake implementations only shape the output.
-Imported by dqgen.runtime once torch is loaded; never imports torch on its own before that."""
+Imported by dqgen.run.runtime once torch is loaded; never imports torch on its own before that."""
 
 from __future__ import annotations
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat
-from .plan import Plan
-from .spec import SourceKind, Spec, Target
+from ..core.formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat
+from ..core.spec import SourceKind, Spec, Target
+from ..ir.plan import Plan
 
 
 @dataclass
@@ -116,7 +116,7 @@ def expected_bits(
     gs: np.ndarray | None = None,
 ) -> np.ndarray:
     """As ``_expected_bits``, with every NaN (e.g. 0 * inf) as PTX's canonical NaN 0x7FFF."""
-    from .isa import _canonical_nan
+    from ..ir.isa import _canonical_nan
 
     bits = _expected_bits(spec, words, zeros, scales, fzeros, gs)
     fmt = _fmt(spec)
@@ -163,7 +163,7 @@ def _expected_bits(
 
 def _exact_sum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """x + y rounded to odd at 53 bits, so that one more rounding to <= 24 bits is exact (as in isa)."""
-    from .isa import _round_to_odd_sum
+    from ..ir.isa import _round_to_odd_sum
 
     with np.errstate(all="ignore"):
         return _round_to_odd_sum(x, y)

@@ -1,7 +1,7 @@
 """``dqgen bench``: the dequantize kernel against the device's copy bandwidth and against the other
 ways a user could do the same job, on the same inputs, each checked for equal output first.
 
-Method (dqgen.timing): the primary figure is one call after an L2 flush, CUDA events around it, the
+Method (dqgen.run.timing): the primary figure is one call after an L2 flush, CUDA events around it, the
 median of many (triton.testing.do_bench); the back-to-back CUDA-graph figure is a second column. Copy
 bandwidth is measured in the same run the same way. Bytes moved = packed weights + output + scales +
 zeros, each counted once. Every run also writes its rows as JSON (docs/bench/dequant.json).
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from .runtime import Kernel, default_variant
-from .spec import SourceKind, Spec
-from .timing import graph_us, method, single_call_us
+from ..core.spec import SourceKind, Spec
+from ..run.runtime import Kernel, default_variant
+from ..run.timing import graph_us, method, single_call_us
 
 DEFAULT_SHAPES = [(4096, 4096, 128), (4096, 11008, 128), (8192, 28672, 128), (18944, 37888, 128), (3584, 37888, -1)]
 
@@ -57,7 +57,7 @@ def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
     on the GPU. Multi-word blocks (3-bit) give qweight [K * words / per_block, N]."""
     torch = _torch()
     g = torch.Generator(device="cuda").manual_seed(seed)
-    from .reference import example_group_size
+    from ..check.reference import example_group_size
 
     P, gs = spec.per_word, example_group_size(spec, K)  # group_size auto: the usual 128 where it divides K
     G = K // gs if gs > 0 else 1
@@ -82,7 +82,7 @@ def make_global_scale(spec: Spec, seed: int) -> Any:
     """NVFP4's per-tensor fp32 global scale (a one-element tensor on the GPU), or None."""
     if not spec.scales.global_scale:
         return None
-    from .reference import random_global_scale
+    from ..check.reference import random_global_scale
 
     return _torch().from_numpy(random_global_scale(spec, seed)).to("cuda")
 
@@ -98,7 +98,7 @@ def classic(spec: Spec) -> bool:
 
 
 def triton_supported(spec: Spec) -> bool:
-    """Formats dqgen.bench_triton handles: integer codes in single words with target-dtype scales,
+    """Formats dqgen.tools.bench_triton handles: integer codes in single words with target-dtype scales,
     no zeros or packed integer zeros."""
     return (
         spec.words == 1
@@ -120,7 +120,7 @@ def make_g_idx(spec: Spec, K: int, seed: int) -> Any:
     if not spec.act_order:
         return None
     g = torch.Generator(device="cuda").manual_seed(seed)
-    from .reference import example_group_size
+    from ..check.reference import example_group_size
 
     ids = torch.arange(K, device="cuda", dtype=torch.int32) // example_group_size(spec, K)
     return ids[torch.randperm(K, device="cuda", generator=g)].contiguous()
@@ -135,8 +135,8 @@ def bytes_moved(spec: Spec, q: Any, s: Any, z: Any, K: int, N: int) -> int:
 
 
 def _cubin(source: str, name: str) -> bytes:
-    from . import device as dev
-    from .nvrtc import compile_source
+    from ..emit.nvrtc import compile_source
+    from ..run import device as dev
 
     cubin = compile_source(source, arch=dev.device_arch(0), want="cubin", name=name).cubin
     assert cubin is not None  # want="cubin" always gives one
@@ -175,8 +175,8 @@ def torch_eager(spec: Spec) -> Callable:
 
 def naive_cuda(spec: Spec) -> Callable:
     """A plain CUDA kernel: shifts, integer -> float conversion (static_cast), fp32 multiply, cvt."""
-    from . import device as dev
-    from .render import naive_source
+    from ..emit.render import naive_source
+    from ..run import device as dev
 
     src = naive_source(spec)
     kern = dev.LoadedKernel(_cubin(src, f"{spec.name}_naive.cu"), f"naive_{spec.name}", 0)
@@ -271,7 +271,7 @@ extern "C" __global__ void __launch_bounds__(256) traffic2(const unsigned* s, un
 
 def traffic_copy(spec: Spec) -> Callable:
     """A plain kernel with the format's read/write mix: read the packed words, write the output bytes."""
-    from . import device as dev
+    from ..run import device as dev
 
     torch = _torch()
     out_words = spec.per_word // 2
@@ -304,7 +304,7 @@ def traffic_copy(spec: Spec) -> Callable:
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     """GB/s of a device-to-device copy (read + write counted), timed like the dequantizers (one call
     after an L2 flush, median): the faster of torch's copy_ and a 16-byte-vector copy kernel."""
-    from . import device as dev
+    from ..run import device as dev
 
     torch = _torch()
     a = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda").random_()
@@ -326,7 +326,7 @@ def l2_bytes() -> int:
 def _shape_spec(spec: Spec, G: int) -> tuple[Spec, int]:
     if spec.scales.block:  # the block size is the format's (MXFP4: 32, NVFP4: 16), not the shape's
         G = spec.scales.group_size
-    from .spec import with_group_size
+    from ..core.spec import with_group_size
 
     return with_group_size(spec, G), G
 
@@ -364,8 +364,8 @@ def _bench_shape(
     reps: int,
     log: Callable[[str], None],
 ) -> list[Row]:
-    from .render import kernel_name
-    from .tune import load_tuning, tune
+    from ..emit.render import kernel_name
+    from ..run.tune import load_tuning, tune
 
     torch = _torch()
     rows: list[Row] = []
@@ -490,8 +490,8 @@ import json, sys, time
 t_import = time.perf_counter()
 import torch
 import dqgen
-from dqgen.bench import make_g_idx, make_global_scale, make_inputs
-from dqgen.spec import load_spec
+from dqgen.tools.bench import make_g_idx, make_global_scale, make_inputs
+from dqgen.core.spec import load_spec
 spec = load_spec(json.loads(sys.argv[1]))
 K, N = int(sys.argv[2]), int(sys.argv[3])
 q, s, z = make_inputs(spec, K, N, 0)
@@ -601,8 +601,8 @@ def write_markdown(
         "tuning (a variant is kept only if it beats the default launch by >= 2% single-call); `dqgen default` is the",
         "launch rule without tuning. `copy, same bytes` is a plain kernel that reads the packed words and writes as",
         "many bytes as the output, with no arithmetic: a reference point for the write-heavy mix, not a ceiling.",
-        "`triton` is dqgen.bench_triton: tiles of whole packed words loaded once, unpacked by shifts in registers,",
-        "scales and zeros loaded once per tile, tile sizes autotuned per shape.",
+        "`triton` is dqgen.tools.bench_triton: tiles of whole packed words loaded once, unpacked by shifts in",
+        "registers, scales and zeros loaded once per tile, tile sizes autotuned per shape.",
         "",
         "| spec | K x N | G | implementation | us | GB/s | % of copy | graph us | equal | variant |",
         "|---|---|---|---|---|---|---|---|---|---|",

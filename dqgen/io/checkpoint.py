@@ -66,8 +66,8 @@ import numpy as np
 from pydantic import ValidationError
 from safetensors import SafetensorError, safe_open
 
-from .packing import unpack_zeros
-from .spec import Spec
+from ..core.spec import Spec
+from ..layout.packing import unpack_zeros
 
 __all__ = [
     "QuantLayer",
@@ -967,7 +967,7 @@ _KERNELS: dict[str, Any] = {}
 def _kernel(spec: Spec) -> Any:
     key = spec.model_dump_json(exclude={"name", "description"})
     if key not in _KERNELS:
-        from .runtime import compile as compile_spec
+        from ..run.runtime import compile as compile_spec
 
         _KERNELS[key] = compile_spec(spec)
     return _KERNELS[key]
@@ -985,8 +985,8 @@ def _scale_once(diff: np.ndarray, layer: QuantLayer) -> np.ndarray:
     """round_target(diff * product_scales[row group]) for diff = q - z [K, N] (fp16 integers), on the CPU:
     the float64 product is exact (9 x 24 significant bits at most), and the reference's rounding rounds
     it once (numpy and ml_dtypes go float64 -> float32 -> bf16, which can round twice)."""
-    from .reference import _FORMAT_BITS, _round_array
-    from .spec import Target
+    from ..check.reference import _FORMAT_BITS, _round_array
+    from ..core.spec import Target
 
     assert layer.product_scales is not None
     K, N = diff.shape
@@ -1002,7 +1002,7 @@ def _scale_once(diff: np.ndarray, layer: QuantLayer) -> np.ndarray:
 
 def _dequantize(layer: QuantLayer, device: str, transpose: bool) -> np.ndarray:
     if device == "cpu":
-        from .reference import dequantize_reference
+        from ..check.reference import dequantize_reference
 
         w = dequantize_reference(layer.spec, layer.qweight, layer.scales, layer.zeros, layer.g_idx)
         if layer.product_scales is not None:
@@ -1059,7 +1059,7 @@ def _dequantize(layer: QuantLayer, device: str, transpose: bool) -> np.ndarray:
 def dequantize_layer(layer: QuantLayer, device: str = "cuda") -> np.ndarray:
     """``W[K, N]`` in ``layer.target`` (dqgen's orientation; ``dequantize_file`` writes its transpose).
     ``device="cuda"`` runs ``dqgen.compile(layer.spec)`` on torch CUDA tensors; ``"cpu"`` runs
-    ``dqgen.reference.dequantize_reference``. Both give the same bits."""
+    ``dqgen.check.reference.dequantize_reference``. Both give the same bits."""
     return _dequantize(layer, device, transpose=False)
 
 

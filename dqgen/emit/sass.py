@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from .magic import fmt_num
+from ..core.spec import Spec, load_spec
+from ..ir.magic import fmt_num
+from ..solve.solver import solve
 from .nvrtc import compile_source
 from .render import render_converter
-from .solver import solve
-from .spec import Spec, load_spec
 
 #: Instructions that convert integers to floats or between float widths: what the magic avoids.
 SLOW_CONVERSIONS = ("I2F", "I2FP", "F2F", "F2FP", "I2I")

@@ -113,7 +113,7 @@ MINIFLOAT_LAYOUT: dict[str, tuple[int, int, str]] = {
     "e2m1": (2, 1, "finite"),  # every code is finite
 }
 
-#: One line per minifloat source format, for ``dqgen list`` (``dqgen.formats.MINIFLOATS`` describes the bits).
+#: One line per minifloat source format, for ``dqgen list`` (``dqgen.core.formats.MINIFLOATS`` describes the bits).
 MINIFLOAT_DOCS: dict[str, str] = {
     "e4m3": "OCP OFP8 E4M3 (torch float8_e4m3fn)",
     "e5m2": "OCP OFP8 E5M2 (torch float8_e5m2)",
@@ -950,7 +950,7 @@ def _read_spec_file(p: Path) -> tuple[str, str]:
 
 
 #: The specs shipped with dqgen (inside the package, so an installed wheel has them too).
-SHIPPED_SPECS = Path(__file__).resolve().parent / "specs"
+SHIPPED_SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
 def shipped_specs() -> dict[str, Path]:

@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-from .formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat, MiniFloat, exact_bits
-from .isa import Const, Opcode, Operand, lut_of, prmt_selector
-from .magic import half_pair, pair_const
-from .plan import Plan, Stage
+from ..core.formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat, MiniFloat, exact_bits
+from ..core.spec import SourceKind, Spec
+from ..ir.isa import Const, Opcode, Operand, lut_of, prmt_selector
+from ..ir.magic import half_pair, pair_const
+from ..ir.plan import Plan, Stage
 from .solver import Builder, _inputs, _scale_stage, field_pos, target_format
-from .spec import SourceKind, Spec
 
 LUT_KEEP_SIGN = lut_of(lambda a, b, c: (a & c) | b)
 LUT_OR_MASKED = lut_of(lambda a, b, c: a | (b & c))

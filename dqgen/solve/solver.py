@@ -25,9 +25,10 @@ from fractions import Fraction
 from itertools import combinations
 from typing import Literal
 
-from .formats import BF16, FP16, FP32, FloatFormat
-from .isa import Const, Opcode, arith_ops, lut_of, prmt_selector
-from .magic import (
+from ..core.formats import BF16, FP16, FP32, FloatFormat
+from ..core.spec import SourceKind, Spec, Target
+from ..ir.isa import Const, Opcode, arith_ops, lut_of, prmt_selector
+from ..ir.magic import (
     field_mask,
     fmt_num,
     half_pair,
@@ -38,8 +39,7 @@ from .magic import (
     magic_value,
     pair_const,
 )
-from .plan import Input, Op, Plan, Stage
-from .spec import SourceKind, Spec, Target
+from ..ir.plan import Input, Op, Plan, Stage
 
 LUT_AND_OR = lut_of(lambda a, b, c: (a & b) | c)
 LUT_AND_XOR = lut_of(lambda a, b, c: (a & b) ^ c)
@@ -840,7 +840,7 @@ def plan_key(plan: Plan) -> tuple:
 
 def candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
     """Every candidate plan (checked on every code at every lane) and notes on what failed."""
-    from .prove import quick_check
+    from ..check.prove import quick_check
 
     plans, notes = [], []
     for name, fn in STRATEGIES.items():

@@ -9,14 +9,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import device as dev
-from .magic import fmt_num
-from .nvrtc import CompileError, compile_source, nvrtc_version
-from .plan import Plan
-from .prove import prove
-from .render import render_converter, render_kernel
-from .solver import NoPlanError, solve
-from .spec import Spec
+from ..check.prove import prove
+from ..core.spec import Spec
+from ..emit.nvrtc import CompileError, compile_source, nvrtc_version
+from ..emit.render import render_converter, render_kernel
+from ..ir.magic import fmt_num
+from ..ir.plan import Plan
+from ..run import device as dev
+from ..solve.solver import NoPlanError, solve
 
 #: An integer -> float conversion (cvt.rn.f16.s32, cvt.rn.f32.u32, ...): the slow path the magic numbers avoid.
 INT_TO_FLOAT_CVT = re.compile(r"\bcvt(?:\.\w+)*\.(?:f16|bf16|f32|f64)(?:x2)?\.[su](?:8|16|32|64)\b")
@@ -51,7 +51,7 @@ def build_spec(
     gpu: bool | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict:
-    from .spec import ARCH_RE, arch_problem, shown
+    from ..core.spec import ARCH_RE, arch_problem, shown
 
     # the same check as the spec's arch field, before anything is written
     problem = arch_problem(arch)
@@ -118,9 +118,9 @@ def build_spec(
 def gpu_step(spec: Spec, seconds: dict | None = None) -> dict:
     """Bit-exact checks against the reference on GPU 0 (driver-API memory: no torch needed), then tuning where
     this GPU has not tuned this kernel. ``seconds`` gets the check's and the tuner's times."""
-    from .gpucheck import build_shapes, check_shape
-    from .runtime import Kernel
-    from .tune import load_tuning, tune
+    from ..run.gpucheck import build_shapes, check_shape
+    from ..run.runtime import Kernel
+    from ..run.tune import load_tuning, tune
 
     t0 = time.perf_counter()
     kernel = Kernel(spec)

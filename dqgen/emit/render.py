@@ -1,7 +1,7 @@
 """Render a Plan to CUDA C++ with inline PTX, through the Jinja templates in ``templates/``.
 
 The templates receive only validated values: register names matching ``[a-z][a-z0-9_]*``,
-integers (printed here as hex literals), opcodes from ``dqgen.isa`` and spec fields that the
+integers (printed here as hex literals), opcodes from ``dqgen.ir.isa`` and spec fields that the
 schema has already constrained. Comments are built from the Plan's derivations, with anything
 that could end a comment or a line removed.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import jinja2
 
-from .isa import Const, prmt_selector
-from .magic import fmt_num, half_pair
-from .plan import Plan
-from .spec import Spec
+from ..core.spec import Spec
+from ..ir.isa import Const, prmt_selector
+from ..ir.magic import fmt_num, half_pair
+from ..ir.plan import Plan
 
 #: Shipped inside the package (wheel and checkout alike).
 TEMPLATES = Path(__file__).resolve().parent / "templates"

@@ -1,5 +1,5 @@
 """Launch-parameter tuning: time every aligned kernel variant once per GPU and kernel source the way
-one call happens in a model (dqgen.timing), keep one only where it clearly beats the default launch
+one call happens in a model (dqgen.run.timing), keep one only where it clearly beats the default launch
 rule, and cache the choice next to the compiled kernels, so `dqgen build` on a new GPU tunes once."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ..emit.nvrtc import default_cache_dir
+from ..emit.render import Variant, kernel_name, variants
 from . import device as dev
-from .nvrtc import default_cache_dir
-from .render import Variant, kernel_name, variants
 from .timing import keep_tuned, method, single_call_us
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def tune(kernel: Kernel, ordinal: int = 0) -> dict:
     return the choices with every timing."""
     import torch
 
-    from .bench import make_g_idx, make_global_scale, make_inputs
+    from ..tools.bench import make_g_idx, make_global_scale, make_inputs
     from .runtime import default_variant
 
     best: dict[str, dict] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .formats import FloatFormat
+from ..core.formats import FloatFormat
 from .isa import Const
 
 

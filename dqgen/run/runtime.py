@@ -19,12 +19,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from ..check.prove import quick_check
+from ..core.spec import Spec, load_spec, resolve_group_size
+from ..emit.nvrtc import cache_lookup, compile_source
+from ..emit.render import BLOCK, Variant, kernel_name, render_kernel, variants
+from ..solve.solver import solve
 from . import device as dev
-from .nvrtc import cache_lookup, compile_source
-from .prove import quick_check
-from .render import BLOCK, Variant, kernel_name, render_kernel, variants
-from .solver import solve
-from .spec import Spec, load_spec, resolve_group_size
 
 _INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
 # gridDim.x limit; past it the kernel loops over tiles (grid-stride).
@@ -224,7 +224,7 @@ _traced_call: Callable[..., Any] | None = None
 
 
 def _hook_torch() -> None:
-    """Register the torch custom ops (dqgen.torch_op) once torch is imported; never imports torch itself."""
+    """Register the torch custom ops (dqgen.run.torch_op) once torch is imported; never imports torch itself."""
     global _compiling, _traced_call
     if _compiling is _never and "torch" in sys.modules:
         from . import torch_op
@@ -382,7 +382,7 @@ class Kernel:
         v = variant or self.variant_for(q.device, prob)
         if v not in variants(self.spec):
             raise ValueError(
-                f"variant {v} is not instantiated for {self.spec.name}; choose one of dqgen.render.variants(spec)"
+                f"variant {v} is not instantiated for {self.spec.name}; choose one of dqgen.emit.render.variants(spec)"
             )
         if v.aligned and not prob.aligned:
             raise ShapeError(f"qweight: variant {kernel_name(self.spec, v)} needs 16-byte aligned tensors")
@@ -425,7 +425,7 @@ class Kernel:
         out: Any = None,
         stream: Any = None,
     ) -> Any:
-        if _compiling():  # traced by torch.compile: one custom op in the graph (see dqgen.torch_op)
+        if _compiling():  # traced by torch.compile: one custom op in the graph (see dqgen.run.torch_op)
             assert _traced_call is not None
             return _traced_call(self, qweight, scales, zeros, g_idx, global_scale, out)
         torch = sys.modules.get("torch")

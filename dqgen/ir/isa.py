@@ -17,7 +17,7 @@ from functools import cache
 
 import numpy as np
 
-from .formats import BF16, FP16, FP32, FloatFormat
+from ..core.formats import BF16, FP16, FP32, FloatFormat
 
 U32 = np.uint32
 MASK32 = 0xFFFFFFFF
@@ -239,7 +239,7 @@ def _table(fn: Callable[[int], int], n: int) -> np.ndarray:
 
 @cache
 def _fp8_to_f16_table(name: str) -> np.ndarray:
-    from .formats import MINIFLOATS, exact_bits
+    from ..core.formats import MINIFLOATS, exact_bits
 
     mf = MINIFLOATS[name]
     return _table(lambda c: exact_bits(FP16, mf.decode(c)), 256)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .anchors import published
-from .formats import FORMATS, FloatFormat
-from .isa import Const, Opcode
-from .magic import fmt_num
-from .plan import STAGES, Plan
-from .printable import printable
-from .prove import ProofResult
-from .spec import Spec
+from ..check.anchors import published
+from ..check.prove import ProofResult
+from ..core.formats import FORMATS, FloatFormat
+from ..core.printable import printable
+from ..core.spec import Spec
+from ..ir.isa import Const, Opcode
+from ..ir.magic import fmt_num
+from ..ir.plan import STAGES, Plan
 
 Bit = tuple  # ("c", 0|1) | ("w", element, inverted) | ("z", element) | ("?",)
 

@@ -1,0 +1,2 @@
+"""Reading and writing users' files: quantized safetensors checkpoints (checkpoint). Imports core, layout,
+check.reference and run (lazily)."""
