@@ -20,7 +20,7 @@ def overhead() -> dict:
     import triton.testing
 
     import dqgen
-    from dqgen.tools.bench import make_inputs
+    from dqgen.run.inputs import make_inputs
 
     k = dqgen.compile("awq_int4_fp16")
     res: dict = {"gpu": torch.cuda.get_device_name(0)}
@@ -81,7 +81,7 @@ def first_call() -> dict:
     torch.zeros(1, device="cuda")
     t1 = time.perf_counter()
     import dqgen
-    from dqgen.tools.bench import make_inputs
+    from dqgen.run.inputs import make_inputs
 
     t2 = time.perf_counter()
     k = dqgen.compile("awq_int4_fp16")

@@ -10,9 +10,10 @@ import torch
 
 from dqgen.core.spec import load_spec
 from dqgen.emit.render import kernel_name, variants
+from dqgen.run.inputs import make_inputs
 from dqgen.run.runtime import Kernel
 from dqgen.run.timing import single_call_us
-from dqgen.tools.bench import bytes_moved, make_inputs
+from dqgen.tools.bench import bytes_moved
 
 
 def main(args: list[str]) -> None:

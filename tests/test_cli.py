@@ -266,7 +266,7 @@ def _presets() -> list[tuple[str, str, str]]:
     """(spec field, preset name, its one-line description) of every preset, enumerated from dqgen.core.spec."""
     from typing import get_args
 
-    from dqgen import spec as sp
+    from dqgen.core import spec as sp
 
     return (
         [("packing.order", n, sp.ORDER_PRESET_DOCS[n]) for n in sp.ORDER_PRESETS]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dqgen import device
+from dqgen.run import device
 from dqgen.emit.nvrtc import CompileError, compile_source, default_cache_dir, nvrtc_version
 
 LOP3_SRC = r"""

@@ -10,12 +10,12 @@ import pytest
 
 from dqgen.core.spec import load_spec
 from dqgen.run.timing import EventBackend, keep_tuned, median_single_call_us
+from dqgen.tools.baselines import field_shifts
 from dqgen.tools.bench import (
     JSON_ROW_KEYS,
     Row,
     behind_triton,
     bench_document,
-    field_shifts,
     rows_json,
     write_json,
     write_markdown,

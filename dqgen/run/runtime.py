@@ -25,6 +25,7 @@ from ..emit.nvrtc import cache_lookup, compile_source
 from ..emit.render import BLOCK, Variant, kernel_name, render_kernel, variants
 from ..solve.solver import solve
 from . import device as dev
+from .tune import default_variant, load_tuning, size_class
 
 _INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
 # gridDim.x limit; past it the kernel loops over tiles (grid-stride).
@@ -196,17 +197,6 @@ def infer_problem(
     return Problem(K, N, G, aligned, gs)
 
 
-def default_variant(spec: Spec, aligned: bool) -> Variant:
-    """The launch rule before tuning: 4 rows per thread along N (one zero/scale preparation for
-    4 rows, 4 independent loads in flight), 2 word-rows (16 rows of K) along K, one block (32 rows
-    of K, 3 word-rows) for multi-word blocks."""
-    rows = 4 if spec.packing.axis == "N" else 1 if spec.words > 1 else 2  # multi-word: 1 block = 32 rows of K
-    for v in variants(spec):
-        if v.rows == rows and v.aligned == aligned and not v.stream and (v.vec == 1 or spec.packing.axis == "K"):
-            return v
-    raise AssertionError("no default variant")
-
-
 #: Loaded entry points of this process, by (sha256 of the variant's source, arch, entry name, device): a second
 #: Kernel of the same spec reuses the module, with no disk-cache read and no module load.
 _MODULES: dict[tuple[str, str, str, int], dev.LoadedKernel] = {}
@@ -229,7 +219,7 @@ def _hook_torch() -> None:
     if _compiling is _never and "torch" in sys.modules:
         from . import torch_op
 
-        torch_op.register()
+        torch_op.register(_KERNELS)
         _traced_call = torch_op.traced_call
         _compiling = sys.modules["torch"].compiler.is_compiling
 
@@ -319,8 +309,6 @@ class Kernel:
     def variant_for(self, ordinal: int, prob: Problem) -> Variant:
         """The variant tuned on this GPU for the problem's size class (`dqgen build` tunes once),
         else the default rule; unaligned tensors always take the 4-byte-access variant."""
-        from .tune import load_tuning, size_class
-
         if ordinal not in self._tuned:
             self._tuned[ordinal] = load_tuning(self, ordinal)
         tuned = self._tuned[ordinal]

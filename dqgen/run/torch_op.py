@@ -8,6 +8,7 @@ Imported by dqgen.run.runtime once torch is loaded; never imports torch on its o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -16,23 +17,24 @@ if TYPE_CHECKING:
     from .runtime import Kernel
 
 _registered = False
+#: runtime's live Kernels by op_key, handed over by register() (importing runtime here would be a cycle).
+_kernels: Mapping[str, Kernel] = {}
 
 
 def _kernel(key: str) -> Kernel:
-    from .runtime import _KERNELS
-
-    return _KERNELS[key]
+    return _kernels[key]
 
 
 def _dtype(kernel: Kernel) -> torch.dtype:
     return torch.float16 if kernel.spec.target.value == "fp16" else torch.bfloat16
 
 
-def register() -> None:
-    global _registered
+def register(kernels: Mapping[str, Kernel]) -> None:
+    global _registered, _kernels
     if _registered:
         return
     _registered = True
+    _kernels = kernels
 
     @torch.library.custom_op("dqgen::dequantize", mutates_args=(), device_types="cuda")
     def dequantize(

@@ -10,9 +10,11 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ..core.spec import Spec
 from ..emit.nvrtc import default_cache_dir
 from ..emit.render import Variant, kernel_name, variants
 from . import device as dev
+from .inputs import make_g_idx, make_global_scale, make_inputs
 from .timing import keep_tuned, method, single_call_us
 
 if TYPE_CHECKING:
@@ -27,6 +29,17 @@ SMALL_MAX_ELEMENTS = 1 << 24  # 4096 x 4096
 
 #: Bumped when the timing or the keep rule changes.
 TUNE_METHOD = "single-call-l2-flushed-keep-2pct"
+
+
+def default_variant(spec: Spec, aligned: bool) -> Variant:
+    """The launch rule before tuning: 4 rows per thread along N (one zero/scale preparation for
+    4 rows, 4 independent loads in flight), 2 word-rows (16 rows of K) along K, one block (32 rows
+    of K, 3 word-rows) for multi-word blocks."""
+    rows = 4 if spec.packing.axis == "N" else 1 if spec.words > 1 else 2  # multi-word: 1 block = 32 rows of K
+    for v in variants(spec):
+        if v.rows == rows and v.aligned == aligned and not v.stream and (v.vec == 1 or spec.packing.axis == "K"):
+            return v
+    raise AssertionError("no default variant")
 
 
 def size_class(K: int, N: int) -> str:
@@ -70,9 +83,6 @@ def tune(kernel: Kernel, ordinal: int = 0) -> dict:
     only where it beats the default by KEEP_MARGIN (so tuning never makes a call slower); cache and
     return the choices with every timing."""
     import torch
-
-    from ..tools.bench import make_g_idx, make_global_scale, make_inputs
-    from .runtime import default_variant
 
     best: dict[str, dict] = {}
     timings: dict[str, dict[str, float]] = {}

@@ -25,9 +25,9 @@ from fractions import Fraction
 from itertools import combinations
 from typing import Literal
 
-from ..core.formats import BF16, FP16, FP32, FloatFormat
-from ..core.spec import SourceKind, Spec, Target
-from ..ir.isa import Const, Opcode, arith_ops, lut_of, prmt_selector
+from ..core.formats import BF16, FP32, FloatFormat
+from ..core.spec import SourceKind, Spec
+from ..ir.isa import Const, Opcode, lut_of, prmt_selector
 from ..ir.magic import (
     field_mask,
     fmt_num,
@@ -39,7 +39,9 @@ from ..ir.magic import (
     magic_value,
     pair_const,
 )
-from ..ir.plan import Input, Op, Plan, Stage
+from ..ir.plan import Plan, Stage
+from .common import Builder, field_pos, plan_inputs, scale_stage, target_format, word_names
+from .solver_float import codebook_candidates, minifloat_candidates
 
 LUT_AND_OR = lut_of(lambda a, b, c: (a & b) | c)
 LUT_AND_XOR = lut_of(lambda a, b, c: (a & b) ^ c)
@@ -53,14 +55,6 @@ LUT_WHY = {
 
 class NoPlanError(ValueError):
     """No strategy can convert this spec exactly."""
-
-
-def target_format(spec: Spec) -> FloatFormat:
-    return FP16 if spec.target is Target.fp16 else BF16
-
-
-def field_pos(spec: Spec, element: int) -> int:
-    return spec.source.bits * spec.order.index(element)
 
 
 def code_offset(spec: Spec) -> int:
@@ -164,132 +158,6 @@ def choose_placements(
 
 
 # ----------------------------------------------------------------------------- plan building
-
-
-class Builder:
-    def __init__(self, spec: Spec, fmt: FloatFormat) -> None:
-        self.spec, self.fmt = spec, fmt
-        self.ops: list[Op] = []
-        self.ar = arith_ops(fmt)
-
-    def emit(
-        self, opcode: Opcode, dst: str, args: tuple, why: str, stage: Stage, imm: int | None = None, imm_why: str = ""
-    ) -> str:
-        self.ops.append(Op(opcode, dst, tuple(args), why, stage, imm, imm_why))
-        return dst
-
-    def has(self, opcode: Opcode) -> bool:
-        return opcode.min_sm <= self.spec.sm
-
-    def sub(self, dst: str, a: str, b: str | Const, why: str, stage: Stage) -> str:
-        """a - b, as sub where the arch has it, else as fma (bf16x2 sub starts at sm_90)."""
-        if self.has(self.ar["sub"]):
-            return self.emit(self.ar["sub"], dst, (a, b), why, stage)
-        one = pair_const(
-            self.fmt, 1, 1, f"1.0 in both halves ({self.ar['sub'].ptx} needs sm_90; fma(x, 1, -c) is the same rounding)"
-        )
-        if isinstance(b, Const):
-            neg = pair_const(
-                self.fmt, -self.fmt.decode(b.value & 0xFFFF), -self.fmt.decode(b.value >> 16), "minus " + b.why
-            )
-            return self.emit(self.ar["fma"], dst, (a, one, neg), why, stage)
-        minus_one = pair_const(self.fmt, -1, -1, "-1.0: fma(b, -1, a) = a - b, exact here")
-        return self.emit(self.ar["fma"], dst, (b, minus_one, a), why, stage)
-
-    def mul(self, dst: str, a: str, b: str | Const, why: str, stage: Stage) -> str:
-        if self.has(self.ar["mul"]):
-            return self.emit(self.ar["mul"], dst, (a, b), why, stage)
-        neg_zero = Const(
-            half_pair(1 << 15, 1 << 15),
-            "-0.0 in both halves: fma(a, b, -0) = a*b with one rounding, and keeps the sign of a zero product",
-            f"{self.fmt.name}x2",
-        )
-        return self.emit(self.ar["fma"], dst, (a, b, neg_zero), why + f" ({self.ar['mul'].ptx} needs sm_90)", stage)
-
-
-def word_names(spec: Spec) -> list[str]:
-    return ["w"] if spec.words == 1 else [f"w{k}" for k in range(spec.words)]
-
-
-def _inputs(spec: Spec, pairs: int) -> list[Input]:
-    if spec.words == 1:
-        ins = [
-            Input(
-                "w",
-                "word",
-                f"one packed 32-bit word: {spec.per_word} codes of {spec.source.bits} bits, "
-                f"field j = element {spec.order}[j]",
-            )
-        ]
-    else:
-        ins = [
-            Input(
-                n,
-                "word",
-                f"word {k} of a {spec.words}-word block: {spec.per_word} codes of {spec.source.bits} bits, "
-                f"code i at bits [{spec.source.bits}i, {spec.source.bits}i+{spec.source.bits}) of the block",
-            )
-            for k, n in enumerate(word_names(spec))
-        ]
-    if spec.zeros.packed:
-        doc = (
-            "the packed zero-point word of the same columns, same layout"
-            if spec.packing.axis == "N"
-            else "a word holding each element's stored zero point in its field "
-            "(the kernel replicates the column's zero)"
-        )
-        ins.append(Input("z", "zero_word", doc))
-    if spec.scales.block:
-        dtype = spec.scales.dtype
-        assert dtype is not None, "ScaleSpec.block is true only when a block-scale dtype is set"
-        ins.append(Input("sc", "scale_code", f"the block's {dtype.value} scale code (one byte, zero-extended)"))
-        if spec.scales.global_scale:
-            ins.append(Input("gs", "global_scale", "the tensor's fp32 global scale (its bits)"))
-    else:
-        ins += [
-            Input(f"s{i}", "scale", f"scales of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)")
-            for i in range(pairs)
-        ]
-    if spec.zeros.mode in ("float", "additive"):
-        what = "float zero points" if spec.zeros.mode == "float" else "additive (pre-scaled) zeros"
-        ins += [
-            Input(f"f{i}", "zero_float", f"{what} of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)")
-            for i in range(pairs)
-        ]
-    return ins
-
-
-def _scale_stage(B: Builder, diffs: list[str]) -> list[str]:
-    """Apply scale (and a float or additive zero) with exactly the roundings the spec documents."""
-    mode, fmt = B.spec.zeros.mode, B.fmt.name
-    outs = []
-    for i, d in enumerate(diffs):
-        if mode == "float":
-            t = B.sub(
-                f"t{i}",
-                d,
-                f"f{i}",
-                f"q - z for a float zero point, rounded to {fmt} (the first of two roundings)",
-                "scale",
-            )
-            outs.append(
-                B.mul(f"out{i}", t, f"s{i}", f"(q - z) * scale, rounded to {fmt} (the second rounding)", "scale")
-            )
-        elif mode == "additive":
-            outs.append(
-                B.emit(
-                    B.ar["fma"],
-                    f"out{i}",
-                    (d, f"s{i}", f"f{i}"),
-                    f"q * scale + b, one rounding to nearest-even {fmt} (fma)",
-                    "scale",
-                )
-            )
-        else:
-            outs.append(
-                B.mul(f"out{i}", d, f"s{i}", f"(code - zero) * scale, rounded once to nearest-even {fmt}", "scale")
-            )
-    return outs
 
 
 def _flip_signs(B: Builder) -> str:
@@ -478,7 +346,7 @@ def build_lanes(spec: Spec, prexor: bool, shifts: frozenset[int], chosen: list[P
                 LUT_WHY[lut],
             )
         diffs.append(_fixup(B, x, pl, off, zregs[i], i))
-    outs = _scale_stage(B, diffs)
+    outs = scale_stage(B, diffs)
     kinds = sorted({p.kind for p in chosen})
     summary = (
         f"fields placed by {', '.join(kinds)}"
@@ -493,7 +361,7 @@ def build_lanes(spec: Spec, prexor: bool, shifts: frozenset[int], chosen: list[P
         fmt.name,
         spec.sm,
         spec.per_word,
-        _inputs(spec, len(chosen)),
+        plan_inputs(spec, len(chosen)),
         B.ops,
         outs,
         _facts(fmt),
@@ -578,7 +446,7 @@ def build_lanes_multiword(spec: Spec) -> Plan:
                 LUT_WHY[lut],
             )
             diffs.append(_fixup(B, x, pl, off, None, p))
-    outs = _scale_stage(B, diffs)
+    outs = scale_stage(B, diffs)
     summary = (
         f"{spec.words}-word blocks cut into 32-bit windows by funnel shifts; "
         f"fields placed by {', '.join(sorted(kinds))}, "
@@ -591,7 +459,7 @@ def build_lanes_multiword(spec: Spec) -> Plan:
         fmt.name,
         spec.sm,
         spec.per_word,
-        _inputs(spec, spec.per_word // 2),
+        plan_inputs(spec, spec.per_word // 2),
         B.ops,
         outs,
         _facts(fmt),
@@ -667,7 +535,7 @@ def build_sign_split(spec: Spec, shifts: frozenset[int], chosen: list[Placement]
             LUT_WHY[lut],
         )
         diffs.append(B.sub(f"d{i}", t0, t1, f"({A} + low) - ({A} + {A}*({what})) = code value, exact", "convert"))
-    outs = _scale_stage(B, diffs)
+    outs = scale_stage(B, diffs)
     summary = (
         f"each {b}-bit field split in two LOP3s: low {b - 1} bits into the {fmt.name} mantissa under {A}, "
         f"the top bit into the exponent's lowest bit (x2 = +{A}); one subtraction"
@@ -679,7 +547,7 @@ def build_sign_split(spec: Spec, shifts: frozenset[int], chosen: list[Placement]
         fmt.name,
         spec.sm,
         spec.per_word,
-        _inputs(spec, len(chosen)),
+        plan_inputs(spec, len(chosen)),
         B.ops,
         outs,
         _facts(fmt),
@@ -794,7 +662,7 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
                 f"byte moves {picks}: the high halves of a and b",
             )
         )
-    outs = _scale_stage(B, diffs)
+    outs = scale_stage(B, diffs)
     summary = (
         "each byte PRMT-ed under the fp32 magic 2^23, one fp32 subtraction each, "
         "then two fp32 packed to bf16x2 by taking their upper halves"
@@ -807,7 +675,7 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
             fmt.name,
             spec.sm,
             spec.per_word,
-            _inputs(spec, spec.per_word // 2),
+            plan_inputs(spec, spec.per_word // 2),
             B.ops,
             outs,
             _facts(fmt, FP32),
@@ -818,8 +686,6 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
 def _integer(spec: Spec) -> bool:
     return spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
 
-
-from .solver_float import codebook_candidates, minifloat_candidates  # noqa: E402 - they build on the helpers above
 
 STRATEGIES = {
     "lanes": lanes_candidates,

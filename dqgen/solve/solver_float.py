@@ -26,7 +26,7 @@ from ..core.spec import SourceKind, Spec
 from ..ir.isa import Const, Opcode, Operand, lut_of, prmt_selector
 from ..ir.magic import half_pair, pair_const
 from ..ir.plan import Plan, Stage
-from .solver import Builder, _inputs, _scale_stage, field_pos, target_format
+from .common import Builder, field_pos, plan_inputs, scale_stage, target_format
 
 LUT_KEEP_SIGN = lut_of(lambda a, b, c: (a & c) | b)
 LUT_OR_MASKED = lut_of(lambda a, b, c: a | (b & c))
@@ -600,7 +600,7 @@ def _finish(B: Builder, spec: Spec, strategy: str, summary: str, converted: list
     if spec.scales.block:
         outs, scale_regs = _block_scale_stage(B, converted)
     else:
-        outs = _scale_stage(B, converted)
+        outs = scale_stage(B, converted)
     return Plan(
         spec.name,
         strategy,
@@ -608,7 +608,7 @@ def _finish(B: Builder, spec: Spec, strategy: str, summary: str, converted: list
         target_format(spec).name,
         spec.sm,
         spec.per_word,
-        _inputs(spec, spec.per_word // 2),
+        plan_inputs(spec, spec.per_word // 2),
         B.ops,
         outs,
         facts,

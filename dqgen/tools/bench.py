@@ -21,8 +21,11 @@ from typing import Any
 import numpy as np
 
 from ..core.spec import SourceKind, Spec
-from ..run.runtime import Kernel, default_variant
+from ..run.inputs import make_g_idx, make_global_scale, make_inputs
+from ..run.runtime import Kernel
 from ..run.timing import graph_us, method, single_call_us
+from ..run.tune import default_variant
+from .baselines import classic, field_shifts
 
 DEFAULT_SHAPES = [(4096, 4096, 128), (4096, 11008, 128), (8192, 28672, 128), (18944, 37888, 128), (3584, 37888, -1)]
 
@@ -46,84 +49,6 @@ def _torch():
     import torch
 
     return torch
-
-
-#: Block-scale codes make_inputs draws from: scales of ordinary size (e8m0: 2^-10 .. 2^2; e4m3: 2^-2 .. 2^4).
-_BLOCK_SCALE_CODES = {"e8m0": (117, 130), "e4m3": (0x28, 0x58)}
-
-
-def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
-    """Full-range random packed words, random signed scales (block scales: uint8 codes), random zeros,
-    on the GPU. Multi-word blocks (3-bit) give qweight [K * words / per_block, N]."""
-    torch = _torch()
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    from ..check.reference import example_group_size
-
-    P, gs = spec.per_word, example_group_size(spec, K)  # group_size auto: the usual 128 where it divides K
-    G = K // gs if gs > 0 else 1
-    qshape = (K, N // P) if spec.packing.axis == "N" else (K // P * spec.words, N)
-    q = torch.randint(-(2**31), 2**31, qshape, dtype=torch.int32, device="cuda", generator=g)
-    tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
-    if spec.scales.block:
-        lo, hi = _BLOCK_SCALE_CODES[spec.scales.dtype.value]
-        s = torch.randint(lo, hi, (G, N), dtype=torch.uint8, device="cuda", generator=g)
-    else:
-        s = (torch.rand((G, N), device="cuda", generator=g) * 2 - 1).mul_(0.05).to(tdt)
-    if spec.zeros.packed:
-        z = torch.randint(-(2**31), 2**31, (G, N // P), dtype=torch.int32, device="cuda", generator=g)
-    elif spec.zeros.mode in ("float", "additive"):
-        z = (torch.rand((G, N), device="cuda", generator=g) * (1 << spec.source.bits)).to(tdt)
-    else:
-        z = None
-    return q, s, z
-
-
-def make_global_scale(spec: Spec, seed: int) -> Any:
-    """NVFP4's per-tensor fp32 global scale (a one-element tensor on the GPU), or None."""
-    if not spec.scales.global_scale:
-        return None
-    from ..check.reference import random_global_scale
-
-    return _torch().from_numpy(random_global_scale(spec, seed)).to("cuda")
-
-
-def classic(spec: Spec) -> bool:
-    """Formats the other implementations (torch eager, static_cast CUDA, Triton) know: integer codes
-    in single words with target-dtype scales."""
-    return (
-        spec.words == 1
-        and not spec.scales.block
-        and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
-    )
-
-
-def triton_supported(spec: Spec) -> bool:
-    """Formats dqgen.tools.bench_triton handles: integer codes in single words with target-dtype scales,
-    no zeros or packed integer zeros."""
-    return (
-        spec.words == 1
-        and not spec.scales.block
-        and not spec.act_order
-        and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
-        and spec.zeros.mode in ("none", "integer")
-    )
-
-
-def field_shifts(spec: Spec) -> list[int]:
-    """Bit offset of element e of a packed word, for e in 0..P-1 (the spec's field order)."""
-    return [spec.source.bits * spec.order.index(e) for e in range(spec.per_word)]
-
-
-def make_g_idx(spec: Spec, K: int, seed: int) -> Any:
-    """An act-order g_idx as GPTQ desc_act makes it: each group id group_size times, shuffled."""
-    torch = _torch()
-    if not spec.act_order:
-        return None
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    from ..check.reference import example_group_size
-
-    ids = torch.arange(K, device="cuda", dtype=torch.int32) // example_group_size(spec, K)
-    return ids[torch.randperm(K, device="cuda", generator=g)].contiguous()
 
 
 def bytes_moved(spec: Spec, q: Any, s: Any, z: Any, K: int, N: int) -> int:
@@ -490,7 +415,7 @@ import json, sys, time
 t_import = time.perf_counter()
 import torch
 import dqgen
-from dqgen.tools.bench import make_g_idx, make_global_scale, make_inputs
+from dqgen.run.inputs import make_g_idx, make_global_scale, make_inputs
 from dqgen.core.spec import load_spec
 spec = load_spec(json.loads(sys.argv[1]))
 K, N = int(sys.argv[2]), int(sys.argv[3])

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from ..core.spec import SourceKind, Spec
-from .bench import field_shifts, triton_supported
+from .baselines import field_shifts, triton_supported
 
 _N_CONFIGS = [
     triton.Config({"BLOCK_K": bk, "BLOCK_W": bw}, num_warps=nw)

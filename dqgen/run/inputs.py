@@ -1,0 +1,66 @@
+"""Random device inputs for timing a kernel (tune and the bench share them): full-range packed words,
+scales of ordinary size, zeros, act-order g_idx and the NVFP4 global scale, drawn on the GPU from a seed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.spec import Spec
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+#: Block-scale codes make_inputs draws from: scales of ordinary size (e8m0: 2^-10 .. 2^2; e4m3: 2^-2 .. 2^4).
+_BLOCK_SCALE_CODES = {"e8m0": (117, 130), "e4m3": (0x28, 0x58)}
+
+
+def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
+    """Full-range random packed words, random signed scales (block scales: uint8 codes), random zeros,
+    on the GPU. Multi-word blocks (3-bit) give qweight [K * words / per_block, N]."""
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    from ..check.reference import example_group_size
+
+    P, gs = spec.per_word, example_group_size(spec, K)  # group_size auto: the usual 128 where it divides K
+    G = K // gs if gs > 0 else 1
+    qshape = (K, N // P) if spec.packing.axis == "N" else (K // P * spec.words, N)
+    q = torch.randint(-(2**31), 2**31, qshape, dtype=torch.int32, device="cuda", generator=g)
+    tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
+    if spec.scales.block:
+        assert spec.scales.dtype is not None, "ScaleSpec.block is true only when a block-scale dtype is set"
+        lo, hi = _BLOCK_SCALE_CODES[spec.scales.dtype.value]
+        s = torch.randint(lo, hi, (G, N), dtype=torch.uint8, device="cuda", generator=g)
+    else:
+        s = (torch.rand((G, N), device="cuda", generator=g) * 2 - 1).mul_(0.05).to(tdt)
+    if spec.zeros.packed:
+        z = torch.randint(-(2**31), 2**31, (G, N // P), dtype=torch.int32, device="cuda", generator=g)
+    elif spec.zeros.mode in ("float", "additive"):
+        z = (torch.rand((G, N), device="cuda", generator=g) * (1 << spec.source.bits)).to(tdt)
+    else:
+        z = None
+    return q, s, z
+
+
+def make_global_scale(spec: Spec, seed: int) -> Any:
+    """NVFP4's per-tensor fp32 global scale (a one-element tensor on the GPU), or None."""
+    if not spec.scales.global_scale:
+        return None
+    from ..check.reference import random_global_scale
+
+    return _torch().from_numpy(random_global_scale(spec, seed)).to("cuda")
+
+
+def make_g_idx(spec: Spec, K: int, seed: int) -> Any:
+    """An act-order g_idx as GPTQ desc_act makes it: each group id group_size times, shuffled."""
+    torch = _torch()
+    if not spec.act_order:
+        return None
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    from ..check.reference import example_group_size
+
+    ids = torch.arange(K, device="cuda", dtype=torch.int32) // example_group_size(spec, K)
+    return ids[torch.randperm(K, device="cuda", generator=g)].contiguous()
