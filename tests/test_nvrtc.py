@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dqgen.run import device
 from dqgen.emit.nvrtc import CompileError, compile_source, default_cache_dir, nvrtc_version
+from dqgen.run import device
 
 LOP3_SRC = r"""
 extern "C" __global__ void k(unsigned* p) {

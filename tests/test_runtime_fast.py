@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 import dqgen.run.runtime as rt
-from dqgen.run import device as dev
 from dqgen.check.reference import dequantize_reference, random_inputs
 from dqgen.cli import app
 from dqgen.core.spec import SpecError, load_spec, with_group_size
 from dqgen.emit.render import kernel_name, variants
+from dqgen.run import device as dev
 from dqgen.run.runtime import Kernel, ShapeError, infer_problem
 from dqgen.run.tune import default_variant
 
