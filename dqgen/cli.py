@@ -278,7 +278,15 @@ def bench(
             _fail("dqgen bench --gru needs an NVIDIA GPU (none found)")
         from .gru.bench import bench_gru, markdown_table
 
-        typer.echo(markdown_table(bench_gru(out_json=Path("docs/bench/gru.json"))))
+        gru_rows = bench_gru(
+            out_json=Path(record) if record else Path(docs or "docs/performance.md").parent / "bench/gru.json"
+        )
+        typer.echo(markdown_table(gru_rows))
+        if docs:
+            from .gru.bench import performance_section
+            from .tools.report import write_section
+
+            write_section(Path(docs), "gru", performance_section(gru_rows))
         return
     if not specs:
         _fail("specs: expected at least one spec (a YAML file or a shipped name), or --gru")

@@ -589,7 +589,9 @@ def write_markdown(
             )
     if sass:
         lines += ["", sass]
-    _write_whole(path, "\n".join(lines) + "\n")
+    from .report import write_section
+
+    write_section(path, "dequant", "\n".join(lines))
 
 
 def behind_triton(rows: list[Row]) -> list[str]:
@@ -652,16 +654,6 @@ def write_json(path: Path, doc: dict) -> None:
 
 
 def _write_whole(path: Path, text: str) -> None:
-    """Write whole or not at all: a temporary file in the same folder, then a rename."""
-    import os
-    import tempfile
+    from ..core.files import write_whole
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_whole(path, text)

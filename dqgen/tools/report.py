@@ -1,0 +1,32 @@
+"""docs/performance.md is written by several benchmarks (dequantize, GRU, later the matmuls): each owns one
+marked section and rewrites only that one, so a run of one bench never drops another's figures."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..core.files import write_whole
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- section:{name}:begin (written by dqgen bench) -->", f"<!-- section:{name}:end -->"
+
+
+def write_section(path: Path, name: str, body: str, order: tuple[str, ...] = ("dequant", "gru")) -> None:
+    """Replace section ``name`` of ``path`` with ``body`` (added, in ``order``, if it is not there yet). A file
+    without any section markers is a report of the older single-writer kind: it is replaced whole."""
+    if not re.fullmatch(r"[a-z0-9_]+", name):
+        raise ValueError(f"section name: expected [a-z0-9_]+, got {name!r}")
+    sections: dict[str, str] = {}
+    if path.is_file():
+        text = path.read_text()
+        for m in re.finditer(r"<!-- section:([a-z0-9_]+):begin[^>]*-->\n(.*?)\n<!-- section:\1:end -->", text, re.S):
+            sections[m.group(1)] = m.group(2)
+    sections[name] = body.strip("\n")
+    names = [n for n in order if n in sections] + sorted(n for n in sections if n not in order)
+    parts = []
+    for n in names:
+        begin, end = _markers(n)
+        parts.append(f"{begin}\n{sections[n]}\n{end}")
+    write_whole(path, "\n\n".join(parts) + "\n")
