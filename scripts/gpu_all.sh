@@ -36,6 +36,9 @@ case "$TIER/$PART" in
 esac
 if [[ " $STEPS " == *" quick "* ]]; then
   pytest_gpu quick-tests -m "gpu and quick" tests/test_gpu_quick.py
+  # the runtime's own entry points (custom op under torch.compile, graph capture, act-order checks), the GRU
+  # kernels and the dequant CLI's GPU path: each is one entry point the quick tier must launch
+  pytest_gpu quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_checkpoint.py
 fi
 if [[ " $STEPS " == *" sanitize "* ]]; then
   t0=$(date +%s)
