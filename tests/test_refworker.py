@@ -1,0 +1,105 @@
+"""`dqgen build`'s reference worker: its arrays are bit for bit the in-process reference's, and a worker that
+raises, dies or stalls gives a one-line error within its timeout instead of a hang. The GPU test at the end runs
+the whole build with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from dqgen.gpucheck import build_shapes, check_inputs
+from dqgen.reference import dequantize_reference
+from dqgen.refworker import Problem, ReferenceJob, ReferenceWorkerError
+from dqgen.spec import Spec, load_spec
+
+
+def _problems(spec: Spec) -> list[Problem]:
+    return [(K, N, seed) for seed, (K, N) in enumerate(build_shapes(spec))]
+
+
+# an int4 fp16 spec with packed zeros, a bf16 one with float zeros, and NVFP4 (e4m3 block scales, global scale)
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "uint3_float_zeros_bf16", "nvfp4_fp16"])
+def test_worker_arrays_are_bitwise_the_in_process_reference(name: str) -> None:
+    spec = load_spec(name)
+    problems = _problems(spec)
+    job = ReferenceJob(spec, problems)
+    got = job.result(timeout=300)
+    assert job.seconds is not None and job.seconds > 0
+    assert len(got) == len(problems)
+    for (K, N, seed), g in zip(problems, got, strict=True):
+        q, s, z, gi, gsc = check_inputs(spec, K, N, seed)
+        want = dequantize_reference(spec, q, s, z, gi, global_scale=gsc)
+        assert g.dtype == want.dtype and g.shape == (K, N)
+        assert np.array_equal(g.view(np.uint16), want.view(np.uint16)), (name, K, N)
+
+
+def test_worker_error_from_the_reference_is_one_line() -> None:
+    job = ReferenceJob(load_spec("awq_int4_fp16"), [(-8, 8, 0)])  # a negative K: numpy refuses the shape
+    with pytest.raises(ReferenceWorkerError) as e:
+        job.result(timeout=300)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("reference worker: ValueError: ") and "negative" in msg
+
+
+def _raise_multiline(spec: Spec, problems: Sequence[Problem]) -> None:
+    raise RuntimeError(f"first line for {spec.name}\nsecond line")
+
+
+def _exit_hard(spec: Spec, problems: Sequence[Problem]) -> None:
+    os._exit(3)  # like a crash: no exception, no result
+
+
+def _stall(spec: Spec, problems: Sequence[Problem]) -> None:
+    time.sleep(120)
+
+
+def test_worker_exception_is_folded_into_one_line() -> None:
+    job = ReferenceJob(load_spec("awq_int4_fp16"), [], work=_raise_multiline)
+    with pytest.raises(ReferenceWorkerError, match=r"^reference worker: RuntimeError: first line for awq_int4_fp16 "):
+        job.result(timeout=300)
+
+
+def test_worker_that_dies_is_an_error_not_a_hang() -> None:
+    job = ReferenceJob(load_spec("awq_int4_fp16"), [], work=_exit_hard)
+    t0 = time.perf_counter()
+    with pytest.raises(ReferenceWorkerError, match=r"process ended \(exit code 3\) without a result"):
+        job.result(timeout=300)
+    assert time.perf_counter() - t0 < 60  # EOF on the pipe, not the timeout
+
+
+def test_stalled_worker_times_out_and_is_stopped() -> None:
+    job = ReferenceJob(load_spec("awq_int4_fp16"), [], work=_stall)
+    t0 = time.perf_counter()
+    with pytest.raises(ReferenceWorkerError, match=r"no result after 2 s"):
+        job.result(timeout=2)
+    assert time.perf_counter() - t0 < 30
+    assert not job._proc.is_alive()
+
+
+@pytest.mark.gpu
+def test_gpu_build_json_times_every_step(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from dqgen.cli import app
+
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    res = CliRunner().invoke(app, ["build", "awq_int4_fp16", "--json", "--words", "1000", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["steps"]["gpu"]["ok"] and "bit-exact" in report["steps"]["gpu"]["line"]
+    sec = report["seconds"]
+    main_path = ("solve", "render", "gpu")
+    assert set(main_path) | {"proof", "compile", "gpu_check", "tune", "reference", "reference_wait", "total"} == set(
+        sec
+    )
+    assert set(report["overlapped"]) == {"compile", "reference"}
+    # the main thread's path: solve, render, proof beside compile, then the GPU step (check + tuner + waiting)
+    sequential = sum(sec[s] for s in main_path) + max(sec["proof"], sec["compile"])
+    assert sequential == pytest.approx(sec["total"], abs=0.05)
+    assert sec["gpu_check"] + sec["tune"] == pytest.approx(sec["gpu"], abs=0.05)
+    assert 0 <= sec["reference_wait"] <= sec["gpu_check"] and sec["reference"] <= sec["total"]
