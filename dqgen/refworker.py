@@ -3,16 +3,20 @@
 On a fresh machine numba compiles dqgen/reference.py's functions the first time they run: seconds that the GPU
 check used to wait for. The check's inputs are fixed by their seeds (``gpucheck.check_inputs``), so a worker can
 make the same inputs and their reference outputs while the parent proves, compiles and tunes. numba's compile holds
-the GIL for most of its work, so a thread would take that time from the main thread: a process it is. It is spawned
-(never forked: the parent may already hold a CUDA context or NVRTC state, which a fork would copy half-alive).
+the GIL for most of its work, so a thread would take that time from the main thread: a process it is, a fresh
+interpreter (fork + exec, never a bare fork: the parent may already hold a CUDA context or NVRTC state).
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import os
+import pickle
+import selectors
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -46,18 +50,29 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def _serve(conn: Connection, work: Callable[[Spec, Sequence[Problem]], Any], spec: Spec, problems: list) -> None:
+def serve() -> None:
+    """The worker's side: ``(work, spec, problems)`` pickled on stdin; ``(status, result or error line, finish
+    time)`` pickled on stdout."""
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # a print in the work must not corrupt the answer
     try:
-        result = work(spec, problems)
+        work, spec, problems = pickle.load(sys.stdin.buffer)
+        answer = ("ok", work(spec, problems), time.time())
     except BaseException as e:  # every failure goes back as a line: the parent must never wait for a dead child
-        conn.send(("error", _one_line(e), time.time()))
-    else:
-        conn.send(("ok", result, time.time()))
-    conn.close()
+        answer = ("error", _one_line(e), time.time())
+    pickle.dump(answer, out, protocol=pickle.HIGHEST_PROTOCOL)
+    out.flush()
+    # EOF for the parent now, not after this interpreter's teardown (numba's LLVM takes a few tenths of a second)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
 
 
 class ReferenceJob:
-    """``work(spec, problems)`` running in a spawned process from construction; :meth:`result` collects it."""
+    """``work(spec, problems)`` running in a fresh Python process from construction; :meth:`result` collects it.
+
+    A plain subprocess (fork + exec at once) rather than multiprocessing's spawn: spawn re-imports the parent's main
+    script in the child, which fails for a user's script that calls the build without a ``__main__`` guard."""
 
     def __init__(
         self,
@@ -66,27 +81,39 @@ class ReferenceJob:
         work: Callable[[Spec, Sequence[Problem]], Any] = reference_outputs,
     ) -> None:
         self._started_at = time.time()  # wall clock: the child's finishing time is compared with it
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe(duplex=False)
-        # daemon: a parent that stops early (an error, Ctrl-C) does not wait for the child at exit
-        self._proc = ctx.Process(target=_serve, args=(child, work, spec, list(problems)), daemon=True)
-        self._proc.start()
-        child.close()  # the parent's copy: once the child exits, reading sees EOF instead of blocking
+        env = dict(os.environ)
+        # the child imports dqgen (and ``work``'s module) from where this process does
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._start_error = ""
+        with tempfile.TemporaryFile() as job:  # the child reads its job from a file: nothing to close or flush here
+            pickle.dump((work, spec, list(problems)), job, protocol=pickle.HIGHEST_PROTOCOL)
+            job.seek(0)
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-c", "from dqgen.refworker import serve; serve()"],
+                    stdin=job,
+                    stdout=subprocess.PIPE,
+                    env=env,
+                )
+            except OSError as e:  # reported by result(), where the check would use the arrays
+                self._start_error = f"reference worker: cannot start {sys.executable or 'Python'}: {_one_line(e)}"
         #: wall seconds from the start until the worker's result was ready (set by result()): the step's own time,
         #: which overlaps the parent's steps
         self.seconds: float | None = None
 
     def result(self, timeout: float = DEFAULT_TIMEOUT_S) -> Any:
         """The worker's return value; a ReferenceWorkerError (one line) if it raised, died or took ``timeout`` s."""
+        if self._proc is None:
+            raise ReferenceWorkerError(self._start_error)
         try:
-            if not self._conn.poll(timeout):
-                raise ReferenceWorkerError(f"reference worker: no result after {timeout:g} s (stopped it)")
+            data = self._read_answer(timeout)
             try:
-                status, value, finished_at = self._conn.recv()
-            except (EOFError, OSError):
-                self._proc.join(5)
+                status, value, finished_at = pickle.loads(data)
+            except Exception:
+                self._proc.wait(5)
                 raise ReferenceWorkerError(
-                    f"reference worker: the process ended (exit code {self._proc.exitcode}) without a result"
+                    f"reference worker: the process ended (exit code {self._proc.returncode}) without a result"
                 ) from None
             self.seconds = max(0.0, finished_at - self._started_at)
             if status != "ok":
@@ -95,11 +122,29 @@ class ReferenceJob:
         finally:
             self.close()
 
+    def _read_answer(self, timeout: float) -> bytes:
+        """Everything the child writes until it closes its stdout, or a ReferenceWorkerError after ``timeout`` s."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        chunks: list[bytes] = []
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise ReferenceWorkerError(f"reference worker: no result after {timeout:g} s (stopped it)")
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+
     def close(self) -> None:
-        """Stop the worker if it still runs (an early stop of the build, or a timeout) and release the pipe."""
-        if self._proc.is_alive():
-            self._proc.join(0.5)  # a child that has just sent its result exits by itself
-        if self._proc.is_alive():
-            self._proc.terminate()
-            self._proc.join(5)
-        self._conn.close()
+        """Stop the worker if it still runs (an early stop of the build, or a timeout)."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(5)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 
@@ -78,7 +80,40 @@ def test_stalled_worker_times_out_and_is_stopped() -> None:
     with pytest.raises(ReferenceWorkerError, match=r"no result after 2 s"):
         job.result(timeout=2)
     assert time.perf_counter() - t0 < 30
-    assert not job._proc.is_alive()
+    assert job._proc.poll() is not None  # stopped
+
+
+def test_worker_that_cannot_start_is_a_one_line_error(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    job = ReferenceJob(load_spec("awq_int4_fp16"), [(128, 8, 0)])
+    with pytest.raises(ReferenceWorkerError, match=r"^reference worker: cannot start .*no-python: FileNotFoundError"):
+        job.result(timeout=300)
+
+
+def _module_file(spec: Spec, problems: Sequence[Problem]) -> str:
+    import dqgen.reference
+
+    return dqgen.reference.__file__
+
+
+def test_worker_imports_the_same_dqgen_as_the_parent() -> None:
+    import dqgen.reference
+
+    assert ReferenceJob(load_spec("awq_int4_fp16"), [], work=_module_file).result(300) == dqgen.reference.__file__
+
+
+def test_worker_starts_from_a_script_without_a_main_guard(tmp_path) -> None:
+    # multiprocessing's spawn would re-run this script in the child and fail; a user's script may well look like it
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from dqgen.refworker import ReferenceJob\n"
+        "from dqgen.spec import load_spec\n"
+        "out = ReferenceJob(load_spec('awq_int4_fp16'), [(128, 8, 1)]).result(timeout=300)\n"
+        "print(out[0].shape, out[0].dtype)\n"
+    )
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "(128, 8) float16"
 
 
 @pytest.mark.gpu
