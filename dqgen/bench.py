@@ -652,9 +652,10 @@ def write_markdown(
             "Fresh Python processes (torch imported and inputs made before the clock starts): `dqgen.compile(spec)`",
             "then the first call at 4096x4096 (synchronized), with DQGEN_CACHE_DIR an empty folder (cold: NVRTC",
             "compiles what the call needs) and again with that folder filled (warm disk cache). `dqgen build` wall",
-            "time (subprocess, proof + compile + GPU check + tuning) with empty caches (dqgen's and numba's) and again",
-            "with them filled; per-step seconds from its `--json`: each step's own wall time, where compile runs beside",
-            "the proof and the reference (a worker process) beside every step up to the check, so they add up to more.",
+            "time (subprocess, proof + compile + GPU check + tuning) with empty caches (dqgen's and numba's) and",
+            "again with them filled; per-step seconds from its `--json`: each step's own wall time, where compile",
+            "runs beside the proof and the reference (a worker process) beside every step up to the check, so they",
+            "add up to more.",
             "",
             "| spec | compile() cold s | first call cold s | compile() warm s | first call warm s | build cold s "
             "| build cached s | build steps cold | build steps cached |",
