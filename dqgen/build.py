@@ -79,6 +79,7 @@ def build_spec(
         report["overlapped"] = OVERLAPPED | {"reference": REFERENCE_OVERLAP}
     else:
         report["overlapped"] = dict(OVERLAPPED)
+    seconds["start"] = round(time.perf_counter() - t_start, 4)  # GPU detection (cuInit), the worker's launch
     try:
         _build_steps(spec, arch, out_dir, words, progress, report, use_gpu, reference)
     finally:

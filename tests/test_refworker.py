@@ -1,6 +1,7 @@
 """`dqgen build`'s reference worker: its arrays are bit for bit the in-process reference's, and a worker that
-raises, dies or stalls gives a one-line error within its timeout instead of a hang. The GPU test at the end runs
-the whole build with it."""
+raises, dies or stalls gives a one-line error within its timeout instead of a hang. `dqgen build`'s GPU step
+compares with the worker's arrays and reports a dead worker as its one line (GPU pieces stood in on the CPU); the
+GPU test runs the whole build."""
 
 from __future__ import annotations
 
@@ -128,7 +129,7 @@ def test_gpu_build_json_times_every_step(tmp_path, monkeypatch: pytest.MonkeyPat
     report = json.loads(res.output)
     assert report["steps"]["gpu"]["ok"] and "bit-exact" in report["steps"]["gpu"]["line"]
     sec = report["seconds"]
-    main_path = ("solve", "render", "gpu")
+    main_path = ("start", "solve", "render", "gpu")
     assert set(main_path) | {"proof", "compile", "gpu_check", "tune", "reference", "reference_wait", "total"} == set(
         sec
     )
@@ -138,3 +139,69 @@ def test_gpu_build_json_times_every_step(tmp_path, monkeypatch: pytest.MonkeyPat
     assert sequential == pytest.approx(sec["total"], abs=0.05)
     assert sec["gpu_check"] + sec["tune"] == pytest.approx(sec["gpu"], abs=0.05)
     assert 0 <= sec["reference_wait"] <= sec["gpu_check"] and sec["reference"] <= sec["total"]
+
+
+def _gpu_standins(monkeypatch: pytest.MonkeyPatch, corrupt: bool = False) -> None:
+    """The GPU-only pieces of `dqgen build`'s GPU step replaced by CPU stand-ins: the "GPU output" is the in-process
+    reference (one element flipped with ``corrupt``), the tuning is cached. The reference worker is the real one."""
+    import dqgen.gpucheck as gpucheck
+    import dqgen.runtime as runtime
+    import dqgen.tune as tune
+    from dqgen import device as dev
+
+    class CpuKernel:
+        def __init__(self, spec: Spec) -> None:
+            self.spec = spec
+
+        def load_all(self, ordinal: int) -> None:
+            pass
+
+    def cpu_run(kernel: CpuKernel, K: int, N: int, seed: int = 0, device: int = 0) -> gpucheck.GpuRun:
+        inputs = check_inputs(kernel.spec, K, N, seed)
+        q, s, z, gi, gsc = inputs
+        got = dequantize_reference(kernel.spec, q, s, z, gi, global_scale=gsc).copy()
+        if corrupt and seed == 0:
+            got.view(np.uint16)[3, 5] ^= 1
+        return gpucheck.GpuRun(K, N, seed, inputs, got, 0.0)
+
+    monkeypatch.setattr(runtime, "Kernel", CpuKernel)
+    monkeypatch.setattr(gpucheck, "run_shape", cpu_run)
+    monkeypatch.setattr(tune, "load_tuning", lambda kernel, ordinal: {"small": None, "large": None})
+    monkeypatch.setattr(dev, "device_arch", lambda ordinal=0: "sm_90")
+    monkeypatch.setattr(dev, "primary_context", lambda ordinal=0: None)
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_build_gpu_step_compares_with_the_worker(tmp_path, monkeypatch: pytest.MonkeyPatch, corrupt: bool) -> None:
+    from dqgen.build import build_spec
+
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    _gpu_standins(monkeypatch, corrupt)
+    report = build_spec(load_spec("awq_int4_fp16"), "sm_90", tmp_path / "out", words=100, gpu=True)
+    line = report["steps"]["gpu"]["line"]
+    assert report["ok"] is (not corrupt) and report["steps"]["gpu"]["ok"] is (not corrupt)
+    if corrupt:
+        assert "1024x4096: 1 mismatches, first mismatch at [3, 5]" in line
+    else:
+        assert line.count("bit-exact") == len(build_shapes(load_spec("awq_int4_fp16")))
+    sec = report["seconds"]
+    assert {"start", "solve", "render", "proof", "compile", "gpu", "gpu_check", "tune", "reference"} < set(sec)
+    assert set(report["overlapped"]) == {"compile", "reference"} and 0 < sec["reference"] <= sec["total"]
+
+
+def test_build_reports_a_failed_worker_as_the_gpu_steps_one_line(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dqgen.refworker as refworker
+    from dqgen.build import build_spec
+
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    _gpu_standins(monkeypatch)
+    real_init = refworker.ReferenceJob.__init__
+    monkeypatch.setattr(
+        refworker.ReferenceJob, "__init__", lambda self, spec, problems: real_init(self, spec, problems, _exit_hard)
+    )
+    t0 = time.perf_counter()
+    report = build_spec(load_spec("awq_int4_fp16"), "sm_90", tmp_path / "out", words=100, gpu=True)
+    assert time.perf_counter() - t0 < 120
+    assert not report["ok"]
+    line = report["steps"]["gpu"]["line"]
+    assert "\n" not in line and line == "sm_90: reference worker: the process ended (exit code 3) without a result"

@@ -403,12 +403,12 @@ def test_build_json_has_seconds_per_step(tmp_path, monkeypatch: pytest.MonkeyPat
     assert res.exit_code == 0, res.output
     report = json.loads(res.output)
     sec = report["seconds"]
-    steps = ("solve", "proof", "render", "compile", "gpu")
+    steps = ("start", "solve", "proof", "render", "compile", "gpu")
     assert set(steps) | {"total"} == set(sec)
     assert all(sec[s] >= 0 for s in steps) and sec["compile"] > 0
     # compile runs in a thread beside the proof: each keeps its own wall time, the total counts the longer one
     assert list(report["overlapped"]) == ["compile"]
-    main_path = sec["solve"] + sec["render"] + max(sec["proof"], sec["compile"]) + sec["gpu"]
+    main_path = sec["start"] + sec["solve"] + sec["render"] + max(sec["proof"], sec["compile"]) + sec["gpu"]
     assert main_path == pytest.approx(sec["total"], abs=0.02)
 
 
