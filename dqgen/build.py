@@ -175,7 +175,9 @@ def gpu_step(spec: Spec, seconds: dict | None = None, reference: ReferenceJob | 
     t0 = time.perf_counter()
     kernel = Kernel(spec)
     kernel.load_all(0)  # the whole set's cubin, just compiled for the compile step: the tuner times every variant
-    runs = [run_shape(kernel, K, N, seed=i) for i, (K, N) in enumerate(build_shapes(spec))]
+    problems = [(K, N, i) for i, (K, N) in enumerate(build_shapes(spec))]
+    assert reference is None or reference.problems == problems, "the reference worker was given other problems"
+    runs = [run_shape(kernel, K, N, seed=i) for K, N, i in problems]
     t1 = time.perf_counter()
     arch = dev.device_arch(0)
     # tuning first: the reference worker gets the tuner's time to finish its arrays

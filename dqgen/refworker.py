@@ -26,7 +26,7 @@ from .spec import Spec
 #: (K, N, seed) of one checked problem.
 Problem = tuple[int, int, int]
 #: Seconds the parent waits for the worker at check time before it gives up (a cold numba compile takes a few).
-DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_TIMEOUT_S = 300.0
 
 
 class ReferenceWorkerError(RuntimeError):
@@ -81,13 +81,14 @@ class ReferenceJob:
         work: Callable[[Spec, Sequence[Problem]], Any] = reference_outputs,
     ) -> None:
         self._started_at = time.time()  # wall clock: the child's finishing time is compared with it
+        self.problems = list(problems)
         env = dict(os.environ)
         # the child imports dqgen (and ``work``'s module) from where this process does
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self._proc: subprocess.Popen[bytes] | None = None
         self._start_error = ""
         with tempfile.TemporaryFile() as job:  # the child reads its job from a file: nothing to close or flush here
-            pickle.dump((work, spec, list(problems)), job, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump((work, spec, self.problems), job, protocol=pickle.HIGHEST_PROTOCOL)
             job.seek(0)
             try:
                 self._proc = subprocess.Popen(
