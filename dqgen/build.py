@@ -123,6 +123,13 @@ def _compile_step(plan: Plan, spec: Spec, source: str, cu: Path, arch: str, out_
         return {"ok": False, "line": "NVRTC failed", "problems": [str(e)]}, None
 
 
+def _make_context() -> None:
+    """The GPU's primary context, made while the proof runs; a later primary_context() waits for it (its lock).
+    cuInit first, outside that lock: primary_context() would otherwise take the lock twice."""
+    if dev.gpu_available():
+        dev.primary_context(0)
+
+
 def _build_steps(
     spec: Spec,
     arch: str,
@@ -145,14 +152,17 @@ def _build_steps(
     report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
     (cu, cuh, source), seconds["render"] = _timed(lambda: write_sources(spec, plan, out_dir))
     report["files"] = [str(cu), str(cuh)]
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    pool = ThreadPoolExecutor(max_workers=2)
+    try:
         # NVRTC (and, with a GPU, the context's creation) release the GIL: they run while the proof holds it
         compiled = pool.submit(_timed, lambda: _compile_step(plan, spec, source, cu, arch, out_dir))
         if use_gpu:
-            pool.submit(dev.primary_context, 0)
+            pool.submit(_make_context)
         proof, seconds["proof"] = _timed(lambda: prove(plan, spec, n_random=words, progress=progress))
         steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
         (steps["compile"], ptx_path), seconds["compile"] = compiled.result()
+    finally:
+        pool.shutdown(wait=False)  # the context, if still being made, is waited for where the GPU step needs it
     if ptx_path is not None:
         report["files"].append(str(ptx_path))
     t0 = time.perf_counter()
