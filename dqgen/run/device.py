@@ -58,7 +58,8 @@ def _check(result: tuple[Any, ...], what: str) -> Any:
 
 # --------------------------------------------------------------------------- init / contexts
 
-_init_lock = threading.Lock()
+# Re-entrant: primary_context() holds it while _device() may run _ensure_init(), which takes it too.
+_init_lock = threading.RLock()
 _initialized = False
 _primary_ctx: dict[int, Any] = {}
 

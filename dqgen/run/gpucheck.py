@@ -74,25 +74,61 @@ def _on_device(a: np.ndarray | None, keep: list[dev.DeviceBuffer], device: int) 
     return buf.as_array(a.shape, a.dtype)
 
 
-def check_shape(kernel: Kernel, K: int, N: int, seed: int = 0, device: int = 0) -> CheckResult:
-    """One random problem on GPU ``device`` vs the reference. Memory comes from the driver API (cuMemAlloc), so
-    `dqgen build` checks a kernel without torch or cupy installed."""
+def check_inputs(
+    spec: Spec, K: int, N: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """The seeded inputs ``(qweight, scales, zeros, g_idx, global_scale)`` of one checked problem: the GPU check
+    and the reference worker (dqgen.refworker) each make them from the seed alone."""
+    return (*random_inputs(spec, K, N, seed), random_global_scale(spec, seed))
+
+
+@dataclass
+class GpuRun:
+    """One problem's GPU output, copied to the host, waiting for its reference."""
+
+    K: int
+    N: int
+    seed: int
+    inputs: tuple[np.ndarray | None, ...]
+    got: np.ndarray
+    seconds: float
+
+
+def run_shape(kernel: Kernel, K: int, N: int, seed: int = 0, device: int = 0) -> GpuRun:
+    """Run one seeded problem on GPU ``device``. Memory comes from the driver API (cuMemAlloc), so `dqgen build`
+    checks a kernel without torch or cupy installed."""
     t0 = time.perf_counter()
-    q, s, z, gi = random_inputs(kernel.spec, K, N, seed)
-    gsc = random_global_scale(kernel.spec, seed)
+    inputs = check_inputs(kernel.spec, K, N, seed)
     keep: list[dev.DeviceBuffer] = []
     tdt = target_dtype(kernel.spec)
     out_buf = dev.DeviceBuffer(K * N * tdt.itemsize, device)
     out = out_buf.as_array((K, N), tdt)
-    args = [_on_device(a, keep, device) for a in (q, s, z, gi, gsc)]
+    args = [_on_device(a, keep, device) for a in inputs]
     kernel(args[0], args[1], args[2], g_idx=args[3], global_scale=args[4], out=out)
     dev.synchronize(device)
-    want = dequantize_reference(kernel.spec, q, s, z, gi, global_scale=gsc)
-    g = dev.to_host(out).view(np.uint16)
+    return GpuRun(K, N, seed, inputs, dev.to_host(out), time.perf_counter() - t0)
+
+
+def compare(kernel: Kernel, run: GpuRun, want: np.ndarray | None = None) -> CheckResult:
+    """``run``'s output vs the reference, bit for bit (any NaN matching any NaN); ``want`` is the reference output
+    when it was computed elsewhere (the build's worker), else it is computed here from the run's inputs."""
+    t0 = time.perf_counter()
+    if want is None:
+        q, s, z, gi, gsc = run.inputs
+        assert q is not None and s is not None
+        want = dequantize_reference(kernel.spec, q, s, z, gi, global_scale=gsc)
+    g = run.got.view(np.uint16)
     w = want.view(np.uint16)
+    if w.shape != g.shape:
+        return CheckResult(run.K, run.N, False, g.size, run.seconds, f"reference has shape {w.shape}, GPU {g.shape}")
     bad = nan_equal_mismatches(g, w, kernel.spec.target.value)
     detail = ""
     if bad.size:
         r, c = bad[0]
         detail = f"first mismatch at [{r}, {c}]: got 0x{int(g[r, c]):04X}, reference 0x{int(w[r, c]):04X}"
-    return CheckResult(K, N, not bad.size, len(bad), time.perf_counter() - t0, detail)
+    return CheckResult(run.K, run.N, not bad.size, len(bad), run.seconds + time.perf_counter() - t0, detail)
+
+
+def check_shape(kernel: Kernel, K: int, N: int, seed: int = 0, device: int = 0) -> CheckResult:
+    """One random problem on GPU ``device`` vs the reference computed in this process."""
+    return compare(kernel, run_shape(kernel, K, N, seed, device))

@@ -7,7 +7,9 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..check.prove import prove
 from ..core.spec import Spec
@@ -17,6 +19,9 @@ from ..ir.magic import fmt_num
 from ..ir.plan import Plan
 from ..run import device as dev
 from ..solve.solver import NoPlanError, solve
+
+if TYPE_CHECKING:
+    from ..run.refworker import ReferenceJob
 
 #: An integer -> float conversion (cvt.rn.f16.s32, cvt.rn.f32.u32, ...): the slow path the magic numbers avoid.
 INT_TO_FLOAT_CVT = re.compile(r"\bcvt(?:\.\w+)*\.(?:f16|bf16|f32|f64)(?:x2)?\.[su](?:8|16|32|64)\b")
@@ -62,92 +67,165 @@ def build_spec(
         raise ValueError(f"[--arch] got {arch}; expected {spec.arch} or newer (the spec's arch field)")
     report: dict = {"spec": spec.name, "arch": arch, "ok": True, "steps": {}, "seconds": {}}
     steps, seconds = report["steps"], report["seconds"]
-    t_start = t = time.perf_counter()
-
-    def lap(name: str) -> None:  # wall seconds of each step, for `dqgen build --json`
-        nonlocal t
-        now = time.perf_counter()
-        seconds[name] = round(now - t, 4)
-        t = now
-
-    try:
-        plan = solve(spec)
-    except NoPlanError as e:
-        raise ValueError(str(e)) from None
-    lap("solve")
-    report["strategy"] = plan.strategy
-    report["ops_per_8"] = {s: fmt_num(plan.per8(s)) for s in ("convert", "scale")}
-    report["zero_ops_per_word"] = plan.count("zero")
-    report["scale_prep_ops"] = plan.count("scale_prep")  # once per block scale (MXFP4 / NVFP4)
-    report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
-    proof = prove(plan, spec, n_random=words, progress=progress)
-    steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
-    lap("proof")
-    cu, cuh, source = write_sources(spec, plan, out_dir)
-    report["files"] = [str(cu), str(cuh)]
-    lap("render")
-    try:
-        t0 = time.perf_counter()
-        # one NVRTC run: the cubin (loaded by the GPU check and the tuner) and the PTX it was made from
-        ptx = cubin = compile_source(source, arch=arch, want="cubin", name=cu.name, source_path=str(cu), with_ptx=True)
-        ptx_path = out_dir / f"{spec.name}.{arch}.ptx"
-        assert ptx.ptx is not None
-        ptx_path.write_text(ptx.ptx)
-        report["files"].append(str(ptx_path))
-        problems = ptx_problems(plan, ptx.ptx)
-        steps["compile"] = {
-            "ok": not problems,
-            "line": f"NVRTC {'.'.join(map(str, nvrtc_version()))}: PTX + cubin for {arch} in {time.perf_counter() - t0:.2f} s"
-            + (" (cache hit)" if ptx.cache_hit and cubin.cache_hit else ""),
-            "problems": problems,
-        }
-    except CompileError as e:
-        steps["compile"] = {"ok": False, "line": "NVRTC failed", "problems": [str(e)]}
-    lap("compile")
+    t_start = time.perf_counter()
     use_gpu = dev.gpu_available() if gpu is None else gpu
-    if not use_gpu:
-        steps["gpu"] = {"ok": True, "skipped": True, "line": "no GPU: skipped"}
+    reference = None
+    if use_gpu:
+        from ..run.gpucheck import build_shapes
+        from ..run.refworker import ReferenceJob
+
+        # first of all: a fresh machine's numba compile of the reference runs beside every step until the check
+        reference = ReferenceJob(spec, [(K, N, i) for i, (K, N) in enumerate(build_shapes(spec))])
+        report["overlapped"] = OVERLAPPED | {"reference": REFERENCE_OVERLAP}
     else:
-        steps["gpu"] = gpu_step(spec, seconds)
-    lap("gpu")
+        report["overlapped"] = dict(OVERLAPPED)
+    seconds["start"] = round(time.perf_counter() - t_start, 4)  # GPU detection (cuInit), the worker's launch
+    try:
+        _build_steps(spec, arch, out_dir, words, progress, report, use_gpu, reference)
+    finally:
+        if reference is not None:
+            reference.close()
     seconds["total"] = round(time.perf_counter() - t_start, 4)
     report["ok"] = all(s["ok"] for s in steps.values())
     return report
 
 
-def gpu_step(spec: Spec, seconds: dict | None = None) -> dict:
+#: Steps that run beside others, and with what: `seconds` holds each step's own wall time, so the steps' sum exceeds
+#: `seconds.total` (the build's wall time).
+OVERLAPPED = {"compile": "a thread beside proof (NVRTC releases the GIL)"}
+REFERENCE_OVERLAP = (
+    "a worker process from the build's start until its arrays were ready; gpu_check includes reference_wait"
+)
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    return fn(), round(time.perf_counter() - t0, 4)
+
+
+def _compile_step(plan: Plan, spec: Spec, source: str, cu: Path, arch: str, out_dir: Path) -> tuple[dict, Path | None]:
+    """One NVRTC run: the cubin (loaded by the GPU check and the tuner) and the PTX it was made from."""
+    try:
+        t0 = time.perf_counter()
+        ptx = cubin = compile_source(source, arch=arch, want="cubin", name=cu.name, source_path=str(cu), with_ptx=True)
+        ptx_path = out_dir / f"{spec.name}.{arch}.ptx"
+        assert ptx.ptx is not None
+        ptx_path.write_text(ptx.ptx)
+        problems = ptx_problems(plan, ptx.ptx)
+        version = ".".join(map(str, nvrtc_version()))
+        return {
+            "ok": not problems,
+            "line": f"NVRTC {version}: PTX + cubin for {arch} in {time.perf_counter() - t0:.2f} s"
+            + (" (cache hit)" if ptx.cache_hit and cubin.cache_hit else ""),
+            "problems": problems,
+        }, ptx_path
+    except CompileError as e:
+        return {"ok": False, "line": "NVRTC failed", "problems": [str(e)]}, None
+
+
+def _make_context() -> None:
+    """The GPU's primary context, made while the proof runs; a later primary_context() waits for it (its lock).
+    cuInit first, outside that lock: primary_context() would otherwise take the lock twice."""
+    if dev.gpu_available():
+        dev.primary_context(0)
+
+
+def _build_steps(
+    spec: Spec,
+    arch: str,
+    out_dir: Path,
+    words: int,
+    progress: Callable[[int, int], None] | None,
+    report: dict,
+    use_gpu: bool,
+    reference: ReferenceJob | None,
+) -> None:
+    steps, seconds = report["steps"], report["seconds"]
+    try:
+        plan, seconds["solve"] = _timed(lambda: solve(spec))
+    except NoPlanError as e:
+        raise ValueError(str(e)) from None
+    report["strategy"] = plan.strategy
+    report["ops_per_8"] = {s: fmt_num(plan.per8(s)) for s in ("convert", "scale")}
+    report["zero_ops_per_word"] = plan.count("zero")
+    report["scale_prep_ops"] = plan.count("scale_prep")  # once per block scale (MXFP4 / NVFP4)
+    report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
+    (cu, cuh, source), seconds["render"] = _timed(lambda: write_sources(spec, plan, out_dir))
+    report["files"] = [str(cu), str(cuh)]
+    pool = ThreadPoolExecutor(max_workers=2)
+    try:
+        # NVRTC (and, with a GPU, the context's creation) release the GIL: they run while the proof holds it
+        compiled = pool.submit(_timed, lambda: _compile_step(plan, spec, source, cu, arch, out_dir))
+        if use_gpu:
+            pool.submit(_make_context)
+        proof, seconds["proof"] = _timed(lambda: prove(plan, spec, n_random=words, progress=progress))
+        steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
+        (steps["compile"], ptx_path), seconds["compile"] = compiled.result()
+    finally:
+        pool.shutdown(wait=False)  # the context, if still being made, is waited for where the GPU step needs it
+    if ptx_path is not None:
+        report["files"].append(str(ptx_path))
+    t0 = time.perf_counter()
+    if not use_gpu:
+        steps["gpu"] = {"ok": True, "skipped": True, "line": "no GPU: skipped"}
+    else:
+        steps["gpu"] = gpu_step(spec, seconds, reference)
+    seconds["gpu"] = round(time.perf_counter() - t0, 4)
+
+
+def gpu_step(spec: Spec, seconds: dict | None = None, reference: ReferenceJob | None = None) -> dict:
     """Bit-exact checks against the reference on GPU 0 (driver-API memory: no torch needed), then tuning where
-    this GPU has not tuned this kernel. ``seconds`` gets the check's and the tuner's times."""
-    from ..run.gpucheck import build_shapes, check_shape
+    this GPU has not tuned this kernel. ``reference`` (the build's worker) supplies the reference outputs, else
+    they are computed here. ``seconds`` gets the check's and the tuner's times."""
+    from ..run.gpucheck import build_shapes, compare, run_shape
+    from ..run.refworker import ReferenceWorkerError
     from ..run.runtime import Kernel
     from ..run.tune import load_tuning, tune
 
     t0 = time.perf_counter()
     kernel = Kernel(spec)
     kernel.load_all(0)  # the whole set's cubin, just compiled for the compile step: the tuner times every variant
-    results = [check_shape(kernel, K, N, seed=i) for i, (K, N) in enumerate(build_shapes(spec))]
+    problems = [(K, N, i) for i, (K, N) in enumerate(build_shapes(spec))]
+    assert reference is None or reference.problems == problems, "the reference worker was given other problems"
+    runs = [run_shape(kernel, K, N, seed=i) for K, N, i in problems]
     t1 = time.perf_counter()
     arch = dev.device_arch(0)
-    lines = [f"{r.K}x{r.N}: {'bit-exact' if r.ok else f'{r.mismatches} mismatches, {r.detail}'}" for r in results]
+    # tuning first: the reference worker gets the tuner's time to finish its arrays
+    tune_lines = []
     if load_tuning(kernel, 0) is not None:
-        lines.append("launch parameters: tuned earlier (cached)")
+        tune_lines.append("launch parameters: tuned earlier (cached)")
     elif "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
-        lines.append("launch parameters: default rule (tuning times with torch, which is not installed)")
+        tune_lines.append("launch parameters: default rule (tuning times with torch, which is not installed)")
     else:
         t = tune(kernel, 0)
         for cls, b in t["best"].items():
             K, N = t["shapes"][cls]
-            lines.append(
-                f"tuned launch ({cls}): {b['rows']} rows x {b['vec']} {'words' if spec.packing.axis == 'N' else 'columns'} per thread"
+            unit = "words" if spec.packing.axis == "N" else "columns"
+            tune_lines.append(
+                f"tuned launch ({cls}): {b['rows']} rows x {b['vec']} {unit} per thread"
                 f"{', streaming stores' if b['stream'] else ''} ({min(t['us'][cls].values()):.0f} us at {K}x{N})"
             )
+    t2 = time.perf_counter()
+    wants: list[Any] = [None] * len(runs)
+    if reference is not None:
+        try:
+            wants = reference.result()
+        except ReferenceWorkerError as e:
+            return {"ok": False, "skipped": False, "line": f"{arch}: {e}"}
+        finally:
+            if seconds is not None and reference.seconds is not None:
+                seconds["reference"] = round(reference.seconds, 4)
+    t3 = time.perf_counter()
+    results = [compare(kernel, r, w) for r, w in zip(runs, wants, strict=True)]
+    lines = [f"{r.K}x{r.N}: {'bit-exact' if r.ok else f'{r.mismatches} mismatches, {r.detail}'}" for r in results]
     if seconds is not None:
-        seconds["gpu_check"] = round(t1 - t0, 4)
-        seconds["tune"] = round(time.perf_counter() - t1, 4)
+        seconds["gpu_check"] = round(time.perf_counter() - t2 + t1 - t0, 4)
+        seconds["reference_wait"] = round(t3 - t2, 4)
+        seconds["tune"] = round(t2 - t1, 4)
     return {
         "ok": all(r.ok for r in results),
         "skipped": False,
-        "line": f"{arch}, vs numba reference: " + "; ".join(lines),
+        "line": f"{arch}, vs numba reference: " + "; ".join(lines + tune_lines),
     }
 
 

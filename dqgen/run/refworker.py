@@ -1,0 +1,151 @@
+"""The GPU check's reference outputs, computed in a worker process that `dqgen build` starts first.
+
+On a fresh machine numba compiles dqgen/reference.py's functions the first time they run: seconds that the GPU
+check used to wait for. The check's inputs are fixed by their seeds (``gpucheck.check_inputs``), so a worker can
+make the same inputs and their reference outputs while the parent proves, compiles and tunes. numba's compile holds
+the GIL for most of its work, so a thread would take that time from the main thread: a process it is, a fresh
+interpreter (fork + exec, never a bare fork: the parent may already hold a CUDA context or NVRTC state).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core.spec import Spec
+
+#: (K, N, seed) of one checked problem.
+Problem = tuple[int, int, int]
+#: Seconds the parent waits for the worker at check time before it gives up (a cold numba compile takes a few).
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class ReferenceWorkerError(RuntimeError):
+    """The worker failed, died or timed out; the message is one line."""
+
+
+def reference_outputs(spec: Spec, problems: Sequence[Problem]) -> list[np.ndarray]:
+    """The reference output of each problem, made from the same seeded inputs as the GPU check."""
+    from .gpucheck import check_inputs
+    from ..check.reference import dequantize_reference
+
+    outs = []
+    for K, N, seed in problems:
+        q, s, z, gi, gsc = check_inputs(spec, K, N, seed)
+        outs.append(dequantize_reference(spec, q, s, z, gi, global_scale=gsc))
+    return outs
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def serve() -> None:
+    """The worker's side: ``(work, spec, problems)`` pickled on stdin; ``(status, result or error line, finish
+    time)`` pickled on stdout."""
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # a print in the work must not corrupt the answer
+    try:
+        work, spec, problems = pickle.load(sys.stdin.buffer)
+        answer = ("ok", work(spec, problems), time.time())
+    except BaseException as e:  # every failure goes back as a line: the parent must never wait for a dead child
+        answer = ("error", _one_line(e), time.time())
+    pickle.dump(answer, out, protocol=pickle.HIGHEST_PROTOCOL)
+    out.flush()
+    # EOF for the parent now, not after this interpreter's teardown (numba's LLVM takes a few tenths of a second)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
+class ReferenceJob:
+    """``work(spec, problems)`` running in a fresh Python process from construction; :meth:`result` collects it.
+
+    A plain subprocess (fork + exec at once) rather than multiprocessing's spawn: spawn re-imports the parent's main
+    script in the child, which fails for a user's script that calls the build without a ``__main__`` guard."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        problems: Sequence[Problem],
+        work: Callable[[Spec, Sequence[Problem]], Any] = reference_outputs,
+    ) -> None:
+        self._started_at = time.time()  # wall clock: the child's finishing time is compared with it
+        self.problems = list(problems)
+        env = dict(os.environ)
+        # the child imports dqgen (and ``work``'s module) from where this process does
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._start_error = ""
+        with tempfile.TemporaryFile() as job:  # the child reads its job from a file: nothing to close or flush here
+            pickle.dump((work, spec, self.problems), job, protocol=pickle.HIGHEST_PROTOCOL)
+            job.seek(0)
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-c", "from dqgen.run.refworker import serve; serve()"],
+                    stdin=job,
+                    stdout=subprocess.PIPE,
+                    env=env,
+                )
+            except OSError as e:  # reported by result(), where the check would use the arrays
+                self._start_error = f"reference worker: cannot start {sys.executable or 'Python'}: {_one_line(e)}"
+        #: wall seconds from the start until the worker's result was ready (set by result()): the step's own time,
+        #: which overlaps the parent's steps
+        self.seconds: float | None = None
+
+    def result(self, timeout: float = DEFAULT_TIMEOUT_S) -> Any:
+        """The worker's return value; a ReferenceWorkerError (one line) if it raised, died or took ``timeout`` s."""
+        if self._proc is None:
+            raise ReferenceWorkerError(self._start_error)
+        try:
+            data = self._read_answer(timeout)
+            try:
+                status, value, finished_at = pickle.loads(data)
+            except Exception:
+                self._proc.wait(5)
+                raise ReferenceWorkerError(
+                    f"reference worker: the process ended (exit code {self._proc.returncode}) without a result"
+                ) from None
+            self.seconds = max(0.0, finished_at - self._started_at)
+            if status != "ok":
+                raise ReferenceWorkerError(f"reference worker: {value}")
+            return value
+        finally:
+            self.close()
+
+    def _read_answer(self, timeout: float) -> bytes:
+        """Everything the child writes until it closes its stdout, or a ReferenceWorkerError after ``timeout`` s."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        chunks: list[bytes] = []
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise ReferenceWorkerError(f"reference worker: no result after {timeout:g} s (stopped it)")
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+
+    def close(self) -> None:
+        """Stop the worker if it still runs (an early stop of the build, or a timeout)."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(5)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()

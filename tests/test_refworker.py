@@ -1,0 +1,207 @@
+"""`dqgen build`'s reference worker: its arrays are bit for bit the in-process reference's, and a worker that
+raises, dies or stalls gives a one-line error within its timeout instead of a hang. `dqgen build`'s GPU step
+compares with the worker's arrays and reports a dead worker as its one line (GPU pieces stood in on the CPU); the
+GPU test runs the whole build."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from dqgen.run.gpucheck import build_shapes, check_inputs
+from dqgen.check.reference import dequantize_reference
+from dqgen.run.refworker import Problem, ReferenceJob, ReferenceWorkerError
+from dqgen.core.spec import Spec, load_spec
+
+
+def _problems(spec: Spec) -> list[Problem]:
+    return [(K, N, seed) for seed, (K, N) in enumerate(build_shapes(spec))]
+
+
+# an int4 fp16 spec with packed zeros, a bf16 one with float zeros, and NVFP4 (e4m3 block scales, global scale)
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "uint3_float_zeros_bf16", "nvfp4_fp16"])
+def test_worker_arrays_are_bitwise_the_in_process_reference(name: str) -> None:
+    spec = load_spec(name)
+    problems = _problems(spec)
+    job = ReferenceJob(spec, problems)
+    got = job.result(timeout=300)
+    assert job.seconds is not None and job.seconds > 0
+    assert len(got) == len(problems)
+    for (K, N, seed), g in zip(problems, got, strict=True):
+        q, s, z, gi, gsc = check_inputs(spec, K, N, seed)
+        want = dequantize_reference(spec, q, s, z, gi, global_scale=gsc)
+        assert g.dtype == want.dtype and g.shape == (K, N)
+        assert np.array_equal(g.view(np.uint16), want.view(np.uint16)), (name, K, N)
+
+
+def test_worker_error_from_the_reference_is_one_line() -> None:
+    job = ReferenceJob(load_spec("awq_int4_fp16"), [(-8, 8, 0)])  # a negative K: numpy refuses the shape
+    with pytest.raises(ReferenceWorkerError) as e:
+        job.result(timeout=300)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("reference worker: ValueError: ") and "negative" in msg
+
+
+def _raise_multiline(spec: Spec, problems: Sequence[Problem]) -> None:
+    raise RuntimeError(f"first line for {spec.name}\nsecond line")
+
+
+def _exit_hard(spec: Spec, problems: Sequence[Problem]) -> None:
+    os._exit(3)  # like a crash: no exception, no result
+
+
+def _stall(spec: Spec, problems: Sequence[Problem]) -> None:
+    time.sleep(120)
+
+
+def test_worker_exception_is_folded_into_one_line() -> None:
+    job = ReferenceJob(load_spec("awq_int4_fp16"), [], work=_raise_multiline)
+    with pytest.raises(ReferenceWorkerError, match=r"^reference worker: RuntimeError: first line for awq_int4_fp16 "):
+        job.result(timeout=300)
+
+
+def test_worker_that_dies_is_an_error_not_a_hang() -> None:
+    job = ReferenceJob(load_spec("awq_int4_fp16"), [], work=_exit_hard)
+    t0 = time.perf_counter()
+    with pytest.raises(ReferenceWorkerError, match=r"process ended \(exit code 3\) without a result"):
+        job.result(timeout=300)
+    assert time.perf_counter() - t0 < 60  # EOF on the pipe, not the timeout
+
+
+def test_stalled_worker_times_out_and_is_stopped() -> None:
+    job = ReferenceJob(load_spec("awq_int4_fp16"), [], work=_stall)
+    t0 = time.perf_counter()
+    with pytest.raises(ReferenceWorkerError, match=r"no result after 2 s"):
+        job.result(timeout=2)
+    assert time.perf_counter() - t0 < 30
+    assert job._proc.poll() is not None  # stopped
+
+
+def test_worker_that_cannot_start_is_a_one_line_error(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    job = ReferenceJob(load_spec("awq_int4_fp16"), [(128, 8, 0)])
+    with pytest.raises(ReferenceWorkerError, match=r"^reference worker: cannot start .*no-python: FileNotFoundError"):
+        job.result(timeout=300)
+
+
+def _module_file(spec: Spec, problems: Sequence[Problem]) -> str:
+    import dqgen.check.reference
+
+    return dqgen.check.reference.__file__
+
+
+def test_worker_imports_the_same_dqgen_as_the_parent() -> None:
+    import dqgen.check.reference
+
+    assert ReferenceJob(load_spec("awq_int4_fp16"), [], work=_module_file).result(300) == dqgen.check.reference.__file__
+
+
+def test_worker_starts_from_a_script_without_a_main_guard(tmp_path) -> None:
+    # multiprocessing's spawn would re-run this script in the child and fail; a user's script may well look like it
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from dqgen.run.refworker import ReferenceJob\n"
+        "from dqgen.core.spec import load_spec\n"
+        "out = ReferenceJob(load_spec('awq_int4_fp16'), [(128, 8, 1)]).result(timeout=300)\n"
+        "print(out[0].shape, out[0].dtype)\n"
+    )
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "(128, 8) float16"
+
+
+@pytest.mark.gpu
+def test_gpu_build_json_times_every_step(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from dqgen.cli import app
+
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    res = CliRunner().invoke(app, ["build", "awq_int4_fp16", "--json", "--words", "1000", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["steps"]["gpu"]["ok"] and "bit-exact" in report["steps"]["gpu"]["line"]
+    sec = report["seconds"]
+    main_path = ("start", "solve", "render", "gpu")
+    assert set(main_path) | {"proof", "compile", "gpu_check", "tune", "reference", "reference_wait", "total"} == set(
+        sec
+    )
+    assert set(report["overlapped"]) == {"compile", "reference"}
+    # the main thread's path: solve, render, proof beside compile, then the GPU step (check + tuner + waiting)
+    sequential = sum(sec[s] for s in main_path) + max(sec["proof"], sec["compile"])
+    assert sequential == pytest.approx(sec["total"], abs=0.05)
+    assert sec["gpu_check"] + sec["tune"] == pytest.approx(sec["gpu"], abs=0.05)
+    assert 0 <= sec["reference_wait"] <= sec["gpu_check"] and sec["reference"] <= sec["total"]
+
+
+def _gpu_standins(monkeypatch: pytest.MonkeyPatch, corrupt: bool = False) -> None:
+    """The GPU-only pieces of `dqgen build`'s GPU step replaced by CPU stand-ins: the "GPU output" is the in-process
+    reference (one element flipped with ``corrupt``), the tuning is cached. The reference worker is the real one."""
+    import dqgen.run.gpucheck as gpucheck
+    import dqgen.run.runtime as runtime
+    import dqgen.run.tune as tune
+    from dqgen.run import device as dev
+
+    class CpuKernel:
+        def __init__(self, spec: Spec) -> None:
+            self.spec = spec
+
+        def load_all(self, ordinal: int) -> None:
+            pass
+
+    def cpu_run(kernel: CpuKernel, K: int, N: int, seed: int = 0, device: int = 0) -> gpucheck.GpuRun:
+        inputs = check_inputs(kernel.spec, K, N, seed)
+        q, s, z, gi, gsc = inputs
+        got = dequantize_reference(kernel.spec, q, s, z, gi, global_scale=gsc).copy()
+        if corrupt and seed == 0:
+            got.view(np.uint16)[3, 5] ^= 1
+        return gpucheck.GpuRun(K, N, seed, inputs, got, 0.0)
+
+    monkeypatch.setattr(runtime, "Kernel", CpuKernel)
+    monkeypatch.setattr(gpucheck, "run_shape", cpu_run)
+    monkeypatch.setattr(tune, "load_tuning", lambda kernel, ordinal: {"small": None, "large": None})
+    monkeypatch.setattr(dev, "device_arch", lambda ordinal=0: "sm_90")
+    monkeypatch.setattr(dev, "primary_context", lambda ordinal=0: None)
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_build_gpu_step_compares_with_the_worker(tmp_path, monkeypatch: pytest.MonkeyPatch, corrupt: bool) -> None:
+    from dqgen.tools.build import build_spec
+
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    _gpu_standins(monkeypatch, corrupt)
+    report = build_spec(load_spec("awq_int4_fp16"), "sm_90", tmp_path / "out", words=100, gpu=True)
+    line = report["steps"]["gpu"]["line"]
+    assert report["ok"] is (not corrupt) and report["steps"]["gpu"]["ok"] is (not corrupt)
+    if corrupt:
+        assert "1024x4096: 1 mismatches, first mismatch at [3, 5]" in line
+    else:
+        assert line.count("bit-exact") == len(build_shapes(load_spec("awq_int4_fp16")))
+    sec = report["seconds"]
+    assert {"start", "solve", "render", "proof", "compile", "gpu", "gpu_check", "tune", "reference"} < set(sec)
+    assert set(report["overlapped"]) == {"compile", "reference"} and 0 < sec["reference"] <= sec["total"]
+
+
+def test_build_reports_a_failed_worker_as_the_gpu_steps_one_line(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dqgen.run.refworker as refworker
+    from dqgen.tools.build import build_spec
+
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    _gpu_standins(monkeypatch)
+    real_init = refworker.ReferenceJob.__init__
+    monkeypatch.setattr(
+        refworker.ReferenceJob, "__init__", lambda self, spec, problems: real_init(self, spec, problems, _exit_hard)
+    )
+    t0 = time.perf_counter()
+    report = build_spec(load_spec("awq_int4_fp16"), "sm_90", tmp_path / "out", words=100, gpu=True)
+    assert time.perf_counter() - t0 < 120
+    assert not report["ok"]
+    line = report["steps"]["gpu"]["line"]
+    assert "\n" not in line and line == "sm_90: reference worker: the process ended (exit code 3) without a result"
