@@ -15,10 +15,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from dqgen.run.gpucheck import build_shapes, check_inputs
 from dqgen.check.reference import dequantize_reference
-from dqgen.run.refworker import Problem, ReferenceJob, ReferenceWorkerError
 from dqgen.core.spec import Spec, load_spec
+from dqgen.run.gpucheck import build_shapes, check_inputs
+from dqgen.run.refworker import Problem, ReferenceJob, ReferenceWorkerError
 
 
 def _problems(spec: Spec) -> list[Problem]:

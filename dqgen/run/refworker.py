@@ -35,8 +35,8 @@ class ReferenceWorkerError(RuntimeError):
 
 def reference_outputs(spec: Spec, problems: Sequence[Problem]) -> list[np.ndarray]:
     """The reference output of each problem, made from the same seeded inputs as the GPU check."""
-    from .gpucheck import check_inputs
     from ..check.reference import dequantize_reference
+    from .gpucheck import check_inputs
 
     outs = []
     for K, N, seed in problems:
