@@ -38,7 +38,7 @@ if [[ " $STEPS " == *" quick "* ]]; then
   pytest_gpu quick-tests -m "gpu and quick" tests/test_gpu_quick.py
   # the runtime's own entry points (custom op under torch.compile, graph capture, act-order checks), the GRU
   # kernels and the dequant CLI's GPU path: each is one entry point the quick tier must launch
-  pytest_gpu quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_checkpoint.py
+  pytest_gpu quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_checkpoint.py tests/test_refworker.py
 fi
 if [[ " $STEPS " == *" sanitize "* ]]; then
   t0=$(date +%s)
