@@ -967,9 +967,9 @@ _KERNELS: dict[str, Any] = {}
 def _kernel(spec: Spec) -> Any:
     key = spec.model_dump_json(exclude={"name", "description"})
     if key not in _KERNELS:
-        from ..run.runtime import compile as compile_spec
+        from ..run.runtime import Kernel
 
-        _KERNELS[key] = compile_spec(spec)
+        _KERNELS[key] = Kernel(spec)  # through the pipeline, like dqgen.compile
     return _KERNELS[key]
 
 

@@ -9,14 +9,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..check.prove import prove
 from ..core.spec import Spec
 from ..emit.nvrtc import CompileError, compile_source, nvrtc_version
-from ..emit.render import render_converter, render_kernel
+from ..emit.pipeline import Artifact, compile_artifact
 from ..ir.magic import fmt_num
 from ..ir.plan import Plan
 from ..run import device as dev
-from ..solve.solver import NoPlanError, solve
+from ..solve.solver import NoPlanError
 
 #: An integer -> float conversion (cvt.rn.f16.s32, cvt.rn.f32.u32, ...): the slow path the magic numbers avoid.
 INT_TO_FLOAT_CVT = re.compile(r"\bcvt(?:\.\w+)*\.(?:f16|bf16|f32|f64)(?:x2)?\.[su](?:8|16|32|64)\b")
@@ -29,18 +28,18 @@ def ptx_problems(plan: Plan, ptx: str) -> list[str]:
     return problems + [f"PTX has an integer->float conversion: {c}" for c in cvts]
 
 
-def write_sources(spec: Spec, plan: Plan, out_dir: Path) -> tuple[Path, Path, str]:
+def write_sources(artifact: Artifact, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    cu, cuh = out_dir / f"{spec.name}.cu", out_dir / f"{spec.name}.cuh"
-    source = render_kernel(spec, plan)
-    cu.write_text(source)
-    cuh.write_text(render_converter(spec, plan))
-    return cu, cuh, source
+    name = artifact.spec.name
+    cu, cuh = out_dir / f"{name}.cu", out_dir / f"{name}.cuh"
+    cu.write_text(artifact.source)
+    cuh.write_text(artifact.header)
+    return cu, cuh
 
 
-#: Random words of the build's proof: every code at every lane (and every zero) is proven anyway; a quarter of
-#: `dqgen prove`'s 10^6 keeps the random part within a few tenths of a second of a build.
-BUILD_WORDS = 250_000
+#: Random words of the build's proof, besides every code at every lane (and every zero): the 10^6 that the
+#: generated header promises. The pipeline stores a passed proof on disk, so a cached build does not prove again.
+BUILD_WORDS = 1_000_000
 
 
 def build_spec(
@@ -71,7 +70,7 @@ def build_spec(
         t = now
 
     try:
-        plan = solve(spec)
+        plan = compile_artifact(spec).plan  # solved and rendered once per process (dqgen.emit.pipeline)
     except NoPlanError as e:
         raise ValueError(str(e)) from None
     lap("solve")
@@ -80,16 +79,20 @@ def build_spec(
     report["zero_ops_per_word"] = plan.count("zero")
     report["scale_prep_ops"] = plan.count("scale_prep")  # once per block scale (MXFP4 / NVFP4)
     report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
-    proof = prove(plan, spec, n_random=words, progress=progress)
+    artifact = compile_artifact(spec, proof_words=words, progress=progress)
+    proof = artifact.proof
+    assert proof is not None
     steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
     lap("proof")
-    cu, cuh, source = write_sources(spec, plan, out_dir)
+    cu, cuh = write_sources(artifact, out_dir)
     report["files"] = [str(cu), str(cuh)]
     lap("render")
     try:
         t0 = time.perf_counter()
         # one NVRTC run: the cubin (loaded by the GPU check and the tuner) and the PTX it was made from
-        ptx = cubin = compile_source(source, arch=arch, want="cubin", name=cu.name, source_path=str(cu), with_ptx=True)
+        ptx = cubin = compile_source(
+            artifact.source, arch=arch, want="cubin", name=cu.name, source_path=str(cu), with_ptx=True
+        )
         ptx_path = out_dir / f"{spec.name}.{arch}.ptx"
         assert ptx.ptx is not None
         ptx_path.write_text(ptx.ptx)
@@ -108,14 +111,14 @@ def build_spec(
     if not use_gpu:
         steps["gpu"] = {"ok": True, "skipped": True, "line": "no GPU: skipped"}
     else:
-        steps["gpu"] = gpu_step(spec, seconds)
+        steps["gpu"] = gpu_step(artifact, seconds)
     lap("gpu")
     seconds["total"] = round(time.perf_counter() - t_start, 4)
     report["ok"] = all(s["ok"] for s in steps.values())
     return report
 
 
-def gpu_step(spec: Spec, seconds: dict | None = None) -> dict:
+def gpu_step(artifact: Artifact, seconds: dict | None = None) -> dict:
     """Bit-exact checks against the reference on GPU 0 (driver-API memory: no torch needed), then tuning where
     this GPU has not tuned this kernel. ``seconds`` gets the check's and the tuner's times."""
     from ..run.gpucheck import build_shapes, check_shape
@@ -123,7 +126,8 @@ def gpu_step(spec: Spec, seconds: dict | None = None) -> dict:
     from ..run.tune import load_tuning, tune
 
     t0 = time.perf_counter()
-    kernel = Kernel(spec)
+    spec = artifact.spec
+    kernel = Kernel(artifact)
     kernel.load_all(0)  # the whole set's cubin, just compiled for the compile step: the tuner times every variant
     results = [check_shape(kernel, K, N, seed=i) for i, (K, N) in enumerate(build_shapes(spec))]
     t1 = time.perf_counter()
