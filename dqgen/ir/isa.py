@@ -414,9 +414,9 @@ def emulate(op: Opcode, args: list[np.ndarray], imm: int | None) -> np.ndarray:
 
 
 def arith_ops(fmt: FloatFormat) -> dict[str, Opcode]:
-    """The paired-lane arithmetic opcodes of a 16-bit target format."""
-    if fmt is FP16:
-        return {"sub": Opcode.SUB_F16X2, "fma": Opcode.FMA_F16X2, "mul": Opcode.MUL_F16X2}
-    if fmt is BF16:
-        return {"sub": Opcode.SUB_BF16X2, "fma": Opcode.FMA_BF16X2, "mul": Opcode.MUL_BF16X2}
-    raise ValueError(f"no paired arithmetic for {fmt.name}")
+    """The paired-lane arithmetic opcodes of a 16-bit target format, by operation (sub, fma, mul): read off the
+    table's rows whose lanes are in ``fmt``."""
+    ops = {op.ptx.split(".")[0]: op for op in Opcode if op.row.lane is fmt and fmt.width == 16}
+    if not ops:
+        raise ValueError(f"no paired arithmetic for {fmt.name}")
+    return ops

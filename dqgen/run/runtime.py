@@ -13,16 +13,15 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from ..core.spec import Spec, load_spec, resolve_group_size
+from ..core.spec import Spec, resolve_group_size
 from ..emit.nvrtc import cache_lookup, compile_source
 from ..emit.pipeline import Artifact, compile_artifact
-from ..emit.render import BLOCK, Variant, kernel_name, variants
+from ..emit.render import BLOCK, Variant, kernel_name
 from . import device as dev
 from .tune import default_variant, load_tuning, size_class
 
@@ -367,7 +366,7 @@ class Kernel:
             o = dev.as_device_array(out, "out")
         assert o is not None
         v = variant or self.variant_for(q.device, prob)
-        if v not in variants(self.spec):
+        if v not in self.artifact.variants:
             raise ValueError(
                 f"variant {v} is not instantiated for {self.spec.name}; choose one of dqgen.emit.render.variants(spec)"
             )
