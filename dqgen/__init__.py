@@ -1,9 +1,17 @@
 """dqgen: a code-generation compiler for fast, proven GPU dequantization kernels."""
 
+from __future__ import annotations
+
 __version__ = "0.2.0"
+
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .core.spec import Spec, SpecError, load_spec
 from .layout.packing import pack, pack_zeros, repack, unpack, unpack_zeros
+
+if TYPE_CHECKING:
+    from .run.runtime import Kernel
 
 __all__ = [
     "Kernel",
@@ -20,10 +28,21 @@ __all__ = [
 ]
 
 
+def compile(spec: Spec | str | Path | dict) -> Kernel:
+    """The compiler's front door: the pipeline (solve, render; dqgen.emit.pipeline, memoized) on ``spec`` (a Spec,
+    a YAML path, a shipped spec's name or a dict), and a callable ``Kernel`` over its artifact. The CUDA binary is
+    built for the GPU the tensors live on at first call, through NVRTC's cache."""
+    # imported here to keep `import dqgen` light: the runtime (cuda-bindings, numba) loads on first use
+    from .emit.pipeline import compile_artifact
+    from .run import runtime
+
+    return runtime.Kernel(compile_artifact(spec if isinstance(spec, Spec) else load_spec(spec)))
+
+
 def __getattr__(name: str):
     # Keep `import dqgen` light: the runtime (cuda-bindings, numba) loads on first use.
-    if name in ("compile", "Kernel"):
+    if name == "Kernel":
         from .run import runtime
 
-        return getattr(runtime, name)
+        return runtime.Kernel
     raise AttributeError(name)

@@ -163,17 +163,19 @@ def explain(
         except ValueError as e:
             _fail(str(e).splitlines()[0])
         return
-    from .check.prove import prove
-    from .solve.solver import NoPlanError, solve
+    from .emit.pipeline import compile_artifact
+    from .solve.solver import NoPlanError
     from .tools.explain import render
 
     s = _load(spec)
     try:
-        plan = solve(s, strategy)
+        compile_artifact(s, strategy=strategy)  # a spec with no plan fails here, before the progress bar
+        with _proof_progress(words) as progress:
+            artifact = compile_artifact(s, strategy=strategy, proof_words=words, progress=progress)
     except NoPlanError as e:
         _fail(str(e))
-    with _proof_progress(words) as progress:
-        proof = prove(plan, s, n_random=words, progress=progress)
+    plan, proof = artifact.plan, artifact.proof
+    assert proof is not None
     counts = []
     if sass:
         from .emit.sass import sass_count
@@ -200,9 +202,7 @@ def build(
     out: str = typer.Option("generated", help="Folder for the .cu, .cuh and .ptx files."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary (with seconds per step) as JSON."),
     words: int = typer.Option(
-        250_000,
-        min=0,
-        help="Random words in the proof (besides every code at every lane); `dqgen prove` defaults to 10^6.",
+        1_000_000, min=0, help="Random words in the proof (besides every code at every lane); a passed proof is cached."
     ),
 ) -> None:
     """Solve, prove, render and compile SPEC; on a machine with a GPU also run it against the reference."""

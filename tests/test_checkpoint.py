@@ -910,7 +910,7 @@ def test_sigterm_removes_the_temporary_file(tmp_path):
 
 
 def _spy_dequantize(monkeypatch) -> list[str]:
-    import dqgen.io.checkpoint as ck
+    import dqgen.io.dequant_file as ck
 
     calls: list[str] = []
     real = ck._dequantize

@@ -525,26 +525,36 @@ def _boom(*args, **kwargs):
     raise RuntimeError("boom\nsecond line")
 
 
-def _failed_proof(monkeypatch) -> None:
-    """prove() reports a counterexample (as it would for a wrong plan)."""
+def _failed_proof(monkeypatch, tmp_path) -> None:
+    """prove() reports a counterexample (as it would for a wrong plan), with no proof memoized in the process or
+    on disk (the pipeline keeps passed proofs) that could answer instead."""
     import dataclasses
 
     import dqgen.check.prove
-    import dqgen.tools.build
+    import dqgen.emit.pipeline
 
     real = dqgen.check.prove.prove
 
     def failing(plan, spec, n_random=0, **kwargs):
         return dataclasses.replace(real(plan, spec, n_random=100), ok=False, failures=["word 0x0: got 1, want 2"])
 
-    monkeypatch.setattr(dqgen.check.prove, "prove", failing)
-    monkeypatch.setattr(dqgen.tools.build, "prove", failing)
+    monkeypatch.setattr(dqgen.emit.pipeline, "prove", failing)
+    monkeypatch.setattr(dqgen.emit.pipeline, "_PROOFS", {})
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
 
 
 # command -> (args that work but for the patched internals, args with a bad input, what to break for a bug)
 EXIT_CASES = {
-    "explain": (["explain", AWQ, "--words", "100"], ["explain", "nope.yaml"], ("dqgen.solve.solver", "solve")),
-    "build": (["build", AWQ, "--words", "100", "--out", "OUT"], ["build", "nope.yaml"], ("dqgen.tools.build", "solve")),
+    "explain": (
+        ["explain", AWQ, "--words", "100"],
+        ["explain", "nope.yaml"],
+        ("dqgen.emit.pipeline", "compile_artifact"),
+    ),
+    "build": (
+        ["build", AWQ, "--words", "100", "--out", "OUT"],
+        ["build", "nope.yaml"],
+        ("dqgen.tools.build", "compile_artifact"),
+    ),
     "bench": (["bench", AWQ], ["bench", "nope.yaml"], ("dqgen.run.device", "gpu_available")),
     "list": (["list"], ["list", "no_such_folder"], ("dqgen.cli", "_preset_rows")),
     "dequant": (
@@ -589,7 +599,7 @@ def test_exit_codes(command, monkeypatch, tmp_path):
 
 def test_exit_code_3_when_a_proof_fails(monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
-    _failed_proof(monkeypatch)
+    _failed_proof(monkeypatch, tmp_path)
     r = CliRunner().invoke(app, ["explain", AWQ, "--words", "100"])
     assert r.exit_code == 3 and "FAILED" in r.output, r.output
     r = CliRunner().invoke(app, ["build", AWQ, "--words", "100", "--out", str(tmp_path), "--json"])

@@ -383,3 +383,90 @@ def test_overflow_to_inf_and_nan() -> None:
     a = np.array([0x7F7FFFFF, 0x7F7FFFFF], dtype=np.uint32)
     r = emulate(Opcode.SUB_F32, [a, np.array([0xF3000000, 0xF2800000], dtype=np.uint32)], None)
     assert [int(v) for v in r] == [0x7F800000, 0x7F7FFFFF]
+
+
+# ----------------------------------------------------------------------------- the opcode table
+
+U = np.uint32
+
+#: One hand-worked case per opcode (values from the PTX ISA and the IEEE / OCP encodings, worked out by hand):
+#: (sources, immediate, expected destination). A new row in Opcode needs a case here, or
+#: test_every_opcode_row_has_an_emulation_case fails.
+EMULATION_CASES: dict[Opcode, list[tuple[list[int], int | None, int]]] = {
+    Opcode.SHR: [([0xF00000FF], 8, 0x00F00000), ([0x80000000], 31, 1)],
+    Opcode.SHL: [([0x0000F00F], 4, 0x000F00F0), ([0x80000001], 1, 0x00000002)],
+    # (low word, high word) >> n; the amount clamps at 32 (the high word)
+    Opcode.SHF_R: [([0x89ABCDEF, 0x01234567], 8, 0x6789ABCD), ([0x89ABCDEF, 0x01234567], 40, 0x01234567)],
+    Opcode.ADD_U32: [([0xFFFFFFFF, 2], None, 1), ([0x10, 0x20], None, 0x30)],
+    Opcode.SET_EQ: [([5, 5], None, 0xFFFFFFFF), ([5, 6], None, 0)],
+    Opcode.PRMT: [([0x11223344, 0x55667788], 0x5410, 0x77883344)],
+    Opcode.PRMT_R: [([0x11223344, 0x55667788, 0x5410], None, 0x77883344), ([0x11223344, 0, 0x0123], None, 0x44332211)],
+    Opcode.LOP3: [([0xF0F0F0F0, 0xFF00FF00, 0x0000000F], 0xEA, 0xF000F00F)],  # (a & b) | c
+    # fp16 pairs: 2 - 1 = 1 (high), 1 - 0.5 = 0.5 (low); 2 * 3 + 1 = 7; 1.5 * 2 = 3
+    Opcode.SUB_F16X2: [([0x40003C00, 0x3C003800], None, 0x3C003800)],
+    Opcode.FMA_F16X2: [([0x40004000, 0x42004200, 0x3C003C00], None, 0x47004700)],
+    Opcode.MUL_F16X2: [([0x3E003E00, 0x40004000], None, 0x42004200)],
+    Opcode.SUB_BF16X2: [([0x40003F80, 0x3F803F00], None, 0x3F803F00)],
+    Opcode.FMA_BF16X2: [([0x40004000, 0x40404040, 0x3F803F80], None, 0x40E040E0)],
+    Opcode.MUL_BF16X2: [([0x3FC03FC0, 0x40004000], None, 0x40404040)],
+    Opcode.SUB_F32: [([0x3F800000, 0x3F000000], None, 0x3F000000)],
+    Opcode.MUL_F32: [([0x3FC00000, 0x40000000], None, 0x40400000)],
+    # e4m3 0x38 = 1.0, 0x40 = 2.0 (bias 7); the immediate picks the register's half
+    Opcode.CVT_F16X2_E4M3X2: [([0x00004038], 0, 0x40003C00), ([0x40380000], 1, 0x40003C00)],
+    # e5m2 is the high byte of fp16; byte 0 of the half goes to the low result
+    Opcode.CVT_F16X2_E5M2X2: [([0xC4003C40], 0, 0x3C004000), ([0x403CC400], 1, 0x40003C00)],
+    Opcode.CVT_F32_F16: [([0x3C00C000], 1, 0x3F800000), ([0x3C00C000], 0, 0xC0000000)],
+    Opcode.CVT_F32_BF16: [([0x3FC00000], 1, 0x3FC00000), ([0x00003F80], 0, 0x3F800000)],
+    # (low, high) fp32 -> one pair; 1 + 2^-11 ties to even 1.0, 1 + 3 * 2^-11 ties to even 1 + 2^-9
+    Opcode.CVT_F16X2_F32: [([0x3F800000, 0x40000000], None, 0x40003C00), ([0x3F801000, 0x3F803000], None, 0x3C023C00)],
+    Opcode.CVT_BF16X2_F32: [([0x3F808000, 0x3F818000], None, 0x3F823F80)],
+}
+
+
+def test_every_opcode_row_has_an_emulation_case() -> None:
+    assert set(EMULATION_CASES) == set(Opcode), f"rows without a case: {set(Opcode) - set(EMULATION_CASES)}"
+
+
+@pytest.mark.parametrize("opcode", list(EMULATION_CASES), ids=[o.name for o in EMULATION_CASES])
+def test_emulation_case(opcode: Opcode) -> None:
+    for sources, imm, want in EMULATION_CASES[opcode]:
+        assert len(sources) == opcode.arity and opcode.has_imm == (imm is not None)
+        got = emulate(opcode, [np.array([s], dtype=U) for s in sources], imm)
+        assert got.dtype == np.uint32
+        assert int(got[0]) == want, f"{opcode.name}{[hex(s) for s in sources]} imm {imm}: got 0x{int(got[0]):08X}"
+
+
+def test_asm_and_explain_and_render_read_the_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Change a row and the PTX text, explain's line and the inline-asm constraints all follow it."""
+    import dataclasses
+
+    from dqgen.emit.render import _render_op
+    from dqgen.ir.plan import Op
+    from dqgen.tools.explain import _op_line
+
+    op = Op(Opcode.CVT_F16X2_F32, "p", ("lo", "hi"), "test")
+    assert Opcode.CVT_F16X2_F32.asm(None) == "cvt.rn.f16x2.f32 %0, %2, %1;"
+    assert _op_line(op) == "cvt.rn.f16x2.f32 p, hi, lo;"
+    assert '"f"(__uint_as_float(lo))' in _render_op(op).stmt
+
+    real = Opcode.row.fget
+    rows = {
+        Opcode.CVT_F16X2_F32: dataclasses.replace(
+            real(Opcode.CVT_F16X2_F32), ptx="x.y", swap_sources=False, f32_src=False
+        )
+    }
+    monkeypatch.setattr(Opcode, "row", property(lambda self: rows.get(self) or real(self)))
+    assert Opcode.CVT_F16X2_F32.asm(None) == "x.y %0, %1, %2;"
+    assert _op_line(op) == "x.y p, lo, hi;"
+    stmt = _render_op(op).stmt
+    assert '"r"(lo)' in stmt and "__uint_as_float" not in stmt and "x.y %0, %1, %2;" in stmt
+
+
+def test_half_source_text_in_asm_and_explain() -> None:
+    from dqgen.ir.plan import Op
+    from dqgen.tools.explain import _op_line
+
+    assert Opcode.CVT_F32_F16.asm(1).endswith("cvt.f32.f16 %0, hi_; }")
+    assert _op_line(Op(Opcode.CVT_F32_F16, "f", ("w",), "test", imm=1)) == "cvt.f32.f16 f, w.hi;"
+    assert _op_line(Op(Opcode.SHR, "t", ("w",), "test", imm=4)) == "shr.u32 t, w, 4;"
+    assert _op_line(Op(Opcode.LOP3, "t", ("a", "b", "c"), "test", imm=0xEA)) == "lop3.b32 t, a, b, c, 0xEA;"

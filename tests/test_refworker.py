@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -150,8 +151,8 @@ def _gpu_standins(monkeypatch: pytest.MonkeyPatch, corrupt: bool = False) -> Non
     from dqgen.run import device as dev
 
     class CpuKernel:
-        def __init__(self, spec: Spec) -> None:
-            self.spec = spec
+        def __init__(self, artifact: Any) -> None:  # dqgen.emit.pipeline.Artifact, as the build passes it
+            self.spec = artifact.spec
 
         def load_all(self, ordinal: int) -> None:
             pass

@@ -27,11 +27,13 @@ class ProofResult:
     lane_words: int
     seconds: float
     failures: list[str] = field(default_factory=list)
+    cached: bool = False  # read back from the proof cache (dqgen.emit.pipeline): ``seconds`` is the original run's
 
     def line(self) -> str:
         status = "PROVEN" if self.ok else "FAILED"
         return (
             f"{status}: {self.words:,} words ({self.lane_words:,} lane-exhaustive), bit-exact in {self.seconds:.2f} s"
+            + (" (cached)" if self.cached else "")
         )
 
 

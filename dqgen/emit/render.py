@@ -88,12 +88,10 @@ def _render_op(op) -> RenderedOp:
     if op.imm_why:
         comments.append(_comment(op.imm_why))
     dst = _reg(op.dst)
-    f_dst, f_src = op.opcode.f32_operands
-    ins = ", ".join(
-        f'"f"(__uint_as_float({_operand(a)}))' if f else f'"r"({_operand(a)})' for a, f in zip(op.args, f_src)
-    )
+    row = op.opcode.row
+    ins = ", ".join(f'"f"(__uint_as_float({_operand(a)}))' if row.f32_src else f'"r"({_operand(a)})' for a in op.args)
     text = op.opcode.asm(None if op.imm is None else int(op.imm))
-    if f_dst:
+    if row.f32_dst:
         stmt = f'{dst} = __float_as_uint([&] {{ float r_; asm("{text}" : "=f"(r_) : {ins}); return r_; }}());'
     else:
         stmt = f'asm("{text}" : "=r"({dst}) : {ins});'

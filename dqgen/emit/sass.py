@@ -19,9 +19,8 @@ from pathlib import Path
 
 from ..core.spec import Spec, load_spec
 from ..ir.magic import fmt_num
-from ..solve.solver import solve
 from .nvrtc import compile_source
-from .render import render_converter
+from .pipeline import compile_artifact
 
 #: Instructions that convert integers to floats or between float widths: what the magic avoids.
 SLOW_CONVERSIONS = ("I2F", "I2FP", "F2F", "F2FP", "I2I")
@@ -60,7 +59,8 @@ def disassemble(cubin: bytes) -> list[str]:
 
 
 def _probe(spec: Spec, convert: bool) -> str:
-    plan = solve(spec)
+    artifact = compile_artifact(spec)
+    plan = artifact.plan
     n = spec.per_word // 2
     words = plan.words
     has_z = spec.zeros.packed
@@ -75,7 +75,7 @@ def _probe(spec: Spec, convert: bool) -> str:
     loads = "\n    ".join(f"const unsigned {w} = in[{k}];" for k, w in enumerate(words))
     keep = "\n    ".join(f"out[{n + k}] = {w};" for k, w in enumerate(words))
     return (
-        render_converter(spec, plan)
+        artifact.header
         + f"""
 extern "C" __global__ void probe(const unsigned* __restrict__ in, unsigned* __restrict__ out) {{
     {loads}
@@ -119,7 +119,7 @@ def sass_count(spec: Spec, arch: str) -> SassCount:
     ops = Counter({k: v for k, v in diff.items() if v > 0})
     per8 = Fraction(sum(ops.values()) * 8, spec.per_word)
     # conversion instructions are only "slow" where the plan did not ask for a hardware cvt itself
-    wants_cvt = any(op.opcode.name.startswith("CVT") for op in solve(spec).stage_ops("convert"))
+    wants_cvt = any(op.opcode.name.startswith("CVT") for op in compile_artifact(spec).plan.stage_ops("convert"))
     slow = [] if wants_cvt else sorted({op for op in conv if op.split(".")[0] in SLOW_CONVERSIONS})
     return SassCount(spec.name, arch, per8, ops, slow)
 

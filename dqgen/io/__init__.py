@@ -1,2 +1,4 @@
-"""Reading and writing users' files: quantized safetensors checkpoints (checkpoint). Imports core, layout,
-check.reference and run (lazily)."""
+"""Reading and writing users' files: quantized safetensors checkpoints. safetensors_io (the files, read with the
+safetensors package), hf_config (the quantization config), infer (spec inference from config and shapes),
+dequant_file (dequantizing, the output written atomically); checkpoint is their public face. Imports core,
+layout, check.reference and run (lazily)."""

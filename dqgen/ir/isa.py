@@ -1,5 +1,8 @@
-"""The PTX instructions a Plan may use: their syntax, the oldest arch that has them, and their
-bit-exact semantics on the CPU (numpy, vectorised over many 32-bit registers at once).
+"""The PTX instructions a Plan may use, as one table: each ``Opcode`` is a row (``OpRow``) holding its PTX
+mnemonic, arity, the oldest arch that has it, its immediate kind, which operands are fp32 registers, its
+bit-exact semantics on the CPU (numpy, vectorised over many 32-bit registers at once) and its symbolic
+bit-level form for ``explain``. The renderer, the emulator and ``explain`` read the row and nothing else,
+so adding an opcode is one row (plus its emulation test in tests/test_isa.py).
 
 Float arithmetic is emulated exactly as PTX defines it for ``.rn``: the exact result rounded
 once to nearest-even. The exact result is formed in float64 (products of two <=24-bit
@@ -14,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from functools import cache
+from typing import Literal
 
 import numpy as np
 
@@ -41,96 +45,6 @@ class Const:
 
 
 Operand = str | Const
-
-
-class Opcode(Enum):
-    # value: (ptx mnemonic, number of register/const operands, oldest sm, lane format)
-    SHR = ("shr.u32", 1, 50, None)
-    SHL = ("shl.b32", 1, 50, None)
-    SHF_R = ("shf.r.clamp.b32", 2, 50, None)  # (a = low word, b = high word) >> imm, low 32 bits
-    ADD_U32 = ("add.u32", 2, 50, None)
-    SET_EQ = ("set.eq.u32.u32", 2, 50, None)  # all ones if a == b, else 0
-    PRMT = ("prmt.b32", 2, 50, None)
-    PRMT_R = ("prmt.b32", 3, 50, None)  # selector from a register: a table lookup, 4 byte indices per op
-    LOP3 = ("lop3.b32", 3, 50, None)
-    SUB_F16X2 = ("sub.rn.f16x2", 2, 53, "fp16")
-    FMA_F16X2 = ("fma.rn.f16x2", 3, 53, "fp16")
-    MUL_F16X2 = ("mul.rn.f16x2", 2, 53, "fp16")
-    SUB_BF16X2 = ("sub.rn.bf16x2", 2, 90, "bf16")
-    FMA_BF16X2 = ("fma.rn.bf16x2", 3, 80, "bf16")
-    MUL_BF16X2 = ("mul.rn.bf16x2", 2, 90, "bf16")
-    SUB_F32 = ("sub.rn.f32", 2, 20, "fp32")
-    MUL_F32 = ("mul.rn.f32", 2, 20, "fp32")
-    # conversions; imm selects the 16-bit half of the source register (0 low, 1 high)
-    CVT_F16X2_E4M3X2 = ("cvt.rn.f16x2.e4m3x2", 1, 89, None)
-    CVT_F16X2_E5M2X2 = ("cvt.rn.f16x2.e5m2x2", 1, 89, None)
-    CVT_F32_F16 = ("cvt.f32.f16", 1, 53, None)
-    CVT_F32_BF16 = ("cvt.f32.bf16", 1, 90, None)
-    # two fp32 (a -> low half, b -> high half) rounded to nearest-even into one 16-bit pair
-    CVT_F16X2_F32 = ("cvt.rn.f16x2.f32", 2, 80, None)
-    CVT_BF16X2_F32 = ("cvt.rn.bf16x2.f32", 2, 80, None)
-
-    @property
-    def ptx(self) -> str:
-        return self.value[0]
-
-    @property
-    def arity(self) -> int:
-        return self.value[1]
-
-    @property
-    def min_sm(self) -> int:
-        return self.value[2]
-
-    @property
-    def lane_format(self) -> FloatFormat | None:
-        name = self.value[3]
-        return {"fp16": FP16, "bf16": BF16, "fp32": FP32}.get(name) if name else None
-
-    @property
-    def has_imm(self) -> bool:
-        return self in (Opcode.SHR, Opcode.SHL, Opcode.SHF_R, Opcode.PRMT, Opcode.LOP3) or self.half_source
-
-    @property
-    def half_source(self) -> bool:
-        """Reads one 16-bit half of its register (the immediate picks which)."""
-        return self in (Opcode.CVT_F16X2_E4M3X2, Opcode.CVT_F16X2_E5M2X2, Opcode.CVT_F32_F16, Opcode.CVT_F32_BF16)
-
-    @property
-    def is_float(self) -> bool:
-        return self.lane_format is not None
-
-    @property
-    def f32_operands(self) -> tuple[bool, list[bool]]:
-        """Whether the destination and each source are fp32 registers (inline-asm constraint "f")."""
-        if self.lane_format is FP32:
-            return True, [True] * self.arity
-        if self in (Opcode.CVT_F32_F16, Opcode.CVT_F32_BF16):
-            return True, [False]
-        if self in (Opcode.CVT_F16X2_F32, Opcode.CVT_BF16X2_F32):
-            return False, [True, True]
-        return False, [False] * self.arity
-
-    def asm(self, imm: int | None) -> str:
-        """The PTX text, with %0 the destination and %1.. the operands in Plan order."""
-        ops = ", ".join(f"%{i + 1}" for i in range(self.arity))
-        if self.half_source:
-            part = "lo_" if not imm else "hi_"
-            return f"{{ .reg .b16 lo_, hi_; mov.b32 {{lo_, hi_}}, %1; {self.ptx} %0, {part}; }}"
-        if self in (Opcode.CVT_F16X2_F32, Opcode.CVT_BF16X2_F32):
-            return f"{self.ptx} %0, %2, %1;"  # PTX puts its first source in the upper half
-        if self.has_imm:
-            return f"{self.ptx} %0, {ops}, {imm if self in (Opcode.SHR, Opcode.SHL, Opcode.SHF_R) else f'0x{imm:X}'};"
-        return f"{self.ptx} %0, {ops};"
-
-
-def arith_ops(fmt: FloatFormat) -> dict[str, Opcode]:
-    """The paired-lane arithmetic opcodes of a 16-bit target format."""
-    if fmt is FP16:
-        return {"sub": Opcode.SUB_F16X2, "fma": Opcode.FMA_F16X2, "mul": Opcode.MUL_F16X2}
-    if fmt is BF16:
-        return {"sub": Opcode.SUB_BF16X2, "fma": Opcode.FMA_BF16X2, "mul": Opcode.MUL_BF16X2}
-    raise ValueError(f"no paired arithmetic for {fmt.name}")
 
 
 # ----------------------------------------------------------------------------- derivations
@@ -258,40 +172,251 @@ def _cvt_pack(fmt: FloatFormat, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return (ra | (rb << U32(16))).astype(U32)
 
 
-def emulate(op: Opcode, args: list[np.ndarray], imm: int | None) -> np.ndarray:
-    if op is Opcode.SHR:
-        return emu_shr(args[0], imm or 0)
-    if op is Opcode.SHL:
-        return (
-            (args[0].astype(np.uint64) << np.uint64(imm or 0)).astype(np.uint64).__and__(np.uint64(MASK32)).astype(U32)
-        )
-    if op is Opcode.SHF_R:
-        n = min(imm or 0, 32)
-        wide = args[0].astype(np.uint64) | (args[1].astype(np.uint64) << np.uint64(32))
-        return ((wide >> np.uint64(n)) & np.uint64(MASK32)).astype(U32)
-    if op is Opcode.ADD_U32:
-        return ((args[0].astype(np.uint64) + args[1].astype(np.uint64)) & np.uint64(MASK32)).astype(U32)
-    if op is Opcode.SET_EQ:
-        return np.where(args[0] == args[1], U32(MASK32), U32(0)).astype(U32)
-    if op.half_source:
-        half = (args[0] >> U32(16 * (imm or 0))) & U32(0xFFFF)
-        if op in (Opcode.CVT_F16X2_E4M3X2, Opcode.CVT_F16X2_E5M2X2):
-            t = _fp8_to_f16_table("e4m3" if op is Opcode.CVT_F16X2_E4M3X2 else "e5m2")
-            return (t[half & U32(0xFF)] | (t[half >> U32(8)] << U32(16))).astype(U32)
-        return _f16_to_f32(half, FP16 if op is Opcode.CVT_F32_F16 else BF16)
-    if op in (Opcode.CVT_F16X2_F32, Opcode.CVT_BF16X2_F32):
-        return _cvt_pack(FP16 if op is Opcode.CVT_F16X2_F32 else BF16, args[0], args[1])
-    if op is Opcode.PRMT:
-        assert imm is not None
-        return emu_prmt(args[0], args[1], imm)
-    if op is Opcode.PRMT_R:
-        return emu_prmt_r(args[0], args[1], args[2])
-    if op is Opcode.LOP3:
-        assert imm is not None
-        return emu_lop3(args[0], args[1], args[2], imm)
-    kind = op.name.split("_")[0].lower()
-    fmt = op.lane_format
-    assert fmt is not None
+# ----------------------------------------------------------------------------- the remaining semantics
+
+
+def _shl(args: list[np.ndarray], imm: int | None) -> np.ndarray:
+    wide = args[0].astype(np.uint64) << np.uint64(imm or 0)
+    return (wide & np.uint64(MASK32)).astype(U32)
+
+
+def _shf_r(args: list[np.ndarray], imm: int | None) -> np.ndarray:
+    n = min(imm or 0, 32)
+    wide = args[0].astype(np.uint64) | (args[1].astype(np.uint64) << np.uint64(32))
+    return ((wide >> np.uint64(n)) & np.uint64(MASK32)).astype(U32)
+
+
+def _add_u32(args: list[np.ndarray], imm: int | None) -> np.ndarray:
+    return ((args[0].astype(np.uint64) + args[1].astype(np.uint64)) & np.uint64(MASK32)).astype(U32)
+
+
+def _set_eq(args: list[np.ndarray], imm: int | None) -> np.ndarray:
+    return np.where(args[0] == args[1], U32(MASK32), U32(0)).astype(U32)
+
+
+def _half(args: list[np.ndarray], imm: int | None) -> np.ndarray:
+    """The 16-bit half of the source register that the immediate picks (0 low, 1 high)."""
+    return (args[0] >> U32(16 * (imm or 0))) & U32(0xFFFF)
+
+
+def _cvt_fp8x2(name: str) -> Emulation:
+    def run(args: list[np.ndarray], imm: int | None) -> np.ndarray:
+        t, half = _fp8_to_f16_table(name), _half(args, imm)
+        return (t[half & U32(0xFF)] | (t[half >> U32(8)] << U32(16))).astype(U32)
+
+    return run
+
+
+def _cvt_widen(fmt: FloatFormat) -> Emulation:
+    return lambda args, imm: _f16_to_f32(_half(args, imm), fmt)
+
+
+def _cvt_narrow_pair(fmt: FloatFormat) -> Emulation:
+    return lambda args, imm: _cvt_pack(fmt, args[0], args[1])
+
+
+def _arith(kind: str, fmt: FloatFormat) -> Emulation:
     if fmt is FP32:
-        return _float_op(kind, FP32, *args)
-    return _paired(kind, fmt, *args)
+        return lambda args, imm: _float_op(kind, FP32, *args)
+    return lambda args, imm: _paired(kind, fmt, *args)
+
+
+def _need_imm(imm: int | None) -> int:
+    assert imm is not None
+    return imm
+
+
+# ----------------------------------------------------------------------------- symbolic bits (explain)
+
+#: One bit of a register seen symbolically: ("c", 0|1) a constant; (kind, element, inverted) a bit of an
+#: element's code (kind "w") or of its zero point (kind "z"); ("?",) a bit no simple form describes.
+Bit = tuple
+Bits = list[Bit]
+
+
+def const_bits(value: int) -> Bits:
+    return [("c", (value >> i) & 1) for i in range(32)]
+
+
+def _lop3_bit(a: Bit, b: Bit, c: Bit, lut: int) -> Bit:
+    ins = [a, b, c]
+    sym = [i for i, x in enumerate(ins) if x[0] != "c"]
+    if len(sym) > 1:
+        return ("?",)
+
+    def f(sv: int) -> int:
+        vals = [x[1] if x[0] == "c" else sv for x in ins]
+        return (lut >> ((vals[0] << 2) | (vals[1] << 1) | vals[2])) & 1
+
+    if not sym:
+        return ("c", f(0))
+    lo, hi = f(0), f(1)
+    if lo == hi:
+        return ("c", lo)
+    s = ins[sym[0]]
+    if s[0] == "?":
+        return s
+    return (s[0], s[1], (not s[2]) if lo == 1 else s[2])
+
+
+def _sym_shr(args: list[Bits], imm: int | None) -> Bits:
+    n = imm or 0
+    return [args[0][i + n] if i + n < 32 else ("c", 0) for i in range(32)]
+
+
+def _sym_shl(args: list[Bits], imm: int | None) -> Bits:
+    n = imm or 0
+    return [args[0][i - n] if i >= n else ("c", 0) for i in range(32)]
+
+
+def _sym_shf_r(args: list[Bits], imm: int | None) -> Bits:
+    n, wide = imm or 0, args[0] + args[1]
+    return [wide[i + n] for i in range(32)]
+
+
+def _sym_prmt(args: list[Bits], imm: int | None) -> Bits:
+    src, out = args[0] + args[1], []
+    for k in range(4):
+        s = ((imm or 0) >> (4 * k)) & 0xF
+        byte = src[8 * (s & 7) : 8 * (s & 7) + 8]
+        out += [byte[7]] * 8 if s & 8 else byte
+    return out
+
+
+def _sym_lop3(args: list[Bits], imm: int | None) -> Bits:
+    return [_lop3_bit(args[0][i], args[1][i], args[2][i], imm or 0) for i in range(32)]
+
+
+# ----------------------------------------------------------------------------- the table
+
+Emulation = Callable[[list[np.ndarray], "int | None"], np.ndarray]
+Symbolic = Callable[[list[Bits], "int | None"], Bits]
+#: none: no immediate; shift: a bit count, printed in decimal; hex: a selector or truth table, printed in hex;
+#: half: picks the 16-bit half of the (only) source register, 0 low, 1 high.
+ImmKind = Literal["none", "shift", "hex", "half"]
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """Every fact about one PTX instruction that dqgen uses."""
+
+    ptx: str  # mnemonic with its type suffixes
+    arity: int  # register/constant operands, in Plan order
+    min_sm: int  # oldest arch that has it
+    imm: ImmKind
+    emulate: Emulation  # bit-exact semantics on uint32 arrays
+    lane: FloatFormat | None = None  # the float format of its arithmetic lanes; None: not float arithmetic
+    f32_dst: bool = False  # destination is an fp32 register (inline-asm constraint "f")
+    f32_src: bool = False  # every source is an fp32 register
+    swap_sources: bool = False  # PTX takes the two sources in the reverse of the Plan's (lo, hi) order
+    symbolic: Symbolic | None = None  # bit-level form for explain's diagrams; None: no diagram
+    imm_label: str = "operand"  # what explain calls the immediate
+
+
+class Opcode(Enum):
+    SHR = OpRow("shr.u32", 1, 50, "shift", lambda a, i: emu_shr(a[0], i or 0), symbolic=_sym_shr, imm_label="amount")
+    SHL = OpRow("shl.b32", 1, 50, "shift", _shl, symbolic=_sym_shl, imm_label="amount")
+    # (a = low word, b = high word) >> imm, low 32 bits
+    SHF_R = OpRow("shf.r.clamp.b32", 2, 50, "shift", _shf_r, symbolic=_sym_shf_r, imm_label="amount")
+    ADD_U32 = OpRow("add.u32", 2, 50, "none", _add_u32)
+    SET_EQ = OpRow("set.eq.u32.u32", 2, 50, "none", _set_eq)  # all ones if a == b, else 0
+    PRMT = OpRow(
+        "prmt.b32",
+        2,
+        50,
+        "hex",
+        lambda a, i: emu_prmt(a[0], a[1], _need_imm(i)),
+        symbolic=_sym_prmt,
+        imm_label="selector",
+    )
+    # selector from a register: a table lookup, 4 byte indices per op
+    PRMT_R = OpRow("prmt.b32", 3, 50, "none", lambda a, i: emu_prmt_r(a[0], a[1], a[2]))
+    LOP3 = OpRow(
+        "lop3.b32",
+        3,
+        50,
+        "hex",
+        lambda a, i: emu_lop3(a[0], a[1], a[2], _need_imm(i)),
+        symbolic=_sym_lop3,
+        imm_label="immLut",
+    )
+    SUB_F16X2 = OpRow("sub.rn.f16x2", 2, 53, "none", _arith("sub", FP16), lane=FP16)
+    FMA_F16X2 = OpRow("fma.rn.f16x2", 3, 53, "none", _arith("fma", FP16), lane=FP16)
+    MUL_F16X2 = OpRow("mul.rn.f16x2", 2, 53, "none", _arith("mul", FP16), lane=FP16)
+    SUB_BF16X2 = OpRow("sub.rn.bf16x2", 2, 90, "none", _arith("sub", BF16), lane=BF16)
+    FMA_BF16X2 = OpRow("fma.rn.bf16x2", 3, 80, "none", _arith("fma", BF16), lane=BF16)
+    MUL_BF16X2 = OpRow("mul.rn.bf16x2", 2, 90, "none", _arith("mul", BF16), lane=BF16)
+    SUB_F32 = OpRow("sub.rn.f32", 2, 20, "none", _arith("sub", FP32), lane=FP32, f32_dst=True, f32_src=True)
+    MUL_F32 = OpRow("mul.rn.f32", 2, 20, "none", _arith("mul", FP32), lane=FP32, f32_dst=True, f32_src=True)
+    # conversions of one 16-bit half of the source register
+    CVT_F16X2_E4M3X2 = OpRow("cvt.rn.f16x2.e4m3x2", 1, 89, "half", _cvt_fp8x2("e4m3"))
+    CVT_F16X2_E5M2X2 = OpRow("cvt.rn.f16x2.e5m2x2", 1, 89, "half", _cvt_fp8x2("e5m2"))
+    CVT_F32_F16 = OpRow("cvt.f32.f16", 1, 53, "half", _cvt_widen(FP16), f32_dst=True)
+    CVT_F32_BF16 = OpRow("cvt.f32.bf16", 1, 90, "half", _cvt_widen(BF16), f32_dst=True)
+    # two fp32 (Plan order: low half, high half) rounded to nearest-even into one 16-bit pair; PTX puts its
+    # first source in the upper half
+    CVT_F16X2_F32 = OpRow("cvt.rn.f16x2.f32", 2, 80, "none", _cvt_narrow_pair(FP16), f32_src=True, swap_sources=True)
+    CVT_BF16X2_F32 = OpRow("cvt.rn.bf16x2.f32", 2, 80, "none", _cvt_narrow_pair(BF16), f32_src=True, swap_sources=True)
+
+    @property
+    def row(self) -> OpRow:
+        return self.value
+
+    @property
+    def ptx(self) -> str:
+        return self.row.ptx
+
+    @property
+    def arity(self) -> int:
+        return self.row.arity
+
+    @property
+    def min_sm(self) -> int:
+        return self.row.min_sm
+
+    @property
+    def lane_format(self) -> FloatFormat | None:
+        return self.row.lane
+
+    @property
+    def has_imm(self) -> bool:
+        return self.row.imm != "none"
+
+    @property
+    def is_float(self) -> bool:
+        return self.row.lane is not None
+
+    def operand_text(self, args: list[str], imm: int | None) -> list[str]:
+        """The sources as PTX lists them (PTX order, the half a cvt reads, the immediate last); explain
+        prints this and ``asm`` renders it, so the two cannot disagree."""
+        row = self.row
+        out = list(reversed(args)) if row.swap_sources else list(args)
+        if row.imm == "half":
+            out[0] += ".hi" if imm else ".lo"
+        elif row.imm == "shift":
+            out.append(f"{imm}")
+        elif row.imm == "hex":
+            out.append(f"0x{_need_imm(imm):X}")
+        return out
+
+    def asm(self, imm: int | None) -> str:
+        """The PTX text, with %0 the destination and %1.. the operands in Plan order."""
+        regs = [f"%{i + 1}" for i in range(self.arity)]
+        if self.row.imm == "half":
+            # PTX cvt reads a .b16 register: split the 32-bit one and name the half the immediate picks
+            part = "hi_" if imm else "lo_"
+            return f"{{ .reg .b16 lo_, hi_; mov.b32 {{lo_, hi_}}, %1; {self.ptx} %0, {part}; }}"
+        return f"{self.ptx} %0, {', '.join(self.operand_text(regs, imm))};"
+
+
+def emulate(op: Opcode, args: list[np.ndarray], imm: int | None) -> np.ndarray:
+    return op.row.emulate(args, imm)
+
+
+def arith_ops(fmt: FloatFormat) -> dict[str, Opcode]:
+    """The paired-lane arithmetic opcodes of a 16-bit target format, by operation (sub, fma, mul): read off the
+    table's rows whose lanes are in ``fmt``."""
+    ops = {op.ptx.split(".")[0]: op for op in Opcode if op.row.lane is fmt and fmt.width == 16}
+    if not ops:
+        raise ValueError(f"no paired arithmetic for {fmt.name}")
+    return ops

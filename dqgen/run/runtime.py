@@ -13,17 +13,15 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from ..check.prove import quick_check
-from ..core.spec import Spec, load_spec, resolve_group_size
+from ..core.spec import Spec, resolve_group_size
 from ..emit.nvrtc import cache_lookup, compile_source
-from ..emit.render import BLOCK, Variant, kernel_name, render_kernel, variants
-from ..solve.solver import solve
+from ..emit.pipeline import Artifact, compile_artifact
+from ..emit.render import BLOCK, Variant, kernel_name
 from . import device as dev
 from .tune import default_variant, load_tuning, size_class
 
@@ -246,26 +244,26 @@ class Kernel:
     source). Calls on torch tensors are checked once per tensor signature (pointers, shapes, strides, dtypes;
     act-order g_idx once per tensor version); later calls with the same signature only launch."""
 
-    def __init__(self, spec: Spec) -> None:
-        self.spec = spec
-        self.plan = solve(spec)
-        bad = quick_check(self.plan, spec)
-        if bad:  # solve() only returns checked plans; this guards the render path's input
-            raise RuntimeError(f"{spec.name}: plan failed its lane check: {bad}")
+    def __init__(self, spec: Spec | Artifact) -> None:
+        # a Spec goes through the pipeline (memoized): a Kernel never solves or renders on its own
+        artifact = spec if isinstance(spec, Artifact) else compile_artifact(spec)
+        self.artifact = artifact
+        self.spec = artifact.spec
+        self.plan = artifact.plan
         #: Every variant's entry point in one source: what `dqgen build` writes and the tuner's cache is keyed on.
-        self.source = render_kernel(spec, self.plan)
+        self.source = artifact.source
         self._loaded: dict[tuple[int, str], dev.LoadedKernel] = {}
         self._tuned: dict[int, dict[str, Variant] | None] = {}
-        self._by_name = {kernel_name(spec, v): v for v in variants(spec)}
+        self._by_name = {kernel_name(self.spec, v): v for v in artifact.variants}
         self._signatures: dict[tuple, _Checked] = {}
         self.compiled: list[str] = []  # entry points this Kernel compiled or loaded, in order
-        self.op_key = f"{spec.name}-{hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]}"
+        self.op_key = f"{self.spec.name}-{hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]}"
         _KERNELS[self.op_key] = self
         _hook_torch()
 
     def variant_source(self, v: Variant) -> str:
         """The source NVRTC compiles for variant ``v``: the kernel with ``v``'s entry point alone."""
-        return render_kernel(self.spec, self.plan, only=[v])
+        return self.artifact.variant_source(v)
 
     def _function(self, ordinal: int, name: str) -> dev.LoadedKernel:
         key = (ordinal, name)
@@ -368,7 +366,7 @@ class Kernel:
             o = dev.as_device_array(out, "out")
         assert o is not None
         v = variant or self.variant_for(q.device, prob)
-        if v not in variants(self.spec):
+        if v not in self.artifact.variants:
             raise ValueError(
                 f"variant {v} is not instantiated for {self.spec.name}; choose one of dqgen.emit.render.variants(spec)"
             )
@@ -523,9 +521,3 @@ class Launch:
         """Launch on the stream given at prepare time, or on ``stream`` (e.g. a graph-capture stream)."""
         if self.fn is not None:
             self.fn(self.stream if stream is None else dev.stream_handle(stream))
-
-
-def compile(spec: Spec | str | Path | dict) -> Kernel:
-    """Solve, check and render ``spec`` (a Spec, a YAML path or a dict); returns a callable Kernel.
-    The CUDA binary is built for the GPU the tensors live on at first call, through NVRTC's cache."""
-    return Kernel(spec if isinstance(spec, Spec) else load_spec(spec))

@@ -11,14 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..check.prove import prove
 from ..core.spec import Spec
 from ..emit.nvrtc import CompileError, compile_source, nvrtc_version
-from ..emit.render import render_converter, render_kernel
+from ..emit.pipeline import Artifact, compile_artifact
 from ..ir.magic import fmt_num
 from ..ir.plan import Plan
 from ..run import device as dev
-from ..solve.solver import NoPlanError, solve
+from ..solve.solver import NoPlanError
 
 if TYPE_CHECKING:
     from ..run.refworker import ReferenceJob
@@ -34,18 +33,18 @@ def ptx_problems(plan: Plan, ptx: str) -> list[str]:
     return problems + [f"PTX has an integer->float conversion: {c}" for c in cvts]
 
 
-def write_sources(spec: Spec, plan: Plan, out_dir: Path) -> tuple[Path, Path, str]:
+def write_sources(artifact: Artifact, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    cu, cuh = out_dir / f"{spec.name}.cu", out_dir / f"{spec.name}.cuh"
-    source = render_kernel(spec, plan)
-    cu.write_text(source)
-    cuh.write_text(render_converter(spec, plan))
-    return cu, cuh, source
+    name = artifact.spec.name
+    cu, cuh = out_dir / f"{name}.cu", out_dir / f"{name}.cuh"
+    cu.write_text(artifact.source)
+    cuh.write_text(artifact.header)
+    return cu, cuh
 
 
-#: Random words of the build's proof: every code at every lane (and every zero) is proven anyway; a quarter of
-#: `dqgen prove`'s 10^6 keeps the random part within a few tenths of a second of a build.
-BUILD_WORDS = 250_000
+#: Random words of the build's proof, besides every code at every lane (and every zero): the 10^6 that the
+#: generated header promises. The pipeline stores a passed proof on disk, so a cached build does not prove again.
+BUILD_WORDS = 1_000_000
 
 
 def build_spec(
@@ -142,15 +141,17 @@ def _build_steps(
 ) -> None:
     steps, seconds = report["steps"], report["seconds"]
     try:
-        plan, seconds["solve"] = _timed(lambda: solve(spec))
+        # solved and rendered once per process (dqgen.emit.pipeline); the proof comes below, beside NVRTC
+        artifact, seconds["solve"] = _timed(lambda: compile_artifact(spec))
     except NoPlanError as e:
         raise ValueError(str(e)) from None
+    plan, source = artifact.plan, artifact.source
     report["strategy"] = plan.strategy
     report["ops_per_8"] = {s: fmt_num(plan.per8(s)) for s in ("convert", "scale")}
     report["zero_ops_per_word"] = plan.count("zero")
     report["scale_prep_ops"] = plan.count("scale_prep")  # once per block scale (MXFP4 / NVFP4)
     report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
-    (cu, cuh, source), seconds["render"] = _timed(lambda: write_sources(spec, plan, out_dir))
+    (cu, cuh), seconds["render"] = _timed(lambda: write_sources(artifact, out_dir))
     report["files"] = [str(cu), str(cuh)]
     pool = ThreadPoolExecutor(max_workers=2)
     try:
@@ -158,7 +159,9 @@ def _build_steps(
         compiled = pool.submit(_timed, lambda: _compile_step(plan, spec, source, cu, arch, out_dir))
         if use_gpu:
             pool.submit(_make_context)
-        proof, seconds["proof"] = _timed(lambda: prove(plan, spec, n_random=words, progress=progress))
+        # memoized on disk by the pipeline: a cached build does not prove again
+        proof, seconds["proof"] = _timed(lambda: compile_artifact(spec, proof_words=words, progress=progress).proof)
+        assert proof is not None
         steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
         (steps["compile"], ptx_path), seconds["compile"] = compiled.result()
     finally:
@@ -169,11 +172,11 @@ def _build_steps(
     if not use_gpu:
         steps["gpu"] = {"ok": True, "skipped": True, "line": "no GPU: skipped"}
     else:
-        steps["gpu"] = gpu_step(spec, seconds, reference)
+        steps["gpu"] = gpu_step(artifact, seconds, reference)
     seconds["gpu"] = round(time.perf_counter() - t0, 4)
 
 
-def gpu_step(spec: Spec, seconds: dict | None = None, reference: ReferenceJob | None = None) -> dict:
+def gpu_step(artifact: Artifact, seconds: dict | None = None, reference: ReferenceJob | None = None) -> dict:
     """Bit-exact checks against the reference on GPU 0 (driver-API memory: no torch needed), then tuning where
     this GPU has not tuned this kernel. ``reference`` (the build's worker) supplies the reference outputs, else
     they are computed here. ``seconds`` gets the check's and the tuner's times."""
@@ -183,7 +186,8 @@ def gpu_step(spec: Spec, seconds: dict | None = None, reference: ReferenceJob | 
     from ..run.tune import load_tuning, tune
 
     t0 = time.perf_counter()
-    kernel = Kernel(spec)
+    spec = artifact.spec
+    kernel = Kernel(artifact)
     kernel.load_all(0)  # the whole set's cubin, just compiled for the compile step: the tuner times every variant
     problems = [(K, N, i) for i, (K, N) in enumerate(build_shapes(spec))]
     assert reference is None or reference.problems == problems, "the reference worker was given other problems"

@@ -15,11 +15,9 @@ from ..check.prove import ProofResult
 from ..core.formats import FORMATS, FloatFormat
 from ..core.printable import printable
 from ..core.spec import Spec
-from ..ir.isa import Const, Opcode
+from ..ir.isa import Bit, Const, const_bits
 from ..ir.magic import fmt_num
-from ..ir.plan import STAGES, Plan
-
-Bit = tuple  # ("c", 0|1) | ("w", element, inverted) | ("z", element) | ("?",)
+from ..ir.plan import STAGES, Op, Plan
 
 
 def _word_bits(spec: Spec, kind: str, word: int = 0) -> list[Bit]:
@@ -29,31 +27,6 @@ def _word_bits(spec: Spec, kind: str, word: int = 0) -> list[Bit]:
     return [(kind, spec.order[i // b], False) for i in range(32)]
 
 
-def _const_bits(v: int) -> list[Bit]:
-    return [("c", (v >> i) & 1) for i in range(32)]
-
-
-def _lop3_bit(a: Bit, b: Bit, c: Bit, lut: int) -> Bit:
-    ins = [a, b, c]
-    sym = [i for i, x in enumerate(ins) if x[0] != "c"]
-    if len(sym) > 1:
-        return ("?",)
-
-    def f(sv: int) -> int:
-        vals = [x[1] if x[0] == "c" else sv for x in ins]
-        return (lut >> ((vals[0] << 2) | (vals[1] << 1) | vals[2])) & 1
-
-    if not sym:
-        return ("c", f(0))
-    lo, hi = f(0), f(1)
-    if lo == hi:
-        return ("c", lo)
-    s = ins[sym[0]]
-    if s[0] == "?":
-        return s
-    return (s[0], s[1], (not s[2]) if lo == 1 else s[2])
-
-
 def symbolic(plan: Plan, spec: Spec) -> dict[str, list[Bit] | None]:
     """Bits of every integer register; None for float-valued registers."""
     regs: dict[str, list[Bit] | None] = {"w": _word_bits(spec, "w"), "z": _word_bits(spec, "z")}
@@ -61,34 +34,12 @@ def symbolic(plan: Plan, spec: Spec) -> dict[str, list[Bit] | None]:
         regs[name] = _word_bits(spec, "w", k)
 
     def get(a: str | Const) -> list[Bit] | None:
-        return _const_bits(a.value) if isinstance(a, Const) else regs.get(a)
+        return const_bits(a.value) if isinstance(a, Const) else regs.get(a)
 
     for op in plan.ops:
-        args = [get(a) for a in op.args]
-        if op.opcode.is_float or any(x is None for x in args):
-            regs[op.dst] = None
-            continue
-        if op.opcode is Opcode.SHR:
-            n = op.imm or 0
-            regs[op.dst] = [args[0][i + n] if i + n < 32 else ("c", 0) for i in range(32)]
-        elif op.opcode is Opcode.SHL:
-            n = op.imm or 0
-            regs[op.dst] = [args[0][i - n] if i >= n else ("c", 0) for i in range(32)]
-        elif op.opcode is Opcode.SHF_R:
-            n, wide = op.imm or 0, args[0] + args[1]
-            regs[op.dst] = [wide[i + n] for i in range(32)]
-        elif op.opcode is Opcode.PRMT:
-            src = args[0] + args[1]
-            out: list[Bit] = []
-            for k in range(4):
-                s = ((op.imm or 0) >> (4 * k)) & 0xF
-                byte = src[8 * (s & 7) : 8 * (s & 7) + 8]
-                out += [byte[7]] * 8 if s & 8 else byte
-            regs[op.dst] = out
-        elif op.opcode is Opcode.LOP3:
-            regs[op.dst] = [_lop3_bit(args[0][i], args[1][i], args[2][i], op.imm or 0) for i in range(32)]
-        else:  # arithmetic, table lookups and conversions: no bit diagram
-            regs[op.dst] = None
+        form = op.opcode.row.symbolic  # None for arithmetic, table lookups and conversions: no bit diagram
+        args = [bits for bits in map(get, op.args) if bits is not None]
+        regs[op.dst] = form(args, op.imm) if form is not None and len(args) == len(op.args) else None
     return regs
 
 
@@ -129,15 +80,9 @@ def dec(x: Fraction | int) -> str:
     return f"{float(x):g}"
 
 
-def _op_line(op) -> str:
+def _op_line(op: Op) -> str:
     args = [a if isinstance(a, str) else a.hex for a in op.args]
-    if op.opcode.half_source:
-        args[0] += ".hi" if op.imm else ".lo"
-    elif op.opcode in (Opcode.CVT_F16X2_F32, Opcode.CVT_BF16X2_F32):
-        args.reverse()  # PTX order, as Opcode.asm emits it: the first source is the upper half
-    elif op.imm is not None:
-        args.append(f"{op.imm}" if op.opcode in (Opcode.SHR, Opcode.SHL, Opcode.SHF_R) else f"0x{op.imm:X}")
-    return f"{op.opcode.ptx} {op.dst}, {', '.join(args)};"
+    return f"{op.opcode.ptx} {op.dst}, {', '.join(op.opcode.operand_text(args, op.imm))};"
 
 
 STAGE_TITLES = {
@@ -236,13 +181,7 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
             add(f"  [{n}] {_op_line(op)}")
             add(f"       why: {op.why}")
             if op.imm_why:
-                label = {
-                    Opcode.LOP3: "immLut",
-                    Opcode.PRMT: "selector",
-                    Opcode.SHR: "amount",
-                    Opcode.SHL: "amount",
-                    Opcode.SHF_R: "amount",
-                }.get(op.opcode, "operand")
+                label = op.opcode.row.imm_label
                 add(f"       {label}: {op.imm_why}")
             for c in op.consts:
                 add(f"       const {const_text(c, op.opcode.lane_format or fmt)}")
