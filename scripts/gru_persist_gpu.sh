@@ -19,6 +19,6 @@ echo "bench rc $?"
 cp docs/performance.md docs/bench/gru.json "$OUT/" 2>/dev/null
 grep -E "persistent|cudnn_fp16|per-step \(float" "$OUT/bench.log" | head -40
 for tool in racecheck synccheck; do
-    timeout 90 compute-sanitizer --tool $tool --error-exitcode 3 python scripts/gru_persist_sanitize.py > "$OUT/$tool.log" 2>&1
+    timeout 35 compute-sanitizer --tool $tool --error-exitcode 3 python scripts/gru_persist_sanitize.py > "$OUT/$tool.log" 2>&1
     echo "$tool rc $?"; tail -3 "$OUT/$tool.log"
 done

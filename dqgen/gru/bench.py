@@ -104,11 +104,11 @@ def _bench_hidden(rows: list[dict[str, Any]], hsz: int, batch: int, seq: int) ->
             try:
                 with torch.cuda.graph(graph):
                     captured = fn()
+                graph.replay()  # capture records without running: the output exists only after a replay
+                torch.cuda.synchronize()
             except Exception as e:  # a capture failure must not lose the other rows
                 print(f"{name} hidden {hsz}: CUDA graph capture failed: {str(e).splitlines()[0]}")
                 continue
-            graph.replay()  # capture records without running: the output exists only after a replay
-            torch.cuda.synchronize()
             _row(rows, f"{name}, CUDA graph", hsz, batch, seq, graph.replay, captured, ref, q)
 
 
