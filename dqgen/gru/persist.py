@@ -119,10 +119,10 @@ class PersistentKernel:
         )
         steps, rows = hb.shape[0] - 1, hb.shape[1]
         checks = (
-            ("wx_all", wx, np.int32, wx.ndim == 3 and wx.shape[0] == steps and wx.shape[1] >= rows),
+            ("wx_all", wx, np.int32, len(wx.shape) == 3 and wx.shape[0] == steps and wx.shape[1] >= rows),
             ("wx_all", wx, np.int32, wx.shape[-1] == 3 * hsz and wx.strides_bytes[-1] == 4),
             ("r_q", rq_, np.int8, tuple(rq_.shape) == (3 * hsz, hsz) and rq_.is_c_contiguous),
-            ("hbuf", hb, np.int8, hb.ndim == 3 and hb.shape[2] == hsz and hb.is_c_contiguous),
+            ("hbuf", hb, np.int8, len(hb.shape) == 3 and hb.shape[2] == hsz and hb.is_c_contiguous),
             ("chan", ch, np.int32, tuple(ch.shape) == (3 * hsz, 8) and ch.is_c_contiguous),
             ("barrier", bar, np.int32, tuple(bar.shape) == (2,) and bar.is_c_contiguous),
         )
