@@ -62,10 +62,17 @@ def plan(hidden: int, rows: int, sm_count: int, shared_optin: int) -> PersistPla
 
 
 def render(p: QuantGRUParams, jt: int) -> str:
+    # h rows are staged in the widest words that H divides into (every row stays aligned to its word)
+    wide = p.hidden_size % 16 == 0
+    vec = (
+        {"vec": 16, "vtype": "int4", "vzero": "make_int4(0, 0, 0, 0)"}
+        if wide
+        else {"vec": 8, "vtype": "int2", "vzero": "make_int2(0, 0)"}
+    )
     return (
         template_env()
         .get_template("gru_persist.cu.j2")
-        .render(name=KERNEL_NAME, jt=jt, hp=padded_hidden(p.hidden_size), block=BLOCK, **cell_context(p))
+        .render(name=KERNEL_NAME, jt=jt, hp=padded_hidden(p.hidden_size), block=BLOCK, **vec, **cell_context(p))
     )
 
 
