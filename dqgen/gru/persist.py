@@ -13,7 +13,7 @@ from .kernel import cell_context, template_env
 from .params import QuantGRUParams
 
 KERNEL_NAME = "dqgen_gru_persist"
-BLOCK = 256
+BLOCK = 512  # 16 warps: more h loads in flight while staging and more warps to hide the dot loop's latency
 WARPS = BLOCK // 32
 # More hidden units per thread share each h load among more R rows but hold 3 accumulators each in registers.
 MAX_UNITS_PER_THREAD = 4
