@@ -175,15 +175,16 @@ def _verdict(by: dict[tuple[str, int], dict[str, Any]]) -> list[str]:
     out = [
         "The persistent kernel runs all steps in one cooperative launch (R slices resident in shared memory,",
         "`__dp4a`, a grid-wide barrier per step) after one int8 GEMM for W·x; the per-step loop launches an R·h",
-        "GEMM and the cell kernel per step, which eagerly is bound by host launch time. Goal, eager against",
-        "cuDNN fp16 eager:",
+        "GEMM and the cell kernel per step, which eagerly is bound by host launch time. Goal (docs/gru.md says",
+        "why it is missed or met), eager against cuDNN fp16 eager:",
+        "",
     ]
     for hidden in sorted({h for _, h in by}):
         ours, theirs = by.get(("dqgen_int8 persistent (float io)", hidden)), by.get(("cudnn_fp16", hidden))
         if ours and theirs:
             verdict = "faster" if ours["us"] < theirs["us"] else "NOT faster"
             ratio = theirs["us"] / ours["us"]
-            out.append(f"hidden {hidden}: {ours['us']:.0f} vs {theirs['us']:.0f} us, {verdict} ({ratio:.2f}x).")
+            out.append(f"- hidden {hidden}: {ours['us']:.0f} vs {theirs['us']:.0f} us, {verdict} ({ratio:.2f}x).")
     return out
 
 
