@@ -157,3 +157,45 @@ def test_quantgru_runs_persistent_when_it_fits_else_per_step(monkeypatch: pytest
     with pytest.raises(ValueError, match="persistent=True"):
         QuantGRU(p, persistent=True).forward_int(x, h0)
     assert (got == reference.run(p, x_q, h0_q)).all()
+
+
+def test_persistent_call_checks_every_argument_before_launch() -> None:
+    """Wrong dtype / shape / layout of any argument: a one-line ValueError naming it, and nothing launched."""
+    from dqgen.gru.persist import PersistentKernel
+    from dqgen.run import device as dev
+
+    p = _params(72, 24)
+    kern = object.__new__(PersistentKernel)  # no device: the checks and the packing run on the host
+    kern.params, kern._dev = p, dev
+    launches: list[tuple] = []
+    kern._kernel = lambda jt: lambda *a, **kw: launches.append((a, kw))  # type: ignore[method-assign]
+
+    def arr(shape: tuple[int, ...], dtype) -> dev.DeviceArray:
+        dt = np.dtype(dtype)
+        return dev.DeviceArray(0, shape, dev._c_strides(shape, dt.itemsize), dt, 0, "cai", None)
+
+    good = {
+        "wx_all": arr((4, 40, 216), np.int32),
+        "r_q": arr((216, 72), np.int8),
+        "hbuf": arr((5, 40, 72), np.int8),
+        "chan": arr((216, 8), np.int32),
+        "barrier": arr((2,), np.int32),
+    }
+    pl = plan(72, 40, H100_SMS, H100_OPTIN)
+    bad = {
+        "wx_all": arr((3, 40, 216), np.int32),  # one step short
+        "r_q": arr((216, 72), np.uint8),
+        "hbuf": arr((5, 40, 64), np.int8),
+        "chan": arr((216, 4), np.int32),
+        "barrier": arr((2,), np.int64),
+    }
+    for name, wrong in bad.items():
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            kern(pl, **(good | {name: wrong}))
+    assert launches == []
+    kern(pl, **good)
+    (grid, block, args), kw = launches[0]
+    assert grid == (pl.grid,) and block == (BLOCK,)
+    assert kw == {"stream": 0, "shared_mem": pl.shared_bytes, "cooperative": True}
+    assert [int(a) for a in args[7:]] == [4, 40, pl.units, pl.upad, pl.nbc]  # steps, rows and the plan
+    assert int(args[1]) == 40 * 216 and int(args[2]) == 216  # wx strides in elements
