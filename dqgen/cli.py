@@ -278,15 +278,17 @@ def bench(
             _fail("dqgen bench --gru needs an NVIDIA GPU (none found)")
         from .gru.bench import bench_gru, markdown_table
 
-        gru_rows = bench_gru(
-            out_json=Path(record) if record else Path(docs or "docs/performance.md").parent / "bench/gru.json"
-        )
+        gru_json = Path(record) if record else Path(docs or "docs/performance.md").parent / "bench/gru.json"
+        gru_rows = bench_gru(out_json=gru_json)
         typer.echo(markdown_table(gru_rows))
         if docs:
+            import json
+
             from .gru.bench import performance_section
             from .tools.report import write_section
 
-            write_section(Path(docs), "gru", performance_section(gru_rows))
+            header = json.loads(gru_json.read_text())  # the GPU and date the rows were taken on
+            write_section(Path(docs), "gru", performance_section(gru_rows, header["gpu"], header["date"]))
         return
     if not specs:
         _fail("specs: expected at least one spec (a YAML file or a shipped name), or --gru")

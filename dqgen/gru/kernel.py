@@ -30,7 +30,7 @@ SCALAR_CNAMES = {
 }
 
 
-def _env() -> jinja2.Environment:
+def template_env() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,
@@ -49,7 +49,8 @@ def channel_table(p: QuantGRUParams) -> np.ndarray:
     return table.astype(np.int32)
 
 
-def render(p: QuantGRUParams) -> str:
+def cell_context(p: QuantGRUParams) -> dict[str, Any]:
+    """What templates/gru_cell_math.cuh.j2 (the one rendering of the integer cell) needs: the model's constants."""
     d = p.derived()
     ib = p.rrh.bits
     scalars = []
@@ -73,35 +74,33 @@ def render(p: QuantGRUParams) -> str:
         }
         for g in GATES
     ]
-    return (
-        _env()
-        .get_template("gru_cell.cu.j2")
-        .render(
-            summary=(
-                f"input {p.input_size}, hidden {p.hidden_size}, {p.multiplier_bits}-bit multipliers,"
-                f" {ib}-bit intermediates"
-            ),
-            name=KERNEL_NAME,
-            hidden=p.hidden_size,
-            ibits=ib,
-            ilo=-(2 ** (ib - 1)),
-            ihi=2 ** (ib - 1) - 1,
-            luts=luts,
-            scalars=scalars,
-            zp_wx=", ".join(str(p.wx[g].zero_point) for g in GATES),
-            zp_rh=", ".join(str(p.rh[g].zero_point) for g in GATES),
-            zwx=[p.wx[g].zero_point for g in GATES],
-            zrh=[p.rh[g].zero_point for g in GATES],
-            zpre=[p.pre[g].zero_point for g in GATES],
-            zsig=SIGMOID_OUT[1],
-            ztanh=TANH_OUT[1],
-            zrrh=p.rrh.zero_point,
-            zold=p.old.zero_point,
-            znew=p.new.zero_point,
-            zh=p.h.zero_point,
-            one_z=d.one_z,
-        )
+    return dict(
+        summary=(
+            f"input {p.input_size}, hidden {p.hidden_size}, {p.multiplier_bits}-bit multipliers, {ib}-bit intermediates"
+        ),
+        hidden=p.hidden_size,
+        ibits=ib,
+        ilo=-(2 ** (ib - 1)),
+        ihi=2 ** (ib - 1) - 1,
+        luts=luts,
+        scalars=scalars,
+        zp_wx=", ".join(str(p.wx[g].zero_point) for g in GATES),
+        zp_rh=", ".join(str(p.rh[g].zero_point) for g in GATES),
+        zwx=[p.wx[g].zero_point for g in GATES],
+        zrh=[p.rh[g].zero_point for g in GATES],
+        zpre=[p.pre[g].zero_point for g in GATES],
+        zsig=SIGMOID_OUT[1],
+        ztanh=TANH_OUT[1],
+        zrrh=p.rrh.zero_point,
+        zold=p.old.zero_point,
+        znew=p.new.zero_point,
+        zh=p.h.zero_point,
+        one_z=d.one_z,
     )
+
+
+def render(p: QuantGRUParams) -> str:
+    return template_env().get_template("gru_cell.cu.j2").render(name=KERNEL_NAME, **cell_context(p))
 
 
 def compile_cell(p: QuantGRUParams, arch: str = "sm_90", want: Any = "cubin") -> Any:

@@ -1,9 +1,10 @@
 """QuantGRU: the integer GRU as a torch.nn.Module with torch.nn.GRU's call signature (single layer,
 unidirectional), and quantize(gru_module, calibration_inputs) to build it by post-training calibration.
 
-int8 GEMMs run through torch._int_mm (cuBLASLt; needs more than 16 rows and K, N multiples of 8, so the batch
-rows are padded to 32 and the K axes to a multiple of 8 with zero codes, which add nothing to the sums);
-the element-wise step is the generated cell kernel.
+W.x for all steps runs through torch._int_mm (cuBLASLt; needs more than 16 rows and K, N multiples of 8, so the
+batch rows are padded to 32 and the K axes to a multiple of 8 with zero codes, which add nothing to the sums). The
+recurrence runs by default as one persistent kernel for all steps (dqgen.gru.persist) where its R slices fit in
+shared memory; otherwise per step as R.h through torch._int_mm and the generated cell kernel.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .calibrate import Observer, calibrate
 from .floatref import torch_to_haste
 from .kernel import CellKernel, channel_table
 from .params import QuantGRUParams
+from .persist import PersistentKernel, PersistPlan
 from .requant import MultiplierBits
 
 
@@ -28,7 +30,10 @@ def _round8(v: int) -> int:
 
 
 class QuantGRU(nn.Module):
-    def __init__(self, params: QuantGRUParams, batch_first: bool = False) -> None:
+    """``persistent``: None runs the persistent kernel where it fits and the per-step loop elsewhere; True insists
+    on the persistent kernel, False always runs per step. ``last_path`` says which one the last call ran."""
+
+    def __init__(self, params: QuantGRUParams, batch_first: bool = False, persistent: bool | None = None) -> None:
         super().__init__()
         if params.hidden_size % 8:
             raise ValueError(f"hidden_size: expected a multiple of 8 (torch._int_mm's N), got {params.hidden_size}")
@@ -44,6 +49,10 @@ class QuantGRU(nn.Module):
         self.register_buffer("chan", torch.from_numpy(channel_table(params)), persistent=False)
         self._c_pad, self._h_pad = c_pad, h_pad
         self._cells: dict[int, CellKernel] = {}
+        self.persistent = persistent
+        self.last_path = ""
+        self._persist: dict[int, PersistentKernel] = {}
+        self._plans: dict[tuple[int, int], PersistPlan | None] = {}
 
     @classmethod
     def load(cls, path: str | Path, batch_first: bool = False) -> QuantGRU:
@@ -58,6 +67,25 @@ class QuantGRU(nn.Module):
             self._cells[ordinal] = CellKernel(self.params, ordinal)
         return self._cells[ordinal]
 
+    def _persist_plan(self, device: torch.device, rows: int) -> tuple[PersistentKernel, PersistPlan] | None:
+        if self.persistent is False:
+            return None
+        ordinal = device.index if device.index is not None else torch.cuda.current_device()
+        if ordinal not in self._persist:
+            self._persist[ordinal] = PersistentKernel(self.params, ordinal)
+        kern = self._persist[ordinal]
+        if (ordinal, rows) not in self._plans:
+            self._plans[ordinal, rows] = kern.plan(rows)
+        pl = self._plans[ordinal, rows]
+        if pl is None:
+            if self.persistent:
+                raise ValueError(
+                    f"persistent=True: hidden {self.params.hidden_size} at batch {rows} does not fit the persistent"
+                    " kernel (R slice + 32 staged h rows over the shared memory of one CTA per SM)"
+                )
+            return None
+        return kern, pl
+
     def forward_int(self, x_q: torch.Tensor, h0_q: torch.Tensor) -> torch.Tensor:
         """int8 x [T, N, C] and h0 [N, H] on the GPU -> int8 h [T, N, H] (bit-exact with reference.run)."""
         steps, rows, c = x_q.shape
@@ -71,10 +99,20 @@ class QuantGRU(nn.Module):
         xp = torch.zeros((steps, m_pad, self._c_pad), dtype=torch.int8, device=x_q.device)
         xp[:, :rows, :c] = x_q
         wx_all = torch._int_mm(xp.view(steps * m_pad, self._c_pad), self.w_t).view(steps, m_pad, -1)
+        stream = torch.cuda.current_stream(x_q.device)
+        persist = self._persist_plan(x_q.device, rows)
+        if persist is not None:
+            kern, pl = persist
+            hbuf = torch.empty((steps + 1, rows, p.hidden_size), dtype=torch.int8, device=x_q.device)
+            hbuf[0] = h0_q
+            barrier = torch.zeros(2, dtype=torch.int32, device=x_q.device)
+            kern(pl, wx_all, self.r_t.t(), hbuf, self.chan, barrier, stream=stream)
+            self.last_path = "persistent"
+            return hbuf[1:]
+        self.last_path = "per-step"
         out = torch.empty((steps + 1, m_pad, p.hidden_size), dtype=torch.int8, device=x_q.device)
         out[0].zero_()
         out[0, :rows] = h0_q
-        stream = torch.cuda.current_stream(x_q.device)
         for t in range(steps):
             rh = torch._int_mm(out[t], self.r_t)
             cell(wx_all[t], rh, out[t], out[t + 1], self.chan, stream=stream)

@@ -116,6 +116,12 @@ def sm_count(ordinal: int = 0) -> int:
     )
 
 
+def max_shared_optin(ordinal: int = 0) -> int:
+    """Most dynamic shared memory one block may opt in to (cuFuncSetAttribute), in bytes."""
+    attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    return int(_check(driver.cuDeviceGetAttribute(attr, _device(ordinal)), "cuDeviceGetAttribute"))
+
+
 def primary_context(ordinal: int = 0) -> Any:
     """Retain (once per process) and make current the primary context of ``ordinal``.
 
@@ -193,7 +199,10 @@ class LoadedKernel:
         args: Sequence[Any],
         stream: Any = 0,
         shared_mem: int = 0,
+        cooperative: bool = False,
     ) -> None:
+        """``cooperative``: cuLaunchCooperativeKernel, which refuses a grid whose blocks cannot all be resident at
+        once (what a grid-wide barrier needs)."""
         if self._module is None:
             raise RuntimeError(f"kernel {self.name!r}: module already unloaded")
         gx, gy, gz = (tuple(int(v) for v in grid) + (1, 1, 1))[:3]
@@ -204,6 +213,24 @@ class LoadedKernel:
         # ``param_ptrs`` must outlive the call (the driver copies them at launch).
         param_ptrs = np.array([_holder_address(h) for h in holders] or [0], dtype=np.uint64)
         primary_context(self.device)
+        if cooperative:
+            _check(
+                driver.cuLaunchCooperativeKernel(
+                    self._function,
+                    gx,
+                    gy,
+                    gz,
+                    bx,
+                    by,
+                    bz,
+                    int(shared_mem),
+                    stream_handle(stream),
+                    int(param_ptrs.ctypes.data) if holders else 0,
+                ),
+                f"cuLaunchCooperativeKernel({self.name!r})",
+            )
+            del holders, param_ptrs
+            return
         _check(
             driver.cuLaunchKernel(
                 self._function,
@@ -221,6 +248,22 @@ class LoadedKernel:
             f"cuLaunchKernel({self.name!r})",
         )
         del holders, param_ptrs
+
+    def set_max_dynamic_shared(self, nbytes: int) -> None:
+        """Opt in to more than 48 KB of dynamic shared memory per block."""
+        primary_context(self.device)
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _check(driver.cuFuncSetAttribute(self._function, attr, int(nbytes)), "cuFuncSetAttribute")
+
+    def max_active_blocks(self, block: int, shared_mem: int) -> int:
+        """Blocks of this kernel that fit on one SM at once (the occupancy API)."""
+        primary_context(self.device)
+        return int(
+            _check(
+                driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._function, int(block), int(shared_mem)),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+            )
+        )
 
     def sibling(self, name: str) -> LoadedKernel:
         """Another entry point of the same loaded module (no second load); it keeps this one, the module's owner,

@@ -1,0 +1,155 @@
+"""The persistent int8 GRU: one cooperative kernel for all T steps (templates/gru_persist.cu.j2), R resident in
+shared memory, a grid-wide barrier between steps. W.x for all steps stays one int8 GEMM before it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..emit.nvrtc import compile_source
+from .kernel import cell_context, template_env
+from .params import QuantGRUParams
+
+KERNEL_NAME = "dqgen_gru_persist"
+BLOCK = 512  # 16 warps: more h loads in flight while staging and more warps to hide the dot loop's latency
+WARPS = BLOCK // 32
+# More hidden units per thread share each h load among more R rows but hold 3 accumulators each in registers.
+MAX_UNITS_PER_THREAD = 4
+
+
+def _round_up(v: int, m: int) -> int:
+    return (v + m - 1) // m * m
+
+
+@dataclass(frozen=True)
+class PersistPlan:
+    """How the sequence is spread over the GPU: ``grid`` CTAs of ``units`` hidden units each."""
+
+    units: int  # hidden units (of all three gates) per CTA
+    grid: int
+    jt: int  # hidden units per thread
+    upad: int  # units rounded up to a multiple of jt
+    nbc: int  # batch rows staged in shared memory at a time
+    shared_bytes: int
+
+
+def padded_hidden(hidden: int) -> int:
+    """K of the shared R rows and staged h rows: a multiple of 32 bytes keeps the int4 reads conflict-free."""
+    return _round_up(hidden, 32)
+
+
+def plan(hidden: int, rows: int, sm_count: int, shared_optin: int) -> PersistPlan | None:
+    """Spread ``hidden`` units over at most one CTA per SM (fewest units per CTA, so the R slices are smallest);
+    None when the R slice and 32 staged h rows do not fit in one CTA's shared memory (the per-step path then runs)."""
+    if rows < 1 or hidden < 1 or hidden % 8:
+        return None
+    units = -(-hidden // sm_count)
+    grid = -(-hidden // units)
+    row_groups = -(-min(rows, 64) // 32)
+    # enough (unit group, 32 batch rows) items for every warp, but no more units per thread than needed
+    jt = max(1, min(MAX_UNITS_PER_THREAD, units * row_groups // WARPS))
+    upad = _round_up(units, jt)
+    hp = padded_hidden(hidden)
+    r_bytes = 3 * upad * hp
+    h_row = hp + 16
+    fit_rows = (shared_optin - r_bytes) // h_row // 32 * 32
+    if fit_rows < 32:
+        return None
+    nbc = min(_round_up(rows, 32), fit_rows)
+    return PersistPlan(units, grid, jt, upad, nbc, r_bytes + nbc * h_row)
+
+
+def render(p: QuantGRUParams, jt: int) -> str:
+    # h rows are staged in the widest words that H divides into (every row stays aligned to its word)
+    wide = p.hidden_size % 16 == 0
+    vec = (
+        {"vec": 16, "vtype": "int4", "vzero": "make_int4(0, 0, 0, 0)"}
+        if wide
+        else {"vec": 8, "vtype": "int2", "vzero": "make_int2(0, 0)"}
+    )
+    return (
+        template_env()
+        .get_template("gru_persist.cu.j2")
+        .render(name=KERNEL_NAME, jt=jt, hp=padded_hidden(p.hidden_size), block=BLOCK, **vec, **cell_context(p))
+    )
+
+
+def compile_persist(p: QuantGRUParams, jt: int, arch: str = "sm_90", want: Any = "cubin") -> Any:
+    return compile_source(render(p, jt), arch=arch, want=want, name="gru_persist.cu")
+
+
+class PersistentKernel:
+    """The persistent kernel of one model on one device (one compiled variant per units-per-thread)."""
+
+    def __init__(self, p: QuantGRUParams, device: int = 0) -> None:
+        from ..run import device as dev
+
+        self.params = p
+        self.device = device
+        self._dev = dev
+        self._arch = dev.device_arch(device)
+        self._sms = dev.sm_count(device)
+        self._optin = dev.max_shared_optin(device)
+        self._kernels: dict[int, Any] = {}
+
+    def plan(self, rows: int) -> PersistPlan | None:
+        """The launch for ``rows`` batch rows, or None where it does not fit (shared memory or co-residency)."""
+        pl = plan(self.params.hidden_size, rows, self._sms, self._optin)
+        if pl is None:
+            return None
+        kernel = self._kernel(pl.jt)
+        if kernel.max_active_blocks(BLOCK, pl.shared_bytes) * self._sms < pl.grid:
+            return None
+        return pl
+
+    def _kernel(self, jt: int) -> Any:
+        if jt not in self._kernels:
+            image = compile_persist(self.params, jt, self._arch).cubin
+            kernel = self._dev.LoadedKernel(image, KERNEL_NAME, self.device)
+            # the opt-in ceiling once, so a plan for any batch size may launch with the shared bytes it needs
+            kernel.set_max_dynamic_shared(self._optin)
+            self._kernels[jt] = kernel
+        return self._kernels[jt]
+
+    def __call__(
+        self, pl: PersistPlan, wx_all: Any, r_q: Any, hbuf: Any, chan: Any, barrier: Any, stream: Any = 0
+    ) -> None:
+        """wx_all int32 [T, >= rows, 3H] (unit inner stride), r_q int8 [3H, H], hbuf int8 [T + 1, rows, H] with
+        h_0 in slice 0 (h_t is written into slice t), chan int32 [3H, 8], barrier int32 [2] of zeros."""
+        dev = self._dev
+        hsz = self.params.hidden_size
+        wx, rq_, hb, ch, bar = (
+            dev.as_device_array(a, nm)
+            for a, nm in ((wx_all, "wx_all"), (r_q, "r_q"), (hbuf, "hbuf"), (chan, "chan"), (barrier, "barrier"))
+        )
+        steps, rows = hb.shape[0] - 1, hb.shape[1]
+        checks = (
+            ("wx_all", wx, np.int32, len(wx.shape) == 3 and wx.shape[0] == steps and wx.shape[1] >= rows),
+            ("wx_all", wx, np.int32, wx.shape[-1] == 3 * hsz and wx.strides_bytes[-1] == 4),
+            ("r_q", rq_, np.int8, tuple(rq_.shape) == (3 * hsz, hsz) and rq_.is_c_contiguous),
+            ("hbuf", hb, np.int8, len(hb.shape) == 3 and hb.shape[2] == hsz and hb.is_c_contiguous),
+            ("chan", ch, np.int32, tuple(ch.shape) == (3 * hsz, 8) and ch.is_c_contiguous),
+            ("barrier", bar, np.int32, tuple(bar.shape) == (2,) and bar.is_c_contiguous),
+        )
+        for name, a, dtype, ok in checks:
+            if a.dtype != dtype or not ok:
+                raise ValueError(f"{name}: wrong dtype/shape/layout {a.dtype}{list(a.shape)} (see the docstring)")
+        if steps < 1:
+            return
+        args = [
+            wx,
+            np.int64(wx.strides_bytes[0] // 4),
+            np.int32(wx.strides_bytes[1] // 4),
+            rq_,
+            hb,
+            ch,
+            bar,
+            np.int32(steps),
+            np.int32(rows),
+            np.int32(pl.units),
+            np.int32(pl.upad),
+            np.int32(pl.nbc),
+        ]
+        self._kernel(pl.jt)((pl.grid,), (BLOCK,), args, stream=stream, shared_mem=pl.shared_bytes, cooperative=True)
