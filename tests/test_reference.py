@@ -1910,7 +1910,7 @@ def _codes_generic(spec: Spec, qweight: np.ndarray, K: int, N: int) -> np.ndarra
 def _code_value_generic(spec: Spec, q: int) -> float:
     kind = spec.source.kind.value
     if kind == "float":
-        return float(_ml_values(ML_SOURCE[spec.source.format.value], 2**spec.source.bits)[q])
+        return float(_ml_values(ML_SOURCE[spec.source.format], 2**spec.source.bits)[q])
     if kind == "codebook":
         cb = spec.source.codebook_values
         if q >= len(cb):

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat
-from ..core.spec import SourceKind, Spec, Target
+from ..core.formats import FP16, FP32, MINIFLOATS, FloatFormat
+from ..core.spec import SourceKind, Spec
 from ..ir.plan import Plan
 
 
@@ -36,7 +36,7 @@ class ProofResult:
 
 
 def _fmt(spec: Spec) -> FloatFormat:
-    return FP16 if spec.target is Target.fp16 else BF16
+    return spec.target_type
 
 
 def _as2d(words: np.ndarray) -> np.ndarray:
@@ -86,8 +86,8 @@ def element_values(spec: Spec, words: np.ndarray, fmt: FloatFormat) -> np.ndarra
     codebook entry rounded once to ``fmt`` (the spec's rule). NaN / inf as float64."""
     fields = code_fields(spec, words)
     if spec.source.kind is SourceKind.float:
-        assert spec.source.format is not None, "the spec validator requires a format for kind 'float'"
-        mf = MINIFLOATS[spec.source.format.value]
+        mf = spec.source.scalar_type
+        assert mf is not None, "the spec validator requires a format for kind 'float'"
         table = np.array([float(mf.decode(c)) for c in range(1 << mf.width)])
         return table[fields]
     if spec.source.kind is SourceKind.codebook:

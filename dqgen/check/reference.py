@@ -4,7 +4,11 @@ It is written straight from the formulas in ``dqgen.core.spec`` (the docstrings 
 ``Packing``, ``Scales`` and ``Zeros``) with plain shifts and masks, and on purpose imports nothing
 else from dqgen (no formats, ISA, plan or solver): a bug shared by the generator and its oracle
 would otherwise go unnoticed. Even the packed-zeros field order is derived here from the prose,
-not taken from ``Spec.zero_order``.
+not taken from ``Spec.zero_order``. In particular it does not use the number-format registry
+(``dqgen.core.formats``, which the solver, the prover and the runtime read): its minifloat, e8m0,
+integer and fp16 / bf16 / fp32 decodings below are its own, and tests/test_formats.py checks that the
+registry and this module agree on every code of every format (a new registry row without a decoding
+here fails that test).
 
 Layouts (P = 32 // bits codes per int32 word; field j = bits [j*bits, (j+1)*bits) holds element
 ``order[j]`` of the word's run of P consecutive elements):
@@ -421,9 +425,9 @@ def _code_values(spec: Spec) -> np.ndarray:
     kind = spec.source.kind
     if kind is SourceKind.float:
         assert spec.source.format is not None
-        ebits, mbits, bias, special = _MINIFLOATS[spec.source.format.value]
+        ebits, mbits, bias, special = _MINIFLOATS[spec.source.format]
         if 1 + ebits + mbits != bits:
-            raise ValueError(f"[source.bits] {spec.source.format.value} is {1 + ebits + mbits} bits wide, got {bits}")
+            raise ValueError(f"[source.bits] {spec.source.format} is {1 + ebits + mbits} bits wide, got {bits}")
         return _decode_minifloat_array(codes, ebits, mbits, bias, special)
     if kind is SourceKind.codebook:
         tb, tm = _FORMAT_BITS[spec.target]

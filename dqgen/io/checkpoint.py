@@ -66,6 +66,8 @@ import numpy as np
 from pydantic import ValidationError
 from safetensors import SafetensorError, safe_open
 
+from ..core import formats
+from ..core.formats import numpy_dtype
 from ..core.spec import Spec
 from ..layout.packing import unpack_zeros
 
@@ -81,8 +83,9 @@ __all__ = [
     "write_safetensors",
 ]
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
-_TARGETS = {"fp16": np.dtype(np.float16), "bf16": BF16}
+BF16 = numpy_dtype(formats.BF16)
+#: The target dtypes by spec name (the number-format registry's ``target`` rows).
+_TARGETS = {name: numpy_dtype(t) for name, t in formats.with_role("target").items()}
 
 #: safetensors dtype names <-> numpy dtypes (the ones an array can be made of here).
 _ST_DTYPES: dict[str, np.dtype] = {

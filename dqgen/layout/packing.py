@@ -27,21 +27,14 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 
+from dqgen.core.formats import numpy_dtype
 from dqgen.core.spec import CONTAINER_BITS, PACKED_ZERO_MODES, SourceKind, Spec, SpecError, SpecLike, load_spec
 
 __all__ = ["pack", "pack_zeros", "repack", "unpack", "unpack_zeros", "zeros_from_stored", "zeros_to_stored"]
 
 _WORD_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
-
-#: ml_dtypes arrays that ``pack`` accepts for float sources, read as their bit patterns.
-_MINIFLOAT_DTYPES: dict[str, np.dtype] = {
-    "e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "e2m1": np.dtype(ml_dtypes.float4_e2m1fn),
-}
 
 
 def _block_words(bits: int) -> int:
@@ -211,10 +204,10 @@ def _codes_to_fields(codes: object, spec: Spec, name: str) -> np.ndarray:
     bits = spec.source.bits
     kind = spec.source.kind
     arr = np.asarray(codes)
-    if kind is SourceKind.float and spec.source.format is not None:
-        ml = _MINIFLOAT_DTYPES[spec.source.format.value]
-        if arr.dtype == ml:
-            arr = arr.view(np.uint8)  # a minifloat array: its bit patterns are the codes
+    element = spec.source.scalar_type
+    # an ml_dtypes array of the spec's format (float8_e4m3fn, float4_e2m1fn): its bit patterns are the codes
+    if kind is SourceKind.float and element is not None and arr.dtype == numpy_dtype(element):
+        arr = arr.view(np.uint8)
     arr = _int_array(name, arr, 2)
     if kind is SourceKind.signed:
         # Signed specs take either the stored field value or the two's complement value it means;

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.formats import torch_dtype
 from ..core.spec import Spec
 
 
@@ -29,7 +30,7 @@ def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
     G = K // gs if gs > 0 else 1
     qshape = (K, N // P) if spec.packing.axis == "N" else (K // P * spec.words, N)
     q = torch.randint(-(2**31), 2**31, qshape, dtype=torch.int32, device="cuda", generator=g)
-    tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
+    tdt = torch_dtype(spec.target_type, torch)
     if spec.scales.block:
         assert spec.scales.dtype is not None, "ScaleSpec.block is true only when a block-scale dtype is set"
         lo, hi = _BLOCK_SCALE_CODES[spec.scales.dtype.value]

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from ..check.prove import quick_check
+from ..core.formats import BF16, numpy_dtype, scalar_type, torch_dtype, torch_dtype_name
 from ..core.spec import Spec, load_spec, resolve_group_size
 from ..emit.nvrtc import cache_lookup, compile_source
 from ..emit.render import BLOCK, Variant, kernel_name, render_kernel, variants
@@ -32,21 +32,12 @@ _INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
 MAX_GRID = 2**31 - 1
 
 
-#: Dtypes a block-scale tensor may have, per ``scales.dtype``: its raw bytes (uint8), or the torch float8
-#: dtype of the same bytes (torch.float8_e8m0fnu / torch.float8_e4m3fn, seen here as ml_dtypes' dtypes).
-_BLOCK_SCALE_DTYPES: dict[str, tuple[np.dtype, ...]] = {
-    "e8m0": (np.dtype(np.uint8), np.dtype(ml_dtypes.float8_e8m0fnu)),
-    "e4m3": (np.dtype(np.uint8), np.dtype(ml_dtypes.float8_e4m3fn)),
-}
-_TORCH_FLOAT8 = {"e8m0": "torch.float8_e8m0fnu", "e4m3": "torch.float8_e4m3fn"}
-
-
 class ShapeError(ValueError):
     """A tensor does not match the spec; the message names the tensor."""
 
 
 def target_dtype(spec: Spec) -> np.dtype:
-    return np.dtype(np.float16) if spec.target.value == "fp16" else np.dtype(ml_dtypes.bfloat16)
+    return numpy_dtype(spec.target_type)
 
 
 @dataclass(frozen=True)
@@ -63,7 +54,7 @@ class Problem:
 
 
 def _dt(a: dev.DeviceArray) -> str:
-    return "bfloat16" if a.dtype == np.dtype(ml_dtypes.bfloat16) else str(a.dtype)
+    return "bfloat16" if a.dtype == numpy_dtype(BF16) else str(a.dtype)
 
 
 def infer_problem(
@@ -116,10 +107,13 @@ def infer_problem(
         )
     G = K // gs if gs > 0 else 1
     if spec.scales.block:
-        sd = spec.scales.dtype.value
-        if scales.dtype not in _BLOCK_SCALE_DTYPES[sd]:
+        # a block-scale tensor is its raw bytes (uint8) or the float8 dtype of the same bytes (torch's
+        # float8_e8m0fnu / float8_e4m3fn, seen here as ml_dtypes' dtypes)
+        sd = scalar_type(spec.scales.dtype.value)
+        if scales.dtype not in (np.dtype(np.uint8), numpy_dtype(sd)):
             raise ShapeError(
-                f"scales: expected uint8 {sd} block-scale codes (or a {_TORCH_FLOAT8[sd]} tensor), got {_dt(scales)}"
+                f"scales: expected uint8 {sd.name} block-scale codes (or a torch.{torch_dtype_name(sd)} tensor), "
+                f"got {_dt(scales)}"
             )
     elif scales.dtype != tdt:
         raise ShapeError(f"scales: expected dtype {spec.target.value} (the spec's target), got {_dt(scales)}")
@@ -432,7 +426,7 @@ class Kernel:
         if out is None:
             K, N = self.output_shape(qweight.shape) if qweight.dim() == 2 else (0, 0)
             if qweight.dim() == 2 and qweight.is_cuda:
-                out = torch.empty((K, N), dtype=_TORCH_TARGET[self.spec.target.value](torch), device=qweight.device)
+                out = torch.empty((K, N), dtype=torch_dtype(self.spec.target_type, torch), device=qweight.device)
         # data_ptr fixes the device (unified addressing); dtype is kept apart because a .view(dtype) shares the rest
         key = (
             qweight.data_ptr(),
@@ -485,7 +479,6 @@ class Kernel:
 
 
 _KERNELS: dict[str, Kernel] = {}
-_TORCH_TARGET = {"fp16": lambda torch: torch.float16, "bf16": lambda torch: torch.bfloat16}
 
 
 def _sig(t: Any) -> tuple | None:

@@ -4,15 +4,15 @@ solver (integer strategies) and solver_float (minifloats, codebooks) so neither 
 
 from __future__ import annotations
 
-from ..core.formats import BF16, FP16, FloatFormat
-from ..core.spec import Spec, Target
+from ..core.formats import FloatFormat
+from ..core.spec import Spec
 from ..ir.isa import Const, Opcode, arith_ops
 from ..ir.magic import half_pair, pair_const
 from ..ir.plan import Input, Op, Stage
 
 
 def target_format(spec: Spec) -> FloatFormat:
-    return FP16 if spec.target is Target.fp16 else BF16
+    return spec.target_type
 
 
 def field_pos(spec: Spec, element: int) -> int:

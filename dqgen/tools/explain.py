@@ -158,7 +158,7 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
     add("")
     src = spec.source
     what = {
-        "float": f"{src.format.value if src.format else ''} minifloat",
+        "float": f"{src.format if src.format else ''} minifloat",
         "codebook": f"codebook ({src.codebook if isinstance(src.codebook, str) else f'{len(src.codebook_values)} user values'})",
     }.get(src.kind.value, src.kind.value)
     layout = (
@@ -182,9 +182,7 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         "additive": f"{f}( {q} * s + b ), one rounding (fma), b a pre-scaled {f} zero",
     }[spec.zeros.mode]
     if src.kind.value == "float":
-        value = (
-            f"{f}( {src.format.value}(q) * s ), rounded once to nearest-even ({src.format.value}(q) is exact in {f})"
-        )
+        value = f"{f}( {src.format}(q) * s ), rounded once to nearest-even ({src.format}(q) is exact in {f})"
     elif src.kind.value == "codebook":
         value = f"{f}( {f}(codebook[q]) * s ): the entry rounded once to {f} when the kernel is built, the product once more"
     if spec.scales.dtype is not None and spec.scales.dtype.value == "e8m0":
