@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ALLOWED: dict[str, frozenset[str]] = {
     "core": frozenset(),
     "ir": frozenset({"core"}),
-    "check": frozenset({"core", "ir"}),
+    # layout: the Layout (field positions, blocks, shapes) is part of the resolved spec every stage reads (issue 12)
+    "check": frozenset({"core", "ir", "layout"}),
     "layout": frozenset({"core"}),
-    "solve": frozenset({"core", "ir", "check"}),
+    "solve": frozenset({"core", "ir", "check", "layout"}),
     # layout: the Layout owns the tile and register permutations that the templates render (issue 12).
     "emit": frozenset({"core", "ir", "layout", "solve"}),
     "run": frozenset({"core", "ir", "check", "layout", "solve", "emit"}),

@@ -18,6 +18,7 @@ import numpy as np
 from ..core.formats import FP16, FP32, MINIFLOATS, FloatFormat
 from ..core.spec import SourceKind, Spec
 from ..ir.plan import Plan
+from ..layout.layout import Layout
 
 
 @dataclass
@@ -45,24 +46,9 @@ def _as2d(words: np.ndarray) -> np.ndarray:
     return w[:, None] if w.ndim == 1 else w
 
 
-def field_position(spec: Spec, element: int) -> int:
-    """Bit of the block where ``element``'s code starts (word 0's bit 0 is bit 0)."""
-    return spec.source.bits * spec.order.index(element)
-
-
 def code_fields(spec: Spec, words: np.ndarray) -> np.ndarray:
     """[n, per_word] raw unsigned code of each element, in element order."""
-    w = _as2d(words).astype(np.uint64)
-    b = spec.source.bits
-    out = np.zeros((w.shape[0], spec.per_word), dtype=np.int64)
-    for e in range(spec.per_word):
-        P = field_position(spec, e)
-        k, off = divmod(P, 32)
-        v = w[:, k] >> np.uint64(off)
-        if off + b > 32:  # the code straddles into the next word
-            v |= w[:, k + 1] << np.uint64(32 - off)
-        out[:, e] = (v & np.uint64((1 << b) - 1)).astype(np.int64)
-    return out
+    return Layout.of(spec).block_codes(words)
 
 
 def code_values(spec: Spec, words: np.ndarray, zeros: np.ndarray | None = None) -> np.ndarray:
@@ -241,7 +227,7 @@ def lane_cases(spec: Spec, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     words, zeros = [], []
     for lane in range(n):
         w = _random_words(rng, q.size, W)
-        _set_field(w, field_position(spec, lane), b, q)
+        _set_field(w, Layout.of(spec).field_pos(lane), b, q)
         words.append(w)
         zw = _random_words(rng, q.size, 1)
         if spec.zeros.packed:

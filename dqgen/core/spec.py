@@ -52,6 +52,12 @@ ORDER_PRESET_DOCS: dict[str, str] = {
 }
 
 
+def block_words(bits: int) -> int:
+    """32-bit words per packing block of ``bits``-bit codes: 1 when ``bits`` divides 32, else ``bits / gcd(bits,
+    32)`` (3-bit and 6-bit: 3). The spec validates against it; ``dqgen.layout.Layout`` owns everything built on it."""
+    return bits // math.gcd(bits, CONTAINER_BITS)
+
+
 class SpecError(ValueError):
     """An invalid spec: one line naming the field, the value and what is allowed."""
 
@@ -304,7 +310,7 @@ class Packing(BaseModel):
         return v
 
     def block_words(self, bits: int) -> int:
-        return bits // math.gcd(bits, CONTAINER_BITS)
+        return block_words(bits)
 
     def resolved_order(self, bits: int) -> list[int]:
         if isinstance(self.order, str):

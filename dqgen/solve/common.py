@@ -15,10 +15,6 @@ def target_format(spec: Spec) -> FloatFormat:
     return spec.target_type
 
 
-def field_pos(spec: Spec, element: int) -> int:
-    return spec.source.bits * spec.order.index(element)
-
-
 class Builder:
     def __init__(self, spec: Spec, fmt: FloatFormat) -> None:
         self.spec, self.fmt = spec, fmt

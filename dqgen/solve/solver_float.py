@@ -26,7 +26,8 @@ from ..core.spec import SourceKind, Spec
 from ..ir.isa import Const, Opcode, Operand, lut_of, prmt_selector
 from ..ir.magic import half_pair, pair_const
 from ..ir.plan import Plan, Stage
-from .common import Builder, field_pos, plan_inputs, scale_stage, target_format
+from ..layout.layout import Layout
+from .common import Builder, plan_inputs, scale_stage, target_format
 
 LUT_KEEP_SIGN = lut_of(lambda a, b, c: (a & c) | b)
 LUT_OR_MASKED = lut_of(lambda a, b, c: a | (b & c))
@@ -207,7 +208,7 @@ def place_pair(B: Builder, mf: ScalarType, carrier: FloatFormat, r: str, i: int,
 
 
 def _sources(spec: Spec, pair: int) -> tuple[int, int]:
-    return field_pos(spec, 2 * pair), field_pos(spec, 2 * pair + 1)
+    return Layout.of(spec).field_pos(2 * pair), Layout.of(spec).field_pos(2 * pair + 1)
 
 
 def place_all(B: Builder, spec: Spec, carrier: FloatFormat, src: str = "w") -> list[str]:
@@ -422,7 +423,7 @@ def lut_all(B: Builder, spec: Spec, entries: list[int], carrier: FloatFormat, wh
         quads[q] = (hi_reg, lo_reg)
     outs = []
     for i in range(n // 2):
-        p0, p1 = field_pos(spec, 2 * i) // 4, field_pos(spec, 2 * i + 1) // 4
+        p0, p1 = Layout.of(spec).field_pos(2 * i) // 4, Layout.of(spec).field_pos(2 * i + 1) // 4
         qa, qb = p0 // 4, p1 // 4
         if qa != qb:
             ha, la = quads[qa]
