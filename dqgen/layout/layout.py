@@ -126,6 +126,10 @@ class Layout:
         """K from the rows of ``qweight`` (whole blocks along K: check ``rows % words`` first)."""
         return rows if self.axis == "N" else rows // self.words * self.per_block
 
+    def n_of(self, cols: int) -> int:
+        """N from the columns of ``qweight``."""
+        return cols * self.per_block if self.axis == "N" else cols
+
     def kn_of(self, qweight_shape: tuple[int, ...]) -> tuple[int, int]:
         """(K, N) from ``qweight``'s 2-D shape; ValueError naming qweight when its rows are no whole blocks."""
         rows, cols = qweight_shape
@@ -135,7 +139,7 @@ class Layout:
                 f"are packed along K in blocks of {self.words} int32 words holding {self.per_block} rows each; "
                 f"expected shape (K * {self.words} / {self.per_block}, N), got {tuple(qweight_shape)}"
             )
-        return self.k_of(rows), cols * self.per_block if self.axis == "N" else cols
+        return self.k_of(rows), self.n_of(cols)
 
     def qweight_text(self) -> str:
         """qweight's shape in words: [K, N/8] (packed along N), [3K/32, N] (packed along K in 3-word blocks)."""

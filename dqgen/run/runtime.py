@@ -23,6 +23,7 @@ from ..core.formats import BF16, numpy_dtype, scalar_type, torch_dtype, torch_dt
 from ..core.spec import Spec, load_spec, resolve_group_size
 from ..emit.nvrtc import cache_lookup, compile_source
 from ..emit.render import BLOCK, Variant, kernel_name, render_kernel, variants
+from ..layout.layout import Layout
 from ..solve.solver import solve
 from . import device as dev
 from .tune import default_variant, load_tuning, size_class
@@ -69,26 +70,20 @@ def infer_problem(
     """Validate shapes/dtypes/devices/layout against the spec (g_idx values are checked by the caller).
     With multi-word blocks (3-bit: 32 codes in 3 words) qweight is [K * words / per_block, N];
     block scales are uint8 codes [K / group_size, N]; ``global_scale`` is a one-element fp32 tensor."""
-    P, W = spec.per_word, spec.words
+    lay = Layout.of(spec)
+    P, W = lay.per_block, lay.words
     tdt = target_dtype(spec)
     if qweight.dtype not in _INT_WORDS or len(qweight.shape) != 2:
         raise ShapeError(
             f"qweight: expected a 2-D int32 tensor of packed words, got {len(qweight.shape)}-D {_dt(qweight)}"
         )
-    if spec.packing.axis == "N":
-        K, N = qweight.shape[0], qweight.shape[1] * P
-        layout = f"[K, N/{P}] (packed along N)"
-    elif W > 1:
-        if qweight.shape[0] % W:
-            raise ShapeError(
-                f"qweight: expected shape [{W}K/{P}, N] ({W}-word blocks of {P} {spec.source.bits}-bit codes packed along K), "
-                f"got {tuple(qweight.shape)}: {qweight.shape[0]} rows is not a multiple of {W}"
-            )
-        K, N = qweight.shape[0] // W * P, qweight.shape[1]
-        layout = f"[{W}K/{P}, N] (packed along K in {W}-word blocks)"
-    else:
-        K, N = qweight.shape[0] * P, qweight.shape[1]
-        layout = f"[K/{P}, N] (packed along K)"
+    if lay.axis == "K" and qweight.shape[0] % W:
+        raise ShapeError(
+            f"qweight: expected shape [{W}K/{P}, N] ({W}-word blocks of {P} {spec.source.bits}-bit codes packed along K), "
+            f"got {tuple(qweight.shape)}: {qweight.shape[0]} rows is not a multiple of {W}"
+        )
+    K, N = lay.kn_of(tuple(qweight.shape))
+    layout = lay.qweight_text()
     if spec.scales.group_size == "auto":
         if len(scales.shape) != 2:
             raise ShapeError(
@@ -106,6 +101,7 @@ def infer_problem(
             f"qweight: K = {K} (from shape {qweight.shape} {layout}) is not a multiple of scales.group_size = {gs}"
         )
     G = K // gs if gs > 0 else 1
+    shapes = lay.shapes(K, N, G)
     if spec.scales.block:
         # a block-scale tensor is its raw bytes (uint8) or the float8 dtype of the same bytes (torch's
         # float8_e8m0fnu / float8_e4m3fn, seen here as ml_dtypes' dtypes)
@@ -117,7 +113,7 @@ def infer_problem(
             )
     elif scales.dtype != tdt:
         raise ShapeError(f"scales: expected dtype {spec.target.value} (the spec's target), got {_dt(scales)}")
-    if tuple(scales.shape) != (G, N):
+    if tuple(scales.shape) != shapes["scales"]:
         raise ShapeError(
             f"scales: expected shape ({G}, {N}) = [K/group_size, N] for K={K}, N={N}, group_size={gs}; got {tuple(scales.shape)}"
         )
@@ -134,12 +130,12 @@ def infer_problem(
                 f"zeros: expected int32 packed words ({mode}), got {_dt(zeros)}"
                 + ("; unpacked float zeros need zeros.mode 'float'" if zeros.dtype.kind == "f" else "")
             )
-        if tuple(zeros.shape) != (G, N // P):
+        if tuple(zeros.shape) != shapes["zeros"]:
             raise ShapeError(f"zeros: expected shape ({G}, {N // P}) = [K/group_size, N/{P}], got {tuple(zeros.shape)}")
     elif mode in ("float", "additive"):
         if zeros is None:
             raise ShapeError(f"zeros: this spec has {mode} zeros; pass a ({G}, {N}) {spec.target.value} tensor")
-        if zeros.dtype != tdt or tuple(zeros.shape) != (G, N):
+        if zeros.dtype != tdt or tuple(zeros.shape) != shapes["zeros"]:
             raise ShapeError(
                 f"zeros: expected a ({G}, {N}) {spec.target.value} tensor ({mode} zeros), got {tuple(zeros.shape)} {_dt(zeros)}"
             )
@@ -148,7 +144,7 @@ def infer_problem(
     if spec.act_order:
         if g_idx is None:
             raise ShapeError(f"g_idx: this spec has act_order; pass g_idx, an int32 tensor of shape ({K},)")
-        if g_idx.dtype != np.dtype(np.int32) or tuple(g_idx.shape) != (K,):
+        if g_idx.dtype != np.dtype(np.int32) or tuple(g_idx.shape) != shapes["g_idx"]:
             raise ShapeError(f"g_idx: expected an int32 tensor of shape ({K},), got {tuple(g_idx.shape)} {_dt(g_idx)}")
     elif g_idx is not None:
         raise ShapeError("g_idx: this spec has no act_order, but a g_idx tensor was given (set act_order: true)")
@@ -171,7 +167,7 @@ def infer_problem(
     if out is not None:
         if out.dtype != tdt:
             raise ShapeError(f"out: expected dtype {spec.target.value}, got {_dt(out)}")
-        if tuple(out.shape) != (K, N):
+        if tuple(out.shape) != shapes["out"]:
             raise ShapeError(f"out: expected shape ({K}, {N}), got {tuple(out.shape)}")
     arrays = {"qweight": qweight, "scales": scales, "zeros": zeros, "g_idx": g_idx, "out": out}
     for name, a in arrays.items():
@@ -312,10 +308,8 @@ class Kernel:
 
     def output_shape(self, qweight_shape: tuple[int, ...]) -> tuple[int, int]:
         """(K, N) of the output for a qweight of this shape (shape checks are the call's)."""
-        rows, cols = int(qweight_shape[0]), int(qweight_shape[1])
-        if self.spec.packing.axis == "N":
-            return rows, cols * self.spec.per_word
-        return rows // self.spec.words * self.spec.per_word, cols
+        lay = Layout.of(self.spec)
+        return lay.k_of(int(qweight_shape[0])), lay.n_of(int(qweight_shape[1]))
 
     def _check_g_idx(self, gi: dev.DeviceArray, groups: int) -> None:
         """Every act-order group index in [0, G): one device->host copy (the caller caches the verdict)."""

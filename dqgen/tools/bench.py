@@ -22,6 +22,7 @@ import numpy as np
 
 from ..core.formats import torch_dtype
 from ..core.spec import SourceKind, Spec
+from ..layout.layout import Layout
 from ..run.inputs import make_g_idx, make_global_scale, make_inputs
 from ..run.runtime import Kernel
 from ..run.timing import graph_us, method, single_call_us
@@ -110,8 +111,7 @@ def naive_cuda(spec: Spec) -> Callable:
 
     def fn(q: Any, s: Any, z: Any) -> Any:
         words = q.numel()
-        K = q.shape[0] * (1 if spec.packing.axis == "N" else spec.per_word)
-        N = q.shape[1] * (spec.per_word if spec.packing.axis == "N" else 1)
+        K, N = Layout.of(spec).kn_of(tuple(q.shape))
         out = torch.empty((K, N), dtype=s.dtype, device="cuda")
         blocks = math.ceil(words / 256)
         kern(
@@ -210,8 +210,7 @@ def traffic_copy(spec: Spec) -> Callable:
     blocks = dev.sm_count(0) * 8
 
     def fn(q: Any, s: Any, z: Any, out: Any = None) -> Any:
-        K = q.shape[0] * (1 if spec.packing.axis == "N" else spec.per_word) // spec.words
-        N = q.shape[1] * (spec.per_word if spec.packing.axis == "N" else 1)
+        K, N = Layout.of(spec).kn_of(tuple(q.shape))
         if out is None:
             out = torch.empty((K, N), dtype=torch_dtype(spec.target_type, torch), device="cuda")
         kern(

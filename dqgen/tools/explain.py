@@ -18,15 +18,14 @@ from ..core.spec import Spec
 from ..ir.isa import Const, Opcode
 from ..ir.magic import fmt_num
 from ..ir.plan import STAGES, Plan
+from ..layout.layout import Layout
 
 Bit = tuple  # ("c", 0|1) | ("w", element, inverted) | ("z", element) | ("?",)
 
 
 def _word_bits(spec: Spec, kind: str, word: int = 0) -> list[Bit]:
-    b = spec.source.bits
-    if spec.words > 1:
-        return [(kind, (32 * word + i) // b, False) for i in range(32)]
-    return [(kind, spec.order[i // b], False) for i in range(32)]
+    lay = Layout.of(spec)
+    return [(kind, lay.element_at(word, i), False) for i in range(32)]
 
 
 def _const_bits(v: int) -> list[Bit]:
