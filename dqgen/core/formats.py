@@ -234,6 +234,7 @@ _ROWS: tuple[ScalarType, ...] = (
     _float("fp32", 8, 23, NanRepr.ieee, ptx="f32"),
     _float("fp16", 5, 10, NanRepr.ieee, ptx="f16", roles=("target",)),
     _float("bf16", 8, 7, NanRepr.ieee, ptx="bf16", roles=("target",)),
+    _float("e8m0", 8, 0, NanRepr.max, signed=False, roles=("block_scale",)),
     _float(
         "e4m3",
         4,
@@ -252,7 +253,6 @@ _ROWS: tuple[ScalarType, ...] = (
         doc="OCP MX FP4, the element of MXFP4 and NVFP4",
         block_scales=("e8m0", "e4m3"),
     ),
-    _float("e8m0", 8, 0, NanRepr.max, signed=False, roles=("block_scale",)),
     # The integer codes: u1..u8 and their two's-complement s-formats; biased codes (u4b8, u8b128) come from
     # ``integer`` with the spec's bias, so every bias 0 <= b < 2^bits is a format without a row per value.
     *(integer(b) for b in range(1, 9)),

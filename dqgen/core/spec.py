@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .formats import ScalarType, integer, numpy_dtype, scalar_type, with_role
+from .formula import ZERO_RULES, ZeroRule, zero_mode_doc
 from .printable import printable
 
 CONTAINER_BITS = 32
@@ -401,17 +402,11 @@ class Scales(BaseModel):
 
 
 ZeroMode = Literal["none", "integer", "gptq_v1", "gptq_v2", "float", "additive"]
-PACKED_ZERO_MODES = ("integer", "gptq_v1", "gptq_v2")
+#: The modes whose zero points are packed integer words (``dqgen.core.formula.ZERO_RULES`` says each mode's rule).
+PACKED_ZERO_MODES = tuple(m for m, r in ZERO_RULES.items() if r.packed)
 
 #: One line per zero-point mode, for ``dqgen list`` (``Zeros`` documents the rounding of each).
-ZERO_MODE_DOCS: dict[str, str] = {
-    "none": "symmetric: round(q * s); the only mode for float and codebook sources",
-    "integer": "AWQ, GPTQ gptq_v2: unsigned bits-wide zero codes z packed along N (qzeros [G, N/P] int32), round((q - z) * s)",
-    "gptq_v2": "the same as integer (GPTQ's checkpoint_format name for it)",
-    "gptq_v1": "GPTQ's original checkpoints: stored zero = z - 1, round((q - (stored + 1)) * s)",
-    "float": "HQQ: zeros [G, N] in the target dtype, round(round(q - z) * s)",
-    "additive": "TensorRT-LLM fine-grained: pre-scaled zeros b [G, N] in the target dtype, round(q * s + b)",
-}
+ZERO_MODE_DOCS: dict[str, str] = {m: zero_mode_doc(r) for m, r in ZERO_RULES.items()}
 
 
 class Zeros(BaseModel):
@@ -438,13 +433,22 @@ class Zeros(BaseModel):
     mode: ZeroMode = "none"
 
     @property
+    def rule(self) -> ZeroRule:
+        return ZERO_RULES[self.mode]
+
+    @property
     def packed(self) -> bool:
-        return self.mode in PACKED_ZERO_MODES
+        return self.rule.packed
+
+    @property
+    def dense(self) -> bool:
+        """Zero points given as a [G, N] tensor in the target dtype (float, additive)."""
+        return self.rule.dense
 
     @property
     def stored_offset(self) -> int:
         """What is added to a stored packed zero to get z."""
-        return 1 if self.mode == "gptq_v1" else 0
+        return self.rule.stored_offset
 
 
 #: ``sm_<number>[a|f]``, matched in full (``re.fullmatch``; ASCII digits only, no trailing newline).

@@ -40,7 +40,7 @@ def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
         s = (torch.rand((G, N), device="cuda", generator=g) * 2 - 1).mul_(0.05).to(tdt)
     if spec.zeros.packed:
         z = torch.randint(-(2**31), 2**31, shapes["zeros"], dtype=torch.int32, device="cuda", generator=g)
-    elif spec.zeros.mode in ("float", "additive"):
+    elif spec.zeros.dense:
         z = (torch.rand((G, N), device="cuda", generator=g) * (1 << spec.source.bits)).to(tdt)
     else:
         z = None

@@ -132,7 +132,7 @@ def infer_problem(
             )
         if tuple(zeros.shape) != shapes["zeros"]:
             raise ShapeError(f"zeros: expected shape ({G}, {N // P}) = [K/group_size, N/{P}], got {tuple(zeros.shape)}")
-    elif mode in ("float", "additive"):
+    elif spec.zeros.dense:
         if zeros is None:
             raise ShapeError(f"zeros: this spec has {mode} zeros; pass a ({G}, {N}) {spec.target.value} tensor")
         if zeros.dtype != tdt or tuple(zeros.shape) != shapes["zeros"]:

@@ -99,7 +99,7 @@ def plan_inputs(spec: Spec, pairs: int) -> list[Input]:
             Input(f"s{i}", "scale", f"scales of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)")
             for i in range(pairs)
         ]
-    if spec.zeros.mode in ("float", "additive"):
+    if spec.zeros.dense:
         what = "float zero points" if spec.zeros.mode == "float" else "additive (pre-scaled) zeros"
         ins += [
             Input(f"f{i}", "zero_float", f"{what} of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)")
