@@ -55,15 +55,13 @@ def code_values(spec: Spec, words: np.ndarray, zeros: np.ndarray | None = None) 
     """[n, per_word] integer value of each element, in element order: the code value, minus the
     integer zero point when the spec has packed zeros (``zeros``: words in the Plan's z layout)."""
     b = spec.source.bits
-    mask = np.uint32((1 << b) - 1)
     q = code_fields(spec, words)
     if spec.source.kind is SourceKind.signed:
         q = np.where(q >= (1 << (b - 1)), q - (1 << b), q)
     elif spec.source.kind is SourceKind.biased:
         q = q - spec.source.offset
-    if zeros is not None:
-        for j, e in enumerate(spec.order):
-            q[:, e] -= ((zeros >> np.uint32(b * j)) & mask).astype(np.int64) + spec.zeros.stored_offset
+    if zeros is not None:  # one zero word per weight word, its fields in the weights' order
+        q -= Layout.of(spec).block_codes(zeros) + spec.zeros.stored_offset
     return q
 
 
@@ -231,7 +229,7 @@ def lane_cases(spec: Spec, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
         words.append(w)
         zw = _random_words(rng, q.size, 1)
         if spec.zeros.packed:
-            _set_field(zw, b * spec.order.index(lane) if W == 1 else b * lane, b, z)
+            _set_field(zw, Layout.of(spec).field_pos(lane), b, z)  # packed zeros: one-word blocks only
         zeros.append(zw[:, 0])
     # and the blocks where every lane holds the same code (e.g. all-ones, the maximum)
     same = np.zeros((codes.size, W), dtype=np.uint32)

@@ -612,6 +612,7 @@ def _validate(
         k_src = f"qweight.shape[0] * {p}"
     else:
         k_src = f"qweight.shape[0] / {words} * {p}"
+    assert g != "auto", "_resolve_auto fixed the group size"
     if g != -1 and k_rows % g:
         raise ValueError(f"qweight: K={k_rows} (from {k_src}) is not a multiple of scales.group_size={g}")
     if axis == "N" and n_cols % p:
