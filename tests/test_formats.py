@@ -268,7 +268,7 @@ def test_registry_and_reference_agree_on_every_code(name: str) -> None:
 
 
 def _storage(t: ScalarType) -> type:
-    return {4: np.uint8, 8: np.uint8, 16: np.uint16, 32: np.uint32}[t.width]
+    return np.uint8 if t.width <= 8 else np.uint16 if t.width <= 16 else np.uint32
 
 
 def test_registry_rows_match_published_facts() -> None:
