@@ -22,6 +22,7 @@ from ..core.spec import Spec
 from ..ir.isa import Const, prmt_selector
 from ..ir.magic import fmt_num, half_pair
 from ..ir.plan import Plan
+from ..layout.layout import Layout
 
 #: Shipped inside the package (wheel and checkout alike).
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -150,23 +151,24 @@ def context(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> di
     role = {i.role: i.name for i in plan.inputs}
     sd = spec.scales.dtype.value if spec.scales.block else spec.target.value
     formula = ValueFormula.of(spec)
+    lay = Layout.of(spec)
     return {
         "name": spec.name,
         "source_short": spec.source.short,
         "target": spec.target.value,
         "bits": spec.source.bits,
-        "per_word": spec.per_word,
-        "pairs": spec.per_word // 2,
-        "order": list(spec.order),
-        "axis": spec.packing.axis,
+        "per_word": lay.per_block,
+        "pairs": lay.per_block // 2,
+        "order": list(lay.order),
+        "axis": lay.axis,
         "formula": "(q - z)" if spec.zeros.packed else "q",
         "has_zeros": spec.zeros.packed,
         "float_zeros": spec.zeros.dense,
         "zero_mode": spec.zeros.mode,
-        "zeros_doc": kernel_zeros_doc(formula, spec.per_word),
+        "zeros_doc": kernel_zeros_doc(formula, lay.per_block),
         "scale_formula": kernel_scale_formula(formula),
         "act_order": spec.act_order,
-        "zero_pos": [spec.zero_order.index(e) for e in range(spec.per_word)],
+        "zero_pos": [lay.zero_order.index(e) for e in range(lay.per_block)],
         "field_mask": f"0x{(1 << spec.source.bits) - 1:X}",
         "zero_rep": f"0x{sum(1 << (spec.source.bits * k) for k in range(spec.per_word)):08X}",
         "strategy": plan.strategy,
@@ -186,7 +188,7 @@ def context(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> di
         "sel_high_halves": f"0x{prmt_selector([2, 3, 6, 7]):X}",
         "block": BLOCK,
         # multi-word packing blocks (3-bit GPTQ: 32 codes in 3 words): the block's word inputs, low first
-        "words": spec.words,
+        "words": lay.words,
         "integer_codes": spec.source.kind.value in ("unsigned", "signed", "biased"),
         "word_regs": [_reg(w) for w in plan.words],
         # block scales (MXFP4 / NVFP4): a scale byte per (group, column), decoded once by prepare_scales
