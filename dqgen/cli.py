@@ -419,8 +419,7 @@ def _preset_rows() -> list[tuple[str, str, str, str]]:
                 f"{sp.CODEBOOK_PRESET_DOCS.get(name, '')}; {len(values)} values from {min(values):g} to {max(values):g}",
             )
         )
-    for mf in sp.MiniFloat:
-        fmt = formats.MINIFLOATS[mf.value]
+    for fmt in sp.ELEMENT_FORMATS.values():
         finite = sorted({abs(v) for v in map(fmt.decode, range(1 << fmt.width)) if math.isfinite(v)})
         values = (
             "+-{" + ", ".join(f"{float(v):g}" for v in finite) + "}"
@@ -428,9 +427,7 @@ def _preset_rows() -> list[tuple[str, str, str, str]]:
             else f"max {float(finite[-1]):g}"
         )
         layout = fmt.describe().removeprefix(f"{fmt.name}: ")
-        rows.append(
-            ("source.format", mf.value, str(fmt.width), f"{sp.MINIFLOAT_DOCS.get(mf.value, '')}; {layout}; {values}")
-        )
+        rows.append(("source.format", fmt.name, str(fmt.width), f"{fmt.doc}; {layout}; {values}"))
     for name in sp.BLOCK_SCALE_DTYPES:
         rows.append(("scales.dtype", name, str(formats.MINIFLOATS[name].width), sp.BLOCK_SCALE_DOCS.get(name, "")))
     for name in get_args(sp.ZeroMode):

@@ -271,7 +271,7 @@ def _presets() -> list[tuple[str, str, str]]:
     return (
         [("packing.order", n, sp.ORDER_PRESET_DOCS[n]) for n in sp.ORDER_PRESETS]
         + [("source.codebook", n, sp.CODEBOOK_PRESET_DOCS[n]) for n in sp.CODEBOOK_PRESETS]
-        + [("source.format", m.value, sp.MINIFLOAT_DOCS[m.value]) for m in sp.MiniFloat]
+        + [("source.format", n, f.doc) for n, f in sp.ELEMENT_FORMATS.items()]
         + [("scales.dtype", n, sp.BLOCK_SCALE_DOCS[n]) for n in sp.BLOCK_SCALE_DTYPES]
         + [("zeros.mode", n, sp.ZERO_MODE_DOCS[n]) for n in get_args(sp.ZeroMode)]
     )

@@ -4,13 +4,28 @@ ml_dtypes rounds float64 through float32, which double-rounds)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from dqgen.core.formats import BF16, FP16, FP32, FloatFormat
+from dqgen.check import reference
+from dqgen.core.formats import (
+    BF16,
+    FP16,
+    FP32,
+    MINIFLOATS,
+    SCALAR_TYPES,
+    FloatFormat,
+    ScalarType,
+    numpy_dtype,
+    scalar_type,
+    torch_dtype_name,
+)
+from dqgen.core.spec import Target
 from dqgen.ir.magic import magic_bits
 
 
@@ -195,3 +210,83 @@ def test_round_from_f64_matches_ml_dtypes_bf16() -> None:
 )
 def test_round_from_f64_hand_worked(fmt: FloatFormat, x: float, bits: int) -> None:
     assert int(fmt.round_from_f64(np.array([x]))[0]) == bits
+
+
+# ----------------------------------------------------------------------------- the registry: one row per format
+
+
+def _same(a: float, b: float) -> bool:
+    """Equal float64 values, NaN equal to NaN and -0 distinct from +0."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+def _codes(t: ScalarType) -> np.ndarray:
+    """Every code of ``t``; for fp32 every exponent with a spread of mantissas and both signs."""
+    if t.width <= 16:
+        return np.arange(1 << t.width, dtype=np.int64)
+    mant = np.array([0, 1, 2, 0x155555, 0x400000, 0x7FFFFE, 0x7FFFFF], dtype=np.int64)
+    exps = np.arange(256, dtype=np.int64) << 23
+    mags = (exps[:, None] | mant[None, :]).ravel()
+    return np.concatenate([mags, mags | (1 << 31)])
+
+
+def _reference_decoder(t: ScalarType) -> Callable[[int], float]:
+    """The independent reference's own decoding of ``t``'s codes (its constants, not the registry's)."""
+    if not t.is_float:
+        kind = 1 if t.signed else (2 if t.bias else 0)
+        return lambda c: float(reference._code_value(np.int64(c), t.width, kind, t.bias))
+    if t.name == "e8m0":
+        return lambda c: float(reference._decode_e8m0(np.int64(c)))
+    if t.name in reference._MINIFLOATS:
+        ebits, mbits, bias, special = reference._MINIFLOATS[t.name]
+        return lambda c: float(reference._decode_minifloat(np.int64(c), ebits, mbits, bias, special))
+    widths = {"fp16": reference._FORMAT_BITS[Target.fp16], "bf16": reference._FORMAT_BITS[Target.bf16]}
+    widths["fp32"] = (reference._FP32_EBITS, reference._FP32_MBITS)
+    ebits, mbits = widths[t.name]  # a new row with no reference decoding fails here
+    return lambda c: float(reference._decode_bits(np.int64(c), ebits, mbits))
+
+
+@pytest.mark.parametrize("name", list(SCALAR_TYPES))
+def test_registry_and_reference_agree_on_every_code(name: str) -> None:
+    """The registry (what the solver, prover and runtime use) and the reference (which decodes on its own, on
+    purpose) give every code of every format the same value; so do ml_dtypes' dtypes derived from the row."""
+    t = SCALAR_TYPES[name]
+    ref = _reference_decoder(t)
+    codes = _codes(t)
+    ours = [float(t.decode(int(c))) for c in codes]
+    theirs = [ref(int(c)) for c in codes]
+    bad = [hex(int(c)) for c, a, b in zip(codes, ours, theirs, strict=True) if not _same(a, b)]
+    assert not bad, f"{name}: registry and reference differ at codes {bad[:8]}"
+    if t.is_float:
+        dt = numpy_dtype(t)
+        with np.errstate(invalid="ignore"):
+            ml = codes.astype(np.uint32 if t.width > 16 else np.uint16).astype(_storage(t)).view(dt).astype(np.float64)
+        bad = [hex(int(c)) for c, a, b in zip(codes, ours, ml, strict=True) if not _same(a, float(b))]
+        assert not bad, f"{name}: registry and {dt} differ at codes {bad[:8]}"
+
+
+def _storage(t: ScalarType) -> type:
+    return np.uint8 if t.width <= 8 else np.uint16 if t.width <= 16 else np.uint32
+
+
+def test_registry_rows_match_published_facts() -> None:
+    """Canonical names (vLLM / ml_dtypes / torch spellings) and the published extremes of each format."""
+    canon = {n: t.canonical for n, t in SCALAR_TYPES.items()}
+    assert canon["fp16"] == "float16" and canon["bf16"] == "bfloat16" and canon["fp32"] == "float32"
+    assert (canon["e4m3"], canon["e5m2"], canon["e2m1"], canon["e8m0"]) == (
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float4_e2m1fn",
+        "float8_e8m0fnu",
+    )
+    assert (canon["u4b8"], canon["u8b128"], canon["s4"], canon["u3"]) == ("uint4b8", "uint8b128", "int4", "uint3")
+    biggest = {
+        n: max(float(v) for v in map(t.decode, range(1 << t.width)) if math.isfinite(v)) for n, t in MINIFLOATS.items()
+    }
+    assert biggest == {"e4m3": 448.0, "e5m2": 57344.0, "e2m1": 6.0, "e8m0": 2.0**127}
+    assert (scalar_type("u4b8").decode(0), scalar_type("s4").decode(8), scalar_type("u2b1").decode(3)) == (-8, -8, 2)
+    with pytest.raises(KeyError, match="e3m4"):
+        scalar_type("e3m4")
+    assert torch_dtype_name(SCALAR_TYPES["e2m1"]) is None and torch_dtype_name(SCALAR_TYPES["e8m0"]) == "float8_e8m0fnu"

@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ALLOWED: dict[str, frozenset[str]] = {
     "core": frozenset(),
     "ir": frozenset({"core"}),
-    "check": frozenset({"core", "ir"}),
+    # layout: the Layout (field positions, blocks, shapes) is part of the resolved spec every stage reads (issue 12)
+    "check": frozenset({"core", "ir", "layout"}),
     "layout": frozenset({"core"}),
-    "solve": frozenset({"core", "ir", "check"}),
+    "solve": frozenset({"core", "ir", "check", "layout"}),
     # layout: the Layout owns the tile and register permutations that the templates render (issue 12).
     # check: the pipeline (emit/pipeline.py) proves the plan it renders.
     "emit": frozenset({"core", "ir", "layout", "check", "solve"}),
@@ -35,7 +36,8 @@ ALLOWED: dict[str, frozenset[str]] = {
 }
 #: Modules held to less than their layer: the independent reference shares nothing with the solver and the
 #: prover but the spec, so a bug in a shared part cannot make both agree on a wrong answer.
-ALLOWED_MODULE: dict[str, frozenset[str]] = {"dqgen.check.reference": frozenset({"core"})}
+#: It takes tensor shapes from the Layout (issue 12: one owner of shapes) but decodes the words' bits itself.
+ALLOWED_MODULE: dict[str, frozenset[str]] = {"dqgen.check.reference": frozenset({"core", "layout"})}
 
 
 @dataclass(frozen=True)

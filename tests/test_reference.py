@@ -1873,7 +1873,8 @@ def test_round_fp32_matches_numpy() -> None:
 
 
 def test_independence_of_the_reference() -> None:
-    """The oracle imports nothing from dqgen but the spec (a shared bug would go unnoticed)."""
+    """The oracle imports nothing from dqgen but the spec and the Layout, and of the Layout it reads tensor shapes
+    only, never a field position or the bit movers (a shared bug would go unnoticed)."""
     import ast
 
     tree = ast.parse((ROOT / "dqgen" / "check" / "reference.py").read_text())
@@ -1884,7 +1885,16 @@ def test_independence_of_the_reference() -> None:
         elif isinstance(node, ast.Import):
             mods.update(a.name for a in node.names)
     dq = {m for m in mods if m.startswith(("dqgen", "."))}
-    assert dq == {"dqgen.core.spec"}, dq
+    assert dq == {"dqgen.core.spec", "dqgen.layout.layout"}, dq
+    used = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Attribute)
+        and node.value.func.attr == "of"
+    }
+    assert used == {"shapes", "k_of"}, used
     assert "ml_dtypes" in mods  # only for the bfloat16 dtype and for reading ml_dtypes scale arrays
 
 
@@ -1910,7 +1920,7 @@ def _codes_generic(spec: Spec, qweight: np.ndarray, K: int, N: int) -> np.ndarra
 def _code_value_generic(spec: Spec, q: int) -> float:
     kind = spec.source.kind.value
     if kind == "float":
-        return float(_ml_values(ML_SOURCE[spec.source.format.value], 2**spec.source.bits)[q])
+        return float(_ml_values(ML_SOURCE[spec.source.format], 2**spec.source.bits)[q])
     if kind == "codebook":
         cb = spec.source.codebook_values
         if q >= len(cb):

@@ -15,14 +15,12 @@ from dqgen.core.spec import (
     BLOCK_SCALE_DTYPES,
     CODEBOOK_PRESET_DOCS,
     CODEBOOK_PRESETS,
-    MINIFLOAT_DOCS,
-    MINIFLOAT_LAYOUT,
+    ELEMENT_FORMATS,
     NF4_CODEBOOK,
     ORDER_PRESET_DOCS,
     ORDER_PRESETS,
     SHIPPED_SPECS,
     ZERO_MODE_DOCS,
-    MiniFloat,
     ScaleDtype,
     SourceKind,
     Spec,
@@ -227,7 +225,7 @@ def test_new_formats_load() -> None:
         for axis in ("K", "N"):
             s = load_spec(k_spec(src, **{"packing.axis": axis}))
             assert s.source.kind is SourceKind.float and s.source.short == fmt and s.per_word == 32 // bits
-            assert s.source.minifloat == MINIFLOAT_LAYOUT[fmt] and not s.scales.block and s.words == 1
+            assert s.source.scalar_type is MINIFLOATS[fmt] and not s.scales.block and s.words == 1
 
     nf4 = load_spec(k_spec(NF4))
     assert nf4.source.codebook_values == CODEBOOK_PRESETS["nf4"] and nf4.source.short == "nf4" and nf4.per_word == 8
@@ -457,19 +455,21 @@ def test_invalid_new_format_yaml_names_file_and_field(tmp_path: Path) -> None:
 def test_every_preset_has_a_one_line_description() -> None:
     assert set(ORDER_PRESET_DOCS) == set(ORDER_PRESETS)
     assert set(CODEBOOK_PRESET_DOCS) == set(CODEBOOK_PRESETS)
-    assert set(MINIFLOAT_DOCS) == {m.value for m in MiniFloat} == set(MINIFLOAT_LAYOUT)
+    assert set(ELEMENT_FORMATS) == {"e4m3", "e5m2", "e2m1"}
     assert set(BLOCK_SCALE_DOCS) == set(BLOCK_SCALE_DTYPES) <= {d.value for d in ScaleDtype}
     assert set(ZERO_MODE_DOCS) == set(get_args(ZeroMode))
-    for docs in (ORDER_PRESET_DOCS, CODEBOOK_PRESET_DOCS, MINIFLOAT_DOCS, BLOCK_SCALE_DOCS, ZERO_MODE_DOCS):
+    element_docs = {n: f.doc for n, f in ELEMENT_FORMATS.items()}
+    for docs in (ORDER_PRESET_DOCS, CODEBOOK_PRESET_DOCS, element_docs, BLOCK_SCALE_DOCS, ZERO_MODE_DOCS):
         for name, line in docs.items():
             assert line.strip() and "\n" not in line, name
 
 
-def test_minifloat_layouts_agree_with_formats() -> None:
-    """spec.MINIFLOAT_LAYOUT and formats.MINIFLOATS (what the solver and `dqgen list` use) describe the same bits."""
-    for name, (ebits, mbits, specials) in MINIFLOAT_LAYOUT.items():
-        f = MINIFLOATS[name]
-        assert (f.ebits, f.mbits, f.specials, f.signed) == (ebits, mbits, specials, True), name
+def test_element_formats_are_the_registry_rows() -> None:
+    """source.format accepts exactly the registry's element rows, and a code's width is its row's width."""
+    for name, f in ELEMENT_FORMATS.items():
+        assert f is MINIFLOATS[name] and "element" in f.roles and f.is_float, name
+        s = load_spec(k_spec({"bits": f.width, "kind": "float", "format": name}))
+        assert s.source.scalar_type is f
     for name in BLOCK_SCALE_DTYPES:
         assert MINIFLOATS[name].width == 8, name
     assert (

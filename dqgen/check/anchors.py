@@ -63,7 +63,7 @@ def published(spec: Spec) -> tuple[Fraction | int, str] | None:
         if tuple(spec.order) != tuple(range(spec.per_word)):
             return None
         assert spec.source.format is not None, "the spec validator requires a format for kind 'float'"
-        return _PUBLISHED_FLOAT.get((spec.source.format.value, spec.target.value, spec.sm >= 89))
+        return _PUBLISHED_FLOAT.get((spec.source.format, spec.target.value, spec.sm >= 89))
     if kind is SourceKind.codebook or spec.words > 1:
         return None
     key = (spec.source.bits, kind is SourceKind.signed, tuple(spec.order), spec.target.value)

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat
-from ..core.spec import SourceKind, Spec, Target
+from ..core.formats import FP16, FP32, MINIFLOATS, FloatFormat
+from ..core.spec import SourceKind, Spec
 from ..ir.plan import Plan
+from ..layout.layout import Layout
 
 
 @dataclass
@@ -38,7 +39,7 @@ class ProofResult:
 
 
 def _fmt(spec: Spec) -> FloatFormat:
-    return FP16 if spec.target is Target.fp16 else BF16
+    return spec.target_type
 
 
 def _as2d(words: np.ndarray) -> np.ndarray:
@@ -47,39 +48,22 @@ def _as2d(words: np.ndarray) -> np.ndarray:
     return w[:, None] if w.ndim == 1 else w
 
 
-def field_position(spec: Spec, element: int) -> int:
-    """Bit of the block where ``element``'s code starts (word 0's bit 0 is bit 0)."""
-    return spec.source.bits * spec.order.index(element)
-
-
 def code_fields(spec: Spec, words: np.ndarray) -> np.ndarray:
     """[n, per_word] raw unsigned code of each element, in element order."""
-    w = _as2d(words).astype(np.uint64)
-    b = spec.source.bits
-    out = np.zeros((w.shape[0], spec.per_word), dtype=np.int64)
-    for e in range(spec.per_word):
-        P = field_position(spec, e)
-        k, off = divmod(P, 32)
-        v = w[:, k] >> np.uint64(off)
-        if off + b > 32:  # the code straddles into the next word
-            v |= w[:, k + 1] << np.uint64(32 - off)
-        out[:, e] = (v & np.uint64((1 << b) - 1)).astype(np.int64)
-    return out
+    return Layout.of(spec).block_codes(words)
 
 
 def code_values(spec: Spec, words: np.ndarray, zeros: np.ndarray | None = None) -> np.ndarray:
     """[n, per_word] integer value of each element, in element order: the code value, minus the
     integer zero point when the spec has packed zeros (``zeros``: words in the Plan's z layout)."""
     b = spec.source.bits
-    mask = np.uint32((1 << b) - 1)
     q = code_fields(spec, words)
     if spec.source.kind is SourceKind.signed:
         q = np.where(q >= (1 << (b - 1)), q - (1 << b), q)
     elif spec.source.kind is SourceKind.biased:
         q = q - spec.source.offset
-    if zeros is not None:
-        for j, e in enumerate(spec.order):
-            q[:, e] -= ((zeros >> np.uint32(b * j)) & mask).astype(np.int64) + spec.zeros.stored_offset
+    if zeros is not None:  # one zero word per weight word, its fields in the weights' order
+        q -= Layout.of(spec).block_codes(zeros) + spec.zeros.stored_offset
     return q
 
 
@@ -88,8 +72,8 @@ def element_values(spec: Spec, words: np.ndarray, fmt: FloatFormat) -> np.ndarra
     codebook entry rounded once to ``fmt`` (the spec's rule). NaN / inf as float64."""
     fields = code_fields(spec, words)
     if spec.source.kind is SourceKind.float:
-        assert spec.source.format is not None, "the spec validator requires a format for kind 'float'"
-        mf = MINIFLOATS[spec.source.format.value]
+        mf = spec.source.scalar_type
+        assert mf is not None, "the spec validator requires a format for kind 'float'"
         table = np.array([float(mf.decode(c)) for c in range(1 << mf.width)])
         return table[fields]
     if spec.source.kind is SourceKind.codebook:
@@ -243,11 +227,11 @@ def lane_cases(spec: Spec, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     words, zeros = [], []
     for lane in range(n):
         w = _random_words(rng, q.size, W)
-        _set_field(w, field_position(spec, lane), b, q)
+        _set_field(w, Layout.of(spec).field_pos(lane), b, q)
         words.append(w)
         zw = _random_words(rng, q.size, 1)
         if spec.zeros.packed:
-            _set_field(zw, b * spec.order.index(lane) if W == 1 else b * lane, b, z)
+            _set_field(zw, Layout.of(spec).field_pos(lane), b, z)  # packed zeros: one-word blocks only
         zeros.append(zw[:, 0])
     # and the blocks where every lane holds the same code (e.g. all-ones, the maximum)
     same = np.zeros((codes.size, W), dtype=np.uint32)

@@ -2,9 +2,14 @@
 
 It is written straight from the formulas in ``dqgen.core.spec`` (the docstrings of ``Spec``, ``Source``,
 ``Packing``, ``Scales`` and ``Zeros``) with plain shifts and masks, and on purpose imports nothing
-else from dqgen (no formats, ISA, plan or solver): a bug shared by the generator and its oracle
-would otherwise go unnoticed. Even the packed-zeros field order is derived here from the prose,
-not taken from ``Spec.zero_order``.
+else from dqgen (no formats, ISA, plan or solver) but the Layout's tensor shapes (``shapes_for``, K
+from qweight's rows; the bits inside the words it decodes itself): a bug shared by the generator and
+its oracle would otherwise go unnoticed. Even the packed-zeros field order is derived here from the prose,
+not taken from ``Spec.zero_order``. In particular it does not use the number-format registry
+(``dqgen.core.formats``, which the solver, the prover and the runtime read): its minifloat, e8m0,
+integer and fp16 / bf16 / fp32 decodings below are its own, and tests/test_formats.py checks that the
+registry and this module agree on every code of every format (a new registry row without a decoding
+here fails that test).
 
 Layouts (P = 32 // bits codes per int32 word; field j = bits [j*bits, (j+1)*bits) holds element
 ``order[j]`` of the word's run of P consecutive elements):
@@ -72,6 +77,7 @@ import numpy as np
 from numba import njit
 
 from dqgen.core.spec import SourceKind, Spec, Target, resolve_group_size, with_group_size
+from dqgen.layout.layout import Layout
 
 __all__ = [
     "dequantize_reference",
@@ -421,9 +427,9 @@ def _code_values(spec: Spec) -> np.ndarray:
     kind = spec.source.kind
     if kind is SourceKind.float:
         assert spec.source.format is not None
-        ebits, mbits, bias, special = _MINIFLOATS[spec.source.format.value]
+        ebits, mbits, bias, special = _MINIFLOATS[spec.source.format]
         if 1 + ebits + mbits != bits:
-            raise ValueError(f"[source.bits] {spec.source.format.value} is {1 + ebits + mbits} bits wide, got {bits}")
+            raise ValueError(f"[source.bits] {spec.source.format} is {1 + ebits + mbits} bits wide, got {bits}")
         return _decode_minifloat_array(codes, ebits, mbits, bias, special)
     if kind is SourceKind.codebook:
         tb, tm = _FORMAT_BITS[spec.target]
@@ -463,8 +469,7 @@ def _resolve_auto(spec: Spec, qweight: object, scales: object) -> Spec:
         return spec
     if not (isinstance(qweight, np.ndarray) and isinstance(scales, np.ndarray) and qweight.ndim == scales.ndim == 2):
         return with_group_size(spec, example_group_size(spec, 0))
-    rows = qweight.shape[0]
-    K = rows if spec.packing.axis == "N" else rows // spec.words * spec.per_word
+    K = Layout.of(spec).k_of(qweight.shape[0])
     return with_group_size(spec, resolve_group_size(spec, K, scales.shape[0]))
 
 
@@ -481,31 +486,16 @@ def shapes_for(spec: Spec, K: int, N: int) -> dict[str, tuple[int, ...]]:
         raise ValueError(f"K and N must be non-negative, got K={K}, N={N}")
     if g != -1 and K % g:
         raise ValueError(f"K={K} is not a multiple of scales.group_size={g}")
-    if spec.packing.axis == "N":
-        if N % p:
-            raise ValueError(
-                f"N={N} is not a multiple of {p} ({p} {spec.source.bits}-bit codes per word packed along N)"
-            )
-        shapes: dict[str, tuple[int, ...]] = {"qweight": (K, N // p)}
-    else:
-        if K % p:
-            unit = "word" if words == 1 else f"{words}-word block"
-            raise ValueError(
-                f"K={K} is not a multiple of {p} ({p} {spec.source.bits}-bit codes per {unit} packed along K)"
-            )
-        shapes = {"qweight": (K // p * words, N)}
-    shapes["scales"] = (_groups(spec, K), N)
-    mode = spec.zeros.mode
-    if mode in _PACKED_MODES:
-        if N % p:
-            raise ValueError(f"N={N} is not a multiple of {p} (zeros are packed along N)")
-        shapes["zeros"] = (_groups(spec, K), N // p)
-    elif mode != "none":
-        shapes["zeros"] = (_groups(spec, K), N)
-    if spec.act_order:
-        shapes["g_idx"] = (K,)
-    if spec.scales.global_scale:
-        shapes["global_scale"] = (1,)
+    if spec.packing.axis == "N" and N % p:
+        raise ValueError(f"N={N} is not a multiple of {p} ({p} {spec.source.bits}-bit codes per word packed along N)")
+    if spec.packing.axis == "K" and K % p:
+        unit = "word" if words == 1 else f"{words}-word block"
+        raise ValueError(f"K={K} is not a multiple of {p} ({p} {spec.source.bits}-bit codes per {unit} packed along K)")
+    if spec.zeros.mode in _PACKED_MODES and N % p:
+        raise ValueError(f"N={N} is not a multiple of {p} (zeros are packed along N)")
+    # the shapes are the Layout's (the one owner of shapes); the words' bits are decoded here independently
+    shapes = Layout.of(spec).shapes(K, N, _groups(spec, K))
+    del shapes["out"]
     return shapes
 
 
@@ -614,7 +604,7 @@ def _validate(
             f"packed along K in blocks of {words} int32 words holding {p} rows each; expected shape "
             f"(K * {words} / {p}, N), got {_describe(qw)}"
         )
-    k_rows = qw.shape[0] // words * p if axis == "K" else qw.shape[0]
+    k_rows = Layout.of(spec).k_of(qw.shape[0])
     n_cols = sc.shape[1]
     if axis == "N":
         k_src = "qweight.shape[0]"
@@ -622,6 +612,7 @@ def _validate(
         k_src = f"qweight.shape[0] * {p}"
     else:
         k_src = f"qweight.shape[0] / {words} * {p}"
+    assert g != "auto", "_resolve_auto fixed the group size"
     if g != -1 and k_rows % g:
         raise ValueError(f"qweight: K={k_rows} (from {k_src}) is not a multiple of scales.group_size={g}")
     if axis == "N" and n_cols % p:

@@ -24,6 +24,8 @@ from typing import Any, Literal, TypeAlias
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .formats import ScalarType, integer, numpy_dtype, scalar_type, with_role
+from .formula import ZERO_RULES, ZeroRule, zero_mode_doc
 from .printable import printable
 
 CONTAINER_BITS = 32
@@ -49,6 +51,12 @@ ORDER_PRESET_DOCS: dict[str, str] = {
     "[e7 e5 e3 e1 e6 e4 e2 e0]",
     "ft_int8": 'FasterTransformer\'s int8 register order, written MSB-first as [e3 e1 e2 e0] (CUTLASS: "[3120]")',
 }
+
+
+def block_words(bits: int) -> int:
+    """32-bit words per packing block of ``bits``-bit codes: 1 when ``bits`` divides 32, else ``bits / gcd(bits,
+    32)`` (3-bit and 6-bit: 3). The spec validates against it; ``dqgen.layout.Layout`` owns everything built on it."""
+    return bits // math.gcd(bits, CONTAINER_BITS)
 
 
 class SpecError(ValueError):
@@ -98,27 +106,9 @@ class SourceKind(str, Enum):
     codebook = "codebook"  # code_value = codebook[q], rounded to the target once
 
 
-class MiniFloat(str, Enum):
-    """Minifloat element formats (OCP MX / OFP8 conventions)."""
-
-    e4m3 = "e4m3"  # OCP "fn": bias 7, no infinities, S.1111.111 is NaN, max 448, subnormals
-    e5m2 = "e5m2"  # bias 15, IEEE-like: S.11111.00 is inf, S.11111.xx (xx != 0) NaN
-    e2m1 = "e2m1"  # fp4: bias 1, no inf/NaN: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}
-
-
-#: (exponent bits, mantissa bits, has inf/NaN like IEEE, only NaN is S.1..1.1..1) of each minifloat.
-MINIFLOAT_LAYOUT: dict[str, tuple[int, int, str]] = {
-    "e4m3": (4, 3, "fn"),  # finite except the all-ones code: NaN
-    "e5m2": (5, 2, "ieee"),  # all-ones exponent: inf (mantissa 0) or NaN
-    "e2m1": (2, 1, "finite"),  # every code is finite
-}
-
-#: One line per minifloat source format, for ``dqgen list`` (``dqgen.core.formats.MINIFLOATS`` describes the bits).
-MINIFLOAT_DOCS: dict[str, str] = {
-    "e4m3": "OCP OFP8 E4M3 (torch float8_e4m3fn)",
-    "e5m2": "OCP OFP8 E5M2 (torch float8_e5m2)",
-    "e2m1": "OCP MX FP4, the element of MXFP4 and NVFP4",
-}
+#: The minifloat element formats a spec may name in ``source.format`` (rows of ``dqgen.core.formats``; each row
+#: says its bits, its NaN / inf convention, its one-line doc for ``dqgen list`` and the block scales it takes).
+ELEMENT_FORMATS: dict[str, ScalarType] = with_role("element")
 
 #: QLoRA's NF4 (bitsandbytes ``get_4bit_type('nf4')`` / the QLoRA paper, appendix E): 16 values, as published.
 NF4_CODEBOOK: list[float] = [
@@ -167,10 +157,10 @@ class Source(BaseModel):
     bias: int | None = Field(
         default=None, description="For kind 'biased' only: the value is q - bias, 0 <= bias < 2^bits."
     )
-    format: MiniFloat | None = Field(
+    format: str | None = Field(
         default=None,
-        strict=False,
         description="For kind 'float' only: the minifloat format of each code (e4m3, e5m2: 8 bits; e2m1: 4 bits).",
+        json_schema_extra={"enum": list(ELEMENT_FORMATS)},
     )
     codebook: str | list[float] | None = Field(
         default=None,
@@ -192,6 +182,13 @@ class Source(BaseModel):
             + (f", got {shown(v)}" if isinstance(v, dict) else "")
         )
 
+    @field_validator("format")
+    @classmethod
+    def _format(cls, v: str | None) -> str | None:
+        if v is not None and v not in ELEMENT_FORMATS:
+            raise ValueError(f"must be one of {', '.join(ELEMENT_FORMATS)}, got {shown(v)}")
+        return v
+
     @field_validator("bits")
     @classmethod
     def _bits(cls, v: int) -> int:
@@ -201,9 +198,13 @@ class Source(BaseModel):
         return v
 
     @property
-    def minifloat(self) -> tuple[int, int, str] | None:
-        """(exponent bits, mantissa bits, special-value convention) for kind 'float'."""
-        return MINIFLOAT_LAYOUT[self.format.value] if self.kind is SourceKind.float and self.format else None
+    def scalar_type(self) -> ScalarType | None:
+        """The number format of one code (a registry row: e4m3, u4b8, s4); None for codebook codes."""
+        if self.kind is SourceKind.codebook:
+            return None
+        if self.kind is SourceKind.float:
+            return ELEMENT_FORMATS[self.format] if self.format else None
+        return integer(self.bits, self.kind is SourceKind.signed, self.offset)
 
     @property
     def codebook_values(self) -> list[float]:
@@ -215,20 +216,19 @@ class Source(BaseModel):
     def _kind_fields(self) -> Source:
         if self.kind is not SourceKind.float and self.format is not None:
             raise ValueError(
-                f"[source.format] ({self.format.value}) is only allowed with kind 'float', not '{self.kind.value}'"
+                f"[source.format] ({self.format}) is only allowed with kind 'float', not '{self.kind.value}'"
             )
         if self.kind is not SourceKind.codebook and self.codebook is not None:
             raise ValueError(f"[source.codebook] is only allowed with kind 'codebook', not '{self.kind.value}'")
         if self.kind is SourceKind.float:
             if self.format is None:
                 raise ValueError(
-                    "[source.format] kind 'float' needs 'format': one of e4m3, e5m2 (8 bits), e2m1 (4 bits)"
+                    "[source.format] kind 'float' needs 'format': one of "
+                    + ", ".join(f"{n} ({t.width} bits)" for n, t in ELEMENT_FORMATS.items())
                 )
-            e, m, _ = MINIFLOAT_LAYOUT[self.format.value]
-            if self.bits != 1 + e + m:
-                raise ValueError(
-                    f"[source.bits] format {self.format.value} is {1 + e + m} bits wide, but bits is {self.bits}"
-                )
+            width = ELEMENT_FORMATS[self.format].width
+            if self.bits != width:
+                raise ValueError(f"[source.bits] format {self.format} is {width} bits wide, but bits is {self.bits}")
         if self.kind is SourceKind.codebook:
             if self.codebook is None:
                 raise ValueError(
@@ -271,7 +271,7 @@ class Source(BaseModel):
     @property
     def short(self) -> str:
         if self.kind is SourceKind.float:
-            return self.format.value if self.format else "float"
+            return self.format or "float"
         if self.kind is SourceKind.codebook:
             return self.codebook if isinstance(self.codebook, str) else f"cb{self.bits}"
         if self.kind is SourceKind.signed:
@@ -311,7 +311,7 @@ class Packing(BaseModel):
         return v
 
     def block_words(self, bits: int) -> int:
-        return bits // math.gcd(bits, CONTAINER_BITS)
+        return block_words(bits)
 
     def resolved_order(self, bits: int) -> list[int]:
         if isinstance(self.order, str):
@@ -328,7 +328,8 @@ class ScaleDtype(str, Enum):
     e4m3 = "e4m3"  # NVFP4 block scale: an OCP e4m3fn byte (with a per-tensor fp32 global scale)
 
 
-BLOCK_SCALE_DTYPES = ("e8m0", "e4m3")
+#: The scale dtypes that are one-byte block-scale codes (the registry's ``block_scale`` rows).
+BLOCK_SCALE_DTYPES = tuple(with_role("block_scale"))
 
 #: The most rows or columns a tensor may have: the kernels index them with 32-bit signed integers.
 MAX_ROWS = 2**31 - 1
@@ -401,17 +402,11 @@ class Scales(BaseModel):
 
 
 ZeroMode = Literal["none", "integer", "gptq_v1", "gptq_v2", "float", "additive"]
-PACKED_ZERO_MODES = ("integer", "gptq_v1", "gptq_v2")
+#: The modes whose zero points are packed integer words (``dqgen.core.formula.ZERO_RULES`` says each mode's rule).
+PACKED_ZERO_MODES = tuple(m for m, r in ZERO_RULES.items() if r.packed)
 
 #: One line per zero-point mode, for ``dqgen list`` (``Zeros`` documents the rounding of each).
-ZERO_MODE_DOCS: dict[str, str] = {
-    "none": "symmetric: round(q * s); the only mode for float and codebook sources",
-    "integer": "AWQ, GPTQ gptq_v2: unsigned bits-wide zero codes z packed along N (qzeros [G, N/P] int32), round((q - z) * s)",
-    "gptq_v2": "the same as integer (GPTQ's checkpoint_format name for it)",
-    "gptq_v1": "GPTQ's original checkpoints: stored zero = z - 1, round((q - (stored + 1)) * s)",
-    "float": "HQQ: zeros [G, N] in the target dtype, round(round(q - z) * s)",
-    "additive": "TensorRT-LLM fine-grained: pre-scaled zeros b [G, N] in the target dtype, round(q * s + b)",
-}
+ZERO_MODE_DOCS: dict[str, str] = {m: zero_mode_doc(r) for m, r in ZERO_RULES.items()}
 
 
 class Zeros(BaseModel):
@@ -438,13 +433,22 @@ class Zeros(BaseModel):
     mode: ZeroMode = "none"
 
     @property
+    def rule(self) -> ZeroRule:
+        return ZERO_RULES[self.mode]
+
+    @property
     def packed(self) -> bool:
-        return self.mode in PACKED_ZERO_MODES
+        return self.rule.packed
+
+    @property
+    def dense(self) -> bool:
+        """Zero points given as a [G, N] tensor in the target dtype (float, additive)."""
+        return self.rule.dense
 
     @property
     def stored_offset(self) -> int:
         """What is added to a stored packed zero to get z."""
-        return 1 if self.mode == "gptq_v1" else 0
+        return self.rule.stored_offset
 
 
 #: ``sm_<number>[a|f]``, matched in full (``re.fullmatch``; ASCII digits only, no trailing newline).
@@ -649,6 +653,11 @@ class Spec(BaseModel):
         return int(m.group(1))
 
     @property
+    def target_type(self) -> ScalarType:
+        """The target's number format (the registry row fp16 or bf16)."""
+        return scalar_type(self.target.value)
+
+    @property
     def words(self) -> int:
         """32-bit words per packing block (1 unless codes straddle words)."""
         return self.packing.block_words(self.source.bits)
@@ -720,11 +729,14 @@ class Spec(BaseModel):
             )
         if self.scales.block:
             assert sd is not None  # block means a block-scale dtype
-            if not (kind is SourceKind.float and self.source.format is MiniFloat.e2m1):
+            element = self.source.scalar_type
+            if element is None or sd.value not in element.block_scales:
+                takers = " or ".join(n for n, t in ELEMENT_FORMATS.items() if sd.value in t.block_scales)
                 raise _field_error(
                     "scales.dtype",
                     sd.value,
-                    f"the target dtype {self.target.value!r} for {self.source.short} codes: {sd.value} block scales go with e2m1 codes "
+                    f"the target dtype {self.target.value!r} for {self.source.short} codes: "
+                    f"{sd.value} block scales go with {takers} codes "
                     "(MXFP4: e8m0 per 32, NVFP4: e4m3 per 16)",
                 )
             if self.packing.axis != "K":
@@ -761,10 +773,9 @@ class Spec(BaseModel):
                 ),
             )
         if kind is SourceKind.codebook:
-            import ml_dtypes
             import numpy as np
 
-            dt = np.float16 if self.target is Target.fp16 else ml_dtypes.bfloat16
+            dt = numpy_dtype(self.target_type)
             with np.errstate(over="ignore"):
                 big = [v for v in self.source.codebook_values if np.isinf(np.array(v, dtype=np.float64).astype(dt))]
             if big:

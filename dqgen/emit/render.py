@@ -17,10 +17,12 @@ from pathlib import Path
 
 import jinja2
 
+from ..core.formula import ValueFormula, kernel_scale_formula, kernel_value_doc, kernel_zeros_doc
 from ..core.spec import Spec
 from ..ir.isa import Const, prmt_selector
 from ..ir.magic import fmt_num, half_pair
 from ..ir.plan import Plan
+from ..layout.layout import Layout
 
 #: Shipped inside the package (wheel and checkout alike).
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -146,30 +148,25 @@ def context(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> di
     scale_reads = {a for op in plan.ops if op.stage == "scale" for a in op.reads}
     role = {i.role: i.name for i in plan.inputs}
     sd = spec.scales.dtype.value if spec.scales.block else spec.target.value
+    formula = ValueFormula.of(spec)
+    lay = Layout.of(spec)
     return {
         "name": spec.name,
         "source_short": spec.source.short,
         "target": spec.target.value,
         "bits": spec.source.bits,
-        "per_word": spec.per_word,
-        "pairs": spec.per_word // 2,
-        "order": list(spec.order),
-        "axis": spec.packing.axis,
+        "per_word": lay.per_block,
+        "pairs": lay.per_block // 2,
+        "order": list(lay.order),
+        "axis": lay.axis,
         "formula": "(q - z)" if spec.zeros.packed else "q",
         "has_zeros": spec.zeros.packed,
-        "float_zeros": spec.zeros.mode in ("float", "additive"),
+        "float_zeros": spec.zeros.dense,
         "zero_mode": spec.zeros.mode,
-        "zeros_doc": {
-            "none": "",
-            "float": ", zeros [G, N] " + spec.target.value,
-            "additive": ", b [G, N] " + spec.target.value,
-        }.get(spec.zeros.mode, f", qzeros [G, N/{spec.per_word}] int32 ({spec.zeros.mode})"),
-        "scale_formula": {
-            "float": "round(round(d[i] - f[i]) * s[i])",
-            "additive": "round(d[i] * s[i] + f[i])",
-        }.get(spec.zeros.mode, "round(d[i] * s[i])"),
+        "zeros_doc": kernel_zeros_doc(formula, lay.per_block),
+        "scale_formula": kernel_scale_formula(formula),
         "act_order": spec.act_order,
-        "zero_pos": [spec.zero_order.index(e) for e in range(spec.per_word)],
+        "zero_pos": [lay.zero_order.index(e) for e in range(lay.per_block)],
         "field_mask": f"0x{(1 << spec.source.bits) - 1:X}",
         "zero_rep": f"0x{sum(1 << (spec.source.bits * k) for k in range(spec.per_word)):08X}",
         "strategy": plan.strategy,
@@ -189,7 +186,7 @@ def context(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> di
         "sel_high_halves": f"0x{prmt_selector([2, 3, 6, 7]):X}",
         "block": BLOCK,
         # multi-word packing blocks (3-bit GPTQ: 32 codes in 3 words): the block's word inputs, low first
-        "words": spec.words,
+        "words": lay.words,
         "integer_codes": spec.source.kind.value in ("unsigned", "signed", "biased"),
         "word_regs": [_reg(w) for w in plan.words],
         # block scales (MXFP4 / NVFP4): a scale byte per (group, column), decoded once by prepare_scales
@@ -201,28 +198,12 @@ def context(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> di
         "scale_prep_ops": by_stage["scale_prep"],
         "scale_regs": [_reg(r) for r in plan.scale_regs],
         "group_size": spec.scales.group_size,
-        "value_doc": _value_doc(spec),
+        "value_doc": kernel_value_doc(formula),
         "variants": [
             {"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream, "entry": kernel_name(spec, v)}
             for v in (variants(spec) if only is None else only)
         ],
     }
-
-
-def _value_doc(spec: Spec) -> str:
-    """The value formula of block-scaled specs, for the converter's header comment."""
-    t = spec.target.value
-    if not spec.scales.block:
-        return ""
-    if spec.scales.dtype.value == "e8m0":
-        return (
-            f"value = {t}( q * 2^(E - 127) ), E the block's e8m0 scale byte (0xFF: NaN), rounded once to nearest-even."
-        )
-    g = " * g" if spec.scales.global_scale else ""
-    return (
-        f"value = {t}( fp32( q * e4m3(s){g} ) ): q * e4m3(s) exact{', the fp32 global scale g applied in fp32' if g else ''}, "
-        f"then one rounding to nearest-even {t}."
-    )
 
 
 def render_converter(spec: Spec, plan: Plan) -> str:

@@ -13,12 +13,15 @@ import ml_dtypes
 import numpy as np
 from pydantic import ValidationError
 
+from ..core import formats
+from ..core.formats import numpy_dtype
 from ..core.spec import Spec
 from ..layout.packing import unpack_zeros
 from .hf_config import QConfig, parse_config, read_config
 from .safetensors_io import BF16, ST_DTYPES, Tensors, safetensors_files
 
-TARGETS = {"fp16": np.dtype(np.float16), "bf16": BF16}
+#: The target dtypes by spec name (the number-format registry's ``target`` rows).
+TARGETS = {name: numpy_dtype(t) for name, t in formats.with_role("target").items()}
 
 LAYER_PARTS = ("qweight", "qzeros", "scales", "g_idx")
 

@@ -19,7 +19,10 @@ import ml_dtypes
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
+from ..core import formats
+from ..core.formats import numpy_dtype
+
+BF16 = numpy_dtype(formats.BF16)
 
 #: safetensors dtype names <-> numpy dtypes (the ones an array can be made of here).
 ST_DTYPES: dict[str, np.dtype] = {

@@ -1,19 +1,8 @@
 """Pack, unpack and repack integer codes and zero points in a spec's 32-bit word layout (numpy, CPU).
 
-Layouts (``P = 32 // bits`` codes per word; field ``j`` = bits ``[j*bits, (j+1)*bits)`` of a word
-holds element ``order[j]`` of the word's run of ``P`` consecutive elements):
-
-- ``packing.axis == "N"``: ``qweight`` int32 ``[K, N/P]``; word ``(k, i)`` field ``j`` is ``W[k, i*P + order[j]]``.
-- ``packing.axis == "K"``: ``qweight`` int32 ``[K/P, N]``; word ``(i, n)`` field ``j`` is ``W[i*P + order[j], n]``.
-- multi-word blocks (``bits`` does not divide 32: 3 (the rule is general; specs accept 3 only); along K only, sequential order): a block
-  of ``words = bits / gcd(bits, 32)`` int32 words holds ``B = 32 * words / bits`` codes; ``qweight`` is
-  int32 ``[K * words / B, N]`` (3-bit: ``[3K/32, N]``) and code ``i`` of block ``b`` (row ``b*B + order[i]``)
-  is bits ``[bits*i, bits*i + bits)`` of the little-endian integer of words ``qweight[b*words + 0..words-1, n]``
-  (word 0 lowest): 3-bit code 10 is bits 30-31 of word 0 and bit 0 of word 1, code 21 is bit 31 of word 1
-  and bits 0-1 of word 2. ``spec.words`` and ``spec.per_word`` (= B) carry these numbers.
-- packed zero points (``zeros.mode`` integer / gptq_v1 / gptq_v2) are always packed along N:
-  ``qzeros`` int32 ``[G, N/P]``; word ``(g, i)`` field ``j`` is ``Z[g, i*P + zero_order[j]]``
-  with ``spec.zero_order``.
+The layouts (field positions, blocks of several words, packed zero points along N in
+``zero_order``, every tensor's shape) are ``dqgen.layout.layout.Layout``'s: this module validates
+codes and moves them with its ``pack_fields`` / ``unpack_fields``.
 
 Everything here works on *stored* field values, the unsigned ``bits``-wide integers that sit in
 the words; what they mean (``source.kind``, ``zeros.mode``) is the spec's business. For ``float``
@@ -25,32 +14,24 @@ fields of a word), so repacking never passes through floats and is exact.
 
 from __future__ import annotations
 
-import math
-
-import ml_dtypes
 import numpy as np
 
-from dqgen.core.spec import CONTAINER_BITS, PACKED_ZERO_MODES, SourceKind, Spec, SpecError, SpecLike, load_spec
+from dqgen.core.formats import numpy_dtype
+from dqgen.core.spec import (
+    CONTAINER_BITS,
+    PACKED_ZERO_MODES,
+    SourceKind,
+    Spec,
+    SpecError,
+    SpecLike,
+    block_words,
+    load_spec,
+)
+from dqgen.layout.layout import Layout
 
 __all__ = ["pack", "pack_zeros", "repack", "unpack", "unpack_zeros", "zeros_from_stored", "zeros_to_stored"]
 
 _WORD_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
-
-#: ml_dtypes arrays that ``pack`` accepts for float sources, read as their bit patterns.
-_MINIFLOAT_DTYPES: dict[str, np.dtype] = {
-    "e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "e2m1": np.dtype(ml_dtypes.float4_e2m1fn),
-}
-
-
-def _block_words(bits: int) -> int:
-    """32-bit words per packing block: 1 when ``bits`` divides 32, else ``bits / gcd(bits, 32)``."""
-    return bits // math.gcd(bits, CONTAINER_BITS)
-
-
-def _per_block(bits: int) -> int:
-    return CONTAINER_BITS * _block_words(bits) // bits
 
 
 # ----------------------------------------------------------------------------------------------
@@ -109,7 +90,7 @@ def _check_packed_axis(name: str, a: np.ndarray, axis: str, p: int, bits: int) -
     dim = 1 if axis == "N" else 0
     size = a.shape[dim]
     if size % p:
-        words = _block_words(bits)
+        words = block_words(bits)
         unit = f"{CONTAINER_BITS}-bit word" if words == 1 else f"block of {words} {CONTAINER_BITS}-bit words"
         raise ValueError(
             f"{name}: {axis}={size} ({name}.shape[{dim}]) is not a multiple of {p}, the number of "
@@ -119,13 +100,13 @@ def _check_packed_axis(name: str, a: np.ndarray, axis: str, p: int, bits: int) -
 
 def _check_block_rows(name: str, words: np.ndarray, bits: int, axis: str) -> None:
     """Multi-word blocks: the packed rows must come in whole blocks of ``words`` int32 words."""
-    nw = _block_words(bits)
+    nw = block_words(bits)
     if nw == 1:
         return
     if axis != "K":
         raise ValueError(f"[packing.axis] {bits}-bit codes straddle words and are packed along K only, got {axis!r}")
     if words.shape[0] % nw:
-        b = _per_block(bits)
+        b = CONTAINER_BITS * nw // bits
         raise ValueError(
             f"{name}: {words.shape[0]} rows ({name}.shape[0]) is not a multiple of {nw}: {bits}-bit codes are packed "
             f"along K in blocks of {nw} int32 words holding {b} rows each; expected shape (K * {nw} / {b}, N), "
@@ -142,66 +123,6 @@ def _packed_zero_spec(spec: Spec, name: str = "zeros.mode") -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# The two bit movers. ``vals`` hold stored field values already reduced to [0, 2^bits).
-# ----------------------------------------------------------------------------------------------
-
-
-def _pack_fields(vals: np.ndarray, bits: int, order: list[int], axis: str) -> np.ndarray:
-    """Pack a 2-D array of field values into int32 words along ``axis`` ("N": columns, "K": rows).
-
-    Along K, widths that do not divide 32 fill blocks of several words (see the module docstring):
-    field j of a block sits at bits [j*bits, (j+1)*bits) of the block, and one that crosses a word
-    boundary puts its low bits at the top of word j*bits // 32 and the rest at the bottom of the next."""
-    nw = _block_words(bits)
-    p = _per_block(bits)
-    v = vals.astype(np.uint32, copy=False)
-    rows, cols = v.shape
-    if axis == "N":
-        if nw != 1:
-            raise ValueError(f"[packing.axis] {bits}-bit codes straddle words and are packed along K only, got 'N'")
-        runs = v.reshape(rows, cols // p, p)  # runs[k, i, e] = W[k, i*P + e]
-        out = np.zeros((rows, cols // p), dtype=np.uint32)
-        for j, e in enumerate(order):
-            out |= runs[:, :, e] << np.uint32(j * bits)
-        # Work in uint32 so shifts into bit 31 are plain bit moves; hand back the usual int32 words.
-        return out.view(np.int32)
-    runs = v.reshape(rows // p, p, cols)  # runs[b, e, n] = W[b*P + e, n]
-    blocks = np.zeros((rows // p, nw, cols), dtype=np.uint32)
-    for j, e in enumerate(order):
-        w, off = divmod(j * bits, CONTAINER_BITS)
-        # uint32 shifts drop the bits pushed past bit 31; a straddling field's rest goes to the next word.
-        blocks[:, w, :] |= runs[:, e, :] << np.uint32(off)
-        if off + bits > CONTAINER_BITS:
-            blocks[:, w + 1, :] |= runs[:, e, :] >> np.uint32(CONTAINER_BITS - off)
-    # Work in uint32 so shifts into bit 31 are plain bit moves; hand back the usual int32 words.
-    return blocks.reshape(rows // p * nw, cols).view(np.int32)
-
-
-def _unpack_fields(words: np.ndarray, bits: int, order: list[int], axis: str) -> np.ndarray:
-    """Inverse of ``_pack_fields``: uint32 words -> uint8 field values W (bits <= 8 always fits)."""
-    nw = _block_words(bits)
-    p = _per_block(bits)
-    mask = (1 << bits) - 1
-    rows, cols = words.shape
-    if axis == "N":
-        if nw != 1:
-            raise ValueError(f"[packing.axis] {bits}-bit codes straddle words and are packed along K only, got 'N'")
-        out = np.empty((rows, cols, p), dtype=np.uint8)
-        for j, e in enumerate(order):
-            out[:, :, e] = (words >> np.uint32(j * bits)) & np.uint32(mask)
-        return out.reshape(rows, cols * p)
-    blocks = words.reshape(rows // nw, nw, cols)  # callers check rows % nw == 0
-    out = np.empty((rows // nw, p, cols), dtype=np.uint8)
-    for j, e in enumerate(order):
-        w, off = divmod(j * bits, CONTAINER_BITS)
-        x = blocks[:, w, :] >> np.uint32(off)
-        if off + bits > CONTAINER_BITS:  # the field's high bits are the low bits of the next word
-            x = x | (blocks[:, w + 1, :] << np.uint32(CONTAINER_BITS - off))
-        out[:, e, :] = x & np.uint32(mask)
-    return out.reshape(rows // nw * p, cols)
-
-
-# ----------------------------------------------------------------------------------------------
 # Weights.
 # ----------------------------------------------------------------------------------------------
 
@@ -211,10 +132,10 @@ def _codes_to_fields(codes: object, spec: Spec, name: str) -> np.ndarray:
     bits = spec.source.bits
     kind = spec.source.kind
     arr = np.asarray(codes)
-    if kind is SourceKind.float and spec.source.format is not None:
-        ml = _MINIFLOAT_DTYPES[spec.source.format.value]
-        if arr.dtype == ml:
-            arr = arr.view(np.uint8)  # a minifloat array: its bit patterns are the codes
+    element = spec.source.scalar_type
+    # an ml_dtypes array of the spec's format (float8_e4m3fn, float4_e2m1fn): its bit patterns are the codes
+    if kind is SourceKind.float and element is not None and arr.dtype == numpy_dtype(element):
+        arr = arr.view(np.uint8)
     arr = _int_array(name, arr, 2)
     if kind is SourceKind.signed:
         # Signed specs take either the stored field value or the two's complement value it means;
@@ -257,7 +178,7 @@ def pack(codes: np.ndarray, spec: SpecLike) -> np.ndarray:
     """
     spec = _check_spec(spec)
     fields = _codes_to_fields(codes, spec, "codes")
-    return _pack_fields(fields, spec.source.bits, spec.order, spec.packing.axis)
+    return Layout.of(spec).pack_fields(fields)
 
 
 def unpack(qweight: np.ndarray, spec: SpecLike) -> np.ndarray:
@@ -268,7 +189,7 @@ def unpack(qweight: np.ndarray, spec: SpecLike) -> np.ndarray:
     spec = _check_spec(spec)
     words = _word_array("qweight", qweight)
     _check_block_rows("qweight", np.asarray(qweight), spec.source.bits, spec.packing.axis)
-    return _unpack_fields(words, spec.source.bits, spec.order, spec.packing.axis)
+    return Layout.of(spec).unpack_fields(words)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -293,7 +214,7 @@ def pack_zeros(zeros: np.ndarray, spec: SpecLike) -> np.ndarray:
     spec = _check_spec(spec)
     _packed_zero_spec(spec)
     fields = _zero_fields(zeros, spec, "zeros")
-    return _pack_fields(fields, spec.source.bits, spec.zero_order, "N")
+    return (lay := Layout.of(spec)).pack_fields(fields, lay.zero_order, "N")
 
 
 def unpack_zeros(qzeros: np.ndarray, spec: SpecLike) -> np.ndarray:
@@ -302,7 +223,7 @@ def unpack_zeros(qzeros: np.ndarray, spec: SpecLike) -> np.ndarray:
     spec = _check_spec(spec)
     _packed_zero_spec(spec)
     words = _word_array("qzeros", qzeros)
-    return _unpack_fields(words, spec.source.bits, spec.zero_order, "N")
+    return (lay := Layout.of(spec)).unpack_fields(words, lay.zero_order, "N")
 
 
 def _zeros_to_stored(z: object, spec: Spec, name: str) -> np.ndarray:
@@ -388,16 +309,17 @@ def repack(
         )
     words = _word_array("qweight", qweight)
     _check_block_rows("qweight", np.asarray(qweight), bits, from_spec.packing.axis)
-    codes = _unpack_fields(words, bits, from_spec.order, from_spec.packing.axis)
+    src, dst = Layout.of(from_spec), Layout.of(to_spec)
+    codes = src.unpack_fields(words)
     # The unpacked W[K, N] is in range by construction; only the new packed axis can fail, and the
     # message names qweight and the axis (e.g. N not a multiple of P for GPTQ -> AWQ).
     _check_packed_axis_repacked(codes, to_spec)
-    new_qweight = _pack_fields(codes, bits, to_spec.order, to_spec.packing.axis)
+    new_qweight = dst.pack_fields(codes)
     if qzeros is None:
         return new_qweight
     _packed_zero_spec(from_spec, "zeros.mode (from_spec)")
     _packed_zero_spec(to_spec, "zeros.mode (to_spec)")
-    stored = _unpack_fields(_word_array("qzeros", qzeros), bits, from_spec.zero_order, "N")
+    stored = src.unpack_fields(_word_array("qzeros", qzeros), src.zero_order, "N")
     if stored.shape[1] != codes.shape[1]:
         raise ValueError(
             f"qzeros: holds N={stored.shape[1]} columns (qzeros.shape[1] * {from_spec.per_word}) but qweight "
@@ -406,7 +328,7 @@ def repack(
     if from_spec.zeros.stored_offset != to_spec.zeros.stored_offset:
         z = _zeros_from_stored(stored, from_spec, "qzeros")
         stored = _zeros_to_stored(z, to_spec, "qzeros")
-    return new_qweight, _pack_fields(stored, bits, to_spec.zero_order, "N")
+    return new_qweight, dst.pack_fields(stored, dst.zero_order, "N")
 
 
 def _check_packed_axis_repacked(codes: np.ndarray, to_spec: Spec) -> None:

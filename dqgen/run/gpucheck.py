@@ -11,6 +11,7 @@ import numpy as np
 
 from ..check.reference import dequantize_reference, random_global_scale, random_inputs
 from ..core.spec import Spec
+from ..layout.layout import Layout
 from . import device as dev
 from .runtime import Kernel, target_dtype
 
@@ -20,8 +21,9 @@ def build_shapes(spec: Spec) -> list[tuple[int, int]]:
     # group_size auto: inputs are made with groups of 128 (reference.example_group_size), so whole groups of 128
     g = 128 if spec.scales.group_size == "auto" else spec.scales.group_size
     # K is whole groups and whole packing blocks (32 rows for 3-bit codes along K)
-    k_unit = max(g, 1) if g > 0 else spec.per_word if spec.packing.axis == "K" else 1
-    n_unit = spec.per_word if (spec.packing.axis == "N" or spec.zeros.packed) else 1
+    lay = Layout.of(spec)
+    k_unit = max(g, 1) if g > 0 else lay.per_block if lay.axis == "K" else 1
+    n_unit = lay.per_block if (lay.axis == "N" or lay.zeros == "packed") else 1
     # 1024 x 4096 fills an H100 several times over (hundreds of blocks) at a quarter of 4096^2's reference time
     return [(1024, 4096), (k_unit, n_unit), (2 * max(k_unit, 64), 1440 if 1440 % n_unit == 0 else 8 * n_unit)]
 

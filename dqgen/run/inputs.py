@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.formats import torch_dtype
 from ..core.spec import Spec
+from ..layout.layout import Layout
 
 
 def _torch():
@@ -25,11 +27,11 @@ def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
     g = torch.Generator(device="cuda").manual_seed(seed)
     from ..check.reference import example_group_size
 
-    P, gs = spec.per_word, example_group_size(spec, K)  # group_size auto: the usual 128 where it divides K
+    gs = example_group_size(spec, K)  # group_size auto: the usual 128 where it divides K
     G = K // gs if gs > 0 else 1
-    qshape = (K, N // P) if spec.packing.axis == "N" else (K // P * spec.words, N)
-    q = torch.randint(-(2**31), 2**31, qshape, dtype=torch.int32, device="cuda", generator=g)
-    tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
+    shapes = Layout.of(spec).shapes(K, N, G)
+    q = torch.randint(-(2**31), 2**31, shapes["qweight"], dtype=torch.int32, device="cuda", generator=g)
+    tdt = torch_dtype(spec.target_type, torch)
     if spec.scales.block:
         assert spec.scales.dtype is not None, "ScaleSpec.block is true only when a block-scale dtype is set"
         lo, hi = _BLOCK_SCALE_CODES[spec.scales.dtype.value]
@@ -37,8 +39,8 @@ def make_inputs(spec: Spec, K: int, N: int, seed: int) -> tuple[Any, Any, Any]:
     else:
         s = (torch.rand((G, N), device="cuda", generator=g) * 2 - 1).mul_(0.05).to(tdt)
     if spec.zeros.packed:
-        z = torch.randint(-(2**31), 2**31, (G, N // P), dtype=torch.int32, device="cuda", generator=g)
-    elif spec.zeros.mode in ("float", "additive"):
+        z = torch.randint(-(2**31), 2**31, shapes["zeros"], dtype=torch.int32, device="cuda", generator=g)
+    elif spec.zeros.dense:
         z = (torch.rand((G, N), device="cuda", generator=g) * (1 << spec.source.bits)).to(tdt)
     else:
         z = None

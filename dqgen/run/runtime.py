@@ -15,13 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from ..core.formats import BF16, numpy_dtype, scalar_type, torch_dtype, torch_dtype_name
 from ..core.spec import Spec, resolve_group_size
 from ..emit.nvrtc import cache_lookup, compile_source
 from ..emit.pipeline import Artifact, compile_artifact
 from ..emit.render import BLOCK, Variant, kernel_name
+from ..layout.layout import Layout
 from . import device as dev
 from .tune import default_variant, load_tuning, size_class
 
@@ -30,21 +31,12 @@ _INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
 MAX_GRID = 2**31 - 1
 
 
-#: Dtypes a block-scale tensor may have, per ``scales.dtype``: its raw bytes (uint8), or the torch float8
-#: dtype of the same bytes (torch.float8_e8m0fnu / torch.float8_e4m3fn, seen here as ml_dtypes' dtypes).
-_BLOCK_SCALE_DTYPES: dict[str, tuple[np.dtype, ...]] = {
-    "e8m0": (np.dtype(np.uint8), np.dtype(ml_dtypes.float8_e8m0fnu)),
-    "e4m3": (np.dtype(np.uint8), np.dtype(ml_dtypes.float8_e4m3fn)),
-}
-_TORCH_FLOAT8 = {"e8m0": "torch.float8_e8m0fnu", "e4m3": "torch.float8_e4m3fn"}
-
-
 class ShapeError(ValueError):
     """A tensor does not match the spec; the message names the tensor."""
 
 
 def target_dtype(spec: Spec) -> np.dtype:
-    return np.dtype(np.float16) if spec.target.value == "fp16" else np.dtype(ml_dtypes.bfloat16)
+    return numpy_dtype(spec.target_type)
 
 
 @dataclass(frozen=True)
@@ -61,7 +53,7 @@ class Problem:
 
 
 def _dt(a: dev.DeviceArray) -> str:
-    return "bfloat16" if a.dtype == np.dtype(ml_dtypes.bfloat16) else str(a.dtype)
+    return "bfloat16" if a.dtype == numpy_dtype(BF16) else str(a.dtype)
 
 
 def infer_problem(
@@ -76,26 +68,20 @@ def infer_problem(
     """Validate shapes/dtypes/devices/layout against the spec (g_idx values are checked by the caller).
     With multi-word blocks (3-bit: 32 codes in 3 words) qweight is [K * words / per_block, N];
     block scales are uint8 codes [K / group_size, N]; ``global_scale`` is a one-element fp32 tensor."""
-    P, W = spec.per_word, spec.words
+    lay = Layout.of(spec)
+    P, W = lay.per_block, lay.words
     tdt = target_dtype(spec)
     if qweight.dtype not in _INT_WORDS or len(qweight.shape) != 2:
         raise ShapeError(
             f"qweight: expected a 2-D int32 tensor of packed words, got {len(qweight.shape)}-D {_dt(qweight)}"
         )
-    if spec.packing.axis == "N":
-        K, N = qweight.shape[0], qweight.shape[1] * P
-        layout = f"[K, N/{P}] (packed along N)"
-    elif W > 1:
-        if qweight.shape[0] % W:
-            raise ShapeError(
-                f"qweight: expected shape [{W}K/{P}, N] ({W}-word blocks of {P} {spec.source.bits}-bit codes packed along K), "
-                f"got {tuple(qweight.shape)}: {qweight.shape[0]} rows is not a multiple of {W}"
-            )
-        K, N = qweight.shape[0] // W * P, qweight.shape[1]
-        layout = f"[{W}K/{P}, N] (packed along K in {W}-word blocks)"
-    else:
-        K, N = qweight.shape[0] * P, qweight.shape[1]
-        layout = f"[K/{P}, N] (packed along K)"
+    if lay.axis == "K" and qweight.shape[0] % W:
+        raise ShapeError(
+            f"qweight: expected shape [{W}K/{P}, N] ({W}-word blocks of {P} {spec.source.bits}-bit codes packed along K), "
+            f"got {tuple(qweight.shape)}: {qweight.shape[0]} rows is not a multiple of {W}"
+        )
+    K, N = lay.kn_of(tuple(qweight.shape))
+    layout = lay.qweight_text()
     if spec.scales.group_size == "auto":
         if len(scales.shape) != 2:
             raise ShapeError(
@@ -113,15 +99,19 @@ def infer_problem(
             f"qweight: K = {K} (from shape {qweight.shape} {layout}) is not a multiple of scales.group_size = {gs}"
         )
     G = K // gs if gs > 0 else 1
+    shapes = lay.shapes(K, N, G)
     if spec.scales.block:
-        sd = spec.scales.dtype.value
-        if scales.dtype not in _BLOCK_SCALE_DTYPES[sd]:
+        # a block-scale tensor is its raw bytes (uint8) or the float8 dtype of the same bytes (torch's
+        # float8_e8m0fnu / float8_e4m3fn, seen here as ml_dtypes' dtypes)
+        sd = scalar_type(spec.scales.dtype.value)
+        if scales.dtype not in (np.dtype(np.uint8), numpy_dtype(sd)):
             raise ShapeError(
-                f"scales: expected uint8 {sd} block-scale codes (or a {_TORCH_FLOAT8[sd]} tensor), got {_dt(scales)}"
+                f"scales: expected uint8 {sd.name} block-scale codes (or a torch.{torch_dtype_name(sd)} tensor), "
+                f"got {_dt(scales)}"
             )
     elif scales.dtype != tdt:
         raise ShapeError(f"scales: expected dtype {spec.target.value} (the spec's target), got {_dt(scales)}")
-    if tuple(scales.shape) != (G, N):
+    if tuple(scales.shape) != shapes["scales"]:
         raise ShapeError(
             f"scales: expected shape ({G}, {N}) = [K/group_size, N] for K={K}, N={N}, group_size={gs}; got {tuple(scales.shape)}"
         )
@@ -138,12 +128,12 @@ def infer_problem(
                 f"zeros: expected int32 packed words ({mode}), got {_dt(zeros)}"
                 + ("; unpacked float zeros need zeros.mode 'float'" if zeros.dtype.kind == "f" else "")
             )
-        if tuple(zeros.shape) != (G, N // P):
+        if tuple(zeros.shape) != shapes["zeros"]:
             raise ShapeError(f"zeros: expected shape ({G}, {N // P}) = [K/group_size, N/{P}], got {tuple(zeros.shape)}")
-    elif mode in ("float", "additive"):
+    elif spec.zeros.dense:
         if zeros is None:
             raise ShapeError(f"zeros: this spec has {mode} zeros; pass a ({G}, {N}) {spec.target.value} tensor")
-        if zeros.dtype != tdt or tuple(zeros.shape) != (G, N):
+        if zeros.dtype != tdt or tuple(zeros.shape) != shapes["zeros"]:
             raise ShapeError(
                 f"zeros: expected a ({G}, {N}) {spec.target.value} tensor ({mode} zeros), got {tuple(zeros.shape)} {_dt(zeros)}"
             )
@@ -152,7 +142,7 @@ def infer_problem(
     if spec.act_order:
         if g_idx is None:
             raise ShapeError(f"g_idx: this spec has act_order; pass g_idx, an int32 tensor of shape ({K},)")
-        if g_idx.dtype != np.dtype(np.int32) or tuple(g_idx.shape) != (K,):
+        if g_idx.dtype != np.dtype(np.int32) or tuple(g_idx.shape) != shapes["g_idx"]:
             raise ShapeError(f"g_idx: expected an int32 tensor of shape ({K},), got {tuple(g_idx.shape)} {_dt(g_idx)}")
     elif g_idx is not None:
         raise ShapeError("g_idx: this spec has no act_order, but a g_idx tensor was given (set act_order: true)")
@@ -175,7 +165,7 @@ def infer_problem(
     if out is not None:
         if out.dtype != tdt:
             raise ShapeError(f"out: expected dtype {spec.target.value}, got {_dt(out)}")
-        if tuple(out.shape) != (K, N):
+        if tuple(out.shape) != shapes["out"]:
             raise ShapeError(f"out: expected shape ({K}, {N}), got {tuple(out.shape)}")
     arrays = {"qweight": qweight, "scales": scales, "zeros": zeros, "g_idx": g_idx, "out": out}
     for name, a in arrays.items():
@@ -316,10 +306,8 @@ class Kernel:
 
     def output_shape(self, qweight_shape: tuple[int, ...]) -> tuple[int, int]:
         """(K, N) of the output for a qweight of this shape (shape checks are the call's)."""
-        rows, cols = int(qweight_shape[0]), int(qweight_shape[1])
-        if self.spec.packing.axis == "N":
-            return rows, cols * self.spec.per_word
-        return rows // self.spec.words * self.spec.per_word, cols
+        lay = Layout.of(self.spec)
+        return lay.k_of(int(qweight_shape[0])), lay.n_of(int(qweight_shape[1]))
 
     def _check_g_idx(self, gi: dev.DeviceArray, groups: int) -> None:
         """Every act-order group index in [0, G): one device->host copy (the caller caches the verdict)."""
@@ -430,7 +418,7 @@ class Kernel:
         if out is None:
             K, N = self.output_shape(qweight.shape) if qweight.dim() == 2 else (0, 0)
             if qweight.dim() == 2 and qweight.is_cuda:
-                out = torch.empty((K, N), dtype=_TORCH_TARGET[self.spec.target.value](torch), device=qweight.device)
+                out = torch.empty((K, N), dtype=torch_dtype(self.spec.target_type, torch), device=qweight.device)
         # data_ptr fixes the device (unified addressing); dtype is kept apart because a .view(dtype) shares the rest
         key = (
             qweight.data_ptr(),
@@ -483,7 +471,6 @@ class Kernel:
 
 
 _KERNELS: dict[str, Kernel] = {}
-_TORCH_TARGET = {"fp16": lambda torch: torch.float16, "bf16": lambda torch: torch.bfloat16}
 
 
 def _sig(t: Any) -> tuple | None:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..core.formats import torch_dtype
+
 if TYPE_CHECKING:
     from .runtime import Kernel
 
@@ -26,7 +28,7 @@ def _kernel(key: str) -> Kernel:
 
 
 def _dtype(kernel: Kernel) -> torch.dtype:
-    return torch.float16 if kernel.spec.target.value == "fp16" else torch.bfloat16
+    return torch_dtype(kernel.spec.target_type, torch)
 
 
 def register(kernels: Mapping[str, Kernel]) -> None:

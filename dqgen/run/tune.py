@@ -10,6 +10,7 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ..core.formats import torch_dtype
 from ..core.spec import Spec
 from ..emit.nvrtc import default_cache_dir
 from ..emit.render import Variant, kernel_name, variants
@@ -87,7 +88,7 @@ def tune(kernel: Kernel, ordinal: int = 0) -> dict:
     best: dict[str, dict] = {}
     timings: dict[str, dict[str, float]] = {}
     spec = kernel.spec
-    tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
+    tdt = torch_dtype(spec.target_type, torch)
     default = kernel_name(spec, default_variant(spec, True))
     for cls, (K, N) in TUNE_SHAPES.items():
         # (qweight, scales, zeros, g_idx, global_scale); one set: the flush makes every call cold

@@ -4,19 +4,15 @@ solver (integer strategies) and solver_float (minifloats, codebooks) so neither 
 
 from __future__ import annotations
 
-from ..core.formats import BF16, FP16, FloatFormat
-from ..core.spec import Spec, Target
+from ..core.formats import FloatFormat
+from ..core.spec import Spec
 from ..ir.isa import Const, Opcode, arith_ops
 from ..ir.magic import half_pair, pair_const
 from ..ir.plan import Input, Op, Stage
 
 
 def target_format(spec: Spec) -> FloatFormat:
-    return FP16 if spec.target is Target.fp16 else BF16
-
-
-def field_pos(spec: Spec, element: int) -> int:
-    return spec.source.bits * spec.order.index(element)
+    return spec.target_type
 
 
 class Builder:
@@ -103,7 +99,7 @@ def plan_inputs(spec: Spec, pairs: int) -> list[Input]:
             Input(f"s{i}", "scale", f"scales of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)")
             for i in range(pairs)
         ]
-    if spec.zeros.mode in ("float", "additive"):
+    if spec.zeros.dense:
         what = "float zero points" if spec.zeros.mode == "float" else "additive (pre-scaled) zeros"
         ins += [
             Input(f"f{i}", "zero_float", f"{what} of elements {2 * i} and {2 * i + 1} ({spec.target.value}x2)")

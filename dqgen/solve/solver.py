@@ -40,7 +40,8 @@ from ..ir.magic import (
     pair_const,
 )
 from ..ir.plan import Plan, Stage
-from .common import Builder, field_pos, plan_inputs, scale_stage, target_format, word_names
+from ..layout.layout import Layout
+from .common import Builder, plan_inputs, scale_stage, target_format, word_names
 from .solver_float import codebook_candidates, minifloat_candidates
 
 LUT_AND_OR = lut_of(lambda a, b, c: (a & b) | c)
@@ -108,7 +109,7 @@ def placements(
     """All ways to put pair ``pair``'s fields at bits [0, room] of each half (``pos``: each element's
     bit in the source register, when that is not the spec's word)."""
     b = spec.source.bits
-    where = (lambda e: pos[e]) if pos is not None else (lambda e: field_pos(spec, e))
+    where = (lambda e: pos[e]) if pos is not None else (lambda e: Layout.of(spec).field_pos(e))
     P_lo, P_hi = where(2 * pair), where(2 * pair + 1)
     out: list[Placement] = []
     for s in range(32):
@@ -591,7 +592,7 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
     )
 
     def picks_for(e: int) -> list[int]:
-        return [field_pos(spec, e) // 8, 5, 6, 7]
+        return [Layout.of(spec).field_pos(e) // 8, 5, 6, 7]
 
     zregs: list[str | None] = [None] * spec.per_word
     if spec.zeros.packed:

@@ -21,12 +21,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-from ..core.formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat, MiniFloat, exact_bits
+from ..core.formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat, NanRepr, ScalarType, exact_bits
 from ..core.spec import SourceKind, Spec
 from ..ir.isa import Const, Opcode, Operand, lut_of, prmt_selector
 from ..ir.magic import half_pair, pair_const
 from ..ir.plan import Plan, Stage
-from .common import Builder, field_pos, plan_inputs, scale_stage, target_format
+from ..layout.layout import Layout
+from .common import Builder, plan_inputs, scale_stage, target_format
 
 LUT_KEEP_SIGN = lut_of(lambda a, b, c: (a & c) | b)
 LUT_OR_MASKED = lut_of(lambda a, b, c: a | (b & c))
@@ -45,9 +46,10 @@ WHY = {
 ZERO = Const(0, "zero bytes")
 
 
-def minifloat(spec: Spec) -> MiniFloat:
-    assert spec.source.format is not None
-    return MINIFLOATS[spec.source.format.value]
+def minifloat(spec: Spec) -> ScalarType:
+    mf = spec.source.scalar_type
+    assert mf is not None and mf.is_float, "kind 'float' has a minifloat format"
+    return mf
 
 
 def _pow2_pair(fmt: FloatFormat, k: int, why: str) -> Const:
@@ -100,14 +102,14 @@ def _top_aligned(
     )
 
 
-def place_pair(B: Builder, mf: MiniFloat, carrier: FloatFormat, r: str, i: int, stage: Stage = "convert") -> str:
+def place_pair(B: Builder, mf: ScalarType, carrier: FloatFormat, r: str, i: int, stage: Stage = "convert") -> str:
     """From a top-aligned pair register to the exact values in ``carrier`` (bit placement + re-bias)."""
     b = mf.width
     shift = carrier.ebits - mf.ebits
     k = carrier.bias - mf.bias
     sign = Const(half_pair(0x8000, 0x8000), "the sign bit of each half")
     mag = ((1 << (b - 1)) - 1) << (16 - b)
-    if shift == 0 and k == 0 and mf.specials == "ieee":
+    if shift == 0 and k == 0 and mf.nan is NanRepr.ieee:
         # the code is the top of the carrier's bit pattern (e5m2 = the high byte of fp16)
         return B.emit(
             Opcode.LOP3,
@@ -129,13 +131,14 @@ def place_pair(B: Builder, mf: MiniFloat, carrier: FloatFormat, r: str, i: int, 
     x = B.emit(Opcode.LOP3, f"m{i}", (r, magc, ZERO), "the magnitude bits of each code", stage, LUT_AND, WHY[LUT_AND])
     expmask_bits = ((1 << shift) - 1) << (15 - shift)
     spread = None
-    if mf.specials in ("fn", "ieee"):
-        ulp = 1 << (16 - b) if mf.specials == "fn" else 1 << (16 - b + mf.mbits)
-        what = "all-ones magnitude (NaN)" if mf.specials == "fn" else "all-ones exponent (inf / NaN)"
+    if mf.nan is not NanRepr.none:
+        fn = mf.nan is NanRepr.max
+        ulp = 1 << (16 - b) if fn else 1 << (16 - b + mf.mbits)
+        what = "all-ones magnitude (NaN)" if fn else "all-ones exponent (inf / NaN)"
         a = B.emit(
             Opcode.ADD_U32,
             f"c{i}",
-            (x, Const(half_pair(ulp, ulp), f"one unit of the {'last' if mf.specials == 'fn' else 'exponent'} bit")),
+            (x, Const(half_pair(ulp, ulp), f"one unit of the {'last' if fn else 'exponent'} bit")),
             f"carries into bit 15 of a half exactly for the {what} codes",
             stage,
         )
@@ -205,7 +208,7 @@ def place_pair(B: Builder, mf: MiniFloat, carrier: FloatFormat, r: str, i: int, 
 
 
 def _sources(spec: Spec, pair: int) -> tuple[int, int]:
-    return field_pos(spec, 2 * pair), field_pos(spec, 2 * pair + 1)
+    return Layout.of(spec).field_pos(2 * pair), Layout.of(spec).field_pos(2 * pair + 1)
 
 
 def place_all(B: Builder, spec: Spec, carrier: FloatFormat, src: str = "w") -> list[str]:
@@ -420,7 +423,7 @@ def lut_all(B: Builder, spec: Spec, entries: list[int], carrier: FloatFormat, wh
         quads[q] = (hi_reg, lo_reg)
     outs = []
     for i in range(n // 2):
-        p0, p1 = field_pos(spec, 2 * i) // 4, field_pos(spec, 2 * i + 1) // 4
+        p0, p1 = Layout.of(spec).field_pos(2 * i) // 4, Layout.of(spec).field_pos(2 * i + 1) // 4
         qa, qb = p0 // 4, p1 // 4
         if qa != qb:
             ha, la = quads[qa]
@@ -540,7 +543,7 @@ def _block_scale_stage(B: Builder, pairs16: list[str]) -> tuple[list[str], list[
         regs = [S]
     else:
         # NVFP4: the e4m3 block scale as an fp16 pair (exact), and the fp32 global scale as given
-        mf = MINIFLOATS["e4m3"]
+        mf = MINIFLOATS[dtype.value]
         if B.has(Opcode.CVT_F16X2_E4M3X2):
             h = B.emit(
                 Opcode.CVT_F16X2_E4M3X2,

@@ -5,6 +5,7 @@ other (bench_triton needs triton at import; bench loads it only when a row asks 
 from __future__ import annotations
 
 from ..core.spec import SourceKind, Spec
+from ..layout.layout import Layout
 
 
 def classic(spec: Spec) -> bool:
@@ -31,4 +32,5 @@ def triton_supported(spec: Spec) -> bool:
 
 def field_shifts(spec: Spec) -> list[int]:
     """Bit offset of element e of a packed word, for e in 0..P-1 (the spec's field order)."""
-    return [spec.source.bits * spec.order.index(e) for e in range(spec.per_word)]
+    lay = Layout.of(spec)
+    return [lay.field_pos(e) for e in range(lay.per_block)]

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from ..core.formats import torch_dtype
 from ..core.spec import SourceKind, Spec
+from ..layout.layout import Layout
 from ..run.inputs import make_g_idx, make_global_scale, make_inputs
 from ..run.runtime import Kernel
 from ..run.timing import graph_us, method, single_call_us
@@ -74,7 +76,7 @@ def torch_eager(spec: Spec) -> Callable:
     b, P = spec.source.bits, spec.per_word
     mask = (1 << b) - 1
     shifts = torch.tensor(field_shifts(spec), dtype=torch.int32, device="cuda")
-    tdt = torch.float16 if spec.target.value == "fp16" else torch.bfloat16
+    tdt = torch_dtype(spec.target_type, torch)
 
     def unpack_n(words: Any) -> Any:  # [R, W] -> [R, W*P], element e of each word from its field
         return ((words.unsqueeze(-1) >> shifts) & mask).reshape(words.shape[0], -1)
@@ -109,8 +111,7 @@ def naive_cuda(spec: Spec) -> Callable:
 
     def fn(q: Any, s: Any, z: Any) -> Any:
         words = q.numel()
-        K = q.shape[0] * (1 if spec.packing.axis == "N" else spec.per_word)
-        N = q.shape[1] * (spec.per_word if spec.packing.axis == "N" else 1)
+        K, N = Layout.of(spec).kn_of(tuple(q.shape))
         out = torch.empty((K, N), dtype=s.dtype, device="cuda")
         blocks = math.ceil(words / 256)
         kern(
@@ -209,12 +210,9 @@ def traffic_copy(spec: Spec) -> Callable:
     blocks = dev.sm_count(0) * 8
 
     def fn(q: Any, s: Any, z: Any, out: Any = None) -> Any:
-        K = q.shape[0] * (1 if spec.packing.axis == "N" else spec.per_word) // spec.words
-        N = q.shape[1] * (spec.per_word if spec.packing.axis == "N" else 1)
+        K, N = Layout.of(spec).kn_of(tuple(q.shape))
         if out is None:
-            out = torch.empty(
-                (K, N), dtype=torch.float16 if spec.target.value == "fp16" else torch.bfloat16, device="cuda"
-            )
+            out = torch.empty((K, N), dtype=torch_dtype(spec.target_type, torch), device="cuda")
         kern(
             (blocks,),
             (256,),
@@ -302,7 +300,7 @@ def _bench_shape(
     nsets = max(1, min(8, math.ceil(2 * l2_bytes() / per_set)))  # for the graph column only
     sets = [first] + [make_inputs(sp, K, N, i) for i in range(1, nsets)]
     gscales = [make_global_scale(sp, i) for i in range(nsets)]
-    tdt = torch.float16 if sp.target.value == "fp16" else torch.bfloat16
+    tdt = torch_dtype(sp.target_type, torch)
     outs = [torch.empty((K, N), dtype=tdt, device="cuda") for _ in range(nsets)]
     want = kernel(*first, global_scale=gscales[0])
     tuned = [kernel.prepare(*sets[i], global_scale=gscales[i], out=outs[i]) for i in range(nsets)]
@@ -368,7 +366,7 @@ def call_overhead(spec: Spec, calls: int = 10_000, big: tuple[int, int] = (4096,
     K, N = (128, 8 * P) if sp.packing.axis == "N" else (128, 64)
     q, s, z = make_inputs(sp, K, N, 0)
     gsc, gi = make_global_scale(sp, 0), make_g_idx(sp, K, 0)
-    tdt = torch.float16 if sp.target.value == "fp16" else torch.bfloat16
+    tdt = torch_dtype(sp.target_type, torch)
     w = torch.empty((K, N), dtype=tdt, device="cuda")
 
     def host_median(fn: Callable[[], Any]) -> float:
@@ -416,12 +414,13 @@ t_import = time.perf_counter()
 import torch
 import dqgen
 from dqgen.run.inputs import make_g_idx, make_global_scale, make_inputs
+from dqgen.core.formats import torch_dtype
 from dqgen.core.spec import load_spec
 spec = load_spec(json.loads(sys.argv[1]))
 K, N = int(sys.argv[2]), int(sys.argv[3])
 q, s, z = make_inputs(spec, K, N, 0)
 gsc, gi = make_global_scale(spec, 0), make_g_idx(spec, K, 0)
-w = torch.empty((K, N), dtype=torch.float16 if spec.target.value == "fp16" else torch.bfloat16, device="cuda")
+w = torch.empty((K, N), dtype=torch_dtype(spec.target_type, torch), device="cuda")
 torch.cuda.synchronize()
 t0 = time.perf_counter()
 k = dqgen.compile(spec)

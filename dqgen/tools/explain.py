@@ -13,18 +13,18 @@ from fractions import Fraction
 from ..check.anchors import published
 from ..check.prove import ProofResult
 from ..core.formats import FORMATS, FloatFormat
+from ..core.formula import ValueFormula, prose
 from ..core.printable import printable
 from ..core.spec import Spec
 from ..ir.isa import Bit, Const, const_bits
 from ..ir.magic import fmt_num
 from ..ir.plan import STAGES, Op, Plan
+from ..layout.layout import Layout
 
 
 def _word_bits(spec: Spec, kind: str, word: int = 0) -> list[Bit]:
-    b = spec.source.bits
-    if spec.words > 1:
-        return [(kind, (32 * word + i) // b, False) for i in range(32)]
-    return [(kind, spec.order[i // b], False) for i in range(32)]
+    lay = Layout.of(spec)
+    return [(kind, lay.element_at(word, i), False) for i in range(32)]
 
 
 def symbolic(plan: Plan, spec: Spec) -> dict[str, list[Bit] | None]:
@@ -103,7 +103,7 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
     add("")
     src = spec.source
     what = {
-        "float": f"{src.format.value if src.format else ''} minifloat",
+        "float": f"{src.format if src.format else ''} minifloat",
         "codebook": f"codebook ({src.codebook if isinstance(src.codebook, str) else f'{len(src.codebook_values)} user values'})",
     }.get(src.kind.value, src.kind.value)
     layout = (
@@ -116,26 +116,7 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         + (f", value = q - {src.bias}" if src.bias is not None else "")
         + f"; {layout}"
     )
-    f = fmt.name
-    q = f"(q - {src.bias})" if src.bias is not None else "q"  # the code's value
-    value = {
-        "none": f"{f}( {q} * s ), rounded once to nearest-even",
-        "integer": f"{f}( (q - z) * s ), rounded once (z: packed integer zero point)",
-        "gptq_v2": f"{f}( (q - z) * s ), rounded once (z: packed integer zero point, GPTQ v2)",
-        "gptq_v1": f"{f}( (q - (stored + 1)) * s ), rounded once (GPTQ v1 stores z - 1)",
-        "float": f"{f}( {f}({q} - z) * s ): two roundings, z a {f} zero point (HQQ)",
-        "additive": f"{f}( {q} * s + b ), one rounding (fma), b a pre-scaled {f} zero",
-    }[spec.zeros.mode]
-    if src.kind.value == "float":
-        value = (
-            f"{f}( {src.format.value}(q) * s ), rounded once to nearest-even ({src.format.value}(q) is exact in {f})"
-        )
-    elif src.kind.value == "codebook":
-        value = f"{f}( {f}(codebook[q]) * s ): the entry rounded once to {f} when the kernel is built, the product once more"
-    if spec.scales.dtype is not None and spec.scales.dtype.value == "e8m0":
-        value = f"{f}( e2m1(q) * 2^(E-127) ), one rounding, no intermediate under/overflow (E = the block's e8m0 scale; 0xFF is NaN)"
-    elif spec.scales.dtype is not None and spec.scales.dtype.value == "e4m3":
-        value = f"{f}( fp32( e2m1(q) * e4m3(s) * g ) ): e2m1 * e4m3 exact, times the fp32 global scale g rounded to fp32, then once to {f}"
+    value = prose(ValueFormula.of(spec))
     g = (
         "per-channel"
         if spec.scales.group_size == -1
