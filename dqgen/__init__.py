@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Kernel",
-    "__version__",
     "Spec",
     "SpecError",
+    "__version__",
     "compile",
     "load_spec",
     "pack",

@@ -416,18 +416,16 @@ def _preset_rows() -> list[tuple[str, str, str, str]]:
                 "source.codebook",
                 name,
                 str(bits),
-                f"{sp.CODEBOOK_PRESET_DOCS.get(name, '')}; {len(values)} values from {min(values):g} to {max(values):g}",
+                f"{sp.CODEBOOK_PRESET_DOCS.get(name, '')}; "
+                f"{len(values)} values from {min(values):g} to {max(values):g}",
             )
         )
     for fmt in sp.ELEMENT_FORMATS.values():
-        finite = sorted({abs(v) for v in map(fmt.decode, range(1 << fmt.width)) if math.isfinite(v)})
-        values = (
-            "+-{" + ", ".join(f"{float(v):g}" for v in finite) + "}"
-            if len(finite) <= 8
-            else f"max {float(finite[-1]):g}"
-        )
+        # decode gives Fraction / int / float; every finite minifloat value is exact as a float
+        finite = sorted({abs(float(v)) for v in map(fmt.decode, range(1 << fmt.width)) if math.isfinite(v)})
+        value_text = "+-{" + ", ".join(f"{v:g}" for v in finite) + "}" if len(finite) <= 8 else f"max {finite[-1]:g}"
         layout = fmt.describe().removeprefix(f"{fmt.name}: ")
-        rows.append(("source.format", fmt.name, str(fmt.width), f"{fmt.doc}; {layout}; {values}"))
+        rows.append(("source.format", fmt.name, str(fmt.width), f"{fmt.doc}; {layout}; {value_text}"))
     for name in sp.BLOCK_SCALE_DTYPES:
         rows.append(("scales.dtype", name, str(formats.MINIFLOATS[name].width), sp.BLOCK_SCALE_DOCS.get(name, "")))
     for name in get_args(sp.ZeroMode):

@@ -115,7 +115,8 @@ def test_every_spec_explains_proves_and_matches_readme(path):
         spec.scales.dtype.value if spec.scales.block else "", "8" if spec.zeros.mode == "float" else "4"
     )
     m = re.search(
-        r"^Ops per 8 outputs: convert [0-9./]+ \((?:best published: ([0-9./]+),.*|no published figure)\); scale (\d+)\b",
+        r"^Ops per 8 outputs: convert [0-9./]+ "
+        r"\((?:best published: ([0-9./]+),.*|no published figure)\); scale (\d+)\b",
         r.stdout,
         flags=re.M,
     )

@@ -228,7 +228,7 @@ def test_bad_g_idx_rejected_before_launch():
 
     spec = load_spec(ZERO_MODE_CASES[0][1] | {"packing": {"axis": "K", "order": "sequential"}, "act_order": True})
     k = _kernel(spec)
-    q, s, z, gi = random_inputs(spec, 256, 64, 8)
+    q, s, _, gi = random_inputs(spec, 256, 64, 8)
     tq, ts = to_torch(q), to_torch(s)
     bad = gi.copy()
     bad[17] = 4  # G = 256 / 64 = 4 groups: 4 is out of range
@@ -371,13 +371,13 @@ def test_new_format_bad_inputs_rejected_before_launch():
     k = _kernel(spec)
     q, s, _, _ = random_inputs(spec, 256, 64, 6)
     tq, ts = to_torch(q), to_torch(s)
-    with pytest.raises(ShapeError, match="^global_scale: this spec has a global scale"):
+    with pytest.raises(ShapeError, match=r"^global_scale: this spec has a global scale"):
         k(tq, ts)
-    with pytest.raises(ShapeError, match="^global_scale: expected a one-element float32"):
+    with pytest.raises(ShapeError, match=r"^global_scale: expected a one-element float32"):
         k(tq, ts, global_scale=torch.ones(2, device="cuda"))
-    with pytest.raises(ValueError, match="^global_scale: expected a CUDA tensor"):
+    with pytest.raises(ValueError, match=r"^global_scale: expected a CUDA tensor"):
         k(tq, ts, global_scale=torch.ones(1))
-    with pytest.raises(ShapeError, match="^scales: expected uint8 e4m3"):
+    with pytest.raises(ShapeError, match=r"^scales: expected uint8 e4m3"):
         k(tq, ts.to(torch.float16), global_scale=torch.ones(1, device="cuda"))
     spec3 = load_spec(NEW_FORMAT_CASES[0][1])
     q3, s3, _, _ = random_inputs(spec3, 256, 64, 6)

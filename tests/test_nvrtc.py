@@ -160,7 +160,7 @@ def test_concurrent_processes_share_cache(tmp_path: Path) -> None:
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=60) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
     keys = {out.split()[0] for out, _ in outs}
     assert len(keys) == 1
@@ -235,6 +235,12 @@ def test_dlpack_and_cai_parsing() -> None:
     ca = device.as_device_array(_FakeCAI(), "g_idx")
     assert ca.kind == "cai" and ca.dtype == np.uint32
     assert ca.shape == (4, 2) and ca.strides_bytes == (8, 4) and ca.is_c_contiguous
+
+    # strides that do not match the shape's rank: a one-line error naming the tensor, not a guess at the layout
+    bad_cai = _FakeCAI()
+    bad_cai.__cuda_array_interface__["strides"] = (4,)
+    with pytest.raises(TypeError, match=r"^g_idx: __cuda_array_interface__ has 1 strides for a 2-d shape$"):
+        device.as_device_array(bad_cai, "g_idx")
 
 
 # --------------------------------------------------------------------------- GPU

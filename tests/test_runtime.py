@@ -318,7 +318,7 @@ def test_non_contiguous_qweight():
 def test_non_contiguous_other_tensors(tensor):
     d = awq_inputs(K=256, N=4096)
     a = d[tensor]
-    rows, cols = a.shape
+    rows, _ = a.shape
     d[tensor] = arr(a.shape, a.dtype, strides=(a.itemsize, rows * a.itemsize))
     raises(AWQ, d, tensor, "contiguous")
 
@@ -374,12 +374,12 @@ def test_compile_on_cpu(monkeypatch):
 
 def test_kernel_checks_inputs_before_touching_a_gpu():
     k = dqgen.compile(SHIPPED_SPECS / "awq_int4_fp16.yaml")
-    with pytest.raises(ValueError, match="^qweight: "):
+    with pytest.raises(ValueError, match=r"^qweight: "):
         k(np.zeros((4, 1), np.int32), np.zeros((1, 8), np.float16), np.zeros((1, 1), np.int32))
     d = awq_inputs()
-    with pytest.raises(ShapeError, match="^zeros: "):
+    with pytest.raises(ShapeError, match=r"^zeros: "):
         k(d["qweight"], d["scales"], None, out=d["out"])
-    with pytest.raises(ShapeError, match="^scales: "):
+    with pytest.raises(ShapeError, match=r"^scales: "):
         k(d["qweight"], arr((3, 4096), F16), d["zeros"], out=d["out"])
 
 
@@ -397,7 +397,7 @@ def test_compile_invalid_spec_raises_spec_error():
         dqgen.compile(data)
 
 
-# --------------------------------------------------------------------------- issue #5: 3-bit blocks, block scales, global scale
+# ---------------------------------------------------------------- issue #5: 3-bit blocks, block scales, global scale
 
 U8 = np.dtype(np.uint8)
 E8M0, E4M3 = np.dtype(ml_dtypes.float8_e8m0fnu), np.dtype(ml_dtypes.float8_e4m3fn)
@@ -492,7 +492,7 @@ def test_global_scale_required_and_checked():
     raises(NVFP4, fp4_inputs(NVFP4, global_scale=arr((1,), F32, device=2)), "global_scale", "device 2", "qweight")
     raises(MXFP4, fp4_inputs(MXFP4, global_scale=arr((1,), F32)), "global_scale", "no global scale")
     d = gptq_inputs()
-    with pytest.raises(ShapeError, match="^global_scale: .*no global scale"):
+    with pytest.raises(ShapeError, match=r"^global_scale: .*no global scale"):
         infer_problem(GPTQ, d["qweight"], d["scales"], d["zeros"], d["out"], None, arr((1,), F32))
     # the global scale is checked after every other tensor, so earlier messages stay as they were
     raises(NVFP4, fp4_inputs(NVFP4, global_scale=None, scales=arr((3, 64), U8)), "scales")
@@ -501,13 +501,13 @@ def test_global_scale_required_and_checked():
 def test_new_format_kernels_check_inputs_before_touching_a_gpu():
     k = dqgen.compile(NVFP4)
     d = fp4_inputs(NVFP4)
-    with pytest.raises(ShapeError, match="^global_scale: this spec has a global scale"):
+    with pytest.raises(ShapeError, match=r"^global_scale: this spec has a global scale"):
         k(d["qweight"], d["scales"], out=d["out"])
-    with pytest.raises(ValueError, match="^global_scale: expected a CUDA tensor"):
+    with pytest.raises(ValueError, match=r"^global_scale: expected a CUDA tensor"):
         k(d["qweight"], d["scales"], global_scale=np.ones(1, np.float32), out=d["out"])
-    with pytest.raises(ShapeError, match="^scales: expected uint8"):
+    with pytest.raises(ShapeError, match=r"^scales: expected uint8"):
         k(d["qweight"], arr(d["scales"].shape, F16), global_scale=d["global_scale"], out=d["out"])
-    with pytest.raises(ShapeError, match="^global_scale: "):
+    with pytest.raises(ShapeError, match=r"^global_scale: "):
         dqgen.compile(MXFP4)(d["qweight"], arr((8, 64), U8), global_scale=d["global_scale"], out=arr((256, 64), BF16))
     k3 = dqgen.compile(INT3)
     with pytest.raises(ShapeError, match=r"^qweight: expected shape \[3K/32, N\]"):

@@ -8,6 +8,7 @@ and processes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -146,10 +147,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

@@ -140,14 +140,16 @@ def context(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> di
     _check_interface(spec, plan)
     ops = [_render_op(op) for op in plan.ops]
     by_stage = {
-        s: [r for r, op in zip(ops, plan.ops) if op.stage == s] for s in ("zero", "scale_prep", "convert", "scale")
+        s: [r for r, op in zip(ops, plan.ops, strict=True) if op.stage == s]
+        for s in ("zero", "scale_prep", "convert", "scale")
     }
     zero_defs = [op.dst for op in plan.ops if op.stage == "zero"]
     later_reads = {a for op in plan.ops if op.stage != "zero" for a in op.reads}
     conv_defs = [op.dst for op in plan.ops if op.stage == "convert"]
     scale_reads = {a for op in plan.ops if op.stage == "scale" for a in op.reads}
     role = {i.role: i.name for i in plan.inputs}
-    sd = spec.scales.dtype.value if spec.scales.block else spec.target.value
+    # Scales.block implies a dtype; the None check narrows the type
+    sd = spec.scales.dtype.value if spec.scales.block and spec.scales.dtype is not None else spec.target.value
     formula = ValueFormula.of(spec)
     lay = Layout.of(spec)
     return {

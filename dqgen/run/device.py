@@ -153,7 +153,7 @@ def _param_holder(arg: Any, index: int) -> Any:
         return np.array(arg)
     if isinstance(arg, np.ndarray) and arg.ndim == 0:
         return np.ascontiguousarray(arg)
-    if isinstance(arg, ctypes._SimpleCData):  # type: ignore[attr-defined]
+    if isinstance(arg, ctypes._SimpleCData):
         return arg
     # Plain Python ints/floats are refused: the parameter width (32 vs 64 bit)
     # is not knowable from the value, and guessing wrong silently corrupts
@@ -205,8 +205,8 @@ class LoadedKernel:
         once (what a grid-wide barrier needs)."""
         if self._module is None:
             raise RuntimeError(f"kernel {self.name!r}: module already unloaded")
-        gx, gy, gz = (tuple(int(v) for v in grid) + (1, 1, 1))[:3]
-        bx, by, bz = (tuple(int(v) for v in block) + (1, 1, 1))[:3]
+        gx, gy, gz = (*(int(v) for v in grid), 1, 1, 1)[:3]
+        bx, by, bz = (*(int(v) for v in block), 1, 1, 1)[:3]
         holders = [_param_holder(a, i) for i, a in enumerate(args)]
         # kernelParams is a void*[] whose entries point at each argument's bytes;
         # cuda-bindings accepts its address as a plain int.  ``holders`` and
@@ -323,8 +323,8 @@ class BoundLaunch:
         self, kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int
     ) -> None:
         self.kernel = kernel
-        self.grid = (tuple(int(v) for v in grid) + (1, 1, 1))[:3]
-        self.block = (tuple(int(v) for v in block) + (1, 1, 1))[:3]
+        self.grid = (*(int(v) for v in grid), 1, 1, 1)[:3]
+        self.block = (*(int(v) for v in block), 1, 1, 1)[:3]
         self.shared_mem = int(shared_mem)
         self._holders = [_param_holder(a, i) for i, a in enumerate(args)]  # owns the argument bytes
         self._ptrs = np.array([_holder_address(h) for h in self._holders] or [0], dtype=np.uint64)
@@ -391,7 +391,7 @@ class DeviceArray:
     @property
     def is_c_contiguous(self) -> bool:
         expected = self.itemsize
-        for dim, stride in zip(reversed(self.shape), reversed(self.strides_bytes)):
+        for dim, stride in zip(reversed(self.shape), reversed(self.strides_bytes), strict=True):
             if dim != 1 and stride != expected:
                 return False
             expected *= dim
@@ -497,6 +497,8 @@ def _from_cai(obj: Any, name: str) -> DeviceArray:
         raise TypeError(f"{name}: masked __cuda_array_interface__ arrays are not supported")
     shape = tuple(int(s) for s in cai["shape"])
     strides = cai.get("strides")
+    if strides is not None and len(strides) != len(shape):
+        raise TypeError(f"{name}: __cuda_array_interface__ has {len(strides)} strides for a {len(shape)}-d shape")
     strides_b = tuple(int(s) for s in strides) if strides is not None else _c_strides(shape, dtype.itemsize)
     ptr = int(cai["data"][0] or 0)
     return DeviceArray(ptr, shape, strides_b, dtype, _pointer_device(ptr), "cai", obj)

@@ -77,7 +77,8 @@ def infer_problem(
         )
     if lay.axis == "K" and qweight.shape[0] % W:
         raise ShapeError(
-            f"qweight: expected shape [{W}K/{P}, N] ({W}-word blocks of {P} {spec.source.bits}-bit codes packed along K), "
+            f"qweight: expected shape [{W}K/{P}, N] "
+            f"({W}-word blocks of {P} {spec.source.bits}-bit codes packed along K), "
             f"got {tuple(qweight.shape)}: {qweight.shape[0]} rows is not a multiple of {W}"
         )
     K, N = lay.kn_of(tuple(qweight.shape))
@@ -103,6 +104,7 @@ def infer_problem(
     if spec.scales.block:
         # a block-scale tensor is its raw bytes (uint8) or the float8 dtype of the same bytes (torch's
         # float8_e8m0fnu / float8_e4m3fn, seen here as ml_dtypes' dtypes)
+        assert spec.scales.dtype is not None  # Scales.block implies a dtype
         sd = scalar_type(spec.scales.dtype.value)
         if scales.dtype not in (np.dtype(np.uint8), numpy_dtype(sd)):
             raise ShapeError(
@@ -113,7 +115,8 @@ def infer_problem(
         raise ShapeError(f"scales: expected dtype {spec.target.value} (the spec's target), got {_dt(scales)}")
     if tuple(scales.shape) != shapes["scales"]:
         raise ShapeError(
-            f"scales: expected shape ({G}, {N}) = [K/group_size, N] for K={K}, N={N}, group_size={gs}; got {tuple(scales.shape)}"
+            f"scales: expected shape ({G}, {N}) = [K/group_size, N] for K={K}, N={N}, group_size={gs}; "
+            f"got {tuple(scales.shape)}"
         )
     mode = spec.zeros.mode
     if spec.zeros.packed:
@@ -135,7 +138,8 @@ def infer_problem(
             raise ShapeError(f"zeros: this spec has {mode} zeros; pass a ({G}, {N}) {spec.target.value} tensor")
         if zeros.dtype != tdt or tuple(zeros.shape) != shapes["zeros"]:
             raise ShapeError(
-                f"zeros: expected a ({G}, {N}) {spec.target.value} tensor ({mode} zeros), got {tuple(zeros.shape)} {_dt(zeros)}"
+                f"zeros: expected a ({G}, {N}) {spec.target.value} tensor ({mode} zeros), "
+                f"got {tuple(zeros.shape)} {_dt(zeros)}"
             )
     elif zeros is not None:
         raise ShapeError("zeros: this spec has no zero points (zeros.mode 'none'), but a zeros tensor was given")
@@ -154,13 +158,15 @@ def infer_problem(
             )
         if global_scale.dtype != np.dtype(np.float32) or global_scale.size != 1:
             raise ShapeError(
-                f"global_scale: expected a one-element float32 tensor, got shape {tuple(global_scale.shape)} {_dt(global_scale)}"
+                "global_scale: expected a one-element float32 tensor, "
+                f"got shape {tuple(global_scale.shape)} {_dt(global_scale)}"
             )
         if global_scale.ptr % 4:
             raise ShapeError("global_scale: expected a 4-byte aligned float32 tensor")
     elif global_scale is not None:
         raise ShapeError(
-            "global_scale: this spec has no global scale (scales.global_scale: false), but a global_scale tensor was given"
+            "global_scale: this spec has no global scale (scales.global_scale: false), "
+            "but a global_scale tensor was given"
         )
     if out is not None:
         if out.dtype != tdt:
@@ -171,12 +177,14 @@ def infer_problem(
     for name, a in arrays.items():
         if a is not None and not a.is_c_contiguous:
             raise ShapeError(
-                f"{name}: expected a contiguous (row-major) tensor, got shape {a.shape} with byte strides {a.strides_bytes}; call .contiguous() first"
+                f"{name}: expected a contiguous (row-major) tensor, got shape {a.shape} "
+                f"with byte strides {a.strides_bytes}; call .contiguous() first"
             )
     for name, a in (arrays | {"global_scale": global_scale}).items():
         if a is not None and a.device != qweight.device:
             raise ShapeError(
-                f"{name}: on CUDA device {a.device}, but qweight is on device {qweight.device}; all tensors must share one device"
+                f"{name}: on CUDA device {a.device}, but qweight is on device {qweight.device}; "
+                "all tensors must share one device"
             )
     # (the global scale is one float, read with a 4-byte load: it takes no part in the vector-access rule)
     aligned = all(a.ptr % 16 == 0 for a in arrays.values() if a is not None and a.size)

@@ -141,8 +141,10 @@ def triton_impl(spec: Spec) -> Callable | None:
     return triton_dequant(spec)
 
 
-_COPY_KERNEL = r"""
-extern "C" __global__ void __launch_bounds__(256) copy16(const uint4* __restrict__ src, uint4* __restrict__ dst, long long n) {
+_COPY_KERNEL = (
+    r"""
+extern "C" __global__ void __launch_bounds__(256) copy16("""
+    r"""const uint4* __restrict__ src, uint4* __restrict__ dst, long long n) {
     // four independent 16-byte loads in flight per thread, then four stores; grid-stride
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += 4 * stride) {
@@ -154,9 +156,11 @@ extern "C" __global__ void __launch_bounds__(256) copy16(const uint4* __restrict
     }
 }
 """
+)
 
 
-_TRAFFIC_KERNEL = r"""
+_TRAFFIC_KERNEL = (
+    r"""
 // Reads one 32-bit word and writes OUT words per input word: the same bytes as a dequantizer of the
 // same format, with no arithmetic: what the write-heavy traffic mix alone costs (a reference point).
 template <int OUT>
@@ -173,16 +177,20 @@ __device__ __forceinline__ void traffic(const unsigned* __restrict__ src, unsign
             if constexpr (OUT >= 4) {
 #pragma unroll
                 for (int k = 0; k < OUT; k += 4)
-                    *reinterpret_cast<uint4*>(dst + w * OUT + k) = make_uint4(v[j] + k, v[j] + k + 1u, v[j] + k + 2u, v[j] + k + 3u);
+                    *reinterpret_cast<uint4*>(dst + w * OUT + k) = """
+    r"""make_uint4(v[j] + k, v[j] + k + 1u, v[j] + k + 2u, v[j] + k + 3u);
             } else *reinterpret_cast<uint2*>(dst + w * 2) = make_uint2(v[j], v[j] + 1u);
         }
     }
 }
-extern "C" __global__ void __launch_bounds__(256) traffic4(const unsigned* s, unsigned* d, long long n) { traffic<4>(s, d, n); }
+extern "C" __global__ void __launch_bounds__(256) traffic4("""
+    r"""const unsigned* s, unsigned* d, long long n) { traffic<4>(s, d, n); }
 // 2-bit words: 16 values, 8 output words.
-extern "C" __global__ void __launch_bounds__(256) traffic8(const unsigned* s, unsigned* d, long long n) { traffic<8>(s, d, n); }
+extern "C" __global__ void __launch_bounds__(256) traffic8("""
+    r"""const unsigned* s, unsigned* d, long long n) { traffic<8>(s, d, n); }
 // Multi-word blocks (3-bit): 3 words in, 16 words (32 fp16 values) out per block.
-extern "C" __global__ void __launch_bounds__(256) traffic3x16(const unsigned* __restrict__ src, unsigned* __restrict__ dst, long long n) {
+extern "C" __global__ void __launch_bounds__(256) traffic3x16("""
+    r"""const unsigned* __restrict__ src, unsigned* __restrict__ dst, long long n) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < n; b += stride) {
         const unsigned v0 = __ldg(src + 3 * b), v1 = __ldg(src + 3 * b + 1), v2 = __ldg(src + 3 * b + 2);
@@ -191,8 +199,10 @@ extern "C" __global__ void __launch_bounds__(256) traffic3x16(const unsigned* __
             *reinterpret_cast<uint4*>(dst + b * 16 + i) = make_uint4(v0 + i, v1 + i, v2 + i, v0 ^ v1 ^ i);
     }
 }
-extern "C" __global__ void __launch_bounds__(256) traffic2(const unsigned* s, unsigned* d, long long n) { traffic<2>(s, d, n); }
+extern "C" __global__ void __launch_bounds__(256) traffic2("""
+    r"""const unsigned* s, unsigned* d, long long n) { traffic<2>(s, d, n); }
 """
+)
 
 
 def traffic_copy(spec: Spec) -> Callable:
@@ -247,8 +257,11 @@ def l2_bytes() -> int:
 
 
 def _shape_spec(spec: Spec, G: int) -> tuple[Spec, int]:
+    block_size = spec.scales.group_size
     if spec.scales.block:  # the block size is the format's (MXFP4: 32, NVFP4: 16), not the shape's
-        G = spec.scales.group_size
+        # Spec validation refuses 'auto' with block scales; the check narrows the type
+        assert isinstance(block_size, int)
+        G = block_size
     from ..core.spec import with_group_size
 
     return with_group_size(spec, G), G

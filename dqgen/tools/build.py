@@ -242,7 +242,8 @@ def print_summary(report: dict) -> None:
     t = Table(title=f"dqgen build {report['spec']} ({report['arch']})", show_header=False)
     t.add_row(
         "plan",
-        f"{report['strategy']}: {report['ops_per_8']['convert']} conversion ops per 8 outputs (+{report['ops_per_8']['scale']} scale)"
+        f"{report['strategy']}: {report['ops_per_8']['convert']} conversion ops per 8 outputs "
+        f"(+{report['ops_per_8']['scale']} scale)"
         + (f", {report['zero_ops_per_word']} zero-point ops per zero word" if report["zero_ops_per_word"] else "")
         + (f", {report['scale_prep_ops']} ops per block scale" if report.get("scale_prep_ops") else ""),
     )

@@ -68,7 +68,9 @@ def const_text(c: Const, lane: FloatFormat | None) -> str:
         fmt = lane
     if fmt is not None and fmt.width == 16:
         lo, hi = fmt.decode(c.value & 0xFFFF), fmt.decode(c.value >> 16)
-        text += f" = {fmt.name}x2 {{lo {fmt_num(lo) if isinstance(lo, Fraction) else lo}, hi {fmt_num(hi) if isinstance(hi, Fraction) else hi}}}"
+        lo_text = fmt_num(lo) if isinstance(lo, Fraction) else lo
+        hi_text = fmt_num(hi) if isinstance(hi, Fraction) else hi
+        text += f" = {fmt.name}x2 {{lo {lo_text}, hi {hi_text}}}"
     elif fmt is not None:
         v = fmt.decode(c.value)
         text += f" = {fmt.name} {fmt_num(v) if isinstance(v, Fraction) else v}"
@@ -102,14 +104,16 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
     add(f"dqgen explain: {spec.name}" + (f" - {printable(spec.description.strip())}" if spec.description else ""))
     add("")
     src = spec.source
+    codebook = src.codebook if isinstance(src.codebook, str) else f"{len(src.codebook_values)} user values"
     what = {
         "float": f"{src.format if src.format else ''} minifloat",
-        "codebook": f"codebook ({src.codebook if isinstance(src.codebook, str) else f'{len(src.codebook_values)} user values'})",
+        "codebook": f"codebook ({codebook})",
     }.get(src.kind.value, src.kind.value)
     layout = (
         f"{spec.per_word} per 32-bit word, packed along {spec.packing.axis}; field j holds element {spec.order}[j]"
         if spec.words == 1
-        else f"{spec.per_word} per {spec.words}-word block (w0 lowest), packed along {spec.packing.axis}; code i at block bits [{b}i, {b}i+{b}), some straddling two words"
+        else f"{spec.per_word} per {spec.words}-word block (w0 lowest), packed along {spec.packing.axis}; "
+        f"code i at block bits [{b}i, {b}i+{b}), some straddling two words"
     )
     add(
         f"Source   {src.short}: {b}-bit {what} codes"
@@ -134,12 +138,15 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
     add("")
     add("How to read the bit diagrams: bit 31 on the left, '|' between the high and low 16-bit halves;")
     add(
-        "  a, b, c.. = bits of element 0, 1, 2..'s code (upper case = inverted; elements 26-31: [ ] { } < >), 0-7 in a zero word = that element's zero"
+        "  a, b, c.. = bits of element 0, 1, 2..'s code (upper case = inverted; elements 26-31: [ ] { } < >), "
+        "0-7 in a zero word = that element's zero"
     )
     add("  bits, '.' = bits nobody reads; 0/1 = constant bits.")
     regs = symbolic(plan, spec)
     for name in plan.words:
-        add(f"  {name:<6} = {diagram(regs[name])}")
+        word_bits = regs[name]
+        assert word_bits is not None  # input words are integer registers: symbolic() gives them bits
+        add(f"  {name:<6} = {diagram(word_bits)}")
     if spec.zeros.packed:
         add(f"  z      = {diagram(_word_bits(spec, 'z'))}")
     add("")
@@ -156,7 +163,8 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
             )
         else:
             add(
-                f"Stage {stage} - {STAGE_TITLES[stage].format(unit=unit)} ({len(ops)} ops per {unit}, {dec(plan.per8(stage))} per 8 outputs)"
+                f"Stage {stage} - {STAGE_TITLES[stage].format(unit=unit)} "
+                f"({len(ops)} ops per {unit}, {dec(plan.per8(stage))} per 8 outputs)"
             )
         for n, op in enumerate(ops, 1):
             add(f"  [{n}] {_op_line(op)}")
@@ -182,7 +190,8 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
             else ""
         )
         + (
-            f"; block-scale preparation {plan.count('scale_prep')} per block scale, shared by its {spec.scales.group_size} elements"
+            f"; block-scale preparation {plan.count('scale_prep')} per block scale, "
+            f"shared by its {spec.scales.group_size} elements"
             if plan.count("scale_prep")
             else ""
         )
