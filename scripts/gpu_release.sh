@@ -15,19 +15,18 @@ step() {  # name, timeout seconds, command...
   timeout "$limit" "$@" > "$res/$name.out" 2> "$res/$name.err"
   local rc=$?
   printf '%-12s rc=%-3s %8s ms\n' "$name" "$rc" "$(( ($(date +%s%N) - t0) / 1000000 ))" | tee -a "$res/steps.txt"
+  # after every step: a call cut off at its time limit still brings back what was done
+  mkdir -p "$OUTDIR" && tar czf "$OUTDIR/all.tgz" -C "$res" . && cp "$res/steps.txt" "$OUTDIR/steps.txt"
 }
 cold=$(mktemp -d)
 # a fresh machine: nothing of dqgen's (NVRTC, proofs, tuning) nor numba's caches exists yet
-step build_cold 120 env DQGEN_CACHE_DIR="$cold/dqgen" NUMBA_CACHE_DIR="$cold/numba" \
+step build_cold 60 env DQGEN_CACHE_DIR="$cold/dqgen" NUMBA_CACHE_DIR="$cold/numba" \
   python -m dqgen build awq_int4_fp16 --json --out "$cold/gen"
-step build_cached 120 env DQGEN_CACHE_DIR="$cold/dqgen" NUMBA_CACHE_DIR="$cold/numba" \
+step build_cached 60 env DQGEN_CACHE_DIR="$cold/dqgen" NUMBA_CACHE_DIR="$cold/numba" \
   python -m dqgen build awq_int4_fp16 --json --out "$cold/gen"
-step quick 330 env TIER=quick bash scripts/gpu_all.sh "$res/quick"
+step quick 300 env TIER=quick bash scripts/gpu_all.sh "$res/quick"
 cp docs/performance.md "$res/performance.md"
-step bench 240 python -m dqgen bench awq_int4_fp16 awq_int4_bf16 gptq_int4_fp16 int8_fp16 \
+step bench 200 python -m dqgen bench awq_int4_fp16 awq_int4_bf16 gptq_int4_fp16 int8_fp16 \
   --docs "$res/performance.md" --record "$res/dequant.json"
-step launch 60 python scripts/cuda_core_overhead.py
-mkdir -p "$OUTDIR"
-tar czf "$OUTDIR/all.tgz" -C "$res" .
-cp "$res/steps.txt" "$OUTDIR/steps.txt"
+step launch 40 python scripts/cuda_core_overhead.py
 cat "$res/steps.txt"
