@@ -206,3 +206,66 @@ def test_build_reports_a_failed_worker_as_the_gpu_steps_one_line(tmp_path, monke
     assert not report["ok"]
     line = report["steps"]["gpu"]["line"]
     assert "\n" not in line and line == "sm_90: reference worker: the process ended (exit code 3) without a result"
+
+
+def test_canonical_digest_equates_nans_and_nothing_else() -> None:
+    from dqgen.run.refworker import canonical_digest
+
+    for name, nans in (("awq_int4_fp16", (0x7E00, 0xFC01, 0x7FFF)), ("awq_int4_bf16", (0x7FC0, 0xFF81, 0x7FFF))):
+        spec = load_spec(name)
+        a = np.arange(4096, dtype=np.uint16).reshape(64, 64)
+        a[1, 1] = nans[0]
+        b = a.copy()
+        b[1, 1] = nans[1]  # another NaN (sign and payload differ): the check counts it equal
+        assert canonical_digest(spec, a.view(np.float16)) == canonical_digest(spec, b.view(np.float16))
+        for bit in (0, 9, 15):
+            c = a.copy()
+            c[7, 3] ^= 1 << bit  # any other single-bit change is a different output
+            assert canonical_digest(spec, a.view(np.float16)) != canonical_digest(spec, c.view(np.float16))
+        inf = a.copy()
+        inf[1, 1] = 0x7C00 if name.endswith("fp16") else 0x7F80  # infinity is no NaN
+        assert canonical_digest(spec, inf.view(np.float16)) != canonical_digest(spec, a.view(np.float16))
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_second_build_uses_remembered_digests_without_a_worker(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, corrupt: bool
+) -> None:
+    import dqgen.run.refworker as refworker
+    from dqgen.tools.build import build_spec
+
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    _gpu_standins(monkeypatch)
+    spec = load_spec("awq_int4_fp16")
+    first = build_spec(spec, "sm_90", tmp_path / "out", words=100, gpu=True)
+    assert first["ok"] and "reference" in first["overlapped"]
+    assert len(list((tmp_path / "cache" / "reference").glob("*.sha256"))) == len(build_shapes(spec))
+
+    def no_worker(self: object, spec: Spec, problems: object) -> None:
+        raise AssertionError("a build with remembered digests started the reference worker")
+
+    monkeypatch.setattr(refworker.ReferenceJob, "__init__", no_worker)
+    _gpu_standins(monkeypatch, corrupt)
+    second = build_spec(spec, "sm_90", tmp_path / "out", words=100, gpu=True)
+    line = second["steps"]["gpu"]["line"]
+    assert "remembered output digests" in line and "reference" not in second["overlapped"]
+    assert second["ok"] is (not corrupt)
+    if corrupt:  # the digest differs: the reference is recomputed in process and names the element
+        assert "1024x4096: 1 mismatches, first mismatch at [3, 5]" in line
+    else:
+        assert line.count("bit-exact") == len(build_shapes(spec))
+
+
+def test_a_damaged_digest_is_not_trusted(tmp_path) -> None:
+    from dqgen.run.refworker import remember_digests, remembered_digests
+
+    spec = load_spec("int8_fp16")
+    problems = [(8, 16, 0), (16, 16, 1)]
+    outs = [np.zeros((8, 16), np.float16), np.ones((16, 16), np.float16)]
+    assert remembered_digests(spec, problems, tmp_path) is None
+    remember_digests(spec, problems, outs, tmp_path)
+    got = remembered_digests(spec, problems, tmp_path)
+    assert got is not None and len(got) == 2 and got[0] != got[1]
+    victim = sorted((tmp_path / "reference").glob("*.sha256"))[0]
+    victim.write_text("not a digest\n")
+    assert remembered_digests(spec, problems, tmp_path) is None

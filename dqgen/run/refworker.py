@@ -9,6 +9,10 @@ interpreter (fork + exec, never a bare fork: the parent may already hold a CUDA 
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import json
 import os
 import pickle
 import selectors
@@ -17,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -149,3 +154,67 @@ class ReferenceJob:
             self._proc.wait(5)
         if self._proc.stdout is not None:
             self._proc.stdout.close()
+
+
+# --------------------------------------------------------------------------- remembered reference outputs
+# The check's inputs are fixed by their seeds, so the reference output of a (spec, problem) never changes while
+# the code that makes it does not. A build stores the SHA-256 of each output; a later build of the same spec
+# compares the GPU's output with that digest and starts no worker (a mismatch recomputes the reference in
+# process, to name the first differing element). NaNs are hashed as one pattern: the check counts any NaN equal
+# to any NaN (the GPU writes PTX's canonical NaN, the reference numpy's).
+
+#: The files whose code decides a reference output: the number formats, the layout, the reference itself and the
+#: seeded input generators.
+_REFERENCE_CODE = ("core/*.py", "layout/*.py", "check/reference.py", "run/inputs.py", "run/gpucheck.py")
+
+
+@functools.cache
+def _reference_code_digest() -> str:
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted(p for pattern in _REFERENCE_CODE for p in root.glob(pattern)):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def canonical_digest(spec: Spec, out: np.ndarray) -> str:
+    """SHA-256 of an fp16/bf16 output with every NaN replaced by one pattern (0x7FFF)."""
+    t = spec.target_type
+    exp_mask = ((1 << t.ebits) - 1) << t.mbits
+    man_mask = (1 << t.mbits) - 1
+    bits = np.ascontiguousarray(out).view(np.uint16).copy()
+    bits[((bits & exp_mask) == exp_mask) & ((bits & man_mask) != 0)] = 0x7FFF
+    return hashlib.sha256(bits.tobytes()).hexdigest()
+
+
+def _digest_path(spec: Spec, problem: Problem, cache_dir: Path | None) -> Path:
+    from ..emit.nvrtc import default_cache_dir
+
+    what = [_reference_code_digest(), spec.model_dump(mode="json"), list(problem)]
+    key = hashlib.sha256(json.dumps(what, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return (cache_dir or default_cache_dir()) / "reference" / f"{key[:40]}.sha256"
+
+
+def remembered_digests(spec: Spec, problems: Sequence[Problem], cache_dir: Path | None = None) -> list[str] | None:
+    """The stored digest of every problem's reference output, or None if any is missing or unreadable."""
+    digests = []
+    for problem in problems:
+        try:
+            text = _digest_path(spec, problem, cache_dir).read_text().strip()
+        except OSError:
+            return None
+        if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+            return None  # a damaged file: recompute rather than trust it
+        digests.append(text)
+    return digests
+
+
+def remember_digests(
+    spec: Spec, problems: Sequence[Problem], outs: Sequence[np.ndarray], cache_dir: Path | None = None
+) -> None:
+    """Store each reference output's digest (whole files or none; an unwritable cache only costs the next build)."""
+    from ..core.files import write_whole
+
+    for problem, out in zip(problems, outs, strict=True):
+        with contextlib.suppress(OSError):
+            write_whole(_digest_path(spec, problem, cache_dir), canonical_digest(spec, out) + "\n")

@@ -21,6 +21,10 @@ FLUSH_BYTES = 256 << 20
 #: do_bench's budgets in milliseconds: warm-up, then timed calls (each after a flush).
 WARMUP_MS = 10.0
 REP_MS = 40.0
+#: The tuner's budgets: ten-odd variants at two shapes inside a cold `dqgen build`. 15 ms is still 50+ flushed
+#: calls at 8192 x 28672 (about 0.3 ms each with the flush), enough for a median against a 2% keep margin.
+TUNE_WARMUP_MS = 3.0
+TUNE_REP_MS = 15.0
 #: The by-hand method's call counts (it cannot size itself by time before the first measurement).
 WARMUP_CALLS = 5
 TIMED_CALLS = 100
@@ -123,14 +127,15 @@ def method() -> str:
         return "one call after an L2 flush (256 MB written), driver-API CUDA events, median of 100"
 
 
-def single_call_us(fn: Callable[[], Any]) -> float:
-    """Median microseconds of one call of ``fn`` after an L2 flush, on the current stream."""
+def single_call_us(fn: Callable[[], Any], warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS) -> float:
+    """Median microseconds of one call of ``fn`` after an L2 flush, on the current stream (``warmup_ms`` /
+    ``rep_ms``: do_bench's time budgets)."""
     try:
         from triton.testing import do_bench
     except ImportError:
         do_bench = None
     if do_bench is not None:
-        return 1000.0 * float(do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median"))
+        return 1000.0 * float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
     try:
         backend = torch_backend()
     except ImportError:

@@ -16,7 +16,7 @@ from ..emit.nvrtc import default_cache_dir
 from ..emit.render import Variant, kernel_name, variants
 from . import device as dev
 from .inputs import make_g_idx, make_global_scale, make_inputs
-from .timing import keep_tuned, method, single_call_us
+from .timing import TUNE_REP_MS, TUNE_WARMUP_MS, keep_tuned, method, single_call_us
 
 if TYPE_CHECKING:
     from .runtime import Kernel
@@ -29,7 +29,7 @@ SMALL_MAX_ELEMENTS = 1 << 24  # 4096 x 4096
 
 
 #: Bumped when the timing or the keep rule changes.
-TUNE_METHOD = "single-call-l2-flushed-keep-2pct"
+TUNE_METHOD = "single-call-l2-flushed-rep15ms-keep-2pct"
 
 
 def default_variant(spec: Spec, aligned: bool) -> Variant:
@@ -76,7 +76,7 @@ def _time(kernel: Kernel, v: Variant, inputs: tuple, out: Any) -> float:
     import torch
 
     launch = kernel.prepare(*inputs[:3], g_idx=inputs[3], global_scale=inputs[4], out=out, variant=v)
-    return single_call_us(lambda: launch(torch.cuda.current_stream()))
+    return single_call_us(lambda: launch(torch.cuda.current_stream()), TUNE_WARMUP_MS, TUNE_REP_MS)
 
 
 def tune(kernel: Kernel, ordinal: int = 0) -> dict:
