@@ -167,3 +167,29 @@ def test_subprocess_json_is_found_after_other_output(tmp_path):
     script.write_text("print(1)\n")
     with pytest.raises(RuntimeError, match="printed no JSON: stdout '1"):
         _run_json([sys.executable, str(script)], None)
+
+
+def test_confirm_tuned_keeps_only_a_repeated_win():
+    from dqgen.run.timing import confirm_tuned
+
+    def clock(times: dict[str, list[float]]):
+        it = {k: iter(v) for k, v in times.items()}
+        return lambda name: next(it[name])
+
+    # a steady 5% win: kept
+    assert confirm_tuned("d", "c", clock({"d": [100.0] * 5, "c": [95.0] * 5}))
+    # the screen's 5% win was one lucky sample: in the alternating rounds it loses or ties
+    assert not confirm_tuned("d", "c", clock({"d": [100.0, 100, 100, 100, 100], "c": [95.0, 101, 100, 103, 99]}))
+    # one outlier round does not decide either way: the median of the ratios does
+    assert confirm_tuned("d", "c", clock({"d": [100.0, 100, 100, 100, 100], "c": [97.0, 150, 96, 97, 97]}))
+    assert not confirm_tuned("d", "d", clock({"d": [1.0] * 10}))  # the default needs no confirming
+    with pytest.raises(ValueError, match="rounds"):
+        confirm_tuned("d", "c", clock({}), rounds=0)
+
+
+def test_confirm_tuned_alternates_the_order():
+    from dqgen.run.timing import confirm_tuned
+
+    seen: list[str] = []
+    confirm_tuned("d", "c", lambda name: seen.append(name) or 1.0, rounds=4)
+    assert seen == ["d", "c", "c", "d", "d", "c", "c", "d"]

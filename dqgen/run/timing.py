@@ -181,3 +181,30 @@ def keep_tuned(default: str, us: dict[str, float], margin: float = KEEP_MARGIN) 
         raise ValueError(f"default variant {default!r} was not timed (timed: {sorted(us)})")
     best = min(us, key=lambda name: us[name])
     return best if us[best] <= (1.0 - margin) * us[default] else default
+
+
+#: Rounds of the tuner's confirmation: the screen's winner and the default timed alternately, so a drift of the
+#: GPU's clocks or a noisy neighbour hits both alike.
+CONFIRM_ROUNDS = 5
+
+
+def confirm_tuned(
+    default: str,
+    candidate: str,
+    time_us: Callable[[str], float],
+    rounds: int = CONFIRM_ROUNDS,
+    margin: float = KEEP_MARGIN,
+) -> bool:
+    """Whether ``candidate`` (the screen's winner) really beats ``default``: timed alternately ``rounds`` times, its
+    median ratio to the default must be at most 1 - ``margin``. One screen per variant is not enough at small
+    shapes, where one flushed call's spread is a few percent: a winner by noise would be kept and lose later."""
+    if rounds < 1:
+        raise ValueError(f"rounds: expected at least 1, got {rounds}")
+    if candidate == default:
+        return False
+    ratios = []
+    for i in range(rounds):
+        order = (default, candidate) if i % 2 == 0 else (candidate, default)
+        t = {name: time_us(name) for name in order}
+        ratios.append(t[candidate] / t[default])
+    return statistics.median(ratios) <= 1.0 - margin
