@@ -40,7 +40,9 @@ Code values (``source.kind``), decoded here from the bit fields with this module
 - unsigned / signed / biased: q, two's complement, q - bias (small integers).
 - float: OCP minifloats, sign = top bit. e4m3 (bias 7, E=0 subnormal m/8 2^-6, S.1111.111 NaN, no
   inf), e5m2 (bias 15, IEEE-like: E=31 m=0 inf, m!=0 NaN; subnormal m/4 2^-14), e2m1 (bias 1, every
-  code finite: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; 0x8 is -0). Each is exact in float64 and in fp16/bf16.
+  code finite: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; 0x8 is -0), the OCP MX FP6 codes e2m3 (bias 1, subnormal
+  m/8, every code finite, max 7.5) and e3m2 (bias 3, subnormal m/4 2^-2, every code finite, max 28).
+  Each is exact in float64 and in fp16/bf16.
 - codebook: codebook[q] rounded once (nearest-even) to the target; codes past the end of a short
   list have value 0. The product with the scale is rounded once more.
 
@@ -104,6 +106,8 @@ _MINIFLOATS: dict[str, tuple[int, int, int, int]] = {
     "e4m3": (4, 3, 7, _SPECIAL_FN),
     "e5m2": (5, 2, 15, _SPECIAL_IEEE),
     "e2m1": (2, 1, 1, _SPECIAL_FINITE),
+    "e2m3": (2, 3, 1, _SPECIAL_FINITE),
+    "e3m2": (3, 2, 3, _SPECIAL_FINITE),
 }
 #: e8m0 scale bytes: 2^(E - 127); E = 0xFF is NaN.
 _E8M0_BIAS = 127

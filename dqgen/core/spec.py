@@ -29,7 +29,7 @@ from .formula import ZERO_RULES, ZeroRule, zero_mode_doc
 from .printable import printable
 
 CONTAINER_BITS = 32
-SOLVED_BITS = (1, 2, 3, 4, 8)  # code widths with a solver strategy (3: multi-word blocks)
+SOLVED_BITS = (1, 2, 3, 4, 6, 8)  # code widths with a solver strategy (3, 6: multi-word blocks)
 
 #: Named element orders. ``order[j]`` is the element stored in field ``j`` of a word, field 0
 #: being the least significant ``bits`` bits.
