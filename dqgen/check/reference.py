@@ -16,11 +16,12 @@ Layouts (P = 32 // bits codes per int32 word; field j = bits [j*bits, (j+1)*bits
 
 - packing along N: ``qweight`` int32 [K, N/P]; word (k, i) field j is W[k, i*P + order[j]].
 - packing along K: ``qweight`` int32 [K/P, N]; word (i, n) field j is W[i*P + order[j], n].
-- multi-word blocks (``bits`` does not divide 32: 3 (the layout rule is general; specs accept 3 only); along K only): a block of
+- multi-word blocks (``bits`` does not divide 32: specs accept 3 and 6; along K only): a block of
   ``words = bits / gcd(bits, 32)`` int32 words holds ``B = 32 * words / bits`` codes; ``qweight`` is
   int32 [K * words / B, N] (3-bit: [3K/32, N]), and code i of block b (row b*B + order[i]) is bits
   [bits*i, bits*i + bits) of the little-endian integer of words qweight[b*words + 0 .. words-1, n]
-  (word 0 lowest), so some codes straddle two words (3-bit: codes 10 and 21).
+  (word 0 lowest), so some codes straddle two words (3-bit: codes 10 and 21; 6-bit FP6: 16 codes in 3
+  words, codes 5 and 10).
 - ``scales`` [G, N] in the target dtype, G = K // group_size (1 for group_size -1); for block
   scales (``scales.dtype`` e8m0 / e4m3) uint8 codes [G, N] (ml_dtypes float8_e8m0fnu /
   float8_e4m3fn arrays are read as their bytes).

@@ -149,8 +149,8 @@ class Source(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     bits: int = Field(
-        description="Width of one code in bits: 1, 2, 3, 4 or 8. 3-bit codes straddle words "
-        "(GPTQ: 32 codes in 3 words): see ``Packing.words``."
+        description="Width of one code in bits: 1, 2, 3, 4, 6 or 8. 3-bit codes straddle words "
+        "(GPTQ: 32 codes in 3 words), as do 6-bit FP6 codes (16 in 3 words): see ``Packing.words``."
     )
     # Enums stay lax (strict would take Enum instances only, not the strings YAML gives); lax enums coerce nothing else.
     kind: SourceKind = Field(strict=False, description="How a code's bits map to a value.")

@@ -286,7 +286,7 @@ def _top_aligned_multiword(B: Builder, spec: Spec, words: list[str], made: dict[
 def place_all(B: Builder, spec: Spec, carrier: FloatFormat, src: str = "w") -> list[str]:
     mf = minifloat(spec)
     if spec.words > 1:
-        words, made = word_names(spec), {}
+        words, made = word_names(spec), dict[int, str]()
         return [
             place_pair(B, mf, carrier, _top_aligned_multiword(B, spec, words, made, i), i)
             for i in range(spec.per_word // 2)
