@@ -210,5 +210,9 @@ def test_explain_names_the_rebias_and_the_op_count(name: str, k: int, carrier_bi
     assert f"2^{k} = 2^({carrier_bias} - {src_bias})" in text
     assert "no inf or NaN" in text
     assert "16 per 3-word block" in text and "straddling two words" in text
+    if name == "fp6_e2m3_fp16":
+        # pair 0's diagram: element 0 (a) and 1 (b) each sign on top, 5 magnitude bits under the mantissa top
+        # (fp16 bits 11..7), everything else zero: the bit placement, read off the emulated symbols
+        assert "p0     = b000 bbbb b000 0000 | a000 aaaa a000 0000" in text
     n = len(plan.stage_ops("convert"))
     assert f"({n} ops per block, {float(Fraction(n * 8, 16)):g} per 8 outputs)" in text
