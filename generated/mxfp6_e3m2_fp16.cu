@@ -1,7 +1,7 @@
 // dqgen standalone dequantize kernel for spec "mxfp6_e3m2_fp16" (e3m2 -> fp16), generated.
 // Do not edit: `dqgen build specs/mxfp6_e3m2_fp16.yaml` regenerates it.
 //   qweight [3K/16, N] int32 (packed along K in 3-word blocks of 16 codes: block b = rows 16b..16b+15
-//   in words qweight[3b..3b+2, n]), scales [G, N] fp16,
+//   in words qweight[3b..3b+2, n]), scales [K/32, N] uint8 (e8m0 block-scale codes),
 //   out [K, N] fp16 row-major; G = K / group_size (1 when group_size == -1).
 // Index arithmetic is 64-bit throughout; any shape the packing allows is handled (tails are guarded).
 // Entry points dqgen_mxfp6_e3m2_fp16_v<VEC>_r<ROWS>[_u]: each thread converts ROWS rows x VEC words, all of
@@ -464,9 +464,10 @@ __device__ __forceinline__ void run(const unsigned* __restrict__ qweight, const 
             if (g != g_cur) {  // once per group: the 8 columns' scale bytes, decoded by prepare_scales
                 g_cur = g;
                 if (full) {
-                    const uint2 b = __ldg(reinterpret_cast<const uint2*>(scales8 + g * N + n0));
+                    // 4 columns: their 4 scale bytes in one 4-byte load (n0 and N are multiples of 4 when full)
+                    const unsigned b = __ldg(reinterpret_cast<const unsigned*>(scales8 + g * N + n0));
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j) prepare_scales(((j < 4 ? b.x : b.y) >> (8 * (j % 4))) & 0xFFu, s[j]);
+                    for (int j = 0; j < VEC; ++j) prepare_scales((b >> (8 * j)) & 0xFFu, s[j]);
                 } else {
 #pragma unroll
                     for (int j = 0; j < VEC; ++j)
