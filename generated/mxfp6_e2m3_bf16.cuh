@@ -4,7 +4,7 @@
 // Input block: 3 words (w0, w1, w2, low first) holding 16 codes of 6 bits; code i is bits
 // [6i, 6i + 6) of the 96-bit little-endian run (codes that straddle two words included).
 // value = bf16( q * 2^(E - 127) ), E the block's e8m0 scale byte (0xFF: NaN), rounded once to nearest-even.
-// Plan: bit_place; 53/2 conversion ops per 8 outputs.
+// Plan: bit_place; 23 conversion ops per 8 outputs.
 // Proof: every code at every lane and 10^6 random words, bit-exact (CPU emulation of these PTX ops).
 // Zero points: none.
 // Requires sm_80 or newer. Outputs are bf16x2 registers in natural element order:
@@ -46,16 +46,16 @@ __device__ __forceinline__ void prepare_scales(unsigned sc, unsigned* sr) {
 
 // The conversion: one 3-word block -> 8 bf16x2 registers holding the exact code values.
 __device__ __forceinline__ void convert(unsigned w0, unsigned w1, unsigned w2, unsigned* d) {
-    unsigned v22m, v28m, r0, m0, t0, p0, d0, v2, r1, m1, t1, p1, d1, v14, v20, r2, m2, t2, p2, d2, v26, r3, m3, t3, p3, d3, v38, v44, r4, m4, t4, p4, d4, v50, v56, r5, m5, t5, p5, d5, v62, v68, r6, m6, t6, p6, d6, v74, r7, m7, t7, p7, d7;
-    // block bits -10..21: word 0 moved up, zeros below the block
-    // shift by 10
-    asm("shl.b32 %0, %1, 10;" : "=r"(v22m) : "r"(w0));
-    // block bits -4..27: word 0 moved up, zeros below the block
-    // shift by 4
-    asm("shl.b32 %0, %1, 4;" : "=r"(v28m) : "r"(w0));
+    unsigned v30m, v4, r0, m0, t0, p0, d0, v10, r1, m1, t1, p1, d1, r2, m2, t2, p2, d2, r3, m3, t3, p3, d3, v46, v52, r4, m4, t4, p4, d4, v58, r5, m5, t5, p5, d5, r6, m6, t6, p6, d6, r7, m7, t7, p7, d7;
+    // block bits -2..29: word 0 moved up, zeros below the block
+    // shift by 2
+    asm("shl.b32 %0, %1, 2;" : "=r"(v30m) : "r"(w0));
+    // block bits 4..35, across words 0 and 1
+    // funnel shift of (w1:w0) by 4
+    asm("shf.r.clamp.b32 %0, %1, %2, 4;" : "=r"(v4) : "r"(w0), "r"(w1));
     // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
-    // byte moves [0, 1, 4, 5] (0-3 = v22m, 4-7 = v28m)
-    asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(r0) : "r"(v22m), "r"(v28m));
+    // byte moves [0, 0, 4, 4] (0-3 = v30m, 4-7 = v4): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x4400;" : "=r"(r0) : "r"(v30m), "r"(v4));
     // the magnitude bits of each code
     // 0x7C007C00: the code's 2 exponent and 3 mantissa bits, under the sign
     // 0x00000000: zero bytes
@@ -71,12 +71,12 @@ __device__ __forceinline__ void convert(unsigned w0, unsigned w1, unsigned w2, u
     // exact re-bias: the placed bits read 2^-14 times the code's value (normal and subnormal alike)
     // 0x74007400: 2^14 = 2^(15 - 1): the fp16 and e2m3 exponent biases differ by 14
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d0) : "r"(p0), "r"(0x74007400u));
-    // block bits 2..33, across words 0 and 1
-    // funnel shift of (w1:w0) by 2
-    asm("shf.r.clamp.b32 %0, %1, %2, 2;" : "=r"(v2) : "r"(w0), "r"(w1));
+    // block bits 10..41, across words 0 and 1
+    // funnel shift of (w1:w0) by 10
+    asm("shf.r.clamp.b32 %0, %1, %2, 10;" : "=r"(v10) : "r"(w0), "r"(w1));
     // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
-    // byte moves [0, 1, 5, 6] (0-3 = v2, 4-7 = w0)
-    asm("prmt.b32 %0, %1, %2, 0x6510;" : "=r"(r1) : "r"(v2), "r"(w0));
+    // byte moves [0, 0, 6, 6] (0-3 = v10, 4-7 = w0): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x6600;" : "=r"(r1) : "r"(v10), "r"(w0));
     // the magnitude bits of each code
     // 0x7C007C00: the code's 2 exponent and 3 mantissa bits, under the sign
     // 0x00000000: zero bytes
@@ -92,15 +92,9 @@ __device__ __forceinline__ void convert(unsigned w0, unsigned w1, unsigned w2, u
     // exact re-bias: the placed bits read 2^-14 times the code's value (normal and subnormal alike)
     // 0x74007400: 2^14 = 2^(15 - 1): the fp16 and e2m3 exponent biases differ by 14
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d1) : "r"(p1), "r"(0x74007400u));
-    // block bits 14..45, across words 0 and 1
-    // funnel shift of (w1:w0) by 14
-    asm("shf.r.clamp.b32 %0, %1, %2, 14;" : "=r"(v14) : "r"(w0), "r"(w1));
-    // block bits 20..51, across words 0 and 1
-    // funnel shift of (w1:w0) by 20
-    asm("shf.r.clamp.b32 %0, %1, %2, 20;" : "=r"(v20) : "r"(w0), "r"(w1));
     // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
-    // byte moves [0, 1, 4, 5] (0-3 = v14, 4-7 = v20)
-    asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(r2) : "r"(v14), "r"(v20));
+    // byte moves [3, 3, 7, 7] (0-3 = v30m, 4-7 = v4): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x7733;" : "=r"(r2) : "r"(v30m), "r"(v4));
     // the magnitude bits of each code
     // 0x7C007C00: the code's 2 exponent and 3 mantissa bits, under the sign
     // 0x00000000: zero bytes
@@ -116,12 +110,9 @@ __device__ __forceinline__ void convert(unsigned w0, unsigned w1, unsigned w2, u
     // exact re-bias: the placed bits read 2^-14 times the code's value (normal and subnormal alike)
     // 0x74007400: 2^14 = 2^(15 - 1): the fp16 and e2m3 exponent biases differ by 14
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d2) : "r"(p2), "r"(0x74007400u));
-    // block bits 26..57, across words 0 and 1
-    // funnel shift of (w1:w0) by 26
-    asm("shf.r.clamp.b32 %0, %1, %2, 26;" : "=r"(v26) : "r"(w0), "r"(w1));
     // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
-    // byte moves [0, 1, 4, 5] (0-3 = v26, 4-7 = w1)
-    asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(r3) : "r"(v26), "r"(w1));
+    // byte moves [3, 3, 5, 5] (0-3 = v10, 4-7 = w1): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x5533;" : "=r"(r3) : "r"(v10), "r"(w1));
     // the magnitude bits of each code
     // 0x7C007C00: the code's 2 exponent and 3 mantissa bits, under the sign
     // 0x00000000: zero bytes
@@ -137,15 +128,15 @@ __device__ __forceinline__ void convert(unsigned w0, unsigned w1, unsigned w2, u
     // exact re-bias: the placed bits read 2^-14 times the code's value (normal and subnormal alike)
     // 0x74007400: 2^14 = 2^(15 - 1): the fp16 and e2m3 exponent biases differ by 14
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d3) : "r"(p3), "r"(0x74007400u));
-    // block bits 38..69, across words 1 and 2
-    // funnel shift of (w2:w1) by 6
-    asm("shf.r.clamp.b32 %0, %1, %2, 6;" : "=r"(v38) : "r"(w1), "r"(w2));
-    // block bits 44..75, across words 1 and 2
-    // funnel shift of (w2:w1) by 12
-    asm("shf.r.clamp.b32 %0, %1, %2, 12;" : "=r"(v44) : "r"(w1), "r"(w2));
+    // block bits 46..77, across words 1 and 2
+    // funnel shift of (w2:w1) by 14
+    asm("shf.r.clamp.b32 %0, %1, %2, 14;" : "=r"(v46) : "r"(w1), "r"(w2));
+    // block bits 52..83, across words 1 and 2
+    // funnel shift of (w2:w1) by 20
+    asm("shf.r.clamp.b32 %0, %1, %2, 20;" : "=r"(v52) : "r"(w1), "r"(w2));
     // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
-    // byte moves [0, 1, 4, 5] (0-3 = v38, 4-7 = v44)
-    asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(r4) : "r"(v38), "r"(v44));
+    // byte moves [0, 0, 4, 4] (0-3 = v46, 4-7 = v52): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x4400;" : "=r"(r4) : "r"(v46), "r"(v52));
     // the magnitude bits of each code
     // 0x7C007C00: the code's 2 exponent and 3 mantissa bits, under the sign
     // 0x00000000: zero bytes
@@ -161,15 +152,12 @@ __device__ __forceinline__ void convert(unsigned w0, unsigned w1, unsigned w2, u
     // exact re-bias: the placed bits read 2^-14 times the code's value (normal and subnormal alike)
     // 0x74007400: 2^14 = 2^(15 - 1): the fp16 and e2m3 exponent biases differ by 14
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d4) : "r"(p4), "r"(0x74007400u));
-    // block bits 50..81, across words 1 and 2
-    // funnel shift of (w2:w1) by 18
-    asm("shf.r.clamp.b32 %0, %1, %2, 18;" : "=r"(v50) : "r"(w1), "r"(w2));
-    // block bits 56..87, across words 1 and 2
-    // funnel shift of (w2:w1) by 24
-    asm("shf.r.clamp.b32 %0, %1, %2, 24;" : "=r"(v56) : "r"(w1), "r"(w2));
+    // block bits 58..89, across words 1 and 2
+    // funnel shift of (w2:w1) by 26
+    asm("shf.r.clamp.b32 %0, %1, %2, 26;" : "=r"(v58) : "r"(w1), "r"(w2));
     // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
-    // byte moves [0, 1, 4, 5] (0-3 = v50, 4-7 = v56)
-    asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(r5) : "r"(v50), "r"(v56));
+    // byte moves [0, 0, 4, 4] (0-3 = v58, 4-7 = w2): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x4400;" : "=r"(r5) : "r"(v58), "r"(w2));
     // the magnitude bits of each code
     // 0x7C007C00: the code's 2 exponent and 3 mantissa bits, under the sign
     // 0x00000000: zero bytes
@@ -185,15 +173,9 @@ __device__ __forceinline__ void convert(unsigned w0, unsigned w1, unsigned w2, u
     // exact re-bias: the placed bits read 2^-14 times the code's value (normal and subnormal alike)
     // 0x74007400: 2^14 = 2^(15 - 1): the fp16 and e2m3 exponent biases differ by 14
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d5) : "r"(p5), "r"(0x74007400u));
-    // block bits 62..93, across words 1 and 2
-    // funnel shift of (w2:w1) by 30
-    asm("shf.r.clamp.b32 %0, %1, %2, 30;" : "=r"(v62) : "r"(w1), "r"(w2));
-    // block bits 68.. of the last word
-    // shift by 4
-    asm("shr.u32 %0, %1, 4;" : "=r"(v68) : "r"(w2));
     // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
-    // byte moves [0, 1, 4, 5] (0-3 = v62, 4-7 = v68)
-    asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(r6) : "r"(v62), "r"(v68));
+    // byte moves [3, 3, 7, 7] (0-3 = v46, 4-7 = v52): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x7733;" : "=r"(r6) : "r"(v46), "r"(v52));
     // the magnitude bits of each code
     // 0x7C007C00: the code's 2 exponent and 3 mantissa bits, under the sign
     // 0x00000000: zero bytes
@@ -209,12 +191,9 @@ __device__ __forceinline__ void convert(unsigned w0, unsigned w1, unsigned w2, u
     // exact re-bias: the placed bits read 2^-14 times the code's value (normal and subnormal alike)
     // 0x74007400: 2^14 = 2^(15 - 1): the fp16 and e2m3 exponent biases differ by 14
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d6) : "r"(p6), "r"(0x74007400u));
-    // block bits 74.. of the last word
-    // shift by 10
-    asm("shr.u32 %0, %1, 10;" : "=r"(v74) : "r"(w2));
     // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
-    // byte moves [0, 1, 6, 7] (0-3 = v74, 4-7 = w2)
-    asm("prmt.b32 %0, %1, %2, 0x7610;" : "=r"(r7) : "r"(v74), "r"(w2));
+    // byte moves [3, 3, 7, 7] (0-3 = v58, 4-7 = w2): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x7733;" : "=r"(r7) : "r"(v58), "r"(w2));
     // the magnitude bits of each code
     // 0x7C007C00: the code's 2 exponent and 3 mantissa bits, under the sign
     // 0x00000000: zero bytes

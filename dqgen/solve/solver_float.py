@@ -252,26 +252,28 @@ def _window(B: Builder, words: list[str], start: int, made: dict[int, str]) -> s
     return reg
 
 
-def _chunk(B: Builder, words: list[str], chunk: int, made: dict[int, str]) -> tuple[str, int]:
-    """A register and byte index where block bits [chunk, chunk + 16) start: a window made already (or a word)
-    when one holds them byte-aligned, else a new window starting at ``chunk``."""
+def _top_byte(B: Builder, words: list[str], byte: int, made: dict[int, str]) -> tuple[str, int]:
+    """A register and byte index holding block bits [byte, byte + 8): a window made already (or a word) when one
+    holds them byte-aligned, else a new window starting at ``byte``. A window's 4 bytes serve every code whose
+    top byte it holds: 6-bit codes 4 apart (24 bits) share one, so a 3-word block needs 6 windows, not 16."""
     free = {CONTAINER_BITS * k: w for k, w in enumerate(words)}
-    for start in (chunk, chunk - 8, chunk - 16):
+    for start in (byte, byte - 8, byte - 16, byte - 24):
         if start in made or start in free:
-            return _window(B, words, start, made), (chunk - start) // 8
-    return _window(B, words, chunk, made), 0
+            return _window(B, words, start, made), (byte - start) // 8
+    return _window(B, words, byte, made), 0
 
 
 def _top_aligned_multiword(B: Builder, spec: Spec, words: list[str], made: dict[int, str], i: int) -> str:
     """Pair ``i`` of a multi-word block (codes straddle words): its low code at the top of the low half
-    and its high code at the top of the high half, gathered by one PRMT from byte-aligned windows."""
+    and its high code at the top of the high half, gathered by one PRMT of the byte whose top bits are the code
+    (the byte below it is don't-care: the magnitude mask clears it)."""
     b = minifloat(spec).width
     P_lo, P_hi = _sources(spec, i)
-    (ra, ka), (rb, kb) = _chunk(B, words, P_lo + b - 16, made), _chunk(B, words, P_hi + b - 16, made)
+    (ra, ka), (rb, kb) = _top_byte(B, words, P_lo + b - 8, made), _top_byte(B, words, P_hi + b - 8, made)
     if ra == rb:
-        picks, second = [ka, ka + 1, kb, kb + 1], ra
+        picks, second = [ka, ka, kb, kb], ra
     else:
-        picks, second = [ka, ka + 1, 4 + kb, 5 + kb], rb
+        picks, second = [ka, ka, 4 + kb, 4 + kb], rb
     return B.emit(
         Opcode.PRMT,
         f"r{i}",
@@ -279,7 +281,7 @@ def _top_aligned_multiword(B: Builder, spec: Spec, words: list[str], made: dict[
         "each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care",
         "convert",
         prmt_selector(picks),
-        f"byte moves {picks} (0-3 = {ra}, 4-7 = {second})",
+        f"byte moves {picks} (0-3 = {ra}, 4-7 = {second}): each code's top byte into the high byte of its half",
     )
 
 
