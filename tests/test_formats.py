@@ -285,7 +285,9 @@ def test_registry_rows_match_published_facts() -> None:
     biggest = {
         n: max(float(v) for v in map(t.decode, range(1 << t.width)) if math.isfinite(v)) for n, t in MINIFLOATS.items()
     }
-    assert biggest == {"e4m3": 448.0, "e5m2": 57344.0, "e2m1": 6.0, "e8m0": 2.0**127}
+    # OCP MX v1.0 tables 2 and 3: MXFP6 maxima 7.5 (E2M3) and 28 (E3M2)
+    assert biggest == {"e4m3": 448.0, "e5m2": 57344.0, "e2m1": 6.0, "e2m3": 7.5, "e3m2": 28.0, "e8m0": 2.0**127}
+    assert (canon["e2m3"], canon["e3m2"]) == ("float6_e2m3fn", "float6_e3m2fn")
     assert (scalar_type("u4b8").decode(0), scalar_type("s4").decode(8), scalar_type("u2b1").decode(3)) == (-8, -8, 2)
     with pytest.raises(KeyError, match="e3m4"):
         scalar_type("e3m4")

@@ -1146,7 +1146,13 @@ def test_g_idx_errors() -> None:
 #    plain Python big-integer packer.
 # ----------------------------------------------------------------------------------------------
 
-ML_SOURCE = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml_dtypes.float4_e2m1fn}
+ML_SOURCE = {
+    "e4m3": ml_dtypes.float8_e4m3fn,
+    "e5m2": ml_dtypes.float8_e5m2,
+    "e2m1": ml_dtypes.float4_e2m1fn,
+    "e2m3": ml_dtypes.float6_e2m3fn,
+    "e3m2": ml_dtypes.float6_e3m2fn,
+}
 E8M0 = ml_dtypes.float8_e8m0fnu
 E4M3 = ml_dtypes.float8_e4m3fn
 

@@ -41,6 +41,11 @@ TABLE: dict[str, tuple[str, int | Fraction]] = {
     "fp4_e2m1_bf16": ("<=", 17),  # CUTLASS lookup: about 16-18
     "mxfp4_bf16": ("<=", 15),
     "nvfp4_fp16": ("<=", 15),
+    # FP6: no published converter figure for this layout; the ceiling keeps bit placement from growing
+    "fp6_e2m3_fp16": ("<=", 23),
+    "fp6_e3m2_bf16": ("<=", 23),
+    "mxfp6_e2m3_bf16": ("<=", 23),
+    "mxfp6_e3m2_fp16": ("<=", 23),
     "nf4_bf16": ("<=", 23),
     "codebook_fp16": ("<=", 23),
     "awq_int4_fp16": ("==", 9),

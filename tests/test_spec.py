@@ -168,7 +168,7 @@ def test_yaml_not_a_mapping() -> None:
     assert "mapping" in str(ei.value) and "list" in str(ei.value)
 
 
-@pytest.mark.parametrize("bits", [0, 5, 6, 7, 9])
+@pytest.mark.parametrize("bits", [0, 5, 7, 9])
 def test_unsolvable_widths_are_spec_errors(bits: int) -> None:
     # 5-7-bit codes would straddle words in 5-7-word blocks that no strategy places: refused by the
     # schema, not by the solver after the fact
@@ -182,7 +182,23 @@ def test_unsolvable_widths_are_spec_errors(bits: int) -> None:
                 "scales": {"group_size": -1},
             }
         )
-    assert "[source.bits]" in str(ei.value) and f"got {bits}" in str(ei.value) and "1, 2, 3, 4, 8" in str(ei.value)
+    assert "[source.bits]" in str(ei.value) and f"got {bits}" in str(ei.value) and "1, 2, 3, 4, 6, 8" in str(ei.value)
+
+
+def test_six_bit_codes_are_fp6_minifloats_only() -> None:
+    # 6 bits is solved for the FP6 minifloats (e2m3, e3m2) only, not for 6-bit integer codes
+    with pytest.raises(SpecError) as ei:
+        load_spec(
+            {
+                "name": "w",
+                "source": {"bits": 6, "kind": "unsigned"},
+                "target": "fp16",
+                "packing": {"axis": "K"},
+                "scales": {"group_size": -1},
+            }
+        )
+    msg = str(ei.value)
+    assert "[source.bits]" in msg and "kind 'float' only" in msg and "e2m3 / e3m2" in msg and "\n" not in msg
 
 
 def test_file_error_names_the_file(tmp_path: Path) -> None:
@@ -455,7 +471,7 @@ def test_invalid_new_format_yaml_names_file_and_field(tmp_path: Path) -> None:
 def test_every_preset_has_a_one_line_description() -> None:
     assert set(ORDER_PRESET_DOCS) == set(ORDER_PRESETS)
     assert set(CODEBOOK_PRESET_DOCS) == set(CODEBOOK_PRESETS)
-    assert set(ELEMENT_FORMATS) == {"e4m3", "e5m2", "e2m1"}
+    assert set(ELEMENT_FORMATS) == {"e4m3", "e5m2", "e2m1", "e2m3", "e3m2"}
     assert set(BLOCK_SCALE_DOCS) == set(BLOCK_SCALE_DTYPES) <= {d.value for d in ScaleDtype}
     assert set(ZERO_MODE_DOCS) == set(get_args(ZeroMode))
     element_docs = {n: f.doc for n, f in ELEMENT_FORMATS.items()}

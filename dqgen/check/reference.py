@@ -16,11 +16,12 @@ Layouts (P = 32 // bits codes per int32 word; field j = bits [j*bits, (j+1)*bits
 
 - packing along N: ``qweight`` int32 [K, N/P]; word (k, i) field j is W[k, i*P + order[j]].
 - packing along K: ``qweight`` int32 [K/P, N]; word (i, n) field j is W[i*P + order[j], n].
-- multi-word blocks (``bits`` does not divide 32: 3 (the layout rule is general; specs accept 3 only); along K only): a block of
+- multi-word blocks (``bits`` does not divide 32: specs accept 3 and 6; along K only): a block of
   ``words = bits / gcd(bits, 32)`` int32 words holds ``B = 32 * words / bits`` codes; ``qweight`` is
   int32 [K * words / B, N] (3-bit: [3K/32, N]), and code i of block b (row b*B + order[i]) is bits
   [bits*i, bits*i + bits) of the little-endian integer of words qweight[b*words + 0 .. words-1, n]
-  (word 0 lowest), so some codes straddle two words (3-bit: codes 10 and 21).
+  (word 0 lowest), so some codes straddle two words (3-bit: codes 10 and 21; 6-bit FP6: 16 codes in 3
+  words, codes 5 and 10).
 - ``scales`` [G, N] in the target dtype, G = K // group_size (1 for group_size -1); for block
   scales (``scales.dtype`` e8m0 / e4m3) uint8 codes [G, N] (ml_dtypes float8_e8m0fnu /
   float8_e4m3fn arrays are read as their bytes).
@@ -40,7 +41,9 @@ Code values (``source.kind``), decoded here from the bit fields with this module
 - unsigned / signed / biased: q, two's complement, q - bias (small integers).
 - float: OCP minifloats, sign = top bit. e4m3 (bias 7, E=0 subnormal m/8 2^-6, S.1111.111 NaN, no
   inf), e5m2 (bias 15, IEEE-like: E=31 m=0 inf, m!=0 NaN; subnormal m/4 2^-14), e2m1 (bias 1, every
-  code finite: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; 0x8 is -0). Each is exact in float64 and in fp16/bf16.
+  code finite: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; 0x8 is -0), the OCP MX FP6 codes e2m3 (bias 1, subnormal
+  m/8, every code finite, max 7.5) and e3m2 (bias 3, subnormal m/4 2^-2, every code finite, max 28).
+  Each is exact in float64 and in fp16/bf16.
 - codebook: codebook[q] rounded once (nearest-even) to the target; codes past the end of a short
   list have value 0. The product with the scale is rounded once more.
 
@@ -104,6 +107,8 @@ _MINIFLOATS: dict[str, tuple[int, int, int, int]] = {
     "e4m3": (4, 3, 7, _SPECIAL_FN),
     "e5m2": (5, 2, 15, _SPECIAL_IEEE),
     "e2m1": (2, 1, 1, _SPECIAL_FINITE),
+    "e2m3": (2, 3, 1, _SPECIAL_FINITE),
+    "e3m2": (3, 2, 3, _SPECIAL_FINITE),
 }
 #: e8m0 scale bytes: 2^(E - 127); E = 0xFF is NaN.
 _E8M0_BIAS = 127

@@ -253,6 +253,24 @@ _ROWS: tuple[ScalarType, ...] = (
         doc="OCP MX FP4, the element of MXFP4 and NVFP4",
         block_scales=("e8m0", "e4m3"),
     ),
+    _float(
+        "e2m3",
+        2,
+        3,
+        NanRepr.none,
+        roles=("element",),
+        doc="OCP MX FP6 E2M3 (ml_dtypes float6_e2m3fn), the element of MXFP6",
+        block_scales=("e8m0",),
+    ),
+    _float(
+        "e3m2",
+        3,
+        2,
+        NanRepr.none,
+        roles=("element",),
+        doc="OCP MX FP6 E3M2 (ml_dtypes float6_e3m2fn), the element of MXFP6",
+        block_scales=("e8m0",),
+    ),
     # The integer codes: u1..u8 and their two's-complement s-formats; biased codes (u4b8, u8b128) come from
     # ``integer`` with the spec's bias, so every bias 0 <= b < 2^bits is a format without a row per value.
     *(integer(b) for b in range(1, 9)),
@@ -266,6 +284,7 @@ SCALAR_TYPES: dict[str, ScalarType] = {t.name: t for t in _ROWS}
 
 FP32, FP16, BF16 = SCALAR_TYPES["fp32"], SCALAR_TYPES["fp16"], SCALAR_TYPES["bf16"]
 E4M3, E5M2, E2M1, E8M0 = (SCALAR_TYPES[n] for n in ("e4m3", "e5m2", "e2m1", "e8m0"))
+E2M3, E3M2 = SCALAR_TYPES["e2m3"], SCALAR_TYPES["e3m2"]
 
 
 def with_role(role: str) -> dict[str, ScalarType]:

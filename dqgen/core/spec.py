@@ -29,7 +29,8 @@ from .formula import ZERO_RULES, ZeroRule, zero_mode_doc
 from .printable import printable
 
 CONTAINER_BITS = 32
-SOLVED_BITS = (1, 2, 3, 4, 8)  # code widths with a solver strategy (3: multi-word blocks)
+INTEGER_BITS = (1, 2, 3, 4, 8)  # integer code widths with a solver strategy (3: multi-word blocks)
+SOLVED_BITS = (1, 2, 3, 4, 6, 8)  # every solved width: 6 is the FP6 minifloats (e2m3, e3m2) in 3-word blocks
 
 #: Named element orders. ``order[j]`` is the element stored in field ``j`` of a word, field 0
 #: being the least significant ``bits`` bits.
@@ -149,8 +150,8 @@ class Source(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     bits: int = Field(
-        description="Width of one code in bits: 1, 2, 3, 4 or 8. 3-bit codes straddle words "
-        "(GPTQ: 32 codes in 3 words): see ``Packing.words``."
+        description="Width of one code in bits: 1, 2, 3, 4, 6 or 8. 3-bit codes straddle words "
+        "(GPTQ: 32 codes in 3 words), as do 6-bit FP6 codes (16 in 3 words): see ``Packing.words``."
     )
     # Enums stay lax (strict would take Enum instances only, not the strings YAML gives); lax enums coerce nothing else.
     kind: SourceKind = Field(strict=False, description="How a code's bits map to a value.")
@@ -220,6 +221,12 @@ class Source(BaseModel):
             )
         if self.kind is not SourceKind.codebook and self.codebook is not None:
             raise ValueError(f"[source.codebook] is only allowed with kind 'codebook', not '{self.kind.value}'")
+        if self.kind not in (SourceKind.float, SourceKind.codebook) and self.bits not in INTEGER_BITS:
+            fp = " / ".join(n for n, t in ELEMENT_FORMATS.items() if t.width == self.bits)
+            raise ValueError(
+                f"[source.bits] {self.bits}-bit codes are solved for kind 'float' only (format {fp}); "
+                f"{self.kind.value} codes take {', '.join(map(str, INTEGER_BITS))} bits"
+            )
         if self.kind is SourceKind.float:
             if self.format is None:
                 raise ValueError(
@@ -336,7 +343,8 @@ MAX_ROWS = 2**31 - 1
 
 #: One line per block-scale dtype, for ``dqgen list``.
 BLOCK_SCALE_DOCS: dict[str, str] = {
-    "e8m0": "MXFP4: a byte E per block of e2m1 codes along K (32 in MX) meaning 2^(E - 127), 0xFF NaN; no global scale",
+    "e8m0": "MXFP4 / MXFP6: a byte E per block of e2m1 / e2m3 / e3m2 codes along K (32 in MX) meaning 2^(E - 127), "
+    "0xFF NaN; no global scale",
     "e4m3": "NVFP4: an OCP e4m3fn byte per block of e2m1 codes along K (16 in NVFP4), times a per-tensor fp32 "
     "global scale (global_scale: true)",
 }

@@ -241,19 +241,32 @@ def const_bits(value: int) -> Bits:
 def _lop3_bit(a: Bit, b: Bit, c: Bit, lut: int) -> Bit:
     ins = [a, b, c]
     sym = [i for i, x in enumerate(ins) if x[0] != "c"]
-    if len(sym) > 1:
-        return ("?",)
 
-    def f(sv: int) -> int:
-        vals = [x[1] if x[0] == "c" else sv for x in ins]
+    def g(vals: list[int]) -> int:
         return (lut >> ((vals[0] << 2) | (vals[1] << 1) | vals[2])) & 1
 
-    if not sym:
-        return ("c", f(0))
-    lo, hi = f(0), f(1)
-    if lo == hi:
-        return ("c", lo)
-    s = ins[sym[0]]
+    def table(k: int) -> list[int]:
+        """The output for every assignment of the symbolic inputs, input ``k`` varying fastest."""
+        others = [i for i in sym if i != k]
+        out = []
+        for rest in range(1 << len(others)):
+            for v in (0, 1):
+                vals = [x[1] if x[0] == "c" else 0 for x in ins]
+                for j, i in enumerate(others):
+                    vals[i] = rest >> j & 1
+                vals[k] = v
+                out.append(g(vals))
+        return out
+
+    # the inputs the bit depends on, given the constant bits (a mask constant often makes one register moot)
+    live = [k for k in sym if any(t[0] != t[1] for t in zip(table(k)[::2], table(k)[1::2], strict=True))]
+    if len(live) > 1:
+        return ("?",)
+    if not live:
+        return ("c", g([x[1] if x[0] == "c" else 0 for x in ins]))
+    k = live[0]
+    lo = table(k)[0]  # k is the only live input: its value 0 gives the bit (1 gives the other)
+    s = ins[k]
     if s[0] == "?":
         return s
     return (s[0], s[1], (not s[2]) if lo == 1 else s[2])

@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from ..core.formats import BF16, FP16, FP32, MINIFLOATS, FloatFormat, NanRepr, ScalarType, exact_bits
-from ..core.spec import SourceKind, Spec
+from ..core.spec import CONTAINER_BITS, SourceKind, Spec
 from ..ir.isa import Const, Opcode, Operand, lut_of, prmt_selector
 from ..ir.magic import half_pair, pair_const
 from ..ir.plan import Plan, Stage
 from ..layout.layout import Layout
-from .common import Builder, plan_inputs, scale_stage, target_format
+from .common import Builder, plan_inputs, scale_stage, target_format, word_names
 
 LUT_KEEP_SIGN = lut_of(lambda a, b, c: (a & c) | b)
 LUT_OR_MASKED = lut_of(lambda a, b, c: a | (b & c))
@@ -211,8 +211,88 @@ def _sources(spec: Spec, pair: int) -> tuple[int, int]:
     return Layout.of(spec).field_pos(2 * pair), Layout.of(spec).field_pos(2 * pair + 1)
 
 
+def _window(B: Builder, words: list[str], start: int, made: dict[int, str]) -> str:
+    """A register holding block bits [start, start + 32) (below bit 0 and above the block: zeros)."""
+    if start in made:
+        return made[start]
+    k, sh = divmod(start, CONTAINER_BITS)
+    if start < 0:
+        reg = B.emit(
+            Opcode.SHL,
+            f"v{start + CONTAINER_BITS}m",
+            (words[0],),
+            f"block bits {start}..{start + 31}: word 0 moved up, zeros below the block",
+            "convert",
+            -start,
+            f"shift by {-start}",
+        )
+    elif sh == 0:
+        reg = words[k]
+    elif k + 1 < len(words):
+        reg = B.emit(
+            Opcode.SHF_R,
+            f"v{start}",
+            (words[k], words[k + 1]),
+            f"block bits {start}..{start + 31}, across words {k} and {k + 1}",
+            "convert",
+            sh,
+            f"funnel shift of ({words[k + 1]}:{words[k]}) by {sh}",
+        )
+    else:
+        reg = B.emit(
+            Opcode.SHR,
+            f"v{start}",
+            (words[k],),
+            f"block bits {start}.. of the last word",
+            "convert",
+            sh,
+            f"shift by {sh}",
+        )
+    made[start] = reg
+    return reg
+
+
+def _top_byte(B: Builder, words: list[str], byte: int, made: dict[int, str]) -> tuple[str, int]:
+    """A register and byte index holding block bits [byte, byte + 8): a window made already (or a word) when one
+    holds them byte-aligned, else a new window starting at ``byte``. A window's 4 bytes serve every code whose
+    top byte it holds: 6-bit codes 4 apart (24 bits) share one, so a 3-word block needs 6 windows, not 16."""
+    free = {CONTAINER_BITS * k: w for k, w in enumerate(words)}
+    for start in (byte, byte - 8, byte - 16, byte - 24):
+        if start in made or start in free:
+            return _window(B, words, start, made), (byte - start) // 8
+    return _window(B, words, byte, made), 0
+
+
+def _top_aligned_multiword(B: Builder, spec: Spec, words: list[str], made: dict[int, str], i: int) -> str:
+    """Pair ``i`` of a multi-word block (codes straddle words): its low code at the top of the low half
+    and its high code at the top of the high half, gathered by one PRMT of the byte whose top bits are the code
+    (the byte below it is don't-care: the magnitude mask clears it)."""
+    b = minifloat(spec).width
+    P_lo, P_hi = _sources(spec, i)
+    (ra, ka), (rb, kb) = _top_byte(B, words, P_lo + b - 8, made), _top_byte(B, words, P_hi + b - 8, made)
+    if ra == rb:
+        picks, second = [ka, ka, kb, kb], ra
+    else:
+        picks, second = [ka, ka, 4 + kb, 4 + kb], rb
+    return B.emit(
+        Opcode.PRMT,
+        f"r{i}",
+        (ra, second),
+        "each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care",
+        "convert",
+        prmt_selector(picks),
+        f"byte moves {picks} (0-3 = {ra}, 4-7 = {second}): each code's top byte into the high byte of its half",
+    )
+
+
 def place_all(B: Builder, spec: Spec, carrier: FloatFormat, src: str = "w") -> list[str]:
     mf = minifloat(spec)
+    if spec.words > 1:
+        words, made = word_names(spec), dict[int, str]()
+        return [
+            place_pair(B, mf, carrier, _top_aligned_multiword(B, spec, words, made, i), i)
+            for i in range(spec.per_word // 2)
+        ]
     shifted: dict[int, str] = {}
     zero_low = carrier.ebits == mf.ebits and carrier.bias == mf.bias and mf.width == 8
     out = []

@@ -1,0 +1,343 @@
+// dqgen device converter for spec "mxfp6_e3m2_fp16" (e3m2 -> fp16), generated from its Plan.
+// Do not edit: `dqgen build specs/mxfp6_e3m2_fp16.yaml` regenerates it.
+//
+// Input block: 3 words (w0, w1, w2, low first) holding 16 codes of 6 bits; code i is bits
+// [6i, 6i + 6) of the 96-bit little-endian run (codes that straddle two words included).
+// value = fp16( q * 2^(E - 127) ), E the block's e8m0 scale byte (0xFF: NaN), rounded once to nearest-even.
+// Plan: bit_place; 23 conversion ops per 8 outputs.
+// Proof: every code at every lane and 10^6 random words, bit-exact (CPU emulation of these PTX ops).
+// Zero points: none.
+// Requires sm_80 or newer. Outputs are fp16x2 registers in natural element order:
+// out[i] holds elements 2i (low half) and 2i+1 (high half).
+#pragma once
+
+namespace dqgen {
+namespace mxfp6_e3m2_fp16 {
+
+[[maybe_unused]] constexpr int kBits = 6;
+[[maybe_unused]] constexpr int kPerWord = 16;
+[[maybe_unused]] constexpr int kPairs = 8;
+[[maybe_unused]] constexpr int kZeroRegs = 0;
+[[maybe_unused]] constexpr int kWords = 3;  // 32-bit words per packing block
+[[maybe_unused]] constexpr int kScaleRegs = 1;  // registers prepare_scales fills
+
+// Once per (block of 32 rows, column): the block's e8m0 scale byte sc, decoded into the kScaleRegs registers that the scale stage multiplies by.
+__device__ __forceinline__ void prepare_scales(unsigned sc, unsigned* sr) {
+    unsigned sc_h, sc_d, sc_f, sc_e, scale;
+    // the scale code shifted by one, to compare neighbouring bits
+    // shift by 1
+    asm("shr.u32 %0, %1, 1;" : "=r"(sc_h) : "r"(sc));
+    // 0 exactly when all 8 bits are equal: E = 0x00 or 0xFF
+    // 0x0000007F: the code's 8 bits compared pairwise
+    // immLut = (0xF0 ^ 0xCC) & 0xAA: d = (a ^ b) & c
+    asm("lop3.b32 %0, %1, %2, %3, 0x28;" : "=r"(sc_d) : "r"(sc), "r"(sc_h), "r"(0x0000007Fu));
+    // all ones for E = 0x00 (2^-127, an fp32 subnormal) and E = 0xFF (NaN)
+    // 0x00000000: zero bytes
+    asm("set.eq.u32.u32 %0, %1, %2;" : "=r"(sc_f) : "r"(sc_d), "r"(0x00000000u));
+    // E into the fp32 exponent field: 2^(E-127) for 1 <= E <= 254
+    // shift by 23
+    asm("shl.b32 %0, %1, 23;" : "=r"(sc_e) : "r"(sc));
+    // 2^(E-127) as fp32, NaN for 0xFF
+    // 0x00400000: the top fp32 mantissa bit: 0 -> 2^-127, inf -> NaN
+    // immLut = 0xF0 | (0xCC & 0xAA): d = a | (b & c)
+    asm("lop3.b32 %0, %1, %2, %3, 0xF8;" : "=r"(scale) : "r"(sc_e), "r"(sc_f), "r"(0x00400000u));
+    sr[0] = scale;
+}
+
+// The conversion: one 3-word block -> 8 fp16x2 registers holding the exact code values.
+__device__ __forceinline__ void convert(unsigned w0, unsigned w1, unsigned w2, unsigned* d) {
+    unsigned v30m, v4, r0, m0, t0, p0, d0, v10, r1, m1, t1, p1, d1, r2, m2, t2, p2, d2, r3, m3, t3, p3, d3, v46, v52, r4, m4, t4, p4, d4, v58, r5, m5, t5, p5, d5, r6, m6, t6, p6, d6, r7, m7, t7, p7, d7;
+    // block bits -2..29: word 0 moved up, zeros below the block
+    // shift by 2
+    asm("shl.b32 %0, %1, 2;" : "=r"(v30m) : "r"(w0));
+    // block bits 4..35, across words 0 and 1
+    // funnel shift of (w1:w0) by 4
+    asm("shf.r.clamp.b32 %0, %1, %2, 4;" : "=r"(v4) : "r"(w0), "r"(w1));
+    // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
+    // byte moves [0, 0, 4, 4] (0-3 = v30m, 4-7 = v4): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x4400;" : "=r"(r0) : "r"(v30m), "r"(v4));
+    // the magnitude bits of each code
+    // 0x7C007C00: the code's 3 exponent and 2 mantissa bits, under the sign
+    // 0x00000000: zero bytes
+    // immLut = 0xF0 & 0xCC: d = a & b
+    asm("lop3.b32 %0, %1, %2, %3, 0xC0;" : "=r"(m0) : "r"(r0), "r"(0x7C007C00u), "r"(0x00000000u));
+    // exponent and mantissa to their fp16 places: mantissa tops aligned
+    // shift by 5 - 3 = 2
+    asm("shr.u32 %0, %1, 2;" : "=r"(t0) : "r"(m0));
+    // the code's sign back on top
+    // 0x80008000: the sign bit of each half
+    // immLut = (0xF0 & 0xAA) | 0xCC: d = (a & c) | b
+    asm("lop3.b32 %0, %1, %2, %3, 0xEC;" : "=r"(p0) : "r"(r0), "r"(t0), "r"(0x80008000u));
+    // exact re-bias: the placed bits read 2^-12 times the code's value (normal and subnormal alike)
+    // 0x6C006C00: 2^12 = 2^(15 - 3): the fp16 and e3m2 exponent biases differ by 12
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d0) : "r"(p0), "r"(0x6C006C00u));
+    // block bits 10..41, across words 0 and 1
+    // funnel shift of (w1:w0) by 10
+    asm("shf.r.clamp.b32 %0, %1, %2, 10;" : "=r"(v10) : "r"(w0), "r"(w1));
+    // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
+    // byte moves [0, 0, 6, 6] (0-3 = v10, 4-7 = w0): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x6600;" : "=r"(r1) : "r"(v10), "r"(w0));
+    // the magnitude bits of each code
+    // 0x7C007C00: the code's 3 exponent and 2 mantissa bits, under the sign
+    // 0x00000000: zero bytes
+    // immLut = 0xF0 & 0xCC: d = a & b
+    asm("lop3.b32 %0, %1, %2, %3, 0xC0;" : "=r"(m1) : "r"(r1), "r"(0x7C007C00u), "r"(0x00000000u));
+    // exponent and mantissa to their fp16 places: mantissa tops aligned
+    // shift by 5 - 3 = 2
+    asm("shr.u32 %0, %1, 2;" : "=r"(t1) : "r"(m1));
+    // the code's sign back on top
+    // 0x80008000: the sign bit of each half
+    // immLut = (0xF0 & 0xAA) | 0xCC: d = (a & c) | b
+    asm("lop3.b32 %0, %1, %2, %3, 0xEC;" : "=r"(p1) : "r"(r1), "r"(t1), "r"(0x80008000u));
+    // exact re-bias: the placed bits read 2^-12 times the code's value (normal and subnormal alike)
+    // 0x6C006C00: 2^12 = 2^(15 - 3): the fp16 and e3m2 exponent biases differ by 12
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d1) : "r"(p1), "r"(0x6C006C00u));
+    // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
+    // byte moves [3, 3, 7, 7] (0-3 = v30m, 4-7 = v4): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x7733;" : "=r"(r2) : "r"(v30m), "r"(v4));
+    // the magnitude bits of each code
+    // 0x7C007C00: the code's 3 exponent and 2 mantissa bits, under the sign
+    // 0x00000000: zero bytes
+    // immLut = 0xF0 & 0xCC: d = a & b
+    asm("lop3.b32 %0, %1, %2, %3, 0xC0;" : "=r"(m2) : "r"(r2), "r"(0x7C007C00u), "r"(0x00000000u));
+    // exponent and mantissa to their fp16 places: mantissa tops aligned
+    // shift by 5 - 3 = 2
+    asm("shr.u32 %0, %1, 2;" : "=r"(t2) : "r"(m2));
+    // the code's sign back on top
+    // 0x80008000: the sign bit of each half
+    // immLut = (0xF0 & 0xAA) | 0xCC: d = (a & c) | b
+    asm("lop3.b32 %0, %1, %2, %3, 0xEC;" : "=r"(p2) : "r"(r2), "r"(t2), "r"(0x80008000u));
+    // exact re-bias: the placed bits read 2^-12 times the code's value (normal and subnormal alike)
+    // 0x6C006C00: 2^12 = 2^(15 - 3): the fp16 and e3m2 exponent biases differ by 12
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d2) : "r"(p2), "r"(0x6C006C00u));
+    // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
+    // byte moves [3, 3, 5, 5] (0-3 = v10, 4-7 = w1): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x5533;" : "=r"(r3) : "r"(v10), "r"(w1));
+    // the magnitude bits of each code
+    // 0x7C007C00: the code's 3 exponent and 2 mantissa bits, under the sign
+    // 0x00000000: zero bytes
+    // immLut = 0xF0 & 0xCC: d = a & b
+    asm("lop3.b32 %0, %1, %2, %3, 0xC0;" : "=r"(m3) : "r"(r3), "r"(0x7C007C00u), "r"(0x00000000u));
+    // exponent and mantissa to their fp16 places: mantissa tops aligned
+    // shift by 5 - 3 = 2
+    asm("shr.u32 %0, %1, 2;" : "=r"(t3) : "r"(m3));
+    // the code's sign back on top
+    // 0x80008000: the sign bit of each half
+    // immLut = (0xF0 & 0xAA) | 0xCC: d = (a & c) | b
+    asm("lop3.b32 %0, %1, %2, %3, 0xEC;" : "=r"(p3) : "r"(r3), "r"(t3), "r"(0x80008000u));
+    // exact re-bias: the placed bits read 2^-12 times the code's value (normal and subnormal alike)
+    // 0x6C006C00: 2^12 = 2^(15 - 3): the fp16 and e3m2 exponent biases differ by 12
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d3) : "r"(p3), "r"(0x6C006C00u));
+    // block bits 46..77, across words 1 and 2
+    // funnel shift of (w2:w1) by 14
+    asm("shf.r.clamp.b32 %0, %1, %2, 14;" : "=r"(v46) : "r"(w1), "r"(w2));
+    // block bits 52..83, across words 1 and 2
+    // funnel shift of (w2:w1) by 20
+    asm("shf.r.clamp.b32 %0, %1, %2, 20;" : "=r"(v52) : "r"(w1), "r"(w2));
+    // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
+    // byte moves [0, 0, 4, 4] (0-3 = v46, 4-7 = v52): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x4400;" : "=r"(r4) : "r"(v46), "r"(v52));
+    // the magnitude bits of each code
+    // 0x7C007C00: the code's 3 exponent and 2 mantissa bits, under the sign
+    // 0x00000000: zero bytes
+    // immLut = 0xF0 & 0xCC: d = a & b
+    asm("lop3.b32 %0, %1, %2, %3, 0xC0;" : "=r"(m4) : "r"(r4), "r"(0x7C007C00u), "r"(0x00000000u));
+    // exponent and mantissa to their fp16 places: mantissa tops aligned
+    // shift by 5 - 3 = 2
+    asm("shr.u32 %0, %1, 2;" : "=r"(t4) : "r"(m4));
+    // the code's sign back on top
+    // 0x80008000: the sign bit of each half
+    // immLut = (0xF0 & 0xAA) | 0xCC: d = (a & c) | b
+    asm("lop3.b32 %0, %1, %2, %3, 0xEC;" : "=r"(p4) : "r"(r4), "r"(t4), "r"(0x80008000u));
+    // exact re-bias: the placed bits read 2^-12 times the code's value (normal and subnormal alike)
+    // 0x6C006C00: 2^12 = 2^(15 - 3): the fp16 and e3m2 exponent biases differ by 12
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d4) : "r"(p4), "r"(0x6C006C00u));
+    // block bits 58..89, across words 1 and 2
+    // funnel shift of (w2:w1) by 26
+    asm("shf.r.clamp.b32 %0, %1, %2, 26;" : "=r"(v58) : "r"(w1), "r"(w2));
+    // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
+    // byte moves [0, 0, 4, 4] (0-3 = v58, 4-7 = w2): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x4400;" : "=r"(r5) : "r"(v58), "r"(w2));
+    // the magnitude bits of each code
+    // 0x7C007C00: the code's 3 exponent and 2 mantissa bits, under the sign
+    // 0x00000000: zero bytes
+    // immLut = 0xF0 & 0xCC: d = a & b
+    asm("lop3.b32 %0, %1, %2, %3, 0xC0;" : "=r"(m5) : "r"(r5), "r"(0x7C007C00u), "r"(0x00000000u));
+    // exponent and mantissa to their fp16 places: mantissa tops aligned
+    // shift by 5 - 3 = 2
+    asm("shr.u32 %0, %1, 2;" : "=r"(t5) : "r"(m5));
+    // the code's sign back on top
+    // 0x80008000: the sign bit of each half
+    // immLut = (0xF0 & 0xAA) | 0xCC: d = (a & c) | b
+    asm("lop3.b32 %0, %1, %2, %3, 0xEC;" : "=r"(p5) : "r"(r5), "r"(t5), "r"(0x80008000u));
+    // exact re-bias: the placed bits read 2^-12 times the code's value (normal and subnormal alike)
+    // 0x6C006C00: 2^12 = 2^(15 - 3): the fp16 and e3m2 exponent biases differ by 12
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d5) : "r"(p5), "r"(0x6C006C00u));
+    // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
+    // byte moves [3, 3, 7, 7] (0-3 = v46, 4-7 = v52): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x7733;" : "=r"(r6) : "r"(v46), "r"(v52));
+    // the magnitude bits of each code
+    // 0x7C007C00: the code's 3 exponent and 2 mantissa bits, under the sign
+    // 0x00000000: zero bytes
+    // immLut = 0xF0 & 0xCC: d = a & b
+    asm("lop3.b32 %0, %1, %2, %3, 0xC0;" : "=r"(m6) : "r"(r6), "r"(0x7C007C00u), "r"(0x00000000u));
+    // exponent and mantissa to their fp16 places: mantissa tops aligned
+    // shift by 5 - 3 = 2
+    asm("shr.u32 %0, %1, 2;" : "=r"(t6) : "r"(m6));
+    // the code's sign back on top
+    // 0x80008000: the sign bit of each half
+    // immLut = (0xF0 & 0xAA) | 0xCC: d = (a & c) | b
+    asm("lop3.b32 %0, %1, %2, %3, 0xEC;" : "=r"(p6) : "r"(r6), "r"(t6), "r"(0x80008000u));
+    // exact re-bias: the placed bits read 2^-12 times the code's value (normal and subnormal alike)
+    // 0x6C006C00: 2^12 = 2^(15 - 3): the fp16 and e3m2 exponent biases differ by 12
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d6) : "r"(p6), "r"(0x6C006C00u));
+    // each code of the pair at the top of its half (code sign on the half's sign bit), lower bits don't care
+    // byte moves [3, 3, 7, 7] (0-3 = v58, 4-7 = w2): each code's top byte into the high byte of its half
+    asm("prmt.b32 %0, %1, %2, 0x7733;" : "=r"(r7) : "r"(v58), "r"(w2));
+    // the magnitude bits of each code
+    // 0x7C007C00: the code's 3 exponent and 2 mantissa bits, under the sign
+    // 0x00000000: zero bytes
+    // immLut = 0xF0 & 0xCC: d = a & b
+    asm("lop3.b32 %0, %1, %2, %3, 0xC0;" : "=r"(m7) : "r"(r7), "r"(0x7C007C00u), "r"(0x00000000u));
+    // exponent and mantissa to their fp16 places: mantissa tops aligned
+    // shift by 5 - 3 = 2
+    asm("shr.u32 %0, %1, 2;" : "=r"(t7) : "r"(m7));
+    // the code's sign back on top
+    // 0x80008000: the sign bit of each half
+    // immLut = (0xF0 & 0xAA) | 0xCC: d = (a & c) | b
+    asm("lop3.b32 %0, %1, %2, %3, 0xEC;" : "=r"(p7) : "r"(r7), "r"(t7), "r"(0x80008000u));
+    // exact re-bias: the placed bits read 2^-12 times the code's value (normal and subnormal alike)
+    // 0x6C006C00: 2^12 = 2^(15 - 3): the fp16 and e3m2 exponent biases differ by 12
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d7) : "r"(p7), "r"(0x6C006C00u));
+    d[0] = d0;
+    d[1] = d1;
+    d[2] = d2;
+    d[3] = d3;
+    d[4] = d4;
+    d[5] = d5;
+    d[6] = d6;
+    d[7] = d7;
+}
+
+// convert, then scale: s holds the kScaleRegs registers prepare_scales filled for this block's scale.
+__device__ __forceinline__ void dequant(unsigned w0, unsigned w1, unsigned w2, const unsigned* s, unsigned* out) {
+    unsigned d[kPairs];
+    convert(w0, w1, w2, d);
+    const unsigned d0 = d[0];
+    const unsigned d1 = d[1];
+    const unsigned d2 = d[2];
+    const unsigned d3 = d[3];
+    const unsigned d4 = d[4];
+    const unsigned d5 = d[5];
+    const unsigned d6 = d[6];
+    const unsigned d7 = d[7];
+    const unsigned scale = s[0];
+    unsigned el0, eh0, gl0, gh0, out0, el1, eh1, gl1, gh1, out1, el2, eh2, gl2, gh2, out2, el3, eh3, gl3, gh3, out3, el4, eh4, gl4, gh4, out4, el5, eh5, gl5, gh5, out5, el6, eh6, gl6, gh6, out6, el7, eh7, gl7, gh7, out7;
+    // low element to fp32, exact
+    // the low half
+    el0 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, lo_; }" : "=f"(r_) : "r"(d0)); return r_; }());
+    // high element to fp32, exact
+    // the high half
+    eh0 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, hi_; }" : "=f"(r_) : "r"(d0)); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gl0 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(el0)), "f"(__uint_as_float(scale))); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gh0 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(eh0)), "f"(__uint_as_float(scale))); return r_; }());
+    // one rounding to nearest-even fp16
+    asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(out0) : "f"(__uint_as_float(gl0)), "f"(__uint_as_float(gh0)));
+    // low element to fp32, exact
+    // the low half
+    el1 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, lo_; }" : "=f"(r_) : "r"(d1)); return r_; }());
+    // high element to fp32, exact
+    // the high half
+    eh1 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, hi_; }" : "=f"(r_) : "r"(d1)); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gl1 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(el1)), "f"(__uint_as_float(scale))); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gh1 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(eh1)), "f"(__uint_as_float(scale))); return r_; }());
+    // one rounding to nearest-even fp16
+    asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(out1) : "f"(__uint_as_float(gl1)), "f"(__uint_as_float(gh1)));
+    // low element to fp32, exact
+    // the low half
+    el2 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, lo_; }" : "=f"(r_) : "r"(d2)); return r_; }());
+    // high element to fp32, exact
+    // the high half
+    eh2 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, hi_; }" : "=f"(r_) : "r"(d2)); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gl2 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(el2)), "f"(__uint_as_float(scale))); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gh2 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(eh2)), "f"(__uint_as_float(scale))); return r_; }());
+    // one rounding to nearest-even fp16
+    asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(out2) : "f"(__uint_as_float(gl2)), "f"(__uint_as_float(gh2)));
+    // low element to fp32, exact
+    // the low half
+    el3 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, lo_; }" : "=f"(r_) : "r"(d3)); return r_; }());
+    // high element to fp32, exact
+    // the high half
+    eh3 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, hi_; }" : "=f"(r_) : "r"(d3)); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gl3 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(el3)), "f"(__uint_as_float(scale))); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gh3 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(eh3)), "f"(__uint_as_float(scale))); return r_; }());
+    // one rounding to nearest-even fp16
+    asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(out3) : "f"(__uint_as_float(gl3)), "f"(__uint_as_float(gh3)));
+    // low element to fp32, exact
+    // the low half
+    el4 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, lo_; }" : "=f"(r_) : "r"(d4)); return r_; }());
+    // high element to fp32, exact
+    // the high half
+    eh4 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, hi_; }" : "=f"(r_) : "r"(d4)); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gl4 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(el4)), "f"(__uint_as_float(scale))); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gh4 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(eh4)), "f"(__uint_as_float(scale))); return r_; }());
+    // one rounding to nearest-even fp16
+    asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(out4) : "f"(__uint_as_float(gl4)), "f"(__uint_as_float(gh4)));
+    // low element to fp32, exact
+    // the low half
+    el5 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, lo_; }" : "=f"(r_) : "r"(d5)); return r_; }());
+    // high element to fp32, exact
+    // the high half
+    eh5 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, hi_; }" : "=f"(r_) : "r"(d5)); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gl5 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(el5)), "f"(__uint_as_float(scale))); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gh5 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(eh5)), "f"(__uint_as_float(scale))); return r_; }());
+    // one rounding to nearest-even fp16
+    asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(out5) : "f"(__uint_as_float(gl5)), "f"(__uint_as_float(gh5)));
+    // low element to fp32, exact
+    // the low half
+    el6 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, lo_; }" : "=f"(r_) : "r"(d6)); return r_; }());
+    // high element to fp32, exact
+    // the high half
+    eh6 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, hi_; }" : "=f"(r_) : "r"(d6)); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gl6 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(el6)), "f"(__uint_as_float(scale))); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gh6 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(eh6)), "f"(__uint_as_float(scale))); return r_; }());
+    // one rounding to nearest-even fp16
+    asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(out6) : "f"(__uint_as_float(gl6)), "f"(__uint_as_float(gh6)));
+    // low element to fp32, exact
+    // the low half
+    el7 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, lo_; }" : "=f"(r_) : "r"(d7)); return r_; }());
+    // high element to fp32, exact
+    // the high half
+    eh7 = __float_as_uint([&] { float r_; asm("{ .reg .b16 lo_, hi_; mov.b32 {lo_, hi_}, %1; cvt.f32.f16 %0, hi_; }" : "=f"(r_) : "r"(d7)); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gl7 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(el7)), "f"(__uint_as_float(scale))); return r_; }());
+    // times 2^(E-127): exact in fp32
+    gh7 = __float_as_uint([&] { float r_; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r_) : "f"(__uint_as_float(eh7)), "f"(__uint_as_float(scale))); return r_; }());
+    // one rounding to nearest-even fp16
+    asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(out7) : "f"(__uint_as_float(gl7)), "f"(__uint_as_float(gh7)));
+    out[0] = out0;
+    out[1] = out1;
+    out[2] = out2;
+    out[3] = out3;
+    out[4] = out4;
+    out[5] = out5;
+    out[6] = out6;
+    out[7] = out7;
+}
+
+}  // namespace mxfp6_e3m2_fp16
+}  // namespace dqgen
