@@ -2,7 +2,7 @@
 # GPU tests, sanitizer runs, GPU build checks and benchmarks, for one call on a lent GPU machine (at most
 # 10 minutes each); a summary table last. Usage from the repo root on the GPU machine (dqgen on PYTHONPATH):
 #   TIER=quick bash scripts/gpu_all.sh [OUTDIR]    the quick tier: run after every change to a kernel,
-#       template, solver or runtime (153 s on an H100, 2026-11-23: tests 133 s, memcheck 17 s): tests marked `quick` (every shipped spec
+#       template, solver or runtime (185 s on an H100, 2026-11-23, before the GRU persistent tests and sanitizers were added to it): tests marked `quick` (every shipped spec
 #       at two shapes, one with tails; every entry point; every zero mode once), then one launch of every
 #       kernel entry point under compute-sanitizer memcheck (and racecheck where a kernel uses shared memory).
 #   TIER=full PART=1|2|3|4 bash scripts/gpu_all.sh [OUTDIR]    the full tier, one part per call:
@@ -38,7 +38,8 @@ if [[ " $STEPS " == *" quick "* ]]; then
   pytest_gpu quick-tests -m "gpu and quick" tests/test_gpu_quick.py
   # the runtime's own entry points (custom op under torch.compile, graph capture, act-order checks), the GRU
   # kernels and the dequant CLI's GPU path: each is one entry point the quick tier must launch
-  pytest_gpu quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_checkpoint.py tests/test_refworker.py
+  pytest_gpu quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_gru_persist.py \
+    tests/test_checkpoint.py tests/test_refworker.py
 fi
 if [[ " $STEPS " == *" sanitize "* ]]; then
   t0=$(date +%s)
@@ -51,8 +52,14 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
       > "$OUT/racecheck.log" 2>&1 || rc=1
     tail -2 "$OUT/racecheck.log"
   else
-    echo "racecheck: no kernel uses shared memory" | tee "$OUT/racecheck.log"
+    echo "racecheck: no dequantize kernel uses shared memory" | tee "$OUT/racecheck.log"
   fi
+  # the persistent GRU kernel stages h in shared memory and has its own grid barrier
+  for tool in racecheck synccheck; do
+    compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 python scripts/gru_persist_sanitize.py \
+      > "$OUT/gru-$tool.log" 2>&1 || rc=1
+    tail -1 "$OUT/gru-$tool.log"
+  done
   echo "sanitizer step: $(( $(date +%s) - t0 )) s"
 fi
 if [[ " $STEPS " == *" full1 "* ]]; then

@@ -341,7 +341,7 @@ def test_round_matches_exact_fraction_model(fmt: str) -> None:
     rng = np.random.default_rng(3)
     x = np.concatenate([_wide_f64(rng, 3000, emin - mbits - 3, emax + 2), _ties_and_neighbours(mbits, emin, emax)])
     got = _round_array(x, ebits, mbits)
-    for xi, gi in zip(x, got):
+    for xi, gi in zip(x, got, strict=True):
         r = _rne(Fraction(float(xi)), ebits, mbits)
         if r == 0.0:
             r = math.copysign(0.0, xi)
@@ -1005,16 +1005,28 @@ def test_act_order_g_idx_selects_scale_and_zero_rows(mode: str) -> None:
         zeros = np.repeat((np.arange(G, dtype=np.uint32) * np.uint32(0x11111111))[:, None], N // 8, axis=1).view(
             np.int32
         )
-        value = lambda g: (9 - (g + 1)) * 2.0**g
+
+        def value(g: int) -> float:
+            return (9 - (g + 1)) * 2.0**g
+
     elif mode == "float":
         zeros = np.repeat(np.arange(G, dtype=np.float64)[:, None] / 2, N, axis=1).astype(np.float16)
-        value = lambda g: (9 - g / 2) * 2.0**g
+
+        def value(g: int) -> float:
+            return (9 - g / 2) * 2.0**g
+
     elif mode == "additive":
         zeros = np.repeat(-(np.arange(G, dtype=np.float64) ** 2)[:, None], N, axis=1).astype(np.float16)
-        value = lambda g: 9 * 2.0**g - g**2
+
+        def value(g: int) -> float:
+            return 9 * 2.0**g - g**2
+
     else:
         zeros = None
-        value = lambda g: 9 * 2.0**g
+
+        def value(g: int) -> float:
+            return 9 * 2.0**g
+
     rng = np.random.default_rng(5)
     g_idx = rng.permutation(np.repeat(np.arange(G, dtype=np.int32), 16))
     W = dequantize_reference(spec, qweight, scales, zeros, g_idx).astype(np.float64)
@@ -1050,7 +1062,7 @@ def test_sum_round_to_odd_against_fractions() -> None:
     b = np.concatenate([b, [-0.0, 0.0, -0.0, -1.0, 2.0**-60, -(2.0**-80)]])
     r = _sum_round_to_odd_array(a, b)
     inexact = 0
-    for ai, bi, ri in zip(a, b, r):
+    for ai, bi, ri in zip(a, b, r, strict=True):
         exact = Fraction(float(ai)) + Fraction(float(bi))
         fr = Fraction(float(ri))
         if fr == exact:
@@ -1249,7 +1261,7 @@ def _assert_bits(spec: Spec, W: np.ndarray, want: list | np.ndarray, where: str 
     got = _bits16(W).reshape(-1)
     want_l = list(np.asarray(want, dtype=object).reshape(-1))
     bad = []
-    for i, (g, w) in enumerate(zip(got, want_l)):
+    for i, (g, w) in enumerate(zip(got, want_l, strict=True)):
         if w is None:
             if not _is_nan_bits(spec, int(g)):
                 bad.append((i, hex(int(g)), "NaN"))

@@ -212,7 +212,7 @@ def test_file_error_names_the_file(tmp_path: Path) -> None:
     assert msg.startswith(str(p)) and "source.bits" in msg and "9" in msg
 
 
-# --------------------------------------------------------------------------- issue #5: minifloat, codebook, 3-bit, block scales
+# ------------------------------------------------------------------ issue #5: minifloat, codebook, 3-bit, block scales
 
 # Each new format on its own, packed along K (where 3-bit codes and block scales must be).
 E4M3 = {"bits": 8, "kind": "float", "format": "e4m3"}
@@ -465,7 +465,7 @@ def test_invalid_new_format_yaml_names_file_and_field(tmp_path: Path) -> None:
     assert msg.startswith(f"{p}: [scales.global_scale]") and "\n" not in msg
 
 
-# --------------------------------------------------------------------------- presets and their descriptions (dqgen list)
+# ------------------------------------------------------------------------- presets and their descriptions (dqgen list)
 
 
 def test_every_preset_has_a_one_line_description() -> None:

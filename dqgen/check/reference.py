@@ -215,7 +215,7 @@ def _zero_field_order(spec: Spec) -> list[int]:
 
 
 @njit(cache=True)
-def _decode_minifloat(u: np.int64, ebits: int, mbits: int, bias: int, special: int) -> float:
+def _decode_minifloat(u: np.integer | int, ebits: int, mbits: int, bias: int, special: int) -> float:
     """The float64 value (exact) of the bits ``u`` of a 1+ebits+mbits source minifloat.
 
     Sign = the top bit; E = 0: subnormal m * 2^(1 - bias - mbits); otherwise (2^mbits + m) *
@@ -239,7 +239,7 @@ def _decode_minifloat(u: np.int64, ebits: int, mbits: int, bias: int, special: i
 
 
 @njit(cache=True)
-def _decode_bits(u: np.int64, ebits: int, mbits: int) -> float:
+def _decode_bits(u: np.integer | int, ebits: int, mbits: int) -> float:
     """The float64 value (exact) of the bits of an IEEE-style 1+ebits+mbits format (fp16, bf16, fp32)."""
     return _decode_minifloat(u, ebits, mbits, (1 << (ebits - 1)) - 1, 0)
 
@@ -321,8 +321,8 @@ def _code_value(q: np.int64, bits: int, kind: int, bias: int) -> np.int64:
 @njit(cache=True)
 def _element(
     d: float,  # code value (exact)
-    g: np.int64,
-    n: np.int64,
+    g: np.integer | int,
+    n: np.integer | int,
     sc: np.ndarray,  # float64 [G, N]: target scales, or decoded block scales
     zi: np.ndarray,  # int64 [G, N] (packed modes) or a dummy
     zf: np.ndarray,  # float64 [G, N] (float / additive) or a dummy

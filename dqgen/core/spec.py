@@ -165,9 +165,9 @@ class Source(BaseModel):
     )
     codebook: str | list[float] | None = Field(
         default=None,
-        description="For kind 'codebook' only: a preset name ('nf4') or 1 to 16 values (4-bit codes); code q means codebook[q]. "
-        "Each value is rounded once to the target (nearest-even) when the kernel is built; the product with the scale is "
-        "rounded once more.",
+        description="For kind 'codebook' only: a preset name ('nf4') or 1 to 16 values (4-bit codes); "
+        "code q means codebook[q]. Each value is rounded once to the target (nearest-even) when the kernel is "
+        "built; the product with the scale is rounded once more.",
     )
 
     @field_validator("codebook", mode="before")
@@ -304,9 +304,9 @@ class Packing(BaseModel):
     order: str | list[int] = Field(default="sequential", description="Preset name or permutation.")
     words: int | None = Field(
         default=None,
-        description="32-bit words per packing block: bits / gcd(bits, 32). 1 for 1/2/4/8-bit codes; for 3-bit codes GPTQ "
-        "packs 32 codes into 3 words (code i at bits [3i, 3i+3) of the 96-bit little-endian run, some codes straddling "
-        "two words). Derived when omitted; a stated value must match.",
+        description="32-bit words per packing block: bits / gcd(bits, 32). 1 for 1/2/4/8-bit codes; for 3-bit "
+        "codes GPTQ packs 32 codes into 3 words (code i at bits [3i, 3i+3) of the 96-bit little-endian run, some "
+        "codes straddling two words), 6-bit FP6 codes 16 into 3. Derived when omitted; a stated value must match.",
     )
 
     @field_validator("container", mode="before")
@@ -693,7 +693,8 @@ class Spec(BaseModel):
             raise _field_error(
                 "packing.words",
                 self.packing.words,
-                f"{words}: {bits}-bit codes fill whole 32-bit words only in runs of {words} word{'s' if words > 1 else ''} "
+                f"{words}: {bits}-bit codes fill whole 32-bit words only in runs of {words} "
+                f"word{'s' if words > 1 else ''} "
                 f"({CONTAINER_BITS * words // bits} codes)",
             )
         n = CONTAINER_BITS * words // bits
@@ -708,13 +709,15 @@ class Spec(BaseModel):
                 raise _field_error(
                     "packing.order",
                     self.packing.order,
-                    f"'sequential' for {bits}-bit codes (code i at bits [{bits}i, {bits}i+{bits}) of the {words}-word run)",
+                    f"'sequential' for {bits}-bit codes (code i at bits [{bits}i, {bits}i+{bits}) of the "
+                    f"{words}-word run)",
                 )
             if self.zeros.packed:
                 raise _field_error(
                     "zeros.mode",
                     self.zeros.mode,
-                    f"'none', 'float' or 'additive' for {bits}-bit codes (packed {bits}-bit zero points straddle words; not supported)",
+                    f"'none', 'float' or 'additive' for {bits}-bit codes (packed {bits}-bit zero points straddle "
+                    "words; not supported)",
                 )
         order = self.packing.order
         if isinstance(order, str):
@@ -761,7 +764,8 @@ class Spec(BaseModel):
                 raise _field_error(
                     "scales.global_scale",
                     False,
-                    "true with e4m3 block scales: NVFP4's e4m3 scales (max 448) only cover a tensor's range together with its fp32 global scale",
+                    "true with e4m3 block scales: NVFP4's e4m3 scales (max 448) only cover a tensor's range together "
+                    "with its fp32 global scale",
                 )
             if sd.value == "e8m0" and self.scales.global_scale:
                 raise _field_error(
@@ -800,13 +804,15 @@ class Spec(BaseModel):
             raise _field_error(
                 "scales.group_size",
                 g,
-                f"-1 or a multiple of {n}: with packing along K a {'word' if words == 1 else f'{words}-word block'} holds {n} rows",
+                f"-1 or a multiple of {n}: with packing along K a {'word' if words == 1 else f'{words}-word block'} "
+                f"holds {n} rows",
             )
         if self.zeros.packed and self.source.kind is not SourceKind.unsigned:
             raise _field_error(
                 "zeros.mode",
                 self.zeros.mode,
-                f"'none', 'float' or 'additive' for {self.source.kind.value} codes (packed integer zero points need kind 'unsigned')",
+                f"'none', 'float' or 'additive' for {self.source.kind.value} codes (packed integer zero points need "
+                "kind 'unsigned')",
             )
         if self.act_order and self.packing.axis != "K":
             raise _field_error(
@@ -832,7 +838,8 @@ def resolve_group_size(spec: Spec, K: int, rows: int) -> int:
     if spec.packing.axis == "K" and g % spec.per_word:
         raise ValueError(
             f"scales: {rows} rows give group size K / rows = {K} / {rows} = {g}, not a multiple of {spec.per_word} "
-            f"(packing along K, a {'word' if spec.words == 1 else f'{spec.words}-word block'} holds {spec.per_word} rows)"
+            f"(packing along K, a {'word' if spec.words == 1 else f'{spec.words}-word block'} holds {spec.per_word} "
+            "rows)"
         )
     return g
 

@@ -97,6 +97,7 @@ def tune(kernel: Kernel, ordinal: int = 0) -> dict:
         by_name = {kernel_name(spec, v): v for v in variants(spec) if v.aligned}
         t = {name: _time(kernel, v, inputs, out) for name, v in by_name.items()}
         name = keep_tuned(default, t)
+
         # the screen's winner must win again, timed alternately with the default, or the default stays
         def time_us(n: str, by_name: dict[str, Variant] = by_name, inputs: tuple = inputs, out: Any = out) -> float:
             return _time(kernel, by_name[n], inputs, out)

@@ -232,7 +232,8 @@ def gpu_step(
     if reference is not None:
         remember_digests(spec, problems, wants)
     results = []
-    for r, w, d in zip(runs, wants, digests or [None] * len(runs), strict=True):
+    remembered: list[str | None] = list(digests) if digests else [None] * len(runs)
+    for r, w, d in zip(runs, wants, remembered, strict=True):
         if d is not None and canonical_digest(spec, r.got) == d:
             results.append(CheckResult(r.K, r.N, True, 0, r.seconds))
         else:  # no remembered digest, or a differing one: the reference itself names the first mismatch

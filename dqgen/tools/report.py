@@ -10,10 +10,10 @@ from ..core.files import write_whole
 
 
 def _markers(name: str) -> tuple[str, str]:
-    return f"<!-- section:{name}:begin (written by dqgen bench) -->", f"<!-- section:{name}:end -->"
+    return f"<!-- section:{name}:begin -->", f"<!-- section:{name}:end -->"
 
 
-def write_section(path: Path, name: str, body: str, order: tuple[str, ...] = ("dequant", "gru")) -> None:
+def write_section(path: Path, name: str, body: str, order: tuple[str, ...] = ("dequant", "gru", "notes")) -> None:
     """Replace section ``name`` of ``path`` with ``body`` (added, in ``order``, if it is not there yet). A file
     without any section markers is a report of the older single-writer kind: it is replaced whole."""
     if not re.fullmatch(r"[a-z0-9_]+", name):
