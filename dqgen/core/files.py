@@ -1,5 +1,5 @@
-"""Files written whole or not at all: a reader never sees half a report, a half JSON record or a partial
-output (two writers of one path: the last complete one wins)."""
+"""Files written whole or not at all: a reader never sees half a report, a half JSON record, a truncated cache
+entry or a partial output (two writers of one path: the last complete one wins)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,19 @@ import tempfile
 from pathlib import Path
 
 
-def write_whole(path: Path, text: str) -> None:
+def write_whole_bytes(path: Path, data: bytes) -> None:
     """Write whole or not at all: a temporary file in the same folder, then a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_whole(path: Path, text: str) -> None:
+    """write_whole_bytes for text (UTF-8)."""
+    write_whole_bytes(path, text.encode("utf-8"))

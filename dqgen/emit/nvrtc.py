@@ -8,14 +8,12 @@ and processes.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
 import os
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cuda.bindings import nvrtc
+
+from ..core.files import write_whole_bytes
 
 __all__ = [
     "CACHE_FORMAT_VERSION",
@@ -137,21 +137,6 @@ def _entry_paths(cache_dir: Path, key: str, want: Want) -> tuple[Path, Path]:
     return d / f"{key}.{want}", d / f"{key}.json"
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write via a same-directory temp file + os.replace so readers never see a
-    partial file and concurrent writers of identical content both succeed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _cache_load(cache_dir: Path, key: str, want: Want, arch: str) -> CompileResult | None:
     data_path, meta_path = _entry_paths(cache_dir, key, want)
     try:
@@ -192,8 +177,8 @@ def _cache_store(cache_dir: Path, result: CompileResult, want: Want) -> None:
     try:
         # Payload first, metadata last: the metadata's digest is what makes an
         # entry valid, so a crash in between leaves a clean miss.
-        _atomic_write(data_path, data)
-        _atomic_write(meta_path, json.dumps(meta, indent=1, sort_keys=True).encode())
+        write_whole_bytes(data_path, data)
+        write_whole_bytes(meta_path, json.dumps(meta, indent=1, sort_keys=True).encode())
     except OSError as e:
         # A read-only or full cache must not break compilation: one line per folder and process, no traceback.
         if cache_dir not in _CACHE_DISABLED:
@@ -297,7 +282,7 @@ def compile_source(
         if want == "cubin" and ptx_keep is not None:
             try:
                 side = _entry_paths(cdir, key, "ptx")[0].with_suffix(".cubin.ptx")
-                _atomic_write(side, ptx_keep.encode("utf-8"))
+                write_whole_bytes(side, ptx_keep.encode("utf-8"))
             except OSError:
                 pass  # only `with_ptx` lookups need it; they recompile without it
     return result

@@ -21,10 +21,11 @@ from functools import cache
 from pathlib import Path
 
 from ..check.prove import ProofResult, prove
+from ..core.files import write_whole_bytes
 from ..core.spec import Spec
 from ..ir.plan import Plan
 from ..solve.solver import solve
-from .nvrtc import _atomic_write, default_cache_dir
+from .nvrtc import default_cache_dir
 from .render import Variant, render_converter, render_kernel, variants
 
 #: dqgen's version, from dqgen/__init__.py: Python imports a package before its subpackages, so it is loaded
@@ -127,7 +128,7 @@ def _load_proof(path: Path, words: int) -> ProofResult | None:
 def _store_proof(path: Path, proof: ProofResult) -> None:
     data = {"ok": proof.ok, "words": proof.words, "lane_words": proof.lane_words, "seconds": proof.seconds}
     with contextlib.suppress(OSError):  # a read-only cache only costs the next build its proof time
-        _atomic_write(path, json.dumps(data).encode())
+        write_whole_bytes(path, json.dumps(data).encode())
 
 
 def _proof(

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ..core.files import write_whole
 from ..core.formats import torch_dtype
 from ..core.spec import Spec
 from ..emit.nvrtc import default_cache_dir
@@ -110,10 +109,6 @@ def tune(kernel: Kernel, ordinal: int = 0) -> dict:
         del inputs, out
     path, gpu = _path(kernel, ordinal)
     data = {"gpu": gpu, "method": method(), "shapes": TUNE_SHAPES, "default": default, "best": best, "us": timings}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(data, indent=1))
     kernel._tuned.pop(ordinal, None)
     return data

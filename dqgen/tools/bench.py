@@ -676,10 +676,6 @@ def write_json(path: Path, doc: dict) -> None:
     """The JSON record, written whole or not at all."""
     import json
 
-    _write_whole(path, json.dumps(doc, indent=1) + "\n")  # dumps fails first on a value JSON cannot hold
-
-
-def _write_whole(path: Path, text: str) -> None:
     from ..core.files import write_whole
 
-    write_whole(path, text)
+    write_whole(path, json.dumps(doc, indent=1) + "\n")  # dumps fails first on a value JSON cannot hold
