@@ -101,50 +101,43 @@ def expected_bits(
     fzeros: np.ndarray | None = None,
     gs: np.ndarray | None = None,
 ) -> np.ndarray:
-    """As ``_expected_bits``, with every NaN (e.g. 0 * inf) as PTX's canonical NaN 0x7FFF."""
+    """[n, per_word] target bit patterns of each element, by the spec's formula (``Zeros`` and
+    ``Scales`` docstrings), with every NaN (e.g. 0 * inf) as PTX's canonical NaN 0x7FFF. ``scales`` and
+    ``fzeros`` are [n, per_word] target bit patterns; for block-scaled specs ``scales`` is [n] scale codes
+    and ``gs`` [n] fp32 bit patterns."""
     from ..ir.isa import _canonical_nan
 
-    bits = _expected_bits(spec, words, zeros, scales, fzeros, gs)
     fmt = _fmt(spec)
+
+    def by_formula() -> np.ndarray:
+        with np.errstate(all="ignore"):
+            if spec.scales.block:
+                v = element_values(spec, words, fmt) * block_scale_values(spec, scales)[:, None]  # exact in float64
+                if spec.scales.global_scale:
+                    assert gs is not None
+                    g = FP32.values_of(gs)[:, None]
+                    v = (v * g).astype(np.float32).astype(np.float64)  # exact product, rounded once to fp32
+                return fmt.round_from_f64(v)
+            if spec.source.kind in (SourceKind.float, SourceKind.codebook):
+                return fmt.round_from_f64(element_values(spec, words, fmt) * fmt.values_of(scales))
+        s = fmt.values_of(scales)
+        mode = spec.zeros.mode
+        if mode == "float":
+            assert fzeros is not None
+            q = code_values(spec, words).astype(np.float64)
+            diff = fmt.values_of(fmt.round_from_f64(q - fmt.values_of(fzeros)))  # q - z is exact in float64
+            return fmt.round_from_f64(diff * s)  # exact product, second rounding
+        if mode == "additive":
+            assert fzeros is not None
+            q = code_values(spec, words).astype(np.float64)
+            return fmt.round_from_f64(_exact_sum(q * s, fmt.values_of(fzeros)))
+        with np.errstate(invalid="ignore"):  # 0 * inf is NaN, as on the GPU
+            codes = code_values(spec, words, zeros if spec.zeros.packed else None)
+            v = codes.astype(np.float64) * s  # exact in float64
+        return fmt.round_from_f64(v)
+
+    bits = by_formula()
     return _canonical_nan(bits, fmt.values_of(bits), fmt)
-
-
-def _expected_bits(
-    spec: Spec,
-    words: np.ndarray,
-    zeros: np.ndarray | None,
-    scales: np.ndarray,
-    fzeros: np.ndarray | None = None,
-    gs: np.ndarray | None = None,
-) -> np.ndarray:
-    """[n, per_word] target bit patterns of each element, by the spec's formula (``Zeros`` and
-    ``Scales`` docstrings). ``scales`` and ``fzeros`` are [n, per_word] target bit patterns; for
-    block-scaled specs ``scales`` is [n] scale codes and ``gs`` [n] fp32 bit patterns."""
-    fmt = _fmt(spec)
-    with np.errstate(all="ignore"):
-        if spec.scales.block:
-            v = element_values(spec, words, fmt) * block_scale_values(spec, scales)[:, None]  # exact in float64
-            if spec.scales.global_scale:
-                assert gs is not None
-                g = FP32.values_of(gs)[:, None]
-                v = (v * g).astype(np.float32).astype(np.float64)  # exact product, rounded once to fp32
-            return fmt.round_from_f64(v)
-        if spec.source.kind in (SourceKind.float, SourceKind.codebook):
-            return fmt.round_from_f64(element_values(spec, words, fmt) * fmt.values_of(scales))
-    s = fmt.values_of(scales)
-    mode = spec.zeros.mode
-    if mode == "float":
-        assert fzeros is not None
-        q = code_values(spec, words).astype(np.float64)
-        diff = fmt.values_of(fmt.round_from_f64(q - fmt.values_of(fzeros)))  # q - z is exact in float64
-        return fmt.round_from_f64(diff * s)  # exact product, second rounding
-    if mode == "additive":
-        assert fzeros is not None
-        q = code_values(spec, words).astype(np.float64)
-        return fmt.round_from_f64(_exact_sum(q * s, fmt.values_of(fzeros)))
-    with np.errstate(invalid="ignore"):  # 0 * inf is NaN, as on the GPU
-        v = code_values(spec, words, zeros if spec.zeros.packed else None).astype(np.float64) * s  # exact in float64
-    return fmt.round_from_f64(v)
 
 
 def _exact_sum(x: np.ndarray, y: np.ndarray) -> np.ndarray:

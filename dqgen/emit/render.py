@@ -51,7 +51,8 @@ VARIANTS_KB = [Variant(4, r, a) for a in (True, False) for r in (1, 2)] + [Varia
 
 
 @functools.lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
+def template_env() -> jinja2.Environment:
+    """The one Jinja environment of the templates (dequant kernels and the GRU's)."""
     # One environment per process: Jinja caches parsed templates in it, so a second render skips the parse.
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -209,13 +210,13 @@ def context(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> di
 
 
 def render_converter(spec: Spec, plan: Plan) -> str:
-    return _env().get_template("converter.cuh.j2").render(**context(spec, plan))
+    return template_env().get_template("converter.cuh.j2").render(**context(spec, plan))
 
 
 def render_kernel(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> str:
     """The kernel source with every variant's entry point, or only those of ``only``: NVRTC's time grows with
     the number of entry points (one variant compiles in a fraction of the whole set's time)."""
-    return _env().get_template("kernel.cu.j2").render(**context(spec, plan, only))
+    return template_env().get_template("kernel.cu.j2").render(**context(spec, plan, only))
 
 
 def variants(spec: Spec) -> list[Variant]:
@@ -235,7 +236,7 @@ def naive_source(spec: Spec) -> str:
     # element index of field j, as a C expression over a small constant table
     order_expr = "kOrder[j]"
     return (
-        _env()
+        template_env()
         .get_template("naive.cu.j2")
         .render(
             name=spec.name,

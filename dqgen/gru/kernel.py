@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import jinja2
 import numpy as np
 
 from ..emit.nvrtc import compile_source
-from ..emit.render import TEMPLATES
+from ..emit.render import template_env
 from .params import GATES, SIGMOID_OUT, TANH_OUT, QuantGRUParams
 
 KERNEL_NAME = "dqgen_gru_cell"
@@ -28,15 +27,6 @@ SCALAR_CNAMES = {
     "old->h": "oldh",
     "new->h": "newh",
 }
-
-
-def template_env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=True,
-    )
 
 
 def channel_table(p: QuantGRUParams) -> np.ndarray:

@@ -213,40 +213,22 @@ class LoadedKernel:
         # ``param_ptrs`` must outlive the call (the driver copies them at launch).
         param_ptrs = np.array([_holder_address(h) for h in holders] or [0], dtype=np.uint64)
         primary_context(self.device)
-        if cooperative:
-            _check(
-                driver.cuLaunchCooperativeKernel(
-                    self._function,
-                    gx,
-                    gy,
-                    gz,
-                    bx,
-                    by,
-                    bz,
-                    int(shared_mem),
-                    stream_handle(stream),
-                    int(param_ptrs.ctypes.data) if holders else 0,
-                ),
-                f"cuLaunchCooperativeKernel({self.name!r})",
-            )
-            del holders, param_ptrs
-            return
-        _check(
-            driver.cuLaunchKernel(
-                self._function,
-                gx,
-                gy,
-                gz,
-                bx,
-                by,
-                bz,
-                int(shared_mem),
-                stream_handle(stream),
-                int(param_ptrs.ctypes.data) if holders else 0,
-                0,
-            ),
-            f"cuLaunchKernel({self.name!r})",
+        common = (
+            self._function,
+            gx,
+            gy,
+            gz,
+            bx,
+            by,
+            bz,
+            int(shared_mem),
+            stream_handle(stream),
+            int(param_ptrs.ctypes.data) if holders else 0,
         )
+        if cooperative:
+            _check(driver.cuLaunchCooperativeKernel(*common), f"cuLaunchCooperativeKernel({self.name!r})")
+        else:  # cuLaunchKernel takes one more argument: its `extra` array, unused
+            _check(driver.cuLaunchKernel(*common, 0), f"cuLaunchKernel({self.name!r})")
         del holders, param_ptrs
 
     def set_max_dynamic_shared(self, nbytes: int) -> None:

@@ -371,10 +371,9 @@ class Kernel:
         P = self.spec.per_word
         if self.spec.packing.axis == "N":
             rows, cols = prob.K, prob.N // P
-            tiles = -(-cols // (BLOCK * v.vec)) * -(-rows // v.rows)
         else:  # rows: packing blocks along K (one word each, or spec.words words for 3-bit codes)
             rows, cols = prob.K // P, prob.N
-            tiles = -(-cols // (BLOCK * v.vec)) * -(-rows // v.rows)
+        tiles = -(-cols // (BLOCK * v.vec)) * -(-rows // v.rows)
         # One block per tile: the hardware balances blocks across SMs at the granularity of one tile,
         # where a capped grid-stride loop leaves a tail of up to a whole block's share of tiles.
         blocks = max(1, min(tiles, MAX_GRID))
