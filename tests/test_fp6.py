@@ -16,10 +16,11 @@ import pytest
 from dqgen.check.prove import prove
 from dqgen.core.formats import scalar_type
 from dqgen.core.spec import SHIPPED_SPECS, SpecError, load_spec
-from dqgen.ir.plan import Plan
 from dqgen.layout.packing import pack, unpack
 from dqgen.solve.solver import solve
 from dqgen.tools.explain import render
+
+from .test_new_formats import outputs
 
 NP_TARGET = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 ML6 = {"e2m3": ml_dtypes.float6_e2m3fn, "e3m2": ml_dtypes.float6_e3m2fn}
@@ -53,16 +54,6 @@ def blocks_every_code_every_lane(rng: np.random.Generator) -> np.ndarray:
 def words_of(codes: np.ndarray) -> dict[str, np.ndarray]:
     blocks = [sum(int(c) << (6 * i) for i, c in enumerate(row)) for row in codes]
     return {f"w{k}": np.array([(b >> (32 * k)) & 0xFFFFFFFF for b in blocks], dtype=np.uint32) for k in range(3)}
-
-
-def outputs(plan: Plan, env: dict[str, np.ndarray]) -> np.ndarray:
-    regs = plan.run({k: np.asarray(v, dtype=np.uint32) for k, v in env.items()})
-    n = next(iter(env.values())).shape[0]
-    out = np.empty((n, plan.elements), dtype=np.uint32)
-    for o, (lo, hi) in zip(plan.outputs, plan.pairs, strict=True):
-        out[:, lo] = regs[o] & 0xFFFF
-        out[:, hi] = regs[o] >> 16
-    return out
 
 
 def target_bits(values: np.ndarray, target: str) -> np.ndarray:

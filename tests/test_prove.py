@@ -17,6 +17,8 @@ from dqgen.ir.isa import Const, Opcode
 from dqgen.ir.plan import Op, Plan
 from dqgen.solve.solver import solve
 
+from .test_solver import make as make_spec
+
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = {p.stem: p for p in sorted(SHIPPED_SPECS.glob("*.yaml"))}
 
@@ -24,19 +26,8 @@ SPECS = {p.stem: p for p in sorted(SHIPPED_SPECS.glob("*.yaml"))}
 def make(
     bits: int, kind: str, target: str, order: Any, bias: int | None = None, zeros: str = "none", axis: str = "N"
 ) -> Spec:
-    src: dict[str, Any] = {"bits": bits, "kind": kind}
-    if bias is not None:
-        src["bias"] = bias
-    return load_spec(
-        {
-            "name": "t",
-            "source": src,
-            "target": target,
-            "packing": {"axis": axis, "order": order},
-            "scales": {"group_size": 128},
-            "zeros": {"mode": zeros},
-        }
-    )
+    """test_solver's spec builder with packing along N unless told."""
+    return make_spec(bits, kind, target, axis, order, bias, zeros)
 
 
 _PLANS: dict[str, tuple[Spec, Plan]] = {}
