@@ -269,3 +269,33 @@ def test_a_damaged_digest_is_not_trusted(tmp_path) -> None:
     victim = sorted((tmp_path / "reference").glob("*.sha256"))[0]
     victim.write_text("not a digest\n")
     assert remembered_digests(spec, problems, tmp_path) is None
+
+
+def test_build_tune_line_shows_the_kept_variants_time(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the tuner keeps the default (the screen's winner lost its confirmation), the build's line gives the
+    default's time, not the faster screened time of the variant it did not keep."""
+    import types
+
+    import dqgen.run.tune as tune
+    from dqgen.emit.render import Variant, kernel_name
+    from dqgen.tools.build import build_spec
+
+    spec = load_spec("awq_int4_fp16")
+    default = tune.default_variant(spec, True)
+    other = next(v for v in tune.variants(spec) if v.aligned and v != default)
+    us = {kernel_name(spec, default): 50.0, kernel_name(spec, other): 40.0}
+    kept = {"vec": default.vec, "rows": default.rows, "aligned": default.aligned, "stream": default.stream}
+    fake = {
+        "shapes": tune.TUNE_SHAPES,
+        "best": dict.fromkeys(tune.TUNE_SHAPES, kept),
+        "us": dict.fromkeys(tune.TUNE_SHAPES, us),
+    }
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    _gpu_standins(monkeypatch)
+    monkeypatch.setattr(tune, "load_tuning", lambda kernel, ordinal: None)
+    monkeypatch.setattr(tune, "tune", lambda kernel, ordinal=0: fake)
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))  # the build times only with torch present
+    report = build_spec(spec, "sm_90", tmp_path / "out", words=100, gpu=True)
+    line = report["steps"]["gpu"]["line"]
+    assert Variant(**kept) == default
+    assert line.count("(50 us at") == len(tune.TUNE_SHAPES) and "(40 us at" not in line

@@ -189,6 +189,7 @@ def gpu_step(
     this GPU has not tuned this kernel. ``reference`` (the build's worker) supplies the reference outputs, else
     ``digests`` (an earlier build's SHA-256 of them) stand in, else they are computed here. ``seconds`` gets the
     check's and the tuner's times."""
+    from ..emit.render import Variant, kernel_name
     from ..run.gpucheck import CheckResult, build_shapes, compare, run_shape
     from ..run.refworker import ReferenceWorkerError, canonical_digest, remember_digests
     from ..run.runtime import Kernel
@@ -214,9 +215,11 @@ def gpu_step(
         for cls, b in t["best"].items():
             K, N = t["shapes"][cls]
             unit = "words" if spec.packing.axis == "N" else "columns"
+            # the kept variant's time: the screen's fastest may be one that lost its confirmation to the default
+            kept_us = t["us"][cls][kernel_name(spec, Variant(**b))]
             tune_lines.append(
                 f"tuned launch ({cls}): {b['rows']} rows x {b['vec']} {unit} per thread"
-                f"{', streaming stores' if b['stream'] else ''} ({min(t['us'][cls].values()):.0f} us at {K}x{N})"
+                f"{', streaming stores' if b['stream'] else ''} ({kept_us:.0f} us at {K}x{N})"
             )
     t2 = time.perf_counter()
     wants: list[Any] = [None] * len(runs)
