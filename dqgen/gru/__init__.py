@@ -4,4 +4,13 @@ from .calibrate import calibrate
 from .params import QParam, QuantGRUParams
 from .requant import Rescale, derive
 
-__all__ = ["QParam", "QuantGRUParams", "Rescale", "calibrate", "derive"]
+__all__ = ["QParam", "QuantGRU", "QuantGRUParams", "Rescale", "calibrate", "derive", "quantize"]
+
+
+def __getattr__(name: str) -> object:
+    # dqgen.gru.quantize / QuantGRU need torch: loaded on first use, so the numpy core imports without it
+    if name in ("quantize", "QuantGRU"):
+        from . import module
+
+        return getattr(module, name)
+    raise AttributeError(f"module 'dqgen.gru' has no attribute {name!r}")
