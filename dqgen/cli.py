@@ -273,6 +273,13 @@ def bench(
         write_markdown,
     )
 
+    if docs:
+        from .tools.report import read_sections
+
+        try:
+            read_sections(Path(docs))  # a report the bench could not rewrite is refused before it measures
+        except (ValueError, OSError, UnicodeDecodeError) as e:
+            _fail(f"--docs: {e}")
     if gru:
         if not dev.gpu_available():
             _fail("dqgen bench --gru needs an NVIDIA GPU (none found)")

@@ -655,3 +655,19 @@ def test_dequant_help_shows_brackets_and_no_bool_metavars():
     assert "<prefix>.weight as [out_features, in_features])" in re.sub(r"[\s│]+", " ", r.output)
     r = CliRunner().invoke(app, ["explain", "--help"], env={"COLUMNS": "100"})
     assert re.search(r"--json\s+Print the Plan as JSON", r.output), r.output
+
+
+@pytest.mark.parametrize("gru", [True, False])
+def test_bench_refuses_a_damaged_report_before_measuring(tmp_path, monkeypatch, gru):
+    """A docs/performance.md whose sections the bench could not rewrite without dropping text is refused up front
+    (one line naming the file), not after minutes of GPU time; the file is left as it was."""
+    from dqgen.run import device as dev
+
+    monkeypatch.setattr(dev, "gpu_available", lambda: True)  # the check must come before any GPU work
+    doc = tmp_path / "performance.md"
+    doc.write_text("<!-- section:dequant:begin -->\nold figures\n")  # its end marker lost in a hand edit
+    r = CliRunner().invoke(app, ["bench", *(["--gru"] if gru else ["awq_int4_fp16"]), "--docs", str(doc)])
+    assert r.exit_code == 2, r.output
+    line = _one_line(r.stderr)
+    assert line.startswith(f"error: --docs: {doc}: ") and "unpaired marker" in line
+    assert doc.read_text() == "<!-- section:dequant:begin -->\nold figures\n"

@@ -32,3 +32,22 @@ def test_a_report_without_sections_is_replaced(tmp_path):
 def test_bad_section_name_is_refused(tmp_path):
     with pytest.raises(ValueError, match="section name"):
         write_section(tmp_path / "x.md", "a-->b", "x")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda t: t.replace("<!-- section:gru:end -->", ""),  # an end marker lost in a hand edit
+        lambda t: t + "\nhand-written notes after the sections\n",  # text no section owns
+    ],
+)
+def test_a_damaged_report_is_refused_not_dropped(tmp_path, damage):
+    doc = tmp_path / "performance.md"
+    write_section(doc, "dequant", "dequant v1")
+    write_section(doc, "gru", "gru figures")
+    doc.write_text(damage(doc.read_text()))
+    before = doc.read_text()
+    with pytest.raises(ValueError, match=r"performance\.md: expected only whole") as e:
+        write_section(doc, "dequant", "dequant v2")
+    assert "\n" not in str(e.value)
+    assert doc.read_text() == before  # nothing of another bench's figures or the hand-written text is lost

@@ -8,9 +8,30 @@ from pathlib import Path
 
 from ..core.files import write_whole
 
+_SECTION = re.compile(r"<!-- section:([a-z0-9_]+):begin[^>]*-->\n(.*?)\n<!-- section:\1:end -->", re.S)
+
 
 def _markers(name: str) -> tuple[str, str]:
     return f"<!-- section:{name}:begin -->", f"<!-- section:{name}:end -->"
+
+
+def read_sections(path: Path) -> dict[str, str]:
+    """The sections of ``path`` ({} when it is missing or has no markers). A marker without its pair, or text
+    outside every section, would be dropped by a rewrite: a one-line ValueError instead (benches call this before
+    they measure, so a damaged report costs no GPU time)."""
+    if not path.is_file():
+        return {}
+    text = path.read_text()
+    sections = {m.group(1): m.group(2) for m in _SECTION.finditer(text)}
+    rest = _SECTION.sub("", text)
+    unpaired = re.search(r"<!-- section:[a-z0-9_]+:(?:begin|end)\b", rest)
+    if (sections or unpaired) and rest.strip():
+        raise ValueError(
+            f"{path}: expected only whole '<!-- section:NAME:begin/end -->' sections; found "
+            + (f"the unpaired marker {unpaired.group(0)!r}" if unpaired else "text outside them")
+            + " (fix the file by hand; nothing was written)"
+        )
+    return sections
 
 
 def write_section(path: Path, name: str, body: str, order: tuple[str, ...] = ("dequant", "gru", "notes")) -> None:
@@ -18,11 +39,7 @@ def write_section(path: Path, name: str, body: str, order: tuple[str, ...] = ("d
     without any section markers is a report of the older single-writer kind: it is replaced whole."""
     if not re.fullmatch(r"[a-z0-9_]+", name):
         raise ValueError(f"section name: expected [a-z0-9_]+, got {name!r}")
-    sections: dict[str, str] = {}
-    if path.is_file():
-        text = path.read_text()
-        for m in re.finditer(r"<!-- section:([a-z0-9_]+):begin[^>]*-->\n(.*?)\n<!-- section:\1:end -->", text, re.S):
-            sections[m.group(1)] = m.group(2)
+    sections = read_sections(path)
     sections[name] = body.strip("\n")
     names = [n for n in order if n in sections] + sorted(n for n in sections if n not in order)
     parts = []
