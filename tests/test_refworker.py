@@ -299,3 +299,22 @@ def test_build_tune_line_shows_the_kept_variants_time(tmp_path, monkeypatch: pyt
     line = report["steps"]["gpu"]["line"]
     assert Variant(**kept) == default
     assert line.count("(50 us at") == len(tune.TUNE_SHAPES) and "(40 us at" not in line
+
+
+@pytest.mark.parametrize("library", ["numpy", "numba", "ml_dtypes"])
+def test_a_digest_is_not_reused_under_another_library_version(tmp_path, monkeypatch, library: str) -> None:
+    """The reference's output depends on numpy (its seeded inputs), numba and ml_dtypes (its conversions) as much
+    as on dqgen's own code: after an upgrade the reference is recomputed rather than an old digest trusted."""
+    import importlib.metadata
+
+    from dqgen.run.refworker import remember_digests, remembered_digests
+
+    spec = load_spec("int8_fp16")
+    problems = [(8, 16, 0)]
+    remember_digests(spec, problems, [np.zeros((8, 16), np.float16)], tmp_path)
+    assert remembered_digests(spec, problems, tmp_path) is not None
+    installed = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "0.0.0-another" if name == library else installed(name)
+    )
+    assert remembered_digests(spec, problems, tmp_path) is None

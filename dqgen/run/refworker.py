@@ -177,6 +177,20 @@ def _reference_code_digest() -> str:
     return h.hexdigest()
 
 
+def _library_versions() -> dict[str, str]:
+    """The installed versions of what else decides a reference output: numpy makes the seeded inputs, numba and
+    ml_dtypes compute and convert (read from the package metadata: importing numba would cost a cached build)."""
+    import importlib.metadata
+
+    versions = {}
+    for name in ("numpy", "numba", "ml_dtypes"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:  # installed without metadata: still a stable key
+            versions[name] = "unknown"
+    return versions
+
+
 def canonical_digest(spec: Spec, out: np.ndarray) -> str:
     """SHA-256 of an fp16/bf16 output with every NaN replaced by one pattern (0x7FFF)."""
     t = spec.target_type
@@ -190,7 +204,7 @@ def canonical_digest(spec: Spec, out: np.ndarray) -> str:
 def _digest_path(spec: Spec, problem: Problem, cache_dir: Path | None) -> Path:
     from ..emit.nvrtc import default_cache_dir
 
-    what = [_reference_code_digest(), spec.model_dump(mode="json"), list(problem)]
+    what = [_reference_code_digest(), _library_versions(), spec.model_dump(mode="json"), list(problem)]
     key = hashlib.sha256(json.dumps(what, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return (cache_dir or default_cache_dir()) / "reference" / f"{key[:40]}.sha256"
 
