@@ -150,7 +150,9 @@ def performance_section(rows: list[dict[str, Any]], gpu: str = "", date: str = "
     lines = [
         "## int8 quantized GRU (`dqgen bench --gru`)",
         "",
-        f"{('GPU: ' + gpu + ', ') if gpu else ''}{date + ', ' if date else ''}batch 64, sequence 100, input = hidden. "
+        f"{('GPU: ' + gpu + ', ') if gpu else ''}{date + ', ' if date else ''}"
+        f"batch {'/'.join(sorted({str(r['batch']) for r in rows}))}, sequence "
+        f"{'/'.join(sorted({str(r['seq']) for r in rows}))}, input = hidden. "
         f"Method: {METHOD}. Rows and the int8-io figures: docs/bench/gru.json; the design, every derived constant "
         "and the accuracy evidence: docs/gru.md.",
         "",

@@ -256,6 +256,13 @@ def l2_bytes() -> int:
     return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
 
 
+def _as_called(spec: Spec) -> Spec:
+    """The spec the overhead and compile-time figures call: 'auto' stays (it is what users call, resolved per call
+    signature); a fixed group size becomes the usual 128 (per-channel stays per-channel)."""
+    g = spec.scales.group_size
+    return spec if g == "auto" else _shape_spec(spec, 128 if g > 0 else g)[0]
+
+
 def _shape_spec(spec: Spec, G: int) -> tuple[Spec, int]:
     block_size = spec.scales.group_size
     if spec.scales.block:  # the block size is the format's (MXFP4: 32, NVFP4: 16), not the shape's
@@ -379,8 +386,7 @@ def call_overhead(spec: Spec, calls: int = 10_000, big: tuple[int, int] = (4096,
     import time
 
     torch = _torch()
-    g = spec.scales.group_size  # 'auto' stays: it is what users call, resolved per call signature
-    sp = spec if g == "auto" else _shape_spec(spec, 128 if g > 0 else g)[0]
+    sp = _as_called(spec)
     kernel = Kernel(sp)
     P = sp.per_word
     K, N = (128, 8 * P) if sp.packing.axis == "N" else (128, 64)
@@ -488,8 +494,7 @@ def compile_times(spec: Spec, shape: tuple[int, int] = (4096, 4096)) -> dict[str
 
     import yaml
 
-    g = spec.scales.group_size  # 'auto' stays: it is what users call, resolved per call signature
-    sp = spec if g == "auto" else _shape_spec(spec, 128 if g > 0 else g)[0]
+    sp = _as_called(spec)
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="dqgen-bench-") as tmp:
         env = dict(os.environ, DQGEN_CACHE_DIR=str(Path(tmp) / "cache"))
