@@ -189,6 +189,7 @@ def to_trt_layout(codes: np.ndarray, bits: int, *, signed: bool = False, activat
     _check_bits(bits, activation_bits)
     fields = _codes(codes, bits, signed)
     K, N = fields.shape
+    _check_shape("codes", K, N, bits, activation_bits)
     slots = element_slots(K, N, bits, activation_bits)
     stream = np.empty(K * N, dtype=np.uint8)
     stream[slots.reshape(-1)] = fields.reshape(-1)
@@ -265,6 +266,7 @@ def repack_checkpoint(
     spec = _check_spec(spec)
     _check_trt_spec(spec)
     stored = unpack(qweight, spec)
+    _check_shape("qweight", *stored.shape, spec.source.bits, 16)
     packed = to_trt_layout(_trt_fields(spec, stored), spec.source.bits)
     if qzeros is None:
         return packed
