@@ -69,9 +69,7 @@ def _check_bits(bits: int, activation_bits: int = 16) -> None:
     if bits not in WEIGHT_BITS:
         raise ValueError(f"bits: TensorRT-LLM's mixed GEMM layout is defined for {WEIGHT_BITS}-bit weights, got {bits}")
     if activation_bits not in ACTIVATION_BITS:
-        raise ValueError(
-            f"activation_bits: expected one of {ACTIVATION_BITS} (fp16/bf16, fp8), got {activation_bits}"
-        )
+        raise ValueError(f"activation_bits: expected one of {ACTIVATION_BITS} (fp16/bf16, fp8), got {activation_bits}")
     if activation_bits < bits:
         raise ValueError(f"activation_bits: {activation_bits} is narrower than the {bits}-bit weights")
 
@@ -229,7 +227,8 @@ def _check_trt_spec(spec: Spec) -> None:
         raise ValueError(f"[source.bits] TensorRT-LLM's GEMM layout takes {WEIGHT_BITS}-bit codes, got {bits}")
     if kind not in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased):
         raise ValueError(
-            f"[source.kind] TensorRT-LLM's GEMM layout takes integer codes (unsigned, signed, biased), got {kind.value!r}"
+            f"[source.kind] TensorRT-LLM's GEMM layout takes integer codes (unsigned, signed, biased), "
+            f"got {kind.value!r}"
         )
 
 
@@ -266,7 +265,8 @@ def repack_checkpoint(
     spec = _check_spec(spec)
     _check_trt_spec(spec)
     stored = unpack(qweight, spec)
-    _check_shape("qweight", *stored.shape, spec.source.bits, 16)
+    K, N = stored.shape
+    _check_shape("qweight", K, N, spec.source.bits, 16)
     packed = to_trt_layout(_trt_fields(spec, stored), spec.source.bits)
     if qzeros is None:
         return packed
