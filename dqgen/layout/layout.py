@@ -21,7 +21,9 @@ Extension point (the GEMM issues): tile-interleaved and register-permuted layout
 Marlin-style tiles) are a further permutation applied on top of ``order``: a map from (tile, lane,
 register, field) to the (k, n) element it holds. They belong here, as fields of ``Layout`` with their own
 ``field``/``shapes``/``pack_fields`` rules, so that the solver, the templates and the packer read one
-description; no stage outside this module should re-derive a permuted position.
+description; no stage outside this module should re-derive a permuted position. TensorRT-LLM's GEMM layout
+(LDSM row permutation, column interleave, register order) is derived in ``gemm_trt.py`` as one index map,
+``element_slots``; a word of it is described by ``gemm_trt.converter_spec(spec)``'s Layout.
 """
 
 from __future__ import annotations
