@@ -119,6 +119,24 @@ def test_round_trip_is_exact(bits: int, K: int, n_groups: int) -> None:
     assert np.array_equal(from_trt_layout(to_trt_layout(signed, bits, signed=True), bits, signed=True), signed)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("activation_bits", [16, 8])
+def test_to_trt_layout_scatters_through_element_slots(bits: int, activation_bits: int) -> None:
+    """to_trt_layout (gathers and a transpose) and the composed index map element_slots are the same map."""
+    K, N = 2 * threadblock_k(activation_bits), 3 * columns_interleaved(bits, activation_bits)
+    codes = np.random.default_rng(bits + activation_bits).integers(0, 1 << bits, size=(K, N), dtype=np.uint8)
+    fields = np.empty(K * N, dtype=np.uint8)
+    fields[element_slots(K, N, bits, activation_bits).reshape(-1)] = codes.reshape(-1)
+    got = to_trt_layout(codes, bits, activation_bits=activation_bits).reshape(-1)
+    if bits == 4:
+        got = np.stack([got & 0xF, got >> 4], axis=1).reshape(-1)  # slot 2i = low nibble of byte i
+    assert np.array_equal(got, fields)
+    back = from_trt_layout(
+        to_trt_layout(codes, bits, activation_bits=activation_bits), bits, activation_bits=activation_bits
+    )
+    assert np.array_equal(back, codes)
+
+
 # -- TensorRT-LLM's preprocessing, step by step -------------------------------------------------------------
 
 
@@ -351,7 +369,8 @@ def test_bad_input_is_one_line_naming_the_argument() -> None:
         (lambda: to_trt_layout(ok.astype(np.float32), 4), "codes: expected a 2-D integer array"),
         (lambda: to_trt_layout(ok, 3), "bits:"),
         (lambda: to_trt_layout(ok, 8, activation_bits=4), "activation_bits:"),
-        (lambda: from_trt_layout(np.zeros((2, 100), np.uint8), 8), "packed: K=50"),
+        (lambda: from_trt_layout(np.zeros((2, 100), np.uint8), 8), "packed: a row of 100 bytes"),
+        (lambda: from_trt_layout(np.zeros((2, 129), np.uint8), 4), "packed: a row of 129 bytes"),
         (lambda: from_trt_layout(np.zeros((2, 128), np.int32), 8), "packed: expected a 2-D uint8"),
         (lambda: repack_checkpoint("nf4_bf16", np.zeros((64, 1), np.int32)), "[source.kind]"),
         (lambda: repack_checkpoint("gptq_int3_fp16", np.zeros((6, 4), np.int32)), "[source.bits]"),

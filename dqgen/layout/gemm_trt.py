@@ -178,22 +178,32 @@ def _codes(codes: object, bits: int, signed: bool) -> np.ndarray:
     return (arr.astype(np.int64) + (bias(bits) if signed else 0)).astype(np.uint8)
 
 
+def _row_sources(K: int, bits: int, activation_bits: int) -> np.ndarray:
+    """[K] the k stored at each storage position down a column (transform 1 applied block by block)."""
+    perm = np.array(ldsm_row_permutation(bits, activation_bits))
+    p = np.arange(K)
+    return (p // perm.size) * perm.size + perm[p % perm.size]
+
+
 def to_trt_layout(codes: np.ndarray, bits: int, *, signed: bool = False, activation_bits: int = 16) -> np.ndarray:
     """W[K, N] codes -> TensorRT-LLM's preprocessed bytes, uint8 ``[N / I, K * I * bits / 8]`` (module docstring).
 
     ``signed=False``: ``codes`` are the unsigned fields the converter reads (u4b8 / u8b128 as stored, AWQ's q)
     and go in as they are; ``signed=True``: two's complement values in [-2^(bits-1), 2^(bits-1)), TensorRT-LLM's
-    input, stored plus ``bias(bits)``. ValueError naming ``codes`` for a bad array, range or shape."""
+    input, stored plus ``bias(bits)``. ValueError naming ``codes`` for a bad array, range or shape.
+
+    The same map as ``element_slots`` (the tests hold them equal), done as a row gather, one transpose and a
+    field gather on uint8 so that a 8192 x 28672 layer needs a few bytes per code, not int64 indices."""
     _check_bits(bits, activation_bits)
     fields = _codes(codes, bits, signed)
     K, N = fields.shape
     _check_shape("codes", K, N, bits, activation_bits)
-    slots = element_slots(K, N, bits, activation_bits)
-    stream = np.empty(K * N, dtype=np.uint8)
-    stream[slots.reshape(-1)] = fields.reshape(-1)
-    if bits == 4:  # slot 2i is the low nibble of byte i: field f of a little-endian word sits at bits 4f
+    tk, cols, per_word = threadblock_k(activation_bits), columns_interleaved(bits, activation_bits), 32 // bits
+    stored = fields[_row_sources(K, bits, activation_bits), :]  # transform 1
+    tiles = stored.reshape(K // tk, tk, N // cols, cols).transpose(2, 0, 3, 1)  # transform 2: [N/I, K/TK, I, TK]
+    stream = tiles.reshape(-1, per_word)[:, list(register_order(bits))].reshape(-1)  # 3: field f <- order[f]
+    if bits == 4:  # field 2i is the low nibble of byte i: field f of a little-endian word sits at bits 4f
         stream = stream[0::2] | (stream[1::2] << np.uint8(4))
-    cols = columns_interleaved(bits, activation_bits)
     return stream.reshape(N // cols, K * cols * bits // 8)
 
 
@@ -205,17 +215,24 @@ def from_trt_layout(packed: np.ndarray, bits: int, *, signed: bool = False, acti
         raise ValueError(
             f"packed: expected a 2-D uint8 array [N / I, K * I * bits / 8], got {tuple(arr.shape)} {arr.dtype.name}"
         )
-    cols = columns_interleaved(bits, activation_bits)
-    codes_per_row = arr.shape[1] * 8 // bits
-    N, K = arr.shape[0] * cols, codes_per_row // cols
+    tk, cols, per_word = threadblock_k(activation_bits), columns_interleaved(bits, activation_bits), 32 // bits
+    row_codes = arr.shape[1] * 8 // bits
+    if row_codes % (tk * cols):
+        raise ValueError(
+            f"packed: a row of {arr.shape[1]} bytes holds {row_codes} {bits}-bit codes, not a whole number of "
+            f"{cols} columns x ThreadblockK={tk} rows; expected shape (N / {cols}, K * {cols * bits // 8})"
+        )
+    N, K = arr.shape[0] * cols, row_codes // cols
     _check_shape("packed", K, N, bits, activation_bits)
     stream = arr.view(np.uint8).reshape(-1)
     if bits == 4:
         stream = np.stack([stream & np.uint8(0xF), stream >> np.uint8(4)], axis=1).reshape(-1)
-    fields = stream[element_slots(K, N, bits, activation_bits)]
+    elements = stream.reshape(-1, per_word)[:, np.argsort(np.array(register_order(bits)))]  # undo 3
+    stored = elements.reshape(N // cols, K // tk, cols, tk).transpose(1, 3, 0, 2).reshape(K, N)  # undo 2
+    fields = stored[ldsm_positions(K, bits, activation_bits), :]  # undo 1: k sits at position ldsm_positions[k]
     if signed:
         return (fields.astype(np.int16) - bias(bits)).astype(np.int8)
-    return fields
+    return np.ascontiguousarray(fields)
 
 
 # -- checkpoints --------------------------------------------------------------------------------------------
