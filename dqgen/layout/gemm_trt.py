@@ -174,8 +174,10 @@ def _codes(codes: object, bits: int, signed: bool) -> np.ndarray:
         raise ValueError(
             f"codes: {bits}-bit {what} must be in [{lo}, {hi}), got min {int(arr.min())}, max {int(arr.max())}"
         )
-    # signed: + 2^(bits-1) is TensorRT-LLM's bias; unsigned fields go in as stored
-    return (arr.astype(np.int64) + (bias(bits) if signed else 0)).astype(np.uint8)
+    # In range, so the uint8 cast keeps each value mod 256 and uint8 addition wraps: s + 2^(bits-1) (TensorRT-LLM's
+    # bias) lands in [0, 2^bits) for every signed s, with one byte per code for the largest layers.
+    fields = arr.astype(np.uint8)
+    return fields + np.uint8(bias(bits)) if signed else fields
 
 
 def _row_sources(K: int, bits: int, activation_bits: int) -> np.ndarray:
