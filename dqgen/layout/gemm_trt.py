@@ -1,4 +1,4 @@
-"""TensorRT-LLM's mixed-input GEMM weight layout (seed 002; ``fpA_intB``, sm70-89 flavour), derived, as index maps.
+"""TensorRT-LLM's mixed-input GEMM weight layout (seed 002; ``fpA_intB`` on sm75-89), derived, as index maps.
 
 TensorRT-LLM feeds ``mma.sync.m16n8k16`` tensor cores with 4- or 8-bit weights B[K, N] that are loaded like
 16-bit data: 128-bit global loads, ``cp.async`` into shared memory, ``ldmatrix`` (8x8 tiles of b16), then a
