@@ -14,7 +14,9 @@ minimum over rounds:
 - ``cuda_core_launch``: cuda.core ``launch(stream, config, kernel, *args)`` (it packs the arguments every call);
 - ``part_*``: pieces of the fast path alone: the signature key as Kernel.__call__ builds it, single tensor
   accessors, torch.compiler.is_compiling, torch's raw-stream accessor, an empty lambda (the timer's own cost);
-- ``c_floor_*``: cuLaunchKernel from C (nvcc; same cubin, grid and argument sizes), the floor no Python path beats.
+- ``cuda_bindings_custream_object``: the same with the stream as a ready CUstream object (no conversion per call);
+- ``c_floor_*``: cuLaunchKernel from C (nvcc; same cubin, grid and argument sizes), the floor no Python path beats;
+  ``c_loop_in_this_process_*``: that C loop inside this process, on dqgen's loaded function and packed arguments.
 Each launch path's output is compared with the dqgen call's, so a wrong packing cannot pass as fast.
 Then what a first call per tensor signature pays (tensor views, argument packing, the whole check), the import time
 of cuda.core, NVRTC through cuda.core's Program against dqgen.emit.nvrtc, and the bench's own call-overhead figures
@@ -101,6 +103,45 @@ def c_floor(bound: Any, nargs: int) -> dict[str, float]:
     return res
 
 
+C_LOOP = r"""
+#include <cuda.h>
+#include <stdlib.h>
+#include <time.h>
+static int cmp(const void *a, const void *b) {
+  long x = *(const long *)a, y = *(const long *)b; return (x > y) - (x < y);
+}
+double launch_loop(CUfunction f, unsigned grid, unsigned block, CUstream st, void **params, int n) {
+  long *ns = malloc(n * sizeof(long)); struct timespec t0, t1;
+  for (int i = 0; i < n; i++) {
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, st, params, 0)) { free(ns); return -1; }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ns[i] = (t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec);
+    if (i % 1000 == 999) cuCtxSynchronize();
+  }
+  cuCtxSynchronize(); qsort(ns, n, sizeof(long), cmp); double m = ns[n / 2] / 1000.0; free(ns); return m;
+}
+"""
+
+
+def c_loop_in_process(bound: Any, stream: int) -> float:
+    """The same C loop of cuLaunchKernel, run inside this Python process (torch loaded, its context and streams
+    live) on dqgen's own loaded function and packed arguments: the driver's cost here, without Python's."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise RuntimeError("no nvcc")
+    tmp = tempfile.mkdtemp()
+    src, lib = os.path.join(tmp, "loop.c"), os.path.join(tmp, "libloop.so")
+    with open(src, "w") as f:
+        f.write(C_LOOP)
+    subprocess.run([nvcc, "-O2", "-shared", "-Xcompiler", "-fPIC", "-o", lib, src, "-lcuda"], check=True)
+    loop = ctypes.CDLL(lib).launch_loop
+    loop.restype = ctypes.c_double
+    loop.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    loop(int(bound.kernel._function), bound.grid[0], bound.block[0], stream, bound.params, 200)  # warm-up
+    return round(loop(int(bound.kernel._function), bound.grid[0], bound.block[0], stream, bound.params, 10_000), 3)
+
+
 def main() -> dict:
     import numpy as np
     import torch
@@ -155,6 +196,7 @@ def main() -> dict:
         core_default, res["cuda_core_default_stream_error"] = None, repr(e)
 
     paths: dict[str, tuple[Any, Callable[[], object]]] = {}
+    cu_streams = {h: driver.CUstream(h) for h in (0, handle)}
     for label, tstream, h, cs in (("default", default, 0, core_default), ("side", side, handle, cstream)):
         paths |= {
             f"torch_mul_{label}": (tstream, lambda: torch.mul(a, 2, out=b)),
@@ -163,6 +205,10 @@ def main() -> dict:
             f"cuda_bindings_direct_{label}": (
                 tstream,
                 lambda h=h: driver.cuLaunchKernel(fn, *grid, *block, 0, h, params, 0),
+            ),
+            f"cuda_bindings_custream_object_{label}": (
+                tstream,
+                lambda cu=cu_streams[h]: driver.cuLaunchKernel(fn, *grid, *block, 0, cu, params, 0),
             ),
         }
         if cs is not None:
@@ -175,18 +221,18 @@ def main() -> dict:
             lambda: (
                 qs.data_ptr(),
                 qs.shape,
-                qs.stride(),
+                qs.is_contiguous(),
                 qs.dtype,
                 ss.data_ptr(),
                 ss.shape,
-                ss.stride(),
+                ss.is_contiguous(),
                 ss.dtype,
-                (zs.data_ptr(), zs.shape, zs.stride(), zs.dtype),
+                (zs.data_ptr(), zs.shape, zs.is_contiguous(), zs.dtype),
                 None,
                 None,
                 ws.data_ptr(),
                 ws.shape,
-                ws.stride(),
+                ws.is_contiguous(),
                 ws.dtype,
                 None,
             ),
@@ -219,6 +265,8 @@ def main() -> dict:
     res["host_us_min_of_rounds"] = {name: min(r) for name, r in rounds.items()}
     try:
         res.update(c_floor(bound, nargs))
+        for label, h in (("default_stream", 0), ("side_stream", handle)):
+            res[f"c_loop_in_this_process_{label}"] = c_loop_in_process(bound, h)
     except Exception as e:  # no compiler: the Python figures stand on their own
         res["c_floor_error"] = repr(e)
 

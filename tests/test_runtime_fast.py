@@ -167,6 +167,14 @@ def _fake_torch() -> types.ModuleType:
         def stride(self) -> tuple[int, ...]:
             return self._stride
 
+        def is_contiguous(self) -> bool:
+            expected = 1
+            for dim, step in zip(reversed(self._shape), reversed(self._stride), strict=True):
+                if dim != 1 and step != expected:
+                    return False
+                expected *= dim
+            return True
+
         def element_size(self) -> int:
             return self.dtype.size
 

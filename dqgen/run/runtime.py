@@ -434,18 +434,18 @@ class Kernel:
                 key = (
                     qweight.data_ptr(),
                     qweight.shape,
-                    qweight.stride(),
+                    qweight.is_contiguous(),
                     qweight.dtype,
                     scales.data_ptr(),
                     scales.shape,
-                    scales.stride(),
+                    scales.is_contiguous(),
                     scales.dtype,
-                    None if zeros is None else (zeros.data_ptr(), zeros.shape, zeros.stride(), zeros.dtype),
+                    None if zeros is None else (zeros.data_ptr(), zeros.shape, zeros.is_contiguous(), zeros.dtype),
                     None,
                     None if global_scale is None else _sig(global_scale),
                     out.data_ptr(),
                     out.shape,
-                    out.stride(),
+                    out.is_contiguous(),
                     out.dtype,
                     None if stream is None else dev.stream_handle(stream),
                 )
@@ -532,7 +532,7 @@ def _sig(t: Any) -> tuple | None:
     if t is None:
         return None
     try:
-        return (t.data_ptr(), t.shape, t.stride(), t.dtype)
+        return (t.data_ptr(), t.shape, t.is_contiguous(), t.dtype)
     except AttributeError:
         return (id(t),)
 
@@ -541,8 +541,10 @@ def _signature_key(
     qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any, stream: Any
 ) -> tuple:
     """What a checked launch is valid for: every tensor's data pointer (which fixes the device: unified
-    addressing), shape, strides and dtype (kept apart because a .view(dtype) shares the rest), and the explicit
-    stream. Flat for qweight, scales and out, as Kernel.__call__ builds it inline."""
+    addressing), shape, contiguity and dtype (kept apart because a .view(dtype) shares the rest), and the explicit
+    stream. Contiguity stands for the strides: it is all the launch depends on (the check refuses any other layout,
+    and strides of size-1 dimensions do not matter), and is_contiguous() costs less than stride() per call.
+    Flat for qweight, scales and out, as Kernel.__call__ builds it inline."""
     q, s, o = _sig(qweight) or (), _sig(scales) or (), _sig(out) or ()
     if len(q) != 4 or len(s) != 4 or len(o) != 4:  # one of them is no tensor: a key that no fast call builds
         return ("unchecked", q, s, _sig(zeros), _sig(g_idx), _sig(global_scale), o, stream)
