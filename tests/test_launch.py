@@ -105,9 +105,13 @@ def test_launch_failing_twice_raises_naming_the_kernel(monkeypatch: pytest.Monke
     assert made_current == [3] and len(drv.calls) == 2
 
 
-def test_unloaded_module_is_an_error_not_a_launch(monkeypatch: pytest.MonkeyPatch) -> None:
-    bound, drv, _ = _bound(monkeypatch, failures=1)
+@pytest.mark.parametrize("failures", [0, 1])
+def test_unloaded_module_is_an_error_not_a_launch(monkeypatch: pytest.MonkeyPatch, failures: int) -> None:
+    bound, drv, _ = _bound(monkeypatch, failures=failures)
     bound.kernel._module = None
     with pytest.raises(RuntimeError, match=r"^kernel 'k': module already unloaded$"):
         bound(5)
-    assert len(drv.calls) == 1
+    assert drv.calls == []
+    with pytest.raises(RuntimeError, match=r"^kernel 'k': module already unloaded$"):
+        bound.failed(201, 5)  # a launch that failed because its module went away is not retried
+    assert drv.calls == []

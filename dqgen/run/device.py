@@ -281,7 +281,8 @@ class BoundLaunch:
     """A kernel with its grid and arguments packed once: calling it costs one cuLaunchKernel.
 
     ``launch(stream, params, 0)`` is cuda-bindings' cuLaunchKernel with everything else bound (the per-call fast
-    path of ``Kernel.__call__`` calls it directly); it returns ``(CUresult,)``, nonzero on failure, which
+    path of ``Kernel.__call__`` calls it directly: a Kernel's modules stay loaded for the process, in
+    ``runtime._MODULES``); it returns ``(CUresult,)``, nonzero on failure, which
     ``failed`` turns into a retry or an error. No current-context check per call: the function belongs to the
     primary context it was loaded in, so a launch from a thread with no (or another) current context fails
     rather than running elsewhere, and ``failed`` then makes the primary context current and launches again."""
@@ -300,6 +301,8 @@ class BoundLaunch:
         )
 
     def __call__(self, stream: int = 0) -> None:
+        if self.kernel._module is None:  # closed by its owner: the function handle is gone with the module
+            raise RuntimeError(f"kernel {self.kernel.name!r}: module already unloaded")
         err = self.launch(stream, self.params, 0)[0]
         if err:
             self.failed(err, stream)
