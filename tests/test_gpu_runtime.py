@@ -113,6 +113,42 @@ def test_call_inside_cuda_graph_capture() -> None:
     assert np.array_equal(_bits(to_numpy(w)), _bits(want))
 
 
+def test_cached_call_from_a_thread_without_a_current_context() -> None:
+    """The fast path launches without a context check: from a new thread (no current context) the first launch
+    fails, the primary context is made current, the kernel launched again; the output is right either way."""
+    import threading
+
+    import torch
+    from cuda.bindings import driver
+
+    k = Kernel(AWQ)
+    (q, s, z, _), want = _inputs(AWQ, 512, 1024, 128, seed=8)
+    w = torch.zeros((512, 1024), dtype=torch.float16, device="cuda")
+    k(q, s, z, out=torch.empty_like(w))  # the signature of w differs: checked here, cached below
+    k(q, s, z, out=w)
+    torch.cuda.synchronize()
+    w.zero_()
+    torch.cuda.synchronize()
+    seen: list[object] = []
+
+    def call() -> None:
+        try:
+            err, ctx = driver.cuCtxGetCurrent()
+            seen.append(int(ctx))  # 0: this thread has no current context
+            k(q, s, z, out=w)
+            (err,) = driver.cuCtxSynchronize()
+            seen.append(err)
+        except BaseException as e:  # reported by the main thread
+            seen.append(e)
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join()
+    assert seen[0] == 0 and seen[1] == driver.CUresult.CUDA_SUCCESS, seen
+    torch.cuda.synchronize()
+    assert np.array_equal(_bits(to_numpy(w)), _bits(want))
+
+
 def test_act_order_unchecked_g_idx_refused_while_capturing() -> None:
     import torch
 

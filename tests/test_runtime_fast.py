@@ -167,6 +167,14 @@ def _fake_torch() -> types.ModuleType:
         def stride(self) -> tuple[int, ...]:
             return self._stride
 
+        def is_contiguous(self) -> bool:
+            expected = 1
+            for dim, step in zip(reversed(self._shape), reversed(self._stride), strict=True):
+                if dim != 1 and step != expected:
+                    return False
+                expected *= dim
+            return True
+
         def element_size(self) -> int:
             return self.dtype.size
 
@@ -197,12 +205,26 @@ class _Recorder:
         rec = self
         self.loaded.append(name)
 
+        class Bound:
+            """BoundLaunch's interface: ``launch(stream, params, 0) -> (CUresult,)``, ``params``, ``failed``."""
+
+            def __init__(self, args) -> None:
+                self.args, self.params = tuple(int(a) for a in args), 0x5EED
+
+            def launch(self, stream: int, params: int, extra: int) -> tuple[int]:
+                assert params == self.params and extra == 0
+                rec.launches.append((name, stream, self.args))
+                return (0,)
+
+            def __call__(self, stream: int) -> None:
+                self.launch(stream, self.params, 0)
+
+            def failed(self, err, stream: int) -> None:
+                raise AssertionError("no launch fails here")
+
         class Fn:
             def bind(self, grid, block, args):
-                def launch(stream: int) -> None:
-                    rec.launches.append((name, stream, tuple(int(a) for a in args)))
-
-                return launch
+                return Bound(args)
 
         return Fn()
 
@@ -212,6 +234,10 @@ def fake(monkeypatch: pytest.MonkeyPatch):
     torch = _fake_torch()
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setattr(rt, "_hook_torch", lambda: None)
+    # what _hook_torch takes from a real torch, from the fake (no custom ops registered)
+    monkeypatch.setattr(rt, "_torch_tensor", torch.Tensor)
+    monkeypatch.setattr(rt, "_raw_stream", torch._C._cuda_getCurrentRawStream)
+    monkeypatch.setattr(rt, "_compiling", rt._never)
     rec = _Recorder()
     monkeypatch.setattr(Kernel, "_function", lambda self, o, n: rec.function(self, o, n))
     monkeypatch.setattr(Kernel, "variant_for", lambda self, o, p: default_variant(self.spec, p.aligned))
@@ -340,6 +366,61 @@ def test_non_torch_arrays_take_the_checked_path(fake) -> None:
     k(args["qweight"], args["scales"], args["zeros"], out=out)
     k(args["qweight"], args["scales"], args["zeros"], out=out)
     assert len(fake.checks) == 2 and len(fake.rec.launches) == 2
+
+
+@pytest.mark.parametrize("stream", [None, 13])
+def test_fast_path_and_checked_path_share_one_entry(fake, stream, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernel.__call__ writes the signature key out inline; the checked path (and the custom ops) build it with
+    _signature_key: a signature checked by either is found by the other."""
+    torch = fake.torch
+    k = Kernel(AWQ)
+    slow: list[int] = []
+    real_call = Kernel._call
+    monkeypatch.setattr(Kernel, "_call", lambda self, *a: slow.append(1) or real_call(self, *a))
+    q, s, z, w = _awq_tensors(torch)
+    k._torch_call(torch, q, s, z, None, None, w, stream)  # what dqgen::dequantize_out runs
+    for _ in range(3):
+        k(q, s, z, out=w, stream=stream)
+    assert len(fake.checks) == 1 and len(fake.rec.launches) == 4
+    assert slow == []  # every __call__ found the entry on its own inline key
+    q2, s2, z2, w2 = _awq_tensors(torch)
+    k(q2, s2, z2, out=w2, stream=stream)  # checked through __call__ first this time
+    k._torch_call(torch, q2, s2, z2, None, None, w2, stream)
+    k(q2, s2, z2, out=w2, stream=stream)
+    assert len(fake.checks) == 2 and len(fake.rec.launches) == 7 and slow == [1]
+    assert {launch[1] for launch in fake.rec.launches} == {7 if stream is None else stream}
+
+
+def test_tensor_subclass_is_checked_once_too(fake) -> None:
+    class Parameter(fake.torch.Tensor):  # e.g. torch.nn.Parameter: not `type(q) is Tensor`, still cached
+        pass
+
+    k = Kernel(AWQ)
+    _, s, z, w = _awq_tensors(fake.torch)
+    q = Parameter((256, 128), fake.torch.int32)
+    for _ in range(3):
+        k(q, s, z, out=w)
+    assert len(fake.checks) == 1 and len(fake.rec.launches) == 3
+
+
+def test_non_tensor_argument_is_named_on_every_call(fake) -> None:
+    k = Kernel(AWQ)
+    q, _, z, w = _awq_tensors(fake.torch)
+    for _ in range(2):
+        with pytest.raises(TypeError, match=r"^scales: unsupported array type list"):
+            k(q, [1.0, 2.0], z, out=w)
+    assert fake.rec.launches == [] and k._signatures == {}
+
+
+def test_traced_by_torch_compile_even_when_cached(fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    k = Kernel(AWQ)
+    q, s, z, w = _awq_tensors(fake.torch)
+    k(q, s, z, out=w)
+    traced: list[object] = []
+    monkeypatch.setattr(rt, "_compiling", lambda: True)
+    monkeypatch.setattr(rt, "_traced_call", lambda kernel, *args: traced.append(args) or "traced")
+    assert k(q, s, z, out=w) == "traced"
+    assert len(traced) == 1 and len(fake.rec.launches) == 1
 
 
 # --------------------------------------------------------------------------- lazy compile

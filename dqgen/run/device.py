@@ -145,29 +145,38 @@ def primary_context(ordinal: int = 0) -> Any:
 # --------------------------------------------------------------------------- kernels
 
 
-def _param_holder(arg: Any, index: int) -> Any:
-    """Return an object owning the bytes of one kernel argument (kept alive by the caller)."""
-    if isinstance(arg, DeviceArray):
-        return np.array(arg.ptr, dtype=np.uint64)
-    if isinstance(arg, np.generic):
-        return np.array(arg)
-    if isinstance(arg, np.ndarray) and arg.ndim == 0:
-        return np.ascontiguousarray(arg)
-    if isinstance(arg, ctypes._SimpleCData):
-        return arg
-    # Plain Python ints/floats are refused: the parameter width (32 vs 64 bit)
-    # is not knowable from the value, and guessing wrong silently corrupts
-    # every following argument.
-    raise TypeError(
-        f"kernel argument {index}: expected a numpy scalar (np.uint64 for pointers, np.int32/np.int64, ...), "
-        f"a ctypes scalar or a DeviceArray, got {type(arg).__name__}"
-    )
+@functools.lru_cache(maxsize=1)
+def param_holder_type() -> Any:
+    """cuda.core's argument packer (a C array of pointers to each argument's bytes, owned by the holder).
+
+    Imported on first use: cuda.core takes a few hundred milliseconds to import, which `import dqgen` and the
+    CPU-only tools should not pay. ``_kernel_arg_handler`` is a private module of cuda.core, hence the ``<2`` pin."""
+    from cuda.core._kernel_arg_handler import ParamHolder
+
+    return ParamHolder
 
 
-def _holder_address(h: Any) -> int:
-    if isinstance(h, np.ndarray):
-        return int(h.ctypes.data)
-    return int(ctypes.addressof(h))
+def pack_args(args: Sequence[Any]) -> Any:
+    """The kernel arguments packed once (cuda.core ParamHolder: ``.ptr`` is the ``void**`` cuLaunchKernel takes).
+
+    Each argument must say its width: a numpy scalar (np.uint64 for pointers, np.int32 / np.int64, ...), a ctypes
+    scalar or a DeviceArray (its pointer). Plain Python ints and floats are refused although ParamHolder takes them:
+    it packs an int as a 64-bit pointer and a float as a double, and a wrong guess at a parameter's width silently
+    shifts every argument after it."""
+    packed: list[Any] = []
+    for i, arg in enumerate(args):
+        if isinstance(arg, DeviceArray):
+            packed.append(np.uint64(arg.ptr))
+        elif isinstance(arg, np.ndarray) and arg.ndim == 0:
+            packed.append(arg[()])
+        elif isinstance(arg, (np.generic, ctypes._SimpleCData)) and not isinstance(arg, ctypes.c_void_p):
+            packed.append(arg)
+        else:
+            raise TypeError(
+                f"kernel argument {i}: expected a numpy scalar (np.uint64 for pointers, np.int32/np.int64, ...), "
+                f"a ctypes scalar or a DeviceArray, got {type(arg).__name__}"
+            )
+    return param_holder_type()(packed)
 
 
 class LoadedKernel:
@@ -205,31 +214,16 @@ class LoadedKernel:
         once (what a grid-wide barrier needs)."""
         if self._module is None:
             raise RuntimeError(f"kernel {self.name!r}: module already unloaded")
-        gx, gy, gz = (*(int(v) for v in grid), 1, 1, 1)[:3]
-        bx, by, bz = (*(int(v) for v in block), 1, 1, 1)[:3]
-        holders = [_param_holder(a, i) for i, a in enumerate(args)]
-        # kernelParams is a void*[] whose entries point at each argument's bytes;
-        # cuda-bindings accepts its address as a plain int.  ``holders`` and
-        # ``param_ptrs`` must outlive the call (the driver copies them at launch).
-        param_ptrs = np.array([_holder_address(h) for h in holders] or [0], dtype=np.uint64)
+        gx, gy, gz = _dim3(grid)
+        bx, by, bz = _dim3(block)
+        params = pack_args(args)  # owns the argument bytes until the launch has copied them
         primary_context(self.device)
-        common = (
-            self._function,
-            gx,
-            gy,
-            gz,
-            bx,
-            by,
-            bz,
-            int(shared_mem),
-            stream_handle(stream),
-            int(param_ptrs.ctypes.data) if holders else 0,
-        )
+        common = (self._function, gx, gy, gz, bx, by, bz, int(shared_mem), stream_handle(stream), params.ptr)
         if cooperative:
             _check(driver.cuLaunchCooperativeKernel(*common), f"cuLaunchCooperativeKernel({self.name!r})")
         else:  # cuLaunchKernel takes one more argument: its `extra` array, unused
             _check(driver.cuLaunchKernel(*common, 0), f"cuLaunchKernel({self.name!r})")
-        del holders, param_ptrs
+        del params
 
     def set_max_dynamic_shared(self, nbytes: int) -> None:
         """Opt in to more than 48 KB of dynamic shared memory per block."""
@@ -278,70 +272,51 @@ class LoadedKernel:
             self.close()
 
 
-@functools.lru_cache(maxsize=1)
-def _libcuda() -> Any:
-    """libcuda's cuLaunchKernel / cuCtxGetCurrent / cuCtxSetCurrent through ctypes, or None where it cannot be
-    opened. cuda-bindings converts each of cuLaunchKernel's 11 arguments to its own types (a few microseconds a
-    call); a ctypes call with fixed argtypes costs well under one, which is what a torch-op-cheap call needs."""
-    try:
-        lib = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
-        launch = lib.cuLaunchKernel
-    except (OSError, AttributeError):
-        return None
-    u, p = ctypes.c_uint, ctypes.c_void_p
-    launch.argtypes = [p, u, u, u, u, u, u, u, p, p, p]
-    launch.restype = ctypes.c_int
-    lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(p)]
-    lib.cuCtxGetCurrent.restype = ctypes.c_int
-    lib.cuCtxSetCurrent.argtypes = [p]
-    lib.cuCtxSetCurrent.restype = ctypes.c_int
-    return lib
+def _dim3(dims: Sequence[int]) -> tuple[int, int, int]:
+    x, y, z = (*(int(v) for v in dims), 1, 1, 1)[:3]
+    return x, y, z
 
 
 class BoundLaunch:
-    """A kernel with its grid and arguments packed: calling it costs one cuLaunchKernel."""
+    """A kernel with its grid and arguments packed once: calling it costs one cuLaunchKernel.
+
+    ``launch(stream, params, 0)`` is cuda-bindings' cuLaunchKernel with everything else bound (the per-call fast
+    path of ``Kernel.__call__`` calls it directly: a Kernel's modules stay loaded for the process, in
+    ``runtime._MODULES``); it returns ``(CUresult,)``, nonzero on failure, which
+    ``failed`` turns into a retry or an error. No current-context check per call: the function belongs to the
+    primary context it was loaded in, so a launch from a thread with no (or another) current context fails
+    rather than running elsewhere, and ``failed`` then makes the primary context current and launches again."""
 
     def __init__(
         self, kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int
     ) -> None:
         self.kernel = kernel
-        self.grid = (*(int(v) for v in grid), 1, 1, 1)[:3]
-        self.block = (*(int(v) for v in block), 1, 1, 1)[:3]
+        self.grid = _dim3(grid)
+        self.block = _dim3(block)
         self.shared_mem = int(shared_mem)
-        self._holders = [_param_holder(a, i) for i, a in enumerate(args)]  # owns the argument bytes
-        self._ptrs = np.array([_holder_address(h) for h in self._holders] or [0], dtype=np.uint64)
-        self._params = int(self._ptrs.ctypes.data) if self._holders else 0
-        lib = _libcuda()
-        self._lib = lib
-        if lib is not None:
-            ctx = primary_context(kernel.device)
-            self._ctx = int(ctx)
-            self._current = ctypes.c_void_p()
-            self._launch = functools.partial(
-                lib.cuLaunchKernel, int(kernel._function), *self.grid, *self.block, self.shared_mem
-            )
+        self._holder = pack_args(args)  # owns the argument bytes for as long as this launcher lives
+        self.params: int = int(self._holder.ptr)
+        self.launch = functools.partial(
+            driver.cuLaunchKernel, kernel._function, *self.grid, *self.block, self.shared_mem
+        )
 
     def __call__(self, stream: int = 0) -> None:
+        if self.kernel._module is None:  # closed by its owner: the function handle is gone with the module
+            raise RuntimeError(f"kernel {self.kernel.name!r}: module already unloaded")
+        err = self.launch(stream, self.params, 0)[0]
+        if err:
+            self.failed(err, stream)
+
+    def failed(self, err: Any, stream: int) -> None:
+        """After a launch returned ``err``: launch again with the kernel's primary context current (the thread had
+        none, or another); raise if the module is gone or the second launch fails too."""
         k = self.kernel
         if k._module is None:
             raise RuntimeError(f"kernel {k.name!r}: module already unloaded")
-        lib = self._lib
-        if lib is None:
-            primary_context(k.device)
-            _check(
-                driver.cuLaunchKernel(
-                    k._function, *self.grid, *self.block, self.shared_mem, int(stream), self._params, 0
-                ),
-                f"cuLaunchKernel({k.name!r})",
-            )
-            return
-        # The current context is per thread and torch / cupy may switch it (another device): compare, set if needed.
-        lib.cuCtxGetCurrent(ctypes.byref(self._current))
-        if self._current.value != self._ctx:
-            primary_context(k.device)
-        err = self._launch(stream, self._params, None)
+        primary_context(k.device)
+        err = self.launch(stream, self.params, 0)[0]
         if err:
-            raise RuntimeError(f"cuLaunchKernel({k.name!r}) failed: {_err_name(driver.CUresult(err))}")
+            raise RuntimeError(f"cuLaunchKernel({k.name!r}) failed: {_err_name(err)}")
 
 
 # --------------------------------------------------------------------------- arrays
@@ -684,13 +659,22 @@ def current_stream(kind: str, device: int) -> int:
     if kind == "torch":
         import torch
 
-        return int(torch.cuda.current_stream(device).cuda_stream)
+        return torch_raw_stream(torch, device)
     if kind == "cupy":
         import cupy
 
         with cupy.cuda.Device(device):
             return int(cupy.cuda.get_current_stream().ptr)
     return 0
+
+
+def torch_raw_stream(torch: Any, device: int) -> int:
+    """torch's current raw CUstream on ``device``: its C accessor, with no Stream object made (a tenth of
+    ``torch.cuda.current_stream``'s time), where this torch has one."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
 
 
 def stream_handle(stream: Any) -> int:

@@ -8,6 +8,7 @@ only used, when present, to accept their tensors, allocate outputs and find the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 import weakref
@@ -207,20 +208,31 @@ def _never() -> bool:
 #: torch.compiler.is_compiling once torch is loaded: under torch.compile a call goes through the dqgen custom op.
 _compiling: Callable[[], bool] = _never
 _traced_call: Callable[..., Any] | None = None
+#: torch.Tensor once torch is loaded (None before): the per-call fast path is for exactly this type.
+_torch_tensor: Any = None
+#: torch's current raw CUstream of a device, as an int (torch's C accessor: no Stream object per call).
+_raw_stream: Callable[[int], int] | None = None
 
 
 def _hook_torch() -> None:
     """Register the torch custom ops (dqgen.run.torch_op) once torch is imported; never imports torch itself."""
-    global _compiling, _traced_call
-    if _compiling is _never and "torch" in sys.modules:
+    if _torch_tensor is None and "torch" in sys.modules:
+        torch = sys.modules["torch"]
         from . import torch_op
 
         torch_op.register(_KERNELS)
-        _traced_call = torch_op.traced_call
-        _compiling = sys.modules["torch"].compiler.is_compiling
+        _use_torch(torch, torch_op.traced_call, torch.compiler.is_compiling)
 
 
-@dataclass
+def _use_torch(torch: Any, traced_call: Callable[..., Any], compiling: Callable[[], bool]) -> None:
+    """What the call path takes from torch, looked up once."""
+    global _compiling, _traced_call, _torch_tensor, _raw_stream
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    _raw_stream = raw if raw is not None else functools.partial(dev.torch_raw_stream, torch)
+    _traced_call, _compiling, _torch_tensor = traced_call, compiling, torch.Tensor
+
+
+@dataclass(slots=True)
 class _Checked:
     """A launch checked for one tensor signature: re-running it needs no check (stream aside)."""
 
@@ -230,6 +242,12 @@ class _Checked:
     gidx_version: int | None  # torch's _version of the g_idx checked (act-order), re-checked when it moves on
     # The g_idx tensor checked: a new tensor at a freed one's address starts at _version 0 too, so identity counts
     gidx_ref: Callable[[], Any] | None = None
+    # fn's cuLaunchKernel partial and packed arguments, read straight off the entry by the fast path
+    launch: Callable[[int, int, int], tuple[Any]] | None = field(init=False)
+    params: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.launch, self.params = (None, 0) if self.fn is None else (self.fn.launch, self.fn.params)
 
 
 class Kernel:
@@ -258,6 +276,8 @@ class Kernel:
         self.op_key = f"{self.spec.name}-{hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]}"
         _KERNELS[self.op_key] = self
         _hook_torch()
+        # cuda.core (the argument packer) takes a few hundred ms to import: here, not in the first call
+        dev.param_holder_type()
 
     def variant_source(self, v: Variant) -> str:
         """The source NVRTC compiles for variant ``v``: the kernel with ``v``'s entry point alone."""
@@ -406,39 +426,66 @@ class Kernel:
         out: Any = None,
         stream: Any = None,
     ) -> Any:
+        # The per-call fast path (a torch.Tensor qweight, a given out, no act-order): build the signature key, one
+        # dict lookup, one cuLaunchKernel. The key is _signature_key's, written out here (no function call per
+        # tensor: they cost a good part of the budget); tests hold the two to the same table entries.
+        if out is not None and g_idx is None and type(qweight) is _torch_tensor and not _compiling():
+            try:
+                key = (
+                    qweight.data_ptr(),
+                    qweight.shape,
+                    qweight.is_contiguous(),
+                    qweight.dtype,
+                    scales.data_ptr(),
+                    scales.shape,
+                    scales.is_contiguous(),
+                    scales.dtype,
+                    None if zeros is None else (zeros.data_ptr(), zeros.shape, zeros.is_contiguous(), zeros.dtype),
+                    None,
+                    None if global_scale is None else _sig(global_scale),
+                    out.data_ptr(),
+                    out.shape,
+                    out.is_contiguous(),
+                    out.dtype,
+                    None if stream is None else dev.stream_handle(stream),
+                )
+            except AttributeError:  # not a tensor where one belongs: the checked path names it
+                pass
+            else:
+                hit = self._signatures.get(key)
+                if hit is not None:
+                    if hit.launch is not None:
+                        handle = hit.stream if hit.stream is not None else _raw_stream(hit.device)  # type: ignore[misc]
+                        err = hit.launch(handle, hit.params, 0)[0]
+                        if err:
+                            hit.fn.failed(err, handle)  # type: ignore[union-attr]
+                    return out
+        return self._call(qweight, scales, zeros, g_idx, global_scale, out, stream)
+
+    def _call(self, qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any, stream: Any) -> Any:
+        """Every call the fast path does not take: traced by torch.compile, torch tensors seen for the first time
+        (or act-order, or no ``out``), and the other array libraries (checked on every call)."""
         if _compiling():  # traced by torch.compile: one custom op in the graph (see dqgen.run.torch_op)
             assert _traced_call is not None
             return _traced_call(self, qweight, scales, zeros, g_idx, global_scale, out)
-        torch = sys.modules.get("torch")
-        if torch is None or type(qweight) is not torch.Tensor:
-            launch = self.prepare(
-                qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, out=out, stream=stream
-            )
-            launch()
-            return launch.out
-        return self._torch_call(torch, qweight, scales, zeros, g_idx, global_scale, out, stream)
+        if _torch_tensor is None:
+            _hook_torch()  # torch may have been imported after this Kernel was made
+        if _torch_tensor is not None and isinstance(qweight, _torch_tensor):
+            return self._torch_call(sys.modules["torch"], qweight, scales, zeros, g_idx, global_scale, out, stream)
+        launch = self.prepare(qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, out=out, stream=stream)
+        launch()
+        return launch.out
 
     def _torch_call(
         self, torch: Any, qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any, stream: Any
     ) -> Any:
-        """The call on torch tensors: checked once per signature, then a dict lookup and one launch."""
+        """The call on torch tensors (also what the custom ops run): checked once per signature, then a dict lookup
+        and one launch."""
         if out is None:
             K, N = self.output_shape(qweight.shape) if qweight.dim() == 2 else (0, 0)
             if qweight.dim() == 2 and qweight.is_cuda:
                 out = torch.empty((K, N), dtype=torch_dtype(self.spec.target_type, torch), device=qweight.device)
-        # data_ptr fixes the device (unified addressing); dtype is kept apart because a .view(dtype) shares the rest
-        key = (
-            qweight.data_ptr(),
-            qweight.shape,
-            qweight.stride(),
-            qweight.dtype,
-            _sig(scales),
-            None if zeros is None else _sig(zeros),
-            None if g_idx is None else _sig(g_idx),
-            None if global_scale is None else _sig(global_scale),
-            _sig(out),
-            None if stream is None else dev.stream_handle(stream),
-        )
+        key = _signature_key(qweight, scales, zeros, g_idx, global_scale, out, stream)
         hit = self._signatures.get(key)
         if hit is None:
             hit = self._check_signature(key, qweight, scales, zeros, g_idx, global_scale, out, stream)
@@ -448,7 +495,7 @@ class Kernel:
             self._check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
             hit.gidx_version, hit.gidx_ref = g_idx._version, weakref.ref(g_idx)
         if hit.fn is not None:
-            hit.fn(_torch_stream(torch, hit.device) if hit.stream is None else hit.stream)
+            hit.fn(dev.torch_raw_stream(torch, hit.device) if hit.stream is None else hit.stream)
         return out
 
     def _groups_of(self, scales: Any) -> int:
@@ -485,17 +532,31 @@ def _sig(t: Any) -> tuple | None:
     if t is None:
         return None
     try:
-        return (t.data_ptr(), t.shape, t.stride(), t.dtype)
+        return (t.data_ptr(), t.shape, t.is_contiguous(), t.dtype)
     except AttributeError:
         return (id(t),)
 
 
-def _torch_stream(torch: Any, device: int) -> int:
-    """torch's current raw CUstream on ``device``: torch's C accessor (no Stream object) where it has one."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(device)
-    return int(torch.cuda.current_stream(device).cuda_stream)
+def _signature_key(
+    qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any, stream: Any
+) -> tuple:
+    """What a checked launch is valid for: every tensor's data pointer (which fixes the device: unified
+    addressing), shape, contiguity and dtype (kept apart because a .view(dtype) shares the rest), and the explicit
+    stream. Contiguity stands for the strides: it is all the launch depends on (the check refuses any other layout,
+    and strides of size-1 dimensions do not matter), and is_contiguous() costs less than stride() per call.
+    Flat for qweight, scales and out, as Kernel.__call__ builds it inline."""
+    q, s, o = _sig(qweight) or (), _sig(scales) or (), _sig(out) or ()
+    if len(q) != 4 or len(s) != 4 or len(o) != 4:  # one of them is no tensor: a key that no fast call builds
+        return ("unchecked", q, s, _sig(zeros), _sig(g_idx), _sig(global_scale), o, stream)
+    return (
+        *q,
+        *s,
+        _sig(zeros),
+        _sig(g_idx),
+        _sig(global_scale),
+        *o,
+        None if stream is None else dev.stream_handle(stream),
+    )
 
 
 def torch_capturing() -> bool:

@@ -379,12 +379,31 @@ def _bench_shape(
 # ----------------------------------------------------------------------------- call overhead (issue 10 item 3)
 
 
+def host_median_us(fn: Callable[[], Any], calls: int = 10_000) -> float:
+    """Median host microseconds of one ``fn()`` over ``calls`` calls (after 100 untimed), CPU timer; a synchronize
+    every 1000 calls, outside the timed region, keeps the launch queue short. scripts/cuda_core_overhead.py times
+    every launch path it compares with this too."""
+    import time
+
+    torch = _torch()
+    for _ in range(100):
+        fn()
+    torch.cuda.synchronize()
+    ns = []
+    for i in range(calls):
+        t0 = time.perf_counter_ns()
+        fn()
+        ns.append(time.perf_counter_ns() - t0)
+        if i % 1000 == 999:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return statistics.median(ns) / 1000.0
+
+
 def call_overhead(spec: Spec, calls: int = 10_000, big: tuple[int, int] = (4096, 4096)) -> dict[str, float]:
     """Host time of ``k(qweight, scales, qzeros, out=w)`` on a tiny shape (median of ``calls``
     calls, CPU timer; the GPU work is a few microseconds and overlaps), a torch op timed the same way
     for scale, and the same call vs the prepared launch at ``big``, both one call after an L2 flush."""
-    import time
-
     torch = _torch()
     sp = _as_called(spec)
     kernel = Kernel(sp)
@@ -395,23 +414,9 @@ def call_overhead(spec: Spec, calls: int = 10_000, big: tuple[int, int] = (4096,
     tdt = torch_dtype(sp.target_type, torch)
     w = torch.empty((K, N), dtype=tdt, device="cuda")
 
-    def host_median(fn: Callable[[], Any]) -> float:
-        for _ in range(100):
-            fn()
-        torch.cuda.synchronize()
-        ns = []
-        for i in range(calls):
-            t0 = time.perf_counter_ns()
-            fn()
-            ns.append(time.perf_counter_ns() - t0)
-            if i % 1000 == 999:  # keep the launch queue short, outside the timed region
-                torch.cuda.synchronize()
-        torch.cuda.synchronize()
-        return statistics.median(ns) / 1000.0
-
-    call_us = host_median(lambda: kernel(q, s, z, g_idx=gi, global_scale=gsc, out=w))
+    call_us = host_median_us(lambda: kernel(q, s, z, g_idx=gi, global_scale=gsc, out=w), calls)
     a, b = torch.ones(K, N, dtype=tdt, device="cuda"), torch.empty(K, N, dtype=tdt, device="cuda")
-    torch_us = host_median(lambda: torch.mul(a, 2, out=b))
+    torch_us = host_median_us(lambda: torch.mul(a, 2, out=b), calls)
     Kb, Nb = big
     q, s, z = make_inputs(sp, Kb, Nb, 1)
     gsc, gi = make_global_scale(sp, 1), make_g_idx(sp, Kb, 1)
