@@ -98,9 +98,15 @@ def test_under_torch_compile_equals_eager() -> None:
     x = torch.randn(4, 512, device="cuda", dtype=dt)
     eager = ql(x)
     compiled = torch.compile(ql, fullgraph=True)
-    assert torch.equal(compiled(x), eager)
-    x2 = torch.randn(16, 512, device="cuda", dtype=dt)  # another M: recompiled or dynamic, still right
-    assert torch.equal(compiled(x2), ql(x2))
+    ref = x.double() @ torch.from_numpy(_dequantized(ql)).cuda() + ql.bias.double()
+    for xi in (x, torch.randn(16, 512, device="cuda", dtype=dt)):  # another M: recompiled or dynamic, still right
+        got = compiled(xi)
+        want = xi.double() @ torch.from_numpy(_dequantized(ql)).cuda() + ql.bias.double()
+        rel = float(torch.linalg.vector_norm(got.double() - want) / torch.linalg.vector_norm(want))
+        assert got.shape == want.shape and rel <= TOL["fp16"], rel
+        # inductor may pick another GEMM for a graph around the op (the stand-in's torch.matmul): equal up to rounding
+        torch.testing.assert_close(got, ql(xi), rtol=2e-3, atol=2e-3)
+    assert ref.shape == eager.shape
 
 
 def test_buffers_follow_to_and_state_dict() -> None:
