@@ -278,3 +278,18 @@ def test_one_signed_codes_refuse_mixed_signs() -> None:
     assert (np.abs(deq - neg) <= _bound(spec, ck, neg, deq)).all()
     with pytest.raises(ValueError, match=r"^weight: group 0 of column 0 holds weights of both signs"):
         dqgen.quantize(unsigned, np.linspace(-1, 1, 64 * 8).reshape(64, 8))
+
+
+def test_import_stays_torch_free() -> None:
+    """dqgen.quantize and dqgen.nn import without torch; QuantLinear loads it only when asked for."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, dqgen, dqgen.nn; assert dqgen.quantize is dqgen.nn.quantize; "
+        "assert 'torch' not in sys.modules, 'torch imported'; "
+        "assert 'dqgen.nn.linear' not in sys.modules; print('ok')"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
