@@ -93,6 +93,18 @@ def test_targets_met_and_missed_with_figures() -> None:
     ]
 
 
+def test_bf16_against_fp16_worst_ratio() -> None:
+    rows = [
+        _row("dqgen", 1, 50.0, spec="awq_int4_fp16"),
+        _row("dqgen", 1, 52.0, spec="awq_int4_bf16"),  # 1.04x
+        _row("dqgen", 16, 50.0, spec="awq_int4_fp16"),
+        _row("dqgen", 16, 60.0, spec="awq_int4_bf16"),  # 1.20x: the worst
+    ]
+    lines = "\n".join(bm.targets(_doc(rows)))
+    assert "bf16 at the speed of fp16 (item 1), worst case: awq_int4_bf16 8192x28672 M = 16: 60.0 us vs" in lines
+    assert "awq_int4_fp16 50.0 us (1.20x)" in lines
+
+
 def test_fp8_and_int8_targets_compare_fractions() -> None:
     rows = [
         _row("dqgen", 1, 50.0, spec="awq_int4_fp16"),  # 80%

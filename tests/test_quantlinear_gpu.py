@@ -136,3 +136,22 @@ def test_buffers_follow_to_and_state_dict() -> None:
     assert torch.equal(other(x), y)
     with pytest.raises(ValueError, match=r"^x: expected last dimension 512"):
         ql(torch.randn(3, 256, device="cuda", dtype=dt))
+
+
+def test_from_checkpoint_is_the_same_layer() -> None:
+    """A layer built from quantize's checkpoint tensors (torch in, torch out on the GPU) equals from_linear's."""
+    import torch
+
+    import dqgen
+    from dqgen.nn import QuantLinear
+
+    linear, dt = _layer("gptq_int4_asym_act_order_fp16", seed=4)
+    ck = dqgen.quantize("gptq_int4_asym_act_order_fp16", linear.weight.detach().t())
+    assert all(t.device.type == "cuda" for t in ck.values()) and ck["g_idx"].dtype == torch.int32
+    a = QuantLinear.from_checkpoint("gptq_int4_asym_act_order_fp16", **ck, bias=linear.bias.detach())
+    b = QuantLinear.from_linear(linear, "gptq_int4_asym_act_order_fp16")
+    x = torch.randn(5, 512, device="cuda", dtype=dt)
+    assert torch.equal(a(x), b(x))
+    assert set(a.state_dict()) == {"qweight", "scales", "zeros", "g_idx", "bias"}
+    with pytest.raises(ValueError, match=r"^bias: expected shape \(256,\) torch.float16"):
+        QuantLinear.from_checkpoint("gptq_int4_asym_act_order_fp16", **ck, bias=linear.bias.detach().float())

@@ -418,6 +418,21 @@ def targets(doc: dict) -> list[str]:
                 f"- {spec}, M = 1: within 10% of int4's fraction of floor: {'met' if ok else 'MISSED'} "
                 f"(worst {a['K']}x{a['N']}: {a['pct_floor']:.1f}% vs {base} {b['pct_floor']:.1f}%)"
             )
+    pairs16 = [
+        (b, f)
+        for b in dq
+        if b["dtype"] == "bf16"
+        for f in dq
+        if f["dtype"] == "fp16"
+        and (f["K"], f["N"], f["M"]) == (b["K"], b["N"], b["M"])
+        and f["spec"].removesuffix("_fp16") == b["spec"].removesuffix("_bf16")
+    ]
+    if pairs16:
+        b, f = max(pairs16, key=lambda p: p[0]["us"] / p[1]["us"])
+        lines.append(
+            f"- bf16 at the speed of fp16 (item 1), worst case: {b['spec']} {b['K']}x{b['N']} M = {b['M']}: "
+            f"{b['us']:.1f} us vs {f['spec']} {f['us']:.1f} us ({b['us'] / f['us']:.2f}x)"
+        )
     return lines
 
 
