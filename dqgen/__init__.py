@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from .core.spec import Spec, SpecError, load_spec
 from .layout.packing import pack, pack_zeros, repack, unpack, unpack_zeros
+from .nn.quantize import quantize
 
 if TYPE_CHECKING:
     from .run.runtime import Kernel
@@ -22,6 +23,7 @@ __all__ = [
     "load_spec",
     "pack",
     "pack_zeros",
+    "quantize",
     "repack",
     "unpack",
     "unpack_zeros",

@@ -257,9 +257,16 @@ def bench(
     extras: bool = typer.Option(
         True, help="Also measure call overhead and compile times (first spec only; subprocesses)."
     ),
+    matmul: bool = typer.Option(
+        False, "--matmul", help="Time y = x @ dequant(W) (M = 1..16) against cuBLAS, dequant + cuBLAS and torch int4."
+    ),
+    m: str | None = typer.Option(None, "--m", help="With --matmul: comma-separated M values (default 1,2,4,8,16)."),
+    plot: str | None = typer.Option(
+        None, "--plot", help="Draw the matmul PNG from this JSON record (no GPU; needs matplotlib), then stop."
+    ),
 ) -> None:
     """Time SPEC's kernel on the GPU (one call after an L2 flush, median) against copy bandwidth, its
-    default launch, torch eager, a static_cast CUDA kernel and Triton."""
+    default launch, torch eager, a static_cast CUDA kernel and Triton; or, with --matmul, the fused matmul."""
     from .check.reference import example_group_size
     from .run import device as dev
     from .tools.bench import (
@@ -280,6 +287,9 @@ def bench(
             read_sections(Path(docs))  # a report the bench could not rewrite is refused before it measures
         except (ValueError, OSError, UnicodeDecodeError) as e:
             _fail(f"--docs: {e}")
+    if plot is not None or matmul or m is not None:
+        _bench_matmul(specs, gru, shapes, impls, as_json, docs, record, matmul, m, plot)
+        return
     if gru:
         if not dev.gpu_available():
             _fail("dqgen bench --gru needs an NVIDIA GPU (none found)")
@@ -354,6 +364,79 @@ def bench(
         )
     Console(width=140).print(t)
     if any(r.equal is False for r in rows):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _bench_matmul(
+    specs: list[str] | None,
+    gru: bool,
+    shapes: str | None,
+    impls: str | None,
+    as_json: bool,
+    docs: str | None,
+    record: str | None,
+    matmul: bool,
+    m: str | None,
+    plot: str | None,
+) -> None:
+    """``dqgen bench --matmul`` and ``--plot`` (dqgen.tools.bench_matmul): every flag checked before the GPU."""
+    from .run import device as dev
+    from .tools import bench_matmul as bm
+
+    if plot is not None:
+        if matmul or gru or specs or m is not None:
+            _fail("--plot: draws the PNG from a JSON record alone; give no specs, --matmul, --m or --gru with it")
+        try:
+            doc = bm.load_document(Path(plot))
+        except ValueError as e:
+            _fail(f"--plot: {e}")
+        if not bm.plot_available():
+            _fail("--plot needs matplotlib (pip install matplotlib)")
+        png = Path(plot).with_suffix(".png")
+        bm.plot(doc, png)
+        typer.echo(f"wrote {png}")
+        return
+    if not matmul:
+        _fail("[--m] applies to --matmul only")
+    if gru:
+        _fail("--matmul and --gru are separate benches; give one of them")
+    try:
+        ms = bm.parse_ms(m) if m is not None else list(bm.DEFAULT_MS)
+        wanted = bm.parse_impls(impls) if impls else None
+    except ValueError as e:
+        _fail(str(e))
+    kn = list(bm.DEFAULT_SHAPES)
+    if shapes:
+        parsed = _parse_shapes(shapes)
+        if any(g is not None for _, _, g in parsed):
+            _fail("[--shapes] with --matmul takes KxN only: the group size is the spec's (128 for 'auto')")
+        kn = [(K, N) for K, N, _ in parsed]
+    loaded = [_load(s) for s in (specs or bm.DEFAULT_SPECS)]
+    if not dev.gpu_available():
+        _fail("dqgen bench --matmul needs an NVIDIA GPU (none found)")
+    import torch
+
+    from .run.timing import method
+    from .tools.bench import copy_bandwidth
+
+    log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
+    copy = copy_bandwidth()
+    rows = bm.bench_matmul(loaded, kn, ms, copy, impls=wanted, log=log)
+    doc = bm.matmul_document(torch.cuda.get_device_name(0), copy, rows, method())
+    record_path = Path(record) if record else (Path(docs).parent if docs else Path("docs")) / "bench" / "matmul.json"
+    bm.write_json(record_path, doc)
+    if docs:
+        bm.write_markdown(Path(docs), doc)
+    png = record_path.with_suffix(".png")
+    if bm.plot_available():
+        bm.plot(doc, png)
+    else:
+        typer.echo(f"matplotlib is not installed here: draw {png} with `dqgen bench --plot {record_path}`", err=True)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        typer.echo(bm.markdown_section(doc))
+    if any(r.rel_err > bm.TOLERANCE[r.dtype] for r in rows):
         raise typer.Exit(EXIT_FAILED)
 
 

@@ -34,7 +34,11 @@ def read_sections(path: Path) -> dict[str, str]:
     return sections
 
 
-def write_section(path: Path, name: str, body: str, order: tuple[str, ...] = ("dequant", "gru", "notes")) -> None:
+#: The order sections appear in, whichever bench wrote last.
+SECTION_ORDER = ("dequant", "matmul", "gru", "notes")
+
+
+def write_section(path: Path, name: str, body: str, order: tuple[str, ...] = SECTION_ORDER) -> None:
     """Replace section ``name`` of ``path`` with ``body`` (added, in ``order``, if it is not there yet). A file
     without any section markers is a report of the older single-writer kind: it is replaced whole."""
     if not re.fullmatch(r"[a-z0-9_]+", name):
