@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..core.files import write_whole
+from ..core.formats import numpy_dtype
 from ..core.spec import Spec
 from ..emit.nvrtc import default_cache_dir
 from ..emit.render import Variant, kernel_name, variants
 from . import device as dev
+from .inputs import host_inputs
 from .timing import (
     CUT_SLOWER,
     PROBE_CALLS,
@@ -95,19 +97,17 @@ class TuningStopped(Exception):
 
 
 class _Problem:
-    """One TUNE_SHAPES problem on the GPU: the GPU check's seeded inputs (dqgen.run.gpucheck), uploaded once
-    through dqgen.run.device, an output buffer, and one prepared launch per variant (its checks done once)."""
+    """One TUNE_SHAPES problem on the GPU: the bench's input distributions (dqgen.run.inputs) drawn on the host and
+    uploaded once through dqgen.run.device, an output buffer, and one prepared launch per variant (its checks done
+    once)."""
 
     def __init__(self, kernel: Kernel, K: int, N: int, ordinal: int) -> None:
-        from .gpucheck import check_inputs
-        from .runtime import target_dtype
-
         self.kernel = kernel
         self._launches: dict[Variant, Callable[[], None]] = {}
         self._keep: list[dev.DeviceBuffer] = []
-        host = check_inputs(kernel.spec, K, N, seed=0)  # one set: the flush makes every call cold
+        host = host_inputs(kernel.spec, K, N, seed=0)  # one set: the flush makes every call cold
         q, s, z, gi, gsc = (None if a is None else self._upload(a, ordinal) for a in host)
-        tdt = target_dtype(kernel.spec)
+        tdt = numpy_dtype(kernel.spec.target_type)
         out = dev.DeviceBuffer(K * N * tdt.itemsize, ordinal)
         self._keep.append(out)
         self._args = (q, s, z)
