@@ -279,3 +279,27 @@ def test_the_tuners_host_inputs_pass_the_kernels_checks(name: str) -> None:
         assert np.abs(scales).max() <= bound and (scales < 0).any() and (scales > 0).any()
     if gi is not None:
         assert np.array_equal(np.bincount(host[3]), np.full(prob.groups, K // prob.groups))
+
+
+def test_an_out_folder_that_cannot_be_written_fails_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files are written after the proof; a bad --out is still refused first: nothing proved, compiled or run."""
+    import dqgen.emit.pipeline as pipeline
+    import dqgen.run.refworker as refworker
+    from dqgen.tools.build import build_spec
+
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    clock = install_fake_gpu(monkeypatch.setattr)
+
+    def must_not_run(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the build ran before refusing its --out")
+
+    monkeypatch.setattr(pipeline, "prove", must_not_run)
+    monkeypatch.setattr(refworker.ReferenceJob, "__init__", must_not_run)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(NotADirectoryError) as err:
+        build_spec(load_spec(SPEC), "sm_90", afile / "out", words=1000, gpu=True)
+    assert err.value.filename == str(afile) and err.value.strerror
+    assert clock.launches == {} and not (tmp_path / "cache").exists()

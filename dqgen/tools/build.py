@@ -13,6 +13,7 @@ The heavier modules (NVRTC and driver bindings, the solver, the templates) are i
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import threading
@@ -82,9 +83,22 @@ REFERENCE_OVERLAP = (
 
 
 def _gpu_device_node() -> bool:
-    """Whether an NVIDIA driver's device node exists: the chance of a GPU, on which the reference worker starts
-    before cuInit (a few tenths of a second) answers; the worker is stopped if cuInit then finds none."""
-    return os.path.exists("/dev/nvidiactl")
+    """Whether an NVIDIA driver's device node exists (and CUDA_VISIBLE_DEVICES does not hide every GPU): the chance
+    of a GPU, on which the reference worker starts before cuInit (a few tenths of a second) answers; the worker is
+    stopped if cuInit then finds none."""
+    return os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Raise the OSError that writing into ``out_dir`` would raise, before anything runs: the files are written
+    only after the proof has passed, and a bad --out must not cost a build first."""
+    probe = out_dir
+    while not probe.exists() and probe != probe.parent:  # made at the end, under its nearest existing ancestor
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(probe))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(probe))
 
 
 def _start_reference(spec: Spec) -> tuple[ReferenceJob | None, list[str] | None, list[Problem]]:
@@ -115,6 +129,7 @@ def build_spec(
         raise ValueError(f"[--arch] got {shown(arch)}; {problem}")
     if int(m.group(1)) < spec.sm:
         raise ValueError(f"[--arch] got {arch}; expected {spec.arch} or newer (the spec's arch field)")
+    check_out_dir(out_dir)
     report: dict = {"spec": spec.name, "arch": arch, "ok": True, "steps": {}, "seconds": {}}
     seconds = report["seconds"]
     t_start = time.perf_counter()
