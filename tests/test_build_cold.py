@@ -303,3 +303,26 @@ def test_an_out_folder_that_cannot_be_written_fails_before_anything_runs(
         build_spec(load_spec(SPEC), "sm_90", afile / "out", words=1000, gpu=True)
     assert err.value.filename == str(afile) and err.value.strerror
     assert clock.launches == {} and not (tmp_path / "cache").exists()
+
+
+def test_a_failed_gpu_check_saves_no_tuning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tuner ran beside the proof, but its choice is for a kernel that gave a wrong answer: not cached."""
+    import dqgen.run.gpucheck as gpucheck
+    from dqgen.tools.build import build_spec
+
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    install_fake_gpu(monkeypatch.setattr)
+    faithful = gpucheck.run_shape
+
+    def one_bit_off(kernel: Any, K: int, N: int, seed: int = 0, device: int = 0) -> gpucheck.GpuRun:
+        run = faithful(kernel, K, N, seed, device)
+        run.got.view(np.uint16)[0, 1] ^= 1
+        return run
+
+    monkeypatch.setattr(gpucheck, "run_shape", one_bit_off)
+    report = build_spec(load_spec(SPEC), "sm_90", tmp_path / "out", words=1000, gpu=True)
+    line = report["steps"]["gpu"]["line"]
+    assert not report["ok"] and "1024x4096: 1 mismatches, first mismatch at [0, 1]" in line
+    assert "tuned launch (small)" in line and not (tmp_path / "cache" / "tune").exists()
+    # the sources are written (the proof passed): what failed on the GPU can be read
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"{SPEC}.cu", f"{SPEC}.cuh", f"{SPEC}.sm_90.ptx"]
