@@ -121,7 +121,8 @@ def install_fake_gpu(setattr: Callable[[Any, str, Any], None], flush_sleep_s: fl
 
 
 #: Run in a fresh interpreter: a finder first on sys.meta_path records (and refuses) every import of torch or
-#: triton, importlib.util.find_spec's included; then `dqgen build --json` through the CLI on the fake GPU.
+#: triton, importlib.util.find_spec's included; then `dqgen build --json` through the CLI, on the fake GPU when
+#: the second argument is "fake".
 NO_TORCH_SCRIPT = """
 import json, sys
 attempts = []
@@ -134,11 +135,14 @@ class RefuseTorch:
         return None
 
 sys.meta_path.insert(0, RefuseTorch())
-from tests.test_build_cold import install_fake_gpu
 from dqgen.cli import main
 
-clock = install_fake_gpu(setattr)
-folder = sys.argv[1]
+folder, fake = sys.argv[1], sys.argv[2] == "fake"
+launches = {}
+if fake:
+    from tests.test_build_cold import install_fake_gpu
+
+    launches = install_fake_gpu(setattr).launches
 sys.argv = ["dqgen", "build", "awq_int4_fp16", "--json", "--words", "1000", "--out", folder + "/out"]
 try:
     main()
@@ -146,19 +150,19 @@ except SystemExit as e:
     code = e.code
 loaded = sorted(m for m in sys.modules if m.partition(".")[0] in ("torch", "triton"))
 with open(folder + "/imports.json", "w") as f:
-    json.dump({"code": code, "attempts": attempts, "loaded": loaded, "launches": clock.launches}, f)
+    json.dump({"code": code, "attempts": attempts, "loaded": loaded, "launches": launches}, f)
 """
 
 
-def test_build_with_a_gpu_imports_neither_torch_nor_triton(tmp_path: Path) -> None:
+def _build_refusing_torch(tmp_path: Path, fake: bool) -> tuple[dict, dict]:
+    """The build's --json report and what the refusing finder saw."""
     env = dict(
         os.environ, DQGEN_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(p for p in sys.path if p)
     )
     script = tmp_path / "no_torch.py"
     script.write_text(NO_TORCH_SCRIPT)
-    res = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
+    argv = [sys.executable, str(script), str(tmp_path), "fake" if fake else "real"]
+    res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert (tmp_path / "imports.json").exists(), res.stderr[-3000:]
     seen = json.loads((tmp_path / "imports.json").read_text())
     assert seen["attempts"] == [] and seen["loaded"] == [], seen
@@ -166,6 +170,20 @@ def test_build_with_a_gpu_imports_neither_torch_nor_triton(tmp_path: Path) -> No
     report = json.loads(res.stdout)
     line = report["steps"]["gpu"]["line"]
     assert report["ok"] and line.count("bit-exact") == 3, line
+    return report, seen
+
+
+@pytest.mark.gpu
+def test_build_on_the_gpu_checks_and_tunes_without_torch_or_triton(tmp_path: Path) -> None:
+    report, _ = _build_refusing_torch(tmp_path, fake=False)
+    assert report["steps"]["gpu"]["line"].count("tuned launch (") == 2, report["steps"]["gpu"]
+    (saved,) = (tmp_path / "cache" / "tune").glob("*.json")
+    assert "driver-API CUDA events" in json.loads(saved.read_text())["method"]
+
+
+def test_build_with_a_gpu_imports_neither_torch_nor_triton(tmp_path: Path) -> None:
+    report, seen = _build_refusing_torch(tmp_path, fake=True)
+    line = report["steps"]["gpu"]["line"]
     # the tuner ran (every aligned variant launched: the unaligned ones serve unaligned tensors only) and kept the
     # variant that is 10% faster than the default
     from dqgen.emit.render import kernel_name, variants
