@@ -130,7 +130,7 @@ def test_gpu_build_json_times_every_step(tmp_path, monkeypatch: pytest.MonkeyPat
     report = json.loads(res.output)
     assert report["steps"]["gpu"]["ok"] and "bit-exact" in report["steps"]["gpu"]["line"]
     sec = report["seconds"]
-    main_path = ("start", "solve", "proof", "gpu_wait", "reference_wait", "compare", "render")
+    main_path = ("start", "solve", "proof", "gpu_wait", "reference_wait", "compare", "write")
     gpu_thread = ("compile", "gpu_check", "tune")
     assert set(main_path) | set(gpu_thread) | {"reference", "total"} == set(sec)
     assert set(report["overlapped"]) == {"compile", "gpu_check", "tune", "reference"}
@@ -187,7 +187,7 @@ def test_build_gpu_step_compares_with_the_worker(tmp_path, monkeypatch: pytest.M
     else:
         assert line.count("bit-exact") == len(build_shapes(load_spec("awq_int4_fp16")))
     sec = report["seconds"]
-    assert {"start", "solve", "proof", "gpu_wait", "reference_wait", "compare", "render"} < set(sec)
+    assert {"start", "solve", "proof", "gpu_wait", "reference_wait", "compare", "write"} < set(sec)
     assert {"compile", "gpu_check", "tune", "reference"} < set(sec)
     assert set(report["overlapped"]) == {"compile", "gpu_check", "tune", "reference"}
     assert 0 < sec["reference"] <= sec["total"]

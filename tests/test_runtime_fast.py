@@ -404,7 +404,7 @@ def test_build_json_has_seconds_per_step(tmp_path, monkeypatch: pytest.MonkeyPat
     assert res.exit_code == 0, res.output
     report = json.loads(res.output)
     sec = report["seconds"]
-    main_path = ("start", "solve", "proof", "gpu_wait", "render")
+    main_path = ("start", "solve", "proof", "gpu_wait", "write")
     assert set(main_path) | {"compile", "total"} == set(sec)
     assert all(sec[s] >= 0 for s in main_path) and sec["compile"] > 0
     # compile runs in a thread beside the proof: each keeps its own wall time, the main thread's steps (waiting for

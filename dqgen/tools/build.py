@@ -68,7 +68,8 @@ def source_paths(spec: Spec, out_dir: Path) -> tuple[Path, Path]:
 BUILD_WORDS = 1_000_000
 
 #: Steps that run beside others, and with what: `seconds` holds each step's own wall time. The main thread's steps
-#: (start, solve, proof, gpu_wait, reference_wait, compare, render) add up to `seconds.total`; these do not.
+#: (start, solve, proof, gpu_wait, reference_wait, compare, write) are laps of one clock that add up to
+#: `seconds.total`; these do not.
 OVERLAPPED = {"compile": "the GPU thread from the end of solve, beside the proof (NVRTC releases the GIL)"}
 GPU_OVERLAP = {
     "gpu_check": "the GPU thread after compile, beside the proof: the checked problems run on the GPU "
@@ -156,14 +157,27 @@ def build_spec(
         report["overlapped"] = dict(OVERLAPPED) | (GPU_OVERLAP if use_gpu else {})
         if reference is not None:
             report["overlapped"]["reference"] = REFERENCE_OVERLAP
-        seconds["start"] = round(time.perf_counter() - t_start, 4)  # GPU detection (cuInit), the worker's launch
-        _build_steps(spec, arch, out_dir, words, progress, report, use_gpu, reference, digests, problems)
+        laps = _Laps(seconds, t_start)
+        laps.lap("start")  # GPU detection (cuInit), the worker's launch
+        _build_steps(spec, arch, out_dir, words, progress, report, laps, use_gpu, reference, digests, problems)
     finally:
         if reference is not None:
             reference.close()
     seconds["total"] = round(time.perf_counter() - t_start, 4)
     report["ok"] = all(s["ok"] for s in report["steps"].values())
     return report
+
+
+class _Laps:
+    """The main thread's steps as consecutive laps of one clock, so that they add up to the build's wall time."""
+
+    def __init__(self, seconds: dict, start: float) -> None:
+        self.seconds, self.mark = seconds, start
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self.mark, 4)
+        self.mark = now
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -275,6 +289,7 @@ def _build_steps(
     words: int,
     progress: Callable[[int, int], None] | None,
     report: dict,
+    laps: _Laps,
     use_gpu: bool,
     reference: ReferenceJob | None,
     digests: list[str] | None,
@@ -286,7 +301,7 @@ def _build_steps(
     steps, seconds = report["steps"], report["seconds"]
     try:
         # solved and rendered once per process (dqgen.emit.pipeline); the proof comes below, beside the GPU thread
-        artifact, seconds["solve"] = _timed(lambda: compile_artifact(spec))
+        artifact = compile_artifact(spec)
     except NoPlanError as e:
         raise ValueError(str(e)) from None
     plan = artifact.plan
@@ -297,18 +312,21 @@ def _build_steps(
     report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
     report["files"] = []
     cu, _ = source_paths(spec, out_dir)
+    laps.lap("solve")
     stop = threading.Event()
     pool = ThreadPoolExecutor(max_workers=2)
     try:
         context = pool.submit(_make_context) if use_gpu else None
         gpu_job = pool.submit(_gpu_thread, artifact, arch, cu, problems, context, stop)
         # memoized on disk by the pipeline: a cached build does not prove again
-        proof, seconds["proof"] = _timed(lambda: compile_artifact(spec, proof_words=words, progress=progress).proof)
+        proof = compile_artifact(spec, proof_words=words, progress=progress).proof
+        laps.lap("proof")
         assert proof is not None
         steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
         if not proof.ok:
             stop.set()  # the tuner stops at its next timing; nothing below is written
-        done, seconds["gpu_wait"] = _timed(gpu_job.result)
+        done = gpu_job.result()
+        laps.lap("gpu_wait")
     finally:
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)  # all done, unless something raised: then do not wait
@@ -322,23 +340,23 @@ def _build_steps(
     elif done.kernel is None:
         steps["gpu"] = {"ok": True, "skipped": True, "line": "not run: NVRTC failed"}
     else:
-        steps["gpu"] = _check_step(done, seconds, reference, digests, problems)
+        steps["gpu"] = _check_step(done, seconds, laps, reference, digests, problems)
         if steps["gpu"]["ok"] and done.tuning is not None:
             from ..run.tune import save_tuning
 
             save_tuning(done.kernel, 0, done.tuning)
-    t0 = time.perf_counter()
     report["files"] = [str(p) for p in write_sources(artifact, out_dir)]
     if done.ptx is not None:
         ptx_path = out_dir / f"{spec.name}.{arch}.ptx"
         ptx_path.write_text(done.ptx)
         report["files"].append(str(ptx_path))
-    seconds["render"] = round(time.perf_counter() - t0, 4)
+    laps.lap("write")  # the tuning's cache file included
 
 
 def _check_step(
     done: _GpuThread,
     seconds: dict,
+    laps: _Laps,
     reference: ReferenceJob | None,
     digests: list[str] | None,
     problems: list[Problem],
@@ -354,18 +372,16 @@ def _check_step(
     arch = dev.device_arch(0)
     assert reference is None or reference.problems == problems, "the reference worker was given other problems"
     wants: list[Any] = [None] * len(done.runs)
-    t0 = time.perf_counter()
     if reference is not None:
         try:
             wants = reference.result()
         except ReferenceWorkerError as e:
             return {"ok": False, "skipped": False, "line": f"{arch}: {e}"}
         finally:
-            seconds["reference_wait"] = round(time.perf_counter() - t0, 4)
+            laps.lap("reference_wait")
             if reference.seconds is not None:
                 seconds["reference"] = round(reference.seconds, 4)
         remember_digests(spec, problems, wants)
-    t1 = time.perf_counter()
     results = []
     remembered: list[str | None] = list(digests) if digests else [None] * len(done.runs)
     for r, w, d in zip(done.runs, wants, remembered, strict=True):
@@ -373,7 +389,7 @@ def _check_step(
             results.append(CheckResult(r.K, r.N, True, 0, r.seconds))
         else:  # no remembered digest, or a differing one: the reference itself names the first mismatch
             results.append(compare(done.kernel, r, w))
-    seconds["compare"] = round(time.perf_counter() - t1, 4)
+    laps.lap("compare")  # storing the reference's digests included
     lines = [f"{r.K}x{r.N}: {'bit-exact' if r.ok else f'{r.mismatches} mismatches, {r.detail}'}" for r in results]
     return {
         "ok": all(r.ok for r in results),
