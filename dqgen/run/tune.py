@@ -120,7 +120,7 @@ class _Problem:
 
     def launch(self, v: Variant) -> Callable[[], None]:
         if v not in self._launches:
-            # g_idx (act-order) is the check's valid one: copied to the host and checked for the first variant only
+            # act-order: host_inputs' g_idx is one tensor, so the launch's host-side check of it is done once
             launch = self.kernel.prepare(*self._args, **self._kwargs, variant=v, check_g_idx=not self._launches)
             self._launches[v] = lambda: launch(0)  # the legacy default stream, where driver_backend records
         return self._launches[v]
