@@ -4,12 +4,13 @@ keep rule, the bench JSON record and report. The GPU side runs in the quick tier
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from dqgen.core.spec import load_spec
-from dqgen.run.timing import EventBackend, keep_tuned, median_single_call_us
+from dqgen.run.timing import EventBackend, Timed, do_bench_us, keep_tuned, method
 from dqgen.tools.baselines import field_shifts
 from dqgen.tools.bench import (
     JSON_ROW_KEYS,
@@ -25,13 +26,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class FakeGPU:
-    """A device clock: a flush costs 1 ms and leaves L2 cold; a call costs its next listed time, plus
-    0.5 ms when L2 is still warm from the previous call (so an unflushed call would be timed wrong)."""
+    """A device clock: a flush costs 1 ms and leaves L2 cold; call i costs ``cost(i)`` ms, plus 0.5 ms when L2 is
+    still warm from the previous call (so an unflushed call would be timed wrong)."""
 
-    def __init__(self, costs_ms: list[float]) -> None:
-        self.costs = list(costs_ms)
+    def __init__(self, cost: Callable[[int], float]) -> None:
+        self.cost = cost
         self.now = 0.0
         self.cold = False
+        self.calls = 0
         self.log: list[str] = []
 
     def backend(self) -> EventBackend:
@@ -47,24 +49,94 @@ class FakeGPU:
         return EventBackend(flush, record, lambda a, b: b - a, lambda: self.log.append("sync"))
 
     def call(self) -> None:
-        self.now += self.costs.pop(0) + (0.0 if self.cold else 0.5)
+        self.now += self.cost(self.calls) + (0.0 if self.cold else 0.5)
+        self.calls += 1
         self.cold = False
         self.log.append("call")
 
 
-def test_single_call_is_flushed_timed_alone_and_median():
-    gpu = FakeGPU([9.0, 9.0, 0.010, 0.012, 0.011, 5.0, 0.013])  # two warm-ups, then an outlier among five
-    us = median_single_call_us(gpu.call, gpu.backend(), warmup=2, calls=5)
-    assert us == pytest.approx(12.0)  # the median of 10, 12, 11, 5000, 13 us; no flush time, no warm-up
-    timed = gpu.log[gpu.log.index("sync") + 1 :]
-    assert timed[:4] == ["flush", "event", "call", "event"] and timed.count("flush") == 5
-    assert timed[-1] == "sync" and not gpu.costs
+def test_do_bench_procedure_flushes_times_each_call_alone_and_takes_the_median():
+    # call 0 (first touch) is slow; call 10 (a timed one) is an outlier; the others take 10 us
+    gpu = FakeGPU(lambda i: {0: 9.0, 10: 5.0}.get(i, 0.010))
+    timed = do_bench_us(gpu.call, gpu.backend(), warmup_ms=3.0, rep_ms=15.0)
+    # the estimate: 5 flushed calls of 1.010 ms each -> 2 warm-up calls (3 ms), 14 timed calls (15 ms)
+    assert timed == Timed(us=pytest.approx(10.0), calls=14, cut=False)
+    assert gpu.log[:3] == ["call", "sync", "event"] and gpu.log[3:14] == ["flush", "call"] * 5 + ["event"]
+    assert gpu.log[14:17] == ["sync", "call", "call"]  # warm-up: unflushed, untimed
+    rest = gpu.log[17:]
+    assert rest == ["flush", "event", "call", "event"] * 14 + ["sync"] and gpu.calls == 1 + 5 + 2 + 14
 
 
-def test_single_call_needs_a_timed_call():
-    gpu = FakeGPU([])
-    with pytest.raises(ValueError, match="calls: expected at least 1"):
-        median_single_call_us(gpu.call, gpu.backend(), warmup=0, calls=0)
+def test_do_bench_times_at_least_one_call():
+    gpu = FakeGPU(lambda i: 50.0)  # a call longer than both budgets
+    assert do_bench_us(gpu.call, gpu.backend(), warmup_ms=3.0, rep_ms=15.0) == Timed(50_000.0, 1)
+
+
+def test_a_variant_far_slower_than_the_bound_stops_after_the_probe():
+    slow = FakeGPU(lambda i: 0.2)  # 200 us; bound 150 us
+    timed = do_bench_us(slow.call, slow.backend(), 3.0, 15.0, cut_above_us=150.0, probe_calls=4)
+    assert timed == Timed(pytest.approx(200.0), 4, cut=True)
+    # the full run would have timed int(15 / 1.2) = 12 calls after int(3 / 1.2) = 2 warm-ups
+    assert slow.calls == 1 + 5 + 2 + 4
+    near = FakeGPU(lambda i: 0.14)  # under the bound: timed in full, the probe's calls counted in the median
+    timed = do_bench_us(near.call, near.backend(), 3.0, 15.0, cut_above_us=150.0, probe_calls=4)
+    assert timed == Timed(pytest.approx(140.0), int(15.0 / 1.14), cut=False)
+    assert near.log[-1] == "sync" and near.log.count("sync") == 4  # first call, estimate, probe, rest
+
+
+def _jitter(base_ms: float) -> Callable[[int], float]:
+    """A call time with a repeating +-3% spread, as flushed calls have."""
+    return lambda i: base_ms * (1.0 + 0.03 * ((i * 7) % 5 - 2) / 2)
+
+
+def test_the_early_cut_spends_fewer_calls_and_never_changes_the_choice():
+    """The tuner's screen with the cut and without it, on the same fake variants: the same variant is kept (or the
+    default), and the variants that are 15% or more slower than the default stop after the probe."""
+    from dqgen.run.tune import screen
+
+    cases = [
+        {"d": 0.100, "a": 0.097, "b": 0.115, "c": 0.160, "e": 0.250},  # a is 3% faster: kept
+        {"d": 0.100, "a": 0.099, "b": 0.130, "c": 0.300},  # no clear win: the default stays
+        {"d": 0.100, "a": 0.090, "b": 0.085, "c": 0.200},  # the fastest of two winners
+    ]
+    for cost in cases:
+        spent: dict[str, dict[str, int]] = {"cut": {}, "full": {}}
+
+        def timer(mode: str, cost: dict[str, float] = cost, spent: dict = spent) -> Callable:
+            def time(name: str, bound: float | None) -> Timed:
+                gpu = FakeGPU(_jitter(cost[name]))
+                timed = do_bench_us(gpu.call, gpu.backend(), 3.0, 15.0, bound if mode == "cut" else None)
+                spent[mode][name] = gpu.calls
+                return timed
+
+            return time
+
+        with_cut = screen("d", timer("cut"), list(cost))
+        full = screen("d", timer("full"), list(cost))
+        choose = {
+            mode: keep_tuned("d", {n: t.us for n, t in r.items()}) for mode, r in (("cut", with_cut), ("full", full))
+        }
+        assert choose["cut"] == choose["full"], cost
+        slow = {n for n, ms in cost.items() if ms >= 1.15 * cost["d"]}
+        assert {n for n, t in with_cut.items() if t.cut} == slow
+        assert all(spent["cut"][n] < spent["full"][n] for n in slow)
+        assert all(spent["cut"][n] == spent["full"][n] for n in cost if n not in slow)
+    assert choose == {"cut": "b", "full": "b"}
+
+
+def test_method_names_the_events_it_times_with(monkeypatch: pytest.MonkeyPatch):
+    import importlib.util
+
+    from dqgen.run import timing
+
+    assert "driver-API CUDA events" in method("driver") and "L2 flush" in method("driver")
+    assert "torch CUDA events" in method("torch") and method("triton").startswith("triton.testing.do_bench")
+    with pytest.raises(ValueError, match="events: expected"):
+        method("cupy")
+    # without importing them: neither installed -> driver; torch only -> torch; triton -> do_bench itself
+    for installed, events in (((), "driver"), (("torch",), "torch"), (("torch", "triton"), "triton")):
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, installed=installed: name in installed or None)
+        assert timing.events_here() == events and method() == method(events)
 
 
 def test_keep_tuned_keeps_the_default_unless_clearly_faster():

@@ -1,19 +1,24 @@
-"""Run a compiled kernel on the GPU and compare it bit for bit with the numba reference."""
+"""Run a compiled kernel on the GPU and compare it bit for bit with the numba reference.
+
+The reference (numba), the runtime and the driver bindings are imported where they are used: `dqgen build` reads
+``build_shapes`` before it starts the reference worker, and the worker reads ``check_inputs``; neither needs them.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
 
-from ..check.reference import dequantize_reference, random_global_scale, random_inputs
 from ..core.spec import Spec
 from ..layout.layout import Layout
-from . import device as dev
-from .runtime import Kernel, target_dtype
+
+if TYPE_CHECKING:
+    from . import device as dev
+    from .runtime import Kernel
 
 
 #: Shapes (K, N) that `dqgen build` checks on a GPU: a square one and the smallest legal one.
@@ -69,6 +74,8 @@ class CheckResult:
 
 
 def _on_device(a: np.ndarray | None, keep: list[dev.DeviceBuffer], device: int) -> dev.DeviceArray | None:
+    from . import device as dev
+
     if a is None:
         return None
     buf = dev.DeviceBuffer.from_host(a, device)
@@ -81,6 +88,8 @@ def check_inputs(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """The seeded inputs ``(qweight, scales, zeros, g_idx, global_scale)`` of one checked problem: the GPU check
     and the reference worker (dqgen.refworker) each make them from the seed alone."""
+    from ..check.reference import random_global_scale, random_inputs
+
     return (*random_inputs(spec, K, N, seed), random_global_scale(spec, seed))
 
 
@@ -99,6 +108,9 @@ class GpuRun:
 def run_shape(kernel: Kernel, K: int, N: int, seed: int = 0, device: int = 0) -> GpuRun:
     """Run one seeded problem on GPU ``device``. Memory comes from the driver API (cuMemAlloc), so `dqgen build`
     checks a kernel without torch or cupy installed."""
+    from . import device as dev
+    from .runtime import target_dtype
+
     t0 = time.perf_counter()
     inputs = check_inputs(kernel.spec, K, N, seed)
     keep: list[dev.DeviceBuffer] = []
@@ -116,6 +128,8 @@ def compare(kernel: Kernel, run: GpuRun, want: np.ndarray | None = None) -> Chec
     when it was computed elsewhere (the build's worker), else it is computed here from the run's inputs."""
     t0 = time.perf_counter()
     if want is None:
+        from ..check.reference import dequantize_reference
+
         q, s, z, gi, gsc = run.inputs
         assert q is not None and s is not None
         want = dequantize_reference(kernel.spec, q, s, z, gi, global_scale=gsc)

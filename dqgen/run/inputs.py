@@ -1,11 +1,15 @@
-"""Random device inputs for timing a kernel (tune and the bench share them): full-range packed words,
-scales of ordinary size, zeros, act-order g_idx and the NVFP4 global scale, drawn on the GPU from a seed."""
+"""Random inputs for timing a kernel (tune and the bench share them): full-range packed words, scales of
+ordinary size, zeros, act-order g_idx and the NVFP4 global scale, from a seed. The bench draws them on the GPU with
+torch (make_inputs); the tuner draws the same distributions on the host with numpy (host_inputs) and uploads them
+once through dqgen.run.device, so `dqgen build` tunes without torch."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..core.formats import torch_dtype
+import numpy as np
+
+from ..core.formats import numpy_dtype, torch_dtype
 from ..core.spec import Spec
 from ..layout.layout import Layout
 
@@ -66,3 +70,31 @@ def make_g_idx(spec: Spec, K: int, seed: int) -> Any:
 
     ids = torch.arange(K, device="cuda", dtype=torch.int32) // example_group_size(spec, K)
     return ids[torch.randperm(K, device="cuda", generator=g)].contiguous()
+
+
+def host_inputs(
+    spec: Spec, K: int, N: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """make_inputs' distributions drawn with numpy: ``(qweight, scales, zeros, g_idx, global_scale)`` as host
+    arrays (zeros, g_idx and global_scale None where the spec has none)."""
+    from ..check.reference import example_group_size, random_global_scale
+
+    rng = np.random.default_rng(seed)
+    gs = example_group_size(spec, K)  # group_size auto: the usual 128 where it divides K
+    G = K // gs if gs > 0 else 1
+    shapes = Layout.of(spec).shapes(K, N, G)
+    q = rng.integers(-(2**31), 2**31, size=shapes["qweight"], dtype=np.int32)
+    tdt = numpy_dtype(spec.target_type)
+    if spec.scales.block:
+        assert spec.scales.dtype is not None, "ScaleSpec.block is true only when a block-scale dtype is set"
+        lo, hi = _BLOCK_SCALE_CODES[spec.scales.dtype.value]
+        s = rng.integers(lo, hi, size=(G, N), dtype=np.uint8)
+    else:
+        s = ((rng.random((G, N), dtype=np.float32) * 2 - 1) * 0.05).astype(tdt)
+    z: np.ndarray | None = None
+    if spec.zeros.packed:
+        z = rng.integers(-(2**31), 2**31, size=shapes["zeros"], dtype=np.int32)
+    elif spec.zeros.dense:
+        z = (rng.random((G, N), dtype=np.float32) * (1 << spec.source.bits)).astype(tdt)
+    g_idx = (np.arange(K, dtype=np.int32) // gs)[rng.permutation(K)] if spec.act_order else None
+    return q, s, z, g_idx, random_global_scale(spec, seed)

@@ -2,8 +2,9 @@
 
 The primary figure is one call as it happens in a model: the L2 cache flushed first (a buffer larger
 than L2 written), CUDA events around the one call, the median of many such calls. This is what
-``triton.testing.do_bench`` does, and it is used when triton is importable; otherwise the same method
-runs by hand, with torch's events when torch is present and the driver API's events when it is not.
+``triton.testing.do_bench`` does, and the bench uses it where triton is importable; :func:`do_bench_us` runs the
+same procedure (its estimate, warm-up and time budgets) on any :class:`EventBackend`: torch's events, or the driver
+API's (:func:`driver_backend`), which the tuner uses so that `dqgen build` imports neither torch nor triton.
 
 Back-to-back CUDA-graph replay (:func:`graph_us`) overlaps one call's tail with the next call's start,
 which a dequantize-then-matmul never has; it is only reported as a labelled second column.
@@ -11,12 +12,14 @@ which a dequantize-then-matmul never has; it is only reported as a labelled seco
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-#: Bytes written to evict L2 before each timed call: larger than any current GPU's L2 (H100: 50 MB).
+#: Bytes written to evict L2 before each timed call: larger than any current GPU's L2 (H100: 50 MB), and the size
+#: of do_bench's own flush buffer.
 FLUSH_BYTES = 256 << 20
 #: do_bench's budgets in milliseconds: warm-up, then timed calls (each after a flush).
 WARMUP_MS = 10.0
@@ -25,9 +28,12 @@ REP_MS = 40.0
 #: calls at 8192 x 28672 (about 0.3 ms each with the flush), enough for a median against a 2% keep margin.
 TUNE_WARMUP_MS = 3.0
 TUNE_REP_MS = 15.0
-#: The by-hand method's call counts (it cannot size itself by time before the first measurement).
-WARMUP_CALLS = 5
-TIMED_CALLS = 100
+#: Flushed calls of do_bench's runtime estimate (the number do_bench uses).
+ESTIMATE_CALLS = 5
+#: A tuner candidate is timed this many flushed calls first; if their median is CUT_SLOWER slower than the
+#: default's, the rest of its budget is not spent: it cannot come within the 2% keep margin of a win.
+PROBE_CALLS = 10
+CUT_SLOWER = 0.10
 #: A tuned variant must beat the default by this fraction of the default's time to be kept.
 KEEP_MARGIN = 0.02
 
@@ -35,31 +41,70 @@ KEEP_MARGIN = 0.02
 @dataclass(frozen=True)
 class EventBackend:
     """What the by-hand method needs from a GPU runtime: evict L2, record an event on the current
-    stream, read the milliseconds between two recorded events, wait for the device."""
+    stream, read the milliseconds between two recorded events, wait for the device; ``close`` frees
+    what the backend allocated (the flush buffer)."""
 
     flush: Callable[[], None]
     record: Callable[[], Any]
     elapsed_ms: Callable[[Any, Any], float]
     synchronize: Callable[[], None]
+    close: Callable[[], None] = lambda: None
 
 
-def median_single_call_us(
-    fn: Callable[[], Any], backend: EventBackend, warmup: int = WARMUP_CALLS, calls: int = TIMED_CALLS
-) -> float:
-    """Median microseconds of ``fn``, each call alone after an L2 flush, events around the call only."""
-    if calls < 1:
-        raise ValueError(f"calls: expected at least 1 timed call, got {calls}")
-    for _ in range(warmup):  # module loads, JIT, allocator: out of the numbers
-        fn()
-    backend.synchronize()
+@dataclass(frozen=True)
+class Timed:
+    """One :func:`do_bench_us` measurement."""
+
+    us: float  # median microseconds of the timed calls
+    calls: int  # flushed calls timed (the estimate's and the warm-up's not counted)
+    cut: bool = False  # stopped after PROBE_CALLS: already slower than ``cut_above_us``
+
+
+def _flushed_calls(fn: Callable[[], Any], backend: EventBackend, n: int) -> list[float]:
+    """``n`` calls, each alone after an L2 flush with events around the call only: their milliseconds."""
     pairs = []
-    for _ in range(calls):
+    for _ in range(n):
         backend.flush()
         start = backend.record()
         fn()
         pairs.append((start, backend.record()))
     backend.synchronize()
-    return 1000.0 * statistics.median(backend.elapsed_ms(a, b) for a, b in pairs)
+    return [backend.elapsed_ms(a, b) for a, b in pairs]
+
+
+def do_bench_us(
+    fn: Callable[[], Any],
+    backend: EventBackend,
+    warmup_ms: float = WARMUP_MS,
+    rep_ms: float = REP_MS,
+    cut_above_us: float | None = None,
+    probe_calls: int = PROBE_CALLS,
+) -> Timed:
+    """triton.testing.do_bench's procedure on ``backend``'s events: one call, then ESTIMATE_CALLS flushed calls
+    estimate a call's time; calls fitting ``warmup_ms`` run unflushed and untimed; calls fitting ``rep_ms`` are
+    timed one by one after an L2 flush; the median. With ``cut_above_us``, the first ``probe_calls`` timed calls
+    decide whether the rest are worth it: if their median is above it, the result is theirs, marked ``cut``."""
+    fn()  # module loads, first-touch of the buffers: out of the estimate
+    backend.synchronize()
+    start = backend.record()
+    for _ in range(ESTIMATE_CALLS):
+        backend.flush()
+        fn()
+    end = backend.record()
+    backend.synchronize()
+    estimate_ms = max(backend.elapsed_ms(start, end) / ESTIMATE_CALLS, 1e-6)
+    n_warmup = max(1, int(warmup_ms / estimate_ms))
+    n_repeat = max(1, int(rep_ms / estimate_ms))
+    for _ in range(n_warmup):
+        fn()
+    first = n_repeat if cut_above_us is None else min(max(probe_calls, 1), n_repeat)
+    times = _flushed_calls(fn, backend, first)
+    if cut_above_us is not None and first < n_repeat:
+        probe_us = 1000.0 * statistics.median(times)
+        if probe_us > cut_above_us:
+            return Timed(probe_us, len(times), cut=True)
+        times += _flushed_calls(fn, backend, n_repeat - first)
+    return Timed(1000.0 * statistics.median(times), len(times))
 
 
 def torch_backend() -> EventBackend:
@@ -81,16 +126,16 @@ def torch_backend() -> EventBackend:
 
 
 def driver_backend(ordinal: int = 0, stream: int = 0) -> EventBackend:
-    """The same method through the CUDA driver API, for machines without torch."""
+    """The same method through the CUDA driver API (no torch): the flush buffer from dqgen.run.device, flushed
+    with cuMemsetD32Async, events recorded on ``stream``. ``close()`` frees the buffer."""
     from cuda.bindings import driver
 
     from . import device as dev
 
-    dev.primary_context(ordinal)
-    flush_ptr = dev._check(driver.cuMemAlloc(FLUSH_BYTES), "cuMemAlloc(L2 flush buffer)")
+    flush_buf = dev.DeviceBuffer(FLUSH_BYTES, ordinal)
 
     def flush() -> None:
-        dev._check(driver.cuMemsetD32Async(flush_ptr, 0, FLUSH_BYTES // 4, stream), "cuMemsetD32Async")
+        dev._check(driver.cuMemsetD32Async(flush_buf.ptr, 0, FLUSH_BYTES // 4, stream), "cuMemsetD32Async")
 
     def record() -> Any:
         e = dev._check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
@@ -108,39 +153,48 @@ def driver_backend(ordinal: int = 0, stream: int = 0) -> EventBackend:
         record=record,
         elapsed_ms=elapsed,
         synchronize=lambda: dev._check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize"),
+        close=flush_buf.close,
     )
 
 
-def method() -> str:
-    """The method :func:`single_call_us` uses on this machine, in words (for reports)."""
-    try:
-        import triton  # noqa: F401
+_FLUSHED = "one call after an L2 flush (256 MB written), CUDA events around it, median"
 
-        return "triton.testing.do_bench: one call after an L2 flush (256 MB written), CUDA events, median"
-    except ImportError:
-        pass
-    try:
-        import torch  # noqa: F401
 
-        return "one call after an L2 flush (256 MB written), torch CUDA events, median of 100"
-    except ImportError:
-        return "one call after an L2 flush (256 MB written), driver-API CUDA events, median of 100"
+def events_here() -> str:
+    """What :func:`single_call_us` times with on this machine: "triton" (do_bench itself) where triton is
+    installed, else "torch" (its events), else "driver" (the driver API's). Looks, without importing either."""
+    for name in ("triton", "torch"):
+        if importlib.util.find_spec(name) is not None:
+            return name
+    return "driver"
+
+
+def method(events: str | None = None) -> str:
+    """The timing method in words (for reports): that of :func:`single_call_us` on this machine when ``events`` is
+    None, else that of :func:`do_bench_us` on "torch" or "driver" events (the tuner: "driver")."""
+    events = events or events_here()
+    if events == "triton":
+        return f"triton.testing.do_bench: {_FLUSHED}"
+    if events == "torch":
+        return f"do_bench's procedure with torch CUDA events: {_FLUSHED}"
+    if events == "driver":
+        return f"do_bench's procedure with driver-API CUDA events (cuMemsetD32Async flush): {_FLUSHED}"
+    raise ValueError(f"events: expected 'triton', 'torch' or 'driver', got {events!r}")
 
 
 def single_call_us(fn: Callable[[], Any], warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS) -> float:
     """Median microseconds of one call of ``fn`` after an L2 flush, on the current stream (``warmup_ms`` /
     ``rep_ms``: do_bench's time budgets)."""
-    try:
+    events = events_here()
+    if events == "triton":
         from triton.testing import do_bench
-    except ImportError:
-        do_bench = None
-    if do_bench is not None:
+
         return 1000.0 * float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    backend = torch_backend() if events == "torch" else driver_backend()
     try:
-        backend = torch_backend()
-    except ImportError:
-        backend = driver_backend()
-    return median_single_call_us(fn, backend)
+        return do_bench_us(fn, backend, warmup_ms, rep_ms).us
+    finally:
+        backend.close()
 
 
 def graph_us(fn: Callable[[int], Any], nsets: int, reps: int = 20, calls: int = 20) -> float:

@@ -1,21 +1,39 @@
 """Launch-parameter tuning: time every aligned kernel variant once per GPU and kernel source the way
 one call happens in a model (dqgen.run.timing), keep one only where it clearly beats the default launch
-rule, and cache the choice next to the compiled kernels, so `dqgen build` on a new GPU tunes once."""
+rule, and cache the choice next to the compiled kernels, so `dqgen build` on a new GPU tunes once.
+
+Everything here goes through the CUDA driver API (dqgen.run.device memory, driver events): `dqgen build` tunes
+without torch or triton, which take seconds to import on a fresh machine."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..core.files import write_whole
-from ..core.formats import torch_dtype
+from ..core.formats import numpy_dtype
 from ..core.spec import Spec
 from ..emit.nvrtc import default_cache_dir
 from ..emit.render import Variant, kernel_name, variants
 from . import device as dev
-from .inputs import make_g_idx, make_global_scale, make_inputs
-from .timing import TUNE_REP_MS, TUNE_WARMUP_MS, confirm_tuned, keep_tuned, method, single_call_us
+from .inputs import host_inputs
+from .timing import (
+    CUT_SLOWER,
+    PROBE_CALLS,
+    TUNE_REP_MS,
+    TUNE_WARMUP_MS,
+    EventBackend,
+    Timed,
+    confirm_tuned,
+    do_bench_us,
+    driver_backend,
+    keep_tuned,
+    method,
+)
 
 if TYPE_CHECKING:
     from .runtime import Kernel
@@ -28,7 +46,7 @@ SMALL_MAX_ELEMENTS = 1 << 24  # 4096 x 4096
 
 
 #: Bumped when the timing or the keep rule changes.
-TUNE_METHOD = "single-call-l2-flushed-rep15ms-keep-2pct-confirmed-x5"
+TUNE_METHOD = "do-bench-driver-events-rep15ms-keep-2pct-confirmed-x5-cut-10pct-after-10"
 
 
 def default_variant(spec: Spec, aligned: bool) -> Variant:
@@ -46,11 +64,15 @@ def size_class(K: int, N: int) -> str:
     return "small" if K * N <= SMALL_MAX_ELEMENTS else "large"
 
 
-def _path(kernel: Kernel, ordinal: int):
+def gpu_name(ordinal: int) -> str:
     from cuda.bindings import driver
 
     _err, raw = driver.cuDeviceGetName(256, dev._device(ordinal))
-    name = raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
+    return raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _path(kernel: Kernel, ordinal: int):
+    name = gpu_name(ordinal)
     # TUNE_METHOD in the key: choices made by an older timing method are not reused
     text = f"{TUNE_METHOD}\n{name}\n{dev.device_arch(ordinal)}\n{kernel.source}"
     key = hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -70,45 +92,123 @@ def load_tuning(kernel: Kernel, ordinal: int) -> dict[str, Variant] | None:
         return None
 
 
-def _time(kernel: Kernel, v: Variant, inputs: tuple, out: Any) -> float:
-    """Median microseconds of one launch after an L2 flush (the way a call happens in a model)."""
-    import torch
-
-    launch = kernel.prepare(*inputs[:3], g_idx=inputs[3], global_scale=inputs[4], out=out, variant=v)
-    return single_call_us(lambda: launch(torch.cuda.current_stream()), TUNE_WARMUP_MS, TUNE_REP_MS)
+class TuningStopped(Exception):
+    """The caller's ``stop()`` said so between two timings (`dqgen build`: the proof failed)."""
 
 
-def tune(kernel: Kernel, ordinal: int = 0) -> dict:
+class _Problem:
+    """One TUNE_SHAPES problem on the GPU: the bench's input distributions (dqgen.run.inputs) drawn on the host and
+    uploaded once through dqgen.run.device, an output buffer, and one prepared launch per variant (its checks done
+    once)."""
+
+    def __init__(self, kernel: Kernel, K: int, N: int, ordinal: int) -> None:
+        self.kernel = kernel
+        self._launches: dict[Variant, Callable[[], None]] = {}
+        self._keep: list[dev.DeviceBuffer] = []
+        host = host_inputs(kernel.spec, K, N, seed=0)  # one set: the flush makes every call cold
+        q, s, z, gi, gsc = (None if a is None else self._upload(a, ordinal) for a in host)
+        tdt = numpy_dtype(kernel.spec.target_type)
+        out = dev.DeviceBuffer(K * N * tdt.itemsize, ordinal)
+        self._keep.append(out)
+        self._args = (q, s, z)
+        self._kwargs = {"g_idx": gi, "global_scale": gsc, "out": out.as_array((K, N), tdt)}
+
+    def _upload(self, a: np.ndarray, ordinal: int) -> dev.DeviceArray:
+        buf = dev.DeviceBuffer.from_host(a, ordinal)
+        self._keep.append(buf)
+        return buf.as_array(a.shape, a.dtype)
+
+    def launch(self, v: Variant) -> Callable[[], None]:
+        if v not in self._launches:
+            # act-order: host_inputs' g_idx is one tensor, so the launch's host-side check of it is done once
+            launch = self.kernel.prepare(*self._args, **self._kwargs, variant=v, check_g_idx=not self._launches)
+            self._launches[v] = lambda: launch(0)  # the legacy default stream, where driver_backend records
+        return self._launches[v]
+
+    def close(self) -> None:
+        for buf in self._keep:
+            buf.close()
+
+
+def _time(problem: _Problem, v: Variant, backend: EventBackend, cut_above_us: float | None = None) -> Timed:
+    """Median microseconds of one launch after an L2 flush (the way a call happens in a model); with
+    ``cut_above_us``, a launch already slower than that after PROBE_CALLS calls is not timed further."""
+    return do_bench_us(problem.launch(v), backend, TUNE_WARMUP_MS, TUNE_REP_MS, cut_above_us)
+
+
+def screen(default: str, time: Callable[[str, float | None], Timed], names: list[str]) -> dict[str, Timed]:
+    """Every variant in ``names`` timed once, the default first and in full; each other one stops early when it is
+    CUT_SLOWER slower than the default (the keep rule needs a KEEP_MARGIN win: such a variant cannot be kept)."""
+    timed = {default: time(default, None)}
+    bound = (1.0 + CUT_SLOWER) * timed[default].us
+    for name in names:
+        if name != default:
+            timed[name] = time(name, bound)
+    return timed
+
+
+def tune(kernel: Kernel, ordinal: int = 0, *, save: bool = True, stop: Callable[[], bool] | None = None) -> dict:
     """Time the default and every other aligned variant on each TUNE_SHAPES problem; keep a variant
-    only where it beats the default by KEEP_MARGIN (so tuning never makes a call slower); cache and
-    return the choices with every timing."""
-    import torch
+    only where it beats the default by KEEP_MARGIN, confirmed (so tuning never makes a call slower); return
+    the choices with every timing, and cache them unless ``save`` is false (the caller then saves with
+    :func:`save_tuning`). ``stop()`` is asked between timings: True raises TuningStopped."""
+
+    def check_stop() -> None:
+        if stop is not None and stop():
+            raise TuningStopped
 
     best: dict[str, dict] = {}
     timings: dict[str, dict[str, float]] = {}
+    cut: dict[str, list[str]] = {}
     spec = kernel.spec
-    tdt = torch_dtype(spec.target_type, torch)
     default = kernel_name(spec, default_variant(spec, True))
-    for cls, (K, N) in TUNE_SHAPES.items():
-        # (qweight, scales, zeros, g_idx, global_scale); one set: the flush makes every call cold
-        inputs = (*make_inputs(spec, K, N, 0), make_g_idx(spec, K, 0), make_global_scale(spec, 0))
-        out = torch.empty((K, N), dtype=tdt, device=f"cuda:{ordinal}")
-        by_name = {kernel_name(spec, v): v for v in variants(spec) if v.aligned}
-        t = {name: _time(kernel, v, inputs, out) for name, v in by_name.items()}
-        name = keep_tuned(default, t)
+    by_name = {kernel_name(spec, v): v for v in variants(spec) if v.aligned}
+    backend = driver_backend(ordinal)
+    try:
+        for cls, (K, N) in TUNE_SHAPES.items():
+            check_stop()
+            problem = _Problem(kernel, K, N, ordinal)
+            try:
 
-        # the screen's winner must win again, timed alternately with the default, or the default stays
-        def time_us(n: str, by_name: dict[str, Variant] = by_name, inputs: tuple = inputs, out: Any = out) -> float:
-            return _time(kernel, by_name[n], inputs, out)
+                def time_variant(name: str, cut_above_us: float | None, problem: _Problem = problem) -> Timed:
+                    check_stop()
+                    return _time(problem, by_name[name], backend, cut_above_us)
 
-        if name != default and not confirm_tuned(default, name, time_us):
-            name = default
-        v = by_name[name]
-        best[cls] = {"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream}
-        timings[cls] = t
-        del inputs, out
-    path, gpu = _path(kernel, ordinal)
-    data = {"gpu": gpu, "method": method(), "shapes": TUNE_SHAPES, "default": default, "best": best, "us": timings}
+                t = screen(default, time_variant, list(by_name))
+                us = {name: r.us for name, r in t.items()}
+                name = keep_tuned(default, us)
+                # the screen's winner must win again, timed alternately with the default, or the default stays
+                if name != default and not confirm_tuned(default, name, lambda n: time_variant(n, None).us):
+                    name = default
+            finally:
+                problem.close()
+            v = by_name[name]
+            best[cls] = {"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream}
+            timings[cls] = us
+            cut[cls] = sorted(n for n, r in t.items() if r.cut)
+    finally:
+        backend.close()
+    _, gpu = _path(kernel, ordinal)
+    how = (
+        f"{method('driver')}; warm-up {TUNE_WARMUP_MS:g} ms, timed {TUNE_REP_MS:g} ms per variant; a variant "
+        f"{100 * CUT_SLOWER:g}% slower than the default after {PROBE_CALLS} calls is not timed further (listed in cut)"
+    )
+    data = {
+        "gpu": gpu,
+        "method": how,
+        "shapes": TUNE_SHAPES,
+        "default": default,
+        "best": best,
+        "us": timings,
+        "cut": cut,
+    }
+    if save:
+        save_tuning(kernel, ordinal, data)
+    return data
+
+
+def save_tuning(kernel: Kernel, ordinal: int, data: dict) -> None:
+    """Cache what :func:`tune` returned, where :func:`load_tuning` and every later Kernel find it."""
+    path, _ = _path(kernel, ordinal)
     write_whole(path, json.dumps(data, indent=1))
     kernel._tuned.pop(ordinal, None)
-    return data

@@ -1,29 +1,47 @@
-"""``dqgen build``: solve, prove, render, compile and (with a GPU) check one spec."""
+"""``dqgen build``: solve, prove, render, compile and (with a GPU) check and tune one spec.
+
+Three things run at once, as their data allow:
+- the main thread solves, then proves (numpy array work, which releases the GIL);
+- a GPU thread compiles with NVRTC (which releases the GIL), then runs the checked problems on the GPU and tunes
+  the launch (driver API only: no torch, no triton);
+- a worker process (dqgen.run.refworker), started first, computes the reference outputs (numba's cold compile
+  holds its own interpreter's GIL).
+Nothing is written before the proof has passed: a failed proof leaves no sources, PTX, tuning or digests behind.
+
+The heavier modules (NVRTC and driver bindings, the solver, the templates) are imported after the worker started.
+"""
 
 from __future__ import annotations
 
-import importlib.util
+import errno
+import os
 import re
-import sys
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.spec import Spec
-from ..emit.nvrtc import CompileError, compile_source, nvrtc_version
-from ..emit.pipeline import Artifact, compile_artifact
-from ..ir.magic import fmt_num
-from ..ir.plan import Plan
-from ..run import device as dev
-from ..solve.solver import NoPlanError
 
 if TYPE_CHECKING:
-    from ..run.refworker import ReferenceJob
+    from ..emit.pipeline import Artifact
+    from ..ir.plan import Plan
+    from ..run.gpucheck import GpuRun
+    from ..run.refworker import Problem, ReferenceJob
+    from ..run.runtime import Kernel
 
 #: An integer -> float conversion (cvt.rn.f16.s32, cvt.rn.f32.u32, ...): the slow path the magic numbers avoid.
 INT_TO_FLOAT_CVT = re.compile(r"\bcvt(?:\.\w+)*\.(?:f16|bf16|f32|f64)(?:x2)?\.[su](?:8|16|32|64)\b")
+
+
+def compile_artifact(spec: Spec, **kwargs: Any) -> Artifact:
+    """dqgen.emit.pipeline.compile_artifact, imported on first use (after the reference worker has started)."""
+    from ..emit.pipeline import compile_artifact as pipeline_compile_artifact
+
+    return pipeline_compile_artifact(spec, **kwargs)
 
 
 def ptx_problems(plan: Plan, ptx: str) -> list[str]:
@@ -34,17 +52,65 @@ def ptx_problems(plan: Plan, ptx: str) -> list[str]:
 
 
 def write_sources(artifact: Artifact, out_dir: Path) -> tuple[Path, Path]:
+    cu, cuh = source_paths(artifact.spec, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = artifact.spec.name
-    cu, cuh = out_dir / f"{name}.cu", out_dir / f"{name}.cuh"
     cu.write_text(artifact.source)
     cuh.write_text(artifact.header)
     return cu, cuh
 
 
+def source_paths(spec: Spec, out_dir: Path) -> tuple[Path, Path]:
+    return out_dir / f"{spec.name}.cu", out_dir / f"{spec.name}.cuh"
+
+
 #: Random words of the build's proof, besides every code at every lane (and every zero): the 10^6 that the
 #: generated header promises. The pipeline stores a passed proof on disk, so a cached build does not prove again.
 BUILD_WORDS = 1_000_000
+
+#: Steps that run beside others, and with what: `seconds` holds each step's own wall time. The main thread's steps
+#: (start, solve, proof, gpu_wait, reference_wait, compare, write) are laps of one clock that add up to
+#: `seconds.total`; these do not.
+OVERLAPPED = {"compile": "the GPU thread from the end of solve, beside the proof (NVRTC releases the GIL)"}
+GPU_OVERLAP = {
+    "gpu_check": "the GPU thread after compile, beside the proof: the checked problems run on the GPU "
+    "(their outputs are compared with the reference on the main thread: compare)",
+    "tune": "the GPU thread after gpu_check, beside the proof; the main thread waits for the GPU thread's rest "
+    "after the proof: gpu_wait",
+}
+REFERENCE_OVERLAP = (
+    "a worker process from the build's start until its arrays were ready; the main thread waits for its rest: "
+    "reference_wait"
+)
+
+
+def _gpu_device_node() -> bool:
+    """Whether an NVIDIA driver's device node exists (and CUDA_VISIBLE_DEVICES does not hide every GPU): the chance
+    of a GPU, on which the reference worker starts before cuInit (a few tenths of a second) answers; the worker is
+    stopped if cuInit then finds none."""
+    return os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Raise the OSError that writing into ``out_dir`` would raise, before anything runs: the files are written
+    only after the proof has passed, and a bad --out must not cost a build first."""
+    probe = out_dir
+    while not probe.exists() and probe != probe.parent:  # made at the end, under its nearest existing ancestor
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(probe))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(probe))
+
+
+def _start_reference(spec: Spec) -> tuple[ReferenceJob | None, list[str] | None, list[Problem]]:
+    """The checked problems, an earlier build's digests of their reference outputs if stored, else the worker that
+    computes those outputs beside every step until the check."""
+    from ..run.gpucheck import build_shapes
+    from ..run.refworker import ReferenceJob, remembered_digests
+
+    problems = [(K, N, i) for i, (K, N) in enumerate(build_shapes(spec))]
+    digests = remembered_digests(spec, problems)  # an earlier build's reference outputs, as SHA-256
+    return (ReferenceJob(spec, problems) if digests is None else None), digests, problems
 
 
 def build_spec(
@@ -64,39 +130,54 @@ def build_spec(
         raise ValueError(f"[--arch] got {shown(arch)}; {problem}")
     if int(m.group(1)) < spec.sm:
         raise ValueError(f"[--arch] got {arch}; expected {spec.arch} or newer (the spec's arch field)")
+    check_out_dir(out_dir)
     report: dict = {"spec": spec.name, "arch": arch, "ok": True, "steps": {}, "seconds": {}}
-    steps, seconds = report["steps"], report["seconds"]
+    seconds = report["seconds"]
     t_start = time.perf_counter()
-    use_gpu = dev.gpu_available() if gpu is None else gpu
-    reference, digests = None, None
-    report["overlapped"] = dict(OVERLAPPED)
-    if use_gpu:
-        from ..run.gpucheck import build_shapes
-        from ..run.refworker import ReferenceJob, remembered_digests
-
-        problems = [(K, N, i) for i, (K, N) in enumerate(build_shapes(spec))]
-        digests = remembered_digests(spec, problems)  # an earlier build's reference outputs, as SHA-256
-        if digests is None:
-            # first of all: a fresh machine's numba compile of the reference runs beside every step until the check
-            reference = ReferenceJob(spec, problems)
-            report["overlapped"]["reference"] = REFERENCE_OVERLAP
-    seconds["start"] = round(time.perf_counter() - t_start, 4)  # GPU detection (cuInit), the worker's launch
+    reference: ReferenceJob | None = None
+    digests: list[str] | None = None
+    problems: list[Problem] = []
+    started = False
+    if gpu or (gpu is None and _gpu_device_node()):
+        # first of all: a fresh machine's numba compile of the reference is the build's longest step
+        reference, digests, problems = _start_reference(spec)
+        started = True
     try:
-        _build_steps(spec, arch, out_dir, words, progress, report, use_gpu, reference, digests)
+        if gpu is None:
+            from ..run import device as dev
+
+            use_gpu = dev.gpu_available()
+        else:
+            use_gpu = gpu
+        if use_gpu and not started:
+            reference, digests, problems = _start_reference(spec)
+        elif not use_gpu and reference is not None:
+            reference.close()
+            reference = None
+        report["overlapped"] = dict(OVERLAPPED) | (GPU_OVERLAP if use_gpu else {})
+        if reference is not None:
+            report["overlapped"]["reference"] = REFERENCE_OVERLAP
+        laps = _Laps(seconds, t_start)
+        laps.lap("start")  # GPU detection (cuInit), the worker's launch
+        _build_steps(spec, arch, out_dir, words, progress, report, laps, use_gpu, reference, digests, problems)
     finally:
         if reference is not None:
             reference.close()
     seconds["total"] = round(time.perf_counter() - t_start, 4)
-    report["ok"] = all(s["ok"] for s in steps.values())
+    report["ok"] = all(s["ok"] for s in report["steps"].values())
     return report
 
 
-#: Steps that run beside others, and with what: `seconds` holds each step's own wall time, so the steps' sum exceeds
-#: `seconds.total` (the build's wall time).
-OVERLAPPED = {"compile": "a thread beside proof (NVRTC releases the GIL)"}
-REFERENCE_OVERLAP = (
-    "a worker process from the build's start until its arrays were ready; gpu_check includes reference_wait"
-)
+class _Laps:
+    """The main thread's steps as consecutive laps of one clock, so that they add up to the build's wall time."""
+
+    def __init__(self, seconds: dict, start: float) -> None:
+        self.seconds, self.mark = seconds, start
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self.mark, 4)
+        self.mark = now
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -104,14 +185,15 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return fn(), round(time.perf_counter() - t0, 4)
 
 
-def _compile_step(plan: Plan, spec: Spec, source: str, cu: Path, arch: str, out_dir: Path) -> tuple[dict, Path | None]:
-    """One NVRTC run: the cubin (loaded by the GPU check and the tuner) and the PTX it was made from."""
+def _compile_step(plan: Plan, spec: Spec, source: str, cu: Path, arch: str) -> tuple[dict, str | None]:
+    """One NVRTC run: the cubin (loaded by the GPU check and the tuner) and the PTX it was made from (written by
+    the main thread once the proof has passed)."""
+    from ..emit.nvrtc import CompileError, compile_source, nvrtc_version
+
     try:
         t0 = time.perf_counter()
         ptx = cubin = compile_source(source, arch=arch, want="cubin", name=cu.name, source_path=str(cu), with_ptx=True)
-        ptx_path = out_dir / f"{spec.name}.{arch}.ptx"
         assert ptx.ptx is not None
-        ptx_path.write_text(ptx.ptx)
         problems = ptx_problems(plan, ptx.ptx)
         version = ".".join(map(str, nvrtc_version()))
         return {
@@ -119,16 +201,85 @@ def _compile_step(plan: Plan, spec: Spec, source: str, cu: Path, arch: str, out_
             "line": f"NVRTC {version}: PTX + cubin for {arch} in {time.perf_counter() - t0:.2f} s"
             + (" (cache hit)" if ptx.cache_hit and cubin.cache_hit else ""),
             "problems": problems,
-        }, ptx_path
+        }, ptx.ptx
     except CompileError as e:
         return {"ok": False, "line": "NVRTC failed", "problems": [str(e)]}, None
 
 
 def _make_context() -> None:
-    """The GPU's primary context, made while the proof runs; a later primary_context() waits for it (its lock).
-    cuInit first, outside that lock: primary_context() would otherwise take the lock twice."""
+    """The GPU's primary context, made while NVRTC runs; a later primary_context() waits for it (its lock)."""
+    from ..run import device as dev
+
     if dev.gpu_available():
         dev.primary_context(0)
+
+
+@dataclass
+class _GpuThread:
+    """What the GPU thread did: the compile step, then (with a GPU and a cubin) the checked problems' outputs and
+    the tuner's result, which the main thread saves only once the proof and the check have passed."""
+
+    compile_step: dict = field(default_factory=dict)
+    ptx: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    kernel: Kernel | None = None
+    runs: list[GpuRun] = field(default_factory=list)
+    tuning: dict | None = None  # tune()'s result, not yet saved
+    tune_lines: list[str] = field(default_factory=list)
+
+
+def _gpu_thread(
+    artifact: Artifact,
+    arch: str,
+    cu: Path,
+    problems: list[Problem],
+    context: Future[None] | None,
+    stop: threading.Event,
+) -> _GpuThread:
+    """Compile, then with a GPU (``context`` given) run the checked problems and tune where this GPU has not
+    tuned this kernel. Stops before the GPU work, or between two timings of the tuner, once ``stop`` is set."""
+    done = _GpuThread()
+    (done.compile_step, done.ptx), done.seconds["compile"] = _timed(
+        lambda: _compile_step(artifact.plan, artifact.spec, artifact.source, cu, arch)
+    )
+    if context is None or done.ptx is None or stop.is_set():
+        return done
+    from ..run import runtime
+    from ..run.gpucheck import run_shape
+
+    t0 = time.perf_counter()
+    context.result()
+    kernel = done.kernel = runtime.Kernel(artifact)
+    kernel.load_all(0)  # the whole set's cubin, just compiled for the compile step: the tuner times every variant
+    done.runs = [run_shape(kernel, K, N, seed=i) for K, N, i in problems]
+    done.seconds["gpu_check"] = round(time.perf_counter() - t0, 4)
+    done.tuning, done.tune_lines, done.seconds["tune"] = _tune(kernel, artifact.spec, stop)
+    return done
+
+
+def _tune(kernel: Kernel, spec: Spec, stop: threading.Event) -> tuple[dict | None, list[str], float]:
+    """The tuner's result (unsaved), the build's lines about it, and its seconds."""
+    from ..emit.render import Variant, kernel_name
+    from ..run import tune as tuner
+
+    t0 = time.perf_counter()
+    if tuner.load_tuning(kernel, 0) is not None:
+        return None, ["launch parameters: tuned earlier (cached)"], round(time.perf_counter() - t0, 4)
+    try:
+        t = tuner.tune(kernel, 0, save=False, stop=stop.is_set)
+    except tuner.TuningStopped:
+        return None, ["launch parameters: not tuned (the build stopped)"], round(time.perf_counter() - t0, 4)
+    lines = []
+    for cls, b in t["best"].items():
+        K, N = t["shapes"][cls]
+        unit = "words" if spec.packing.axis == "N" else "columns"
+        # the kept variant's time: the screen's fastest may be one that lost its confirmation to the default
+        kept_us = t["us"][cls][kernel_name(spec, Variant(**b))]
+        lines.append(
+            f"tuned launch ({cls}): {b['rows']} rows x {b['vec']} {unit} per thread"
+            f"{', streaming stores' if b['stream'] else ''} ({kept_us:.0f} us at {K}x{N})"
+        )
+    return t, lines, round(time.perf_counter() - t0, 4)
 
 
 def _build_steps(
@@ -138,119 +289,113 @@ def _build_steps(
     words: int,
     progress: Callable[[int, int], None] | None,
     report: dict,
+    laps: _Laps,
     use_gpu: bool,
     reference: ReferenceJob | None,
-    digests: list[str] | None = None,
+    digests: list[str] | None,
+    problems: list[Problem],
 ) -> None:
+    from ..ir.magic import fmt_num
+    from ..solve.solver import NoPlanError
+
     steps, seconds = report["steps"], report["seconds"]
     try:
-        # solved and rendered once per process (dqgen.emit.pipeline); the proof comes below, beside NVRTC
-        artifact, seconds["solve"] = _timed(lambda: compile_artifact(spec))
+        # solved and rendered once per process (dqgen.emit.pipeline); the proof comes below, beside the GPU thread
+        artifact = compile_artifact(spec)
     except NoPlanError as e:
         raise ValueError(str(e)) from None
-    plan, source = artifact.plan, artifact.source
+    plan = artifact.plan
     report["strategy"] = plan.strategy
     report["ops_per_8"] = {s: fmt_num(plan.per8(s)) for s in ("convert", "scale")}
     report["zero_ops_per_word"] = plan.count("zero")
     report["scale_prep_ops"] = plan.count("scale_prep")  # once per block scale (MXFP4 / NVFP4)
     report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
-    (cu, cuh), seconds["render"] = _timed(lambda: write_sources(artifact, out_dir))
-    report["files"] = [str(cu), str(cuh)]
+    report["files"] = []
+    cu, _ = source_paths(spec, out_dir)
+    laps.lap("solve")
+    stop = threading.Event()
     pool = ThreadPoolExecutor(max_workers=2)
     try:
-        # NVRTC (and, with a GPU, the context's creation) release the GIL: they run while the proof holds it
-        compiled = pool.submit(_timed, lambda: _compile_step(plan, spec, source, cu, arch, out_dir))
-        if use_gpu:
-            pool.submit(_make_context)
+        context = pool.submit(_make_context) if use_gpu else None
+        gpu_job = pool.submit(_gpu_thread, artifact, arch, cu, problems, context, stop)
         # memoized on disk by the pipeline: a cached build does not prove again
-        proof, seconds["proof"] = _timed(lambda: compile_artifact(spec, proof_words=words, progress=progress).proof)
+        proof = compile_artifact(spec, proof_words=words, progress=progress).proof
+        laps.lap("proof")
         assert proof is not None
         steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
-        (steps["compile"], ptx_path), seconds["compile"] = compiled.result()
+        if not proof.ok:
+            stop.set()  # the tuner stops at its next timing; nothing below is written
+        done = gpu_job.result()
+        laps.lap("gpu_wait")
     finally:
-        pool.shutdown(wait=False)  # the context, if still being made, is waited for where the GPU step needs it
-    if ptx_path is not None:
-        report["files"].append(str(ptx_path))
-    t0 = time.perf_counter()
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)  # all done, unless something raised: then do not wait
+    steps["compile"] = done.compile_step
+    seconds.update(done.seconds)
+    if not proof.ok:
+        steps["gpu"] = {"ok": True, "skipped": True, "line": "not run: the proof failed"}
+        return
     if not use_gpu:
         steps["gpu"] = {"ok": True, "skipped": True, "line": "no GPU: skipped"}
+    elif done.kernel is None:
+        steps["gpu"] = {"ok": True, "skipped": True, "line": "not run: NVRTC failed"}
     else:
-        steps["gpu"] = gpu_step(artifact, seconds, reference, digests)
-    seconds["gpu"] = round(time.perf_counter() - t0, 4)
+        steps["gpu"] = _check_step(done, seconds, laps, reference, digests, problems)
+        if steps["gpu"]["ok"] and done.tuning is not None:
+            from ..run.tune import save_tuning
+
+            save_tuning(done.kernel, 0, done.tuning)
+    report["files"] = [str(p) for p in write_sources(artifact, out_dir)]
+    if done.ptx is not None:
+        ptx_path = out_dir / f"{spec.name}.{arch}.ptx"
+        ptx_path.write_text(done.ptx)
+        report["files"].append(str(ptx_path))
+    laps.lap("write")  # the tuning's cache file included
 
 
-def gpu_step(
-    artifact: Artifact,
-    seconds: dict | None = None,
-    reference: ReferenceJob | None = None,
-    digests: list[str] | None = None,
+def _check_step(
+    done: _GpuThread,
+    seconds: dict,
+    laps: _Laps,
+    reference: ReferenceJob | None,
+    digests: list[str] | None,
+    problems: list[Problem],
 ) -> dict:
-    """Bit-exact checks against the reference on GPU 0 (driver-API memory: no torch needed), then tuning where
-    this GPU has not tuned this kernel. ``reference`` (the build's worker) supplies the reference outputs, else
-    ``digests`` (an earlier build's SHA-256 of them) stand in, else they are computed here. ``seconds`` gets the
-    check's and the tuner's times."""
-    from ..emit.render import Variant, kernel_name
-    from ..run.gpucheck import CheckResult, build_shapes, compare, run_shape
+    """The GPU outputs vs the reference, bit for bit: the worker's outputs, else an earlier build's digests of them
+    (a differing digest recomputes the reference here, to name the first mismatch)."""
+    from ..run import device as dev
+    from ..run.gpucheck import CheckResult, compare
     from ..run.refworker import ReferenceWorkerError, canonical_digest, remember_digests
-    from ..run.runtime import Kernel
-    from ..run.tune import load_tuning, tune
 
-    t0 = time.perf_counter()
-    spec = artifact.spec
-    kernel = Kernel(artifact)
-    kernel.load_all(0)  # the whole set's cubin, just compiled for the compile step: the tuner times every variant
-    problems = [(K, N, i) for i, (K, N) in enumerate(build_shapes(spec))]
-    assert reference is None or reference.problems == problems, "the reference worker was given other problems"
-    runs = [run_shape(kernel, K, N, seed=i) for K, N, i in problems]
-    t1 = time.perf_counter()
+    assert done.kernel is not None
+    spec = done.kernel.spec
     arch = dev.device_arch(0)
-    # tuning first: the reference worker gets the tuner's time to finish its arrays
-    tune_lines = []
-    if load_tuning(kernel, 0) is not None:
-        tune_lines.append("launch parameters: tuned earlier (cached)")
-    elif "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
-        tune_lines.append("launch parameters: default rule (tuning times with torch, which is not installed)")
-    else:
-        t = tune(kernel, 0)
-        for cls, b in t["best"].items():
-            K, N = t["shapes"][cls]
-            unit = "words" if spec.packing.axis == "N" else "columns"
-            # the kept variant's time: the screen's fastest may be one that lost its confirmation to the default
-            kept_us = t["us"][cls][kernel_name(spec, Variant(**b))]
-            tune_lines.append(
-                f"tuned launch ({cls}): {b['rows']} rows x {b['vec']} {unit} per thread"
-                f"{', streaming stores' if b['stream'] else ''} ({kept_us:.0f} us at {K}x{N})"
-            )
-    t2 = time.perf_counter()
-    wants: list[Any] = [None] * len(runs)
+    assert reference is None or reference.problems == problems, "the reference worker was given other problems"
+    wants: list[Any] = [None] * len(done.runs)
     if reference is not None:
         try:
             wants = reference.result()
         except ReferenceWorkerError as e:
             return {"ok": False, "skipped": False, "line": f"{arch}: {e}"}
         finally:
-            if seconds is not None and reference.seconds is not None:
+            laps.lap("reference_wait")
+            if reference.seconds is not None:
                 seconds["reference"] = round(reference.seconds, 4)
-    t3 = time.perf_counter()
-    if reference is not None:
         remember_digests(spec, problems, wants)
     results = []
-    remembered: list[str | None] = list(digests) if digests else [None] * len(runs)
-    for r, w, d in zip(runs, wants, remembered, strict=True):
+    remembered: list[str | None] = list(digests) if digests else [None] * len(done.runs)
+    for r, w, d in zip(done.runs, wants, remembered, strict=True):
         if d is not None and canonical_digest(spec, r.got) == d:
             results.append(CheckResult(r.K, r.N, True, 0, r.seconds))
         else:  # no remembered digest, or a differing one: the reference itself names the first mismatch
-            results.append(compare(kernel, r, w))
+            results.append(compare(done.kernel, r, w))
+    laps.lap("compare")  # storing the reference's digests included
     lines = [f"{r.K}x{r.N}: {'bit-exact' if r.ok else f'{r.mismatches} mismatches, {r.detail}'}" for r in results]
-    if seconds is not None:
-        seconds["gpu_check"] = round(time.perf_counter() - t2 + t1 - t0, 4)
-        seconds["reference_wait"] = round(t3 - t2, 4)
-        seconds["tune"] = round(t2 - t1, 4)
     return {
         "ok": all(r.ok for r in results),
         "skipped": False,
         "line": f"{arch}, vs numba reference{' (its remembered output digests)' if digests else ''}: "
-        + "; ".join(lines + tune_lines),
+        + "; ".join(lines + done.tune_lines),
     }
 
 
