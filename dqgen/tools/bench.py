@@ -400,10 +400,15 @@ def host_median_us(fn: Callable[[], Any], calls: int = 10_000) -> float:
     return statistics.median(ns) / 1000.0
 
 
+#: Alternating rounds of the flushed call-vs-prepared comparison.
+OVERHEAD_ROUNDS = 6
+
+
 def call_overhead(spec: Spec, calls: int = 10_000, big: tuple[int, int] = (4096, 4096)) -> dict[str, float]:
     """Host time of ``k(qweight, scales, qzeros, out=w)`` on a tiny shape (median of ``calls``
     calls, CPU timer; the GPU work is a few microseconds and overlaps), a torch op timed the same way
-    for scale, and the same call vs the prepared launch at ``big``, both one call after an L2 flush."""
+    for scale, and the same call vs the prepared launch at ``big``, both one call after an L2 flush (medians of
+    alternating rounds)."""
     torch = _torch()
     sp = _as_called(spec)
     kernel = Kernel(sp)
@@ -422,8 +427,17 @@ def call_overhead(spec: Spec, calls: int = 10_000, big: tuple[int, int] = (4096,
     gsc, gi = make_global_scale(sp, 1), make_g_idx(sp, Kb, 1)
     w = torch.empty((Kb, Nb), dtype=tdt, device="cuda")
     launch = kernel.prepare(q, s, z, g_idx=gi, global_scale=gsc, out=w)
-    prepared = single_call_us(lambda: launch(torch.cuda.current_stream()))
-    call = single_call_us(lambda: kernel(q, s, z, g_idx=gi, global_scale=gsc, out=w))
+    # Alternating rounds, each pair in swapped order, medians of the rounds: one do_bench each would put the
+    # order (clocks settling, the allocator's first flush buffer) into a difference of a few tenths of a us.
+    timed: dict[str, list[float]] = {"prepared": [], "call": []}
+    fns = {
+        "prepared": lambda: launch(torch.cuda.current_stream()),
+        "call": lambda: kernel(q, s, z, g_idx=gi, global_scale=gsc, out=w),
+    }
+    for i in range(OVERHEAD_ROUNDS):
+        for name in ("prepared", "call") if i % 2 == 0 else ("call", "prepared"):
+            timed[name].append(single_call_us(fns[name]))
+    prepared, call = statistics.median(timed["prepared"]), statistics.median(timed["call"])
     return {
         "tiny_K": K,
         "tiny_N": N,
