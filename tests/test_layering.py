@@ -31,6 +31,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "io": frozenset({"core", "layout", "check", "run"}),
     "tools": frozenset({"core", "ir", "check", "layout", "solve", "emit", "run"}),
     "gru": frozenset({"core", "emit", "run"}),
+    "w8a8": frozenset({"core", "emit", "run"}),
     "api": frozenset({"core", "layout", "emit", "run"}),  # dqgen.compile: the pipeline, then a Kernel
     "cli": frozenset({"api", "core", "ir", "check", "layout", "solve", "emit", "run", "io", "tools", "gru"}),
 }
