@@ -41,7 +41,8 @@ class Variant:
     @property
     def name(self) -> str:
         sm = f"_s{self.smooth}" if self.smooth else ""
-        return f"dqgen_act_quant_{self.dtype}_k{self.k}{sm}_{'static' if self.static else 'dyn'}_{'a' if self.aligned else 'u'}"
+        mode = "static" if self.static else "dyn"
+        return f"dqgen_act_quant_{self.dtype}_k{self.k}{sm}_{mode}_{'a' if self.aligned else 'u'}"
 
     @property
     def threads(self) -> int:
@@ -73,19 +74,23 @@ def render(v: Variant) -> str:
         cache_doc = f"{v.cache} of {v.chunks} vectors held in registers, the rest read again"
     mode = "static scale" if v.static else "dynamic per-row scale"
     smooth = f", smoothing factors {v.smooth}" if v.smooth else ""
-    return template_env().get_template("act_quant.cu.j2").render(
-        name=v.name,
-        summary=f"{v.dtype}, K = {v.k}, {mode}{smooth}",
-        dtype=v.dtype,
-        k=v.k,
-        smooth=v.smooth or "",
-        static=v.static,
-        aligned=v.aligned,
-        threads=v.threads,
-        chunks=v.chunks,
-        cache=v.cache,
-        cache_smooth=v.cache_smooth,
-        cache_doc=cache_doc,
+    return (
+        template_env()
+        .get_template("act_quant.cu.j2")
+        .render(
+            name=v.name,
+            summary=f"{v.dtype}, K = {v.k}, {mode}{smooth}",
+            dtype=v.dtype,
+            k=v.k,
+            smooth=v.smooth or "",
+            static=v.static,
+            aligned=v.aligned,
+            threads=v.threads,
+            chunks=v.chunks,
+            cache=v.cache,
+            cache_smooth=v.cache_smooth,
+            cache_doc=cache_doc,
+        )
     )
 
 
