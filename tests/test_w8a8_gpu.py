@@ -100,6 +100,23 @@ def test_misaligned_rows_and_strided_views(dtype: str, offset: int) -> None:
     _compare(x, s_base[1:4097], None)  # a misaligned smoothing vector too
 
 
+@pytest.mark.parametrize("hold", ["f32", "raw"])
+@pytest.mark.parametrize("smooth_in", ["regs", "smem", "rcp"])
+@pytest.mark.parametrize(("rows", "k"), [(33, 4096), (9, 14336), (5, 4104), (3, 40000)])
+def test_bit_exact_every_placement(rows: int, k: int, hold: str, smooth_in: str, monkeypatch: Any) -> None:
+    # the variants the defaults were chosen among (docs/bench/w8a8_act.json) stay exact too
+    from dqgen.w8a8 import kernel
+
+    monkeypatch.setattr(kernel, "DEFAULT_HOLD", hold)
+    monkeypatch.setattr(kernel, "DEFAULT_SMOOTH_IN", smooth_in)
+    for dtype, sk in ((torch.float16, "fp32"), (torch.bfloat16, "x")):
+        x = _inputs(rows, k, dtype, seed=k + rows)
+        s = _smooth(sk, k, dtype, seed=k)
+        _compare(x, s, None)
+        _compare(x, s, float(x.float().abs().amax()) / 127 / 4)
+    _compare(_inputs(rows, k, torch.float16, seed=1), None, None)
+
+
 def test_non_finite_elements_follow_the_documented_rule() -> None:
     x = _inputs(4, 1000, torch.float16, seed=9)
     x[0, 5] = float("nan")

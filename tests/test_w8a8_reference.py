@@ -9,7 +9,7 @@ import pytest
 
 from dqgen.emit.nvrtc import compile_source
 from dqgen.w8a8 import reference
-from dqgen.w8a8.kernel import MAX_CACHED, Variant, render
+from dqgen.w8a8.kernel import MAX_CACHED, MAX_SMOOTH_SMEM, Variant, choose, render
 
 F16 = np.float16
 BF16 = ml_dtypes.bfloat16
@@ -98,12 +98,14 @@ def test_every_column_has_an_owner(k: int) -> None:
 
 
 VARIANTS = [
-    Variant("fp16", 4096, None, False, True),
-    Variant("bf16", 14336, "fp32", False, True),
-    Variant("fp16", 8192, "fp16", True, True),
-    Variant("bf16", 4099, "bf16", False, False),
-    Variant("fp16", 7, "fp32", True, False),
-    Variant("fp16", 40000, "fp32", False, False),
+    Variant("fp16", 4096, None, False, True, "raw"),
+    Variant("fp16", 4096, None, False, True, "f32"),
+    Variant("bf16", 14336, "fp32", False, True, "raw", "smem"),
+    Variant("bf16", 14336, "fp32", False, True, "f32", "regs"),
+    Variant("fp16", 8192, "fp16", True, True, "raw", "regs"),
+    Variant("bf16", 4099, "bf16", False, False, "raw", "rcp"),
+    Variant("fp16", 7, "fp32", True, False, "raw", "rcp"),
+    Variant("fp16", 40000, "fp32", False, False, "f32", "rcp"),
 ]
 
 
@@ -119,3 +121,16 @@ def test_variant_compiles_without_spills(v: Variant) -> None:
 def test_render_refuses_an_aligned_variant_with_a_tail() -> None:
     with pytest.raises(ValueError, match="K must be a multiple of 8"):
         render(Variant("fp16", 4100, None, False, True))
+
+
+def test_choose_falls_back_where_a_placement_cannot_hold() -> None:
+    # registers only for <= 4 vectors a thread, shared memory only for aligned rows that fit; else per element
+    assert choose("fp16", 4096, "fp32", False, True, smooth_in="regs").smooth_in == "regs"
+    assert choose("fp16", 20000, "fp32", False, True, smooth_in="regs").smooth_in == "smem"
+    big = MAX_SMOOTH_SMEM // 4 + 8
+    assert choose("fp16", big, "fp32", False, True, smooth_in="smem").smooth_in == "rcp"
+    assert choose("fp16", 4099, "fp32", False, False, smooth_in="smem").smooth_in == "rcp"
+    with pytest.raises(ValueError, match="needs the aligned variant"):
+        render(Variant("fp16", 4099, "fp32", False, False, "raw", "smem"))
+    with pytest.raises(ValueError, match="at most 4 vectors"):
+        render(Variant("fp16", 40000, "fp32", False, True, "raw", "regs"))

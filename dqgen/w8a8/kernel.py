@@ -6,6 +6,7 @@ between the row's max and its codes, so x is read from memory once."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -17,15 +18,25 @@ from ..emit.render import template_env
 
 XDtype = Literal["fp16", "bf16"]
 SmoothDtype = Literal["fp32", "fp16", "bf16"] | None
+#: What registers hold of a row between its max and its codes: the converted (and smoothed) fp32 values, 8
+#: registers a vector, or the raw 16-byte vectors, 4 registers, converted again for the codes. Fewer registers
+#: let more blocks (so more loads) be resident on an SM; the second conversion costs instructions.
+Hold = Literal["f32", "raw"]
+#: Where a block keeps the smoothing reciprocals 1/s: per thread in registers (its columns are the same in every
+#: row; aligned and at most MAX_CACHED_SMOOTH vectors a thread), in shared memory (K floats, once per block;
+#: aligned), or computed from s for every element (any variant).
+SmoothIn = Literal["regs", "smem", "rcp"]
 
 #: A thread's vectors (8 elements each) per row that the block size aims for: enough loads in flight per thread.
 VECS_PER_THREAD = 4
 MAX_THREADS = 512
-#: Vectors per thread held in registers between the max and the codes (8 fp32 each); a longer row reads the rest
-#: again (from L2). 8 x 8 fp32 at 512 threads stays inside the 128 registers a thread may have there.
+#: Vectors per thread held in registers between the max and the codes; a longer row reads the rest again (from
+#: L2). 8 x 8 fp32 at 512 threads stays inside the 128 registers a thread may have there.
 MAX_CACHED = 8
-#: Per-thread reciprocals of the smoothing factors are kept across rows up to this many vectors.
+#: Per-thread reciprocals of the smoothing factors are kept in registers across rows up to this many vectors.
 MAX_CACHED_SMOOTH = 4
+#: Shared memory a block may take for the smoothing reciprocals (an H100 SM has 228 KB).
+MAX_SMOOTH_SMEM = 96 * 1024
 
 
 @dataclass(frozen=True)
@@ -37,11 +48,13 @@ class Variant:
     smooth: SmoothDtype
     static: bool
     aligned: bool
+    hold: Hold = "raw"
+    smooth_in: SmoothIn = "rcp"
 
     @property
     def name(self) -> str:
-        sm = f"_s{self.smooth}" if self.smooth else ""
-        mode = "static" if self.static else "dyn"
+        sm = f"_s{self.smooth}{self.smooth_in}" if self.smooth else ""
+        mode = "static" if self.static else f"dyn{self.hold}"
         return f"dqgen_act_quant_{self.dtype}_k{self.k}{sm}_{mode}_{'a' if self.aligned else 'u'}"
 
     @property
@@ -59,8 +72,38 @@ class Variant:
         return 0 if self.static else min(self.chunks, MAX_CACHED)
 
     @property
-    def cache_smooth(self) -> bool:
-        return bool(self.smooth) and self.aligned and self.chunks <= MAX_CACHED_SMOOTH
+    def inv_s_in(self) -> str:
+        return self.smooth_in if self.smooth else ""
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory of a block."""
+        return 4 * self.k if self.inv_s_in == "smem" else 0
+
+
+def choose(
+    dtype: XDtype,
+    k: int,
+    smooth: SmoothDtype,
+    static: bool,
+    aligned: bool,
+    hold: Hold | None = None,
+    smooth_in: SmoothIn | None = None,
+) -> Variant:
+    """The variant a call runs (``hold`` / ``smooth_in`` override the defaults where the variant allows them)."""
+    base = Variant(dtype, k, smooth, static, aligned)
+    if smooth_in is None:
+        smooth_in = DEFAULT_SMOOTH_IN
+    if smooth_in == "regs" and not (aligned and base.chunks <= MAX_CACHED_SMOOTH):
+        smooth_in = "smem"
+    if smooth_in == "smem" and not (aligned and 4 * k <= MAX_SMOOTH_SMEM):
+        smooth_in = "rcp"
+    return Variant(dtype, k, smooth, static, aligned, hold or DEFAULT_HOLD, smooth_in)
+
+
+#: The defaults that choose() applies (set from the bench's figures; docs/bench/w8a8_act.json).
+DEFAULT_HOLD: Hold = "raw"
+DEFAULT_SMOOTH_IN: SmoothIn = "smem"
 
 
 def render(v: Variant) -> str:
@@ -68,12 +111,18 @@ def render(v: Variant) -> str:
         raise ValueError(f"K: expected at least 1 column, got {v.k}")
     if v.aligned and v.k % 8:
         raise ValueError(f"aligned variant: K must be a multiple of 8, got {v.k}")
-    if v.cache == v.chunks:
-        cache_doc = "held in registers from the max to the codes" if not v.static else "converted as it streams"
+    if v.inv_s_in in ("regs", "smem") and not v.aligned:
+        raise ValueError(f"smooth_in={v.smooth_in!r} needs the aligned variant")
+    if v.inv_s_in == "regs" and v.chunks > MAX_CACHED_SMOOTH:
+        raise ValueError(f"smooth_in='regs': at most {MAX_CACHED_SMOOTH} vectors a thread, K={v.k} has {v.chunks}")
+    if v.static:
+        cache_doc = "converted as it streams"
+    elif v.cache == v.chunks:
+        cache_doc = f"held in registers ({v.hold}) from the max to the codes"
     else:
-        cache_doc = f"{v.cache} of {v.chunks} vectors held in registers, the rest read again"
+        cache_doc = f"{v.cache} of {v.chunks} vectors held in registers ({v.hold}), the rest read again"
     mode = "static scale" if v.static else "dynamic per-row scale"
-    smooth = f", smoothing factors {v.smooth}" if v.smooth else ""
+    smooth = f", smoothing factors {v.smooth} (reciprocals: {v.smooth_in})" if v.smooth else ""
     return (
         template_env()
         .get_template("act_quant.cu.j2")
@@ -88,7 +137,8 @@ def render(v: Variant) -> str:
             threads=v.threads,
             chunks=v.chunks,
             cache=v.cache,
-            cache_smooth=v.cache_smooth,
+            hold=v.hold,
+            inv_s_in=v.inv_s_in,
             cache_doc=cache_doc,
         )
     )
@@ -101,16 +151,28 @@ def compile_variant(v: Variant, arch: str = "sm_90", want: Any = "cubin") -> Any
 
 class ActQuantKernel:
     """One variant loaded on a device. Pointers are raw device addresses (ints): the torch op passes
-    ``data_ptr()``, so a call costs the launch and no array wrapping."""
+    ``data_ptr()``, and a call packs its few arguments as ctypes scalars for libcuda's cuLaunchKernel directly
+    (a few microseconds; cuda-bindings' launch converts each argument and costs several times that)."""
 
     def __init__(self, v: Variant, device: int = 0) -> None:
         from ..run import device as dev
 
         self.variant = v
+        self.device = device
+        self._dev = dev
         self._kernel = dev.LoadedKernel(compile_variant(v, dev.device_arch(device)).cubin, v.name, device)
+        if v.shared_bytes > 48 * 1024:
+            self._kernel.set_max_dynamic_shared(v.shared_bytes)
         # Persistent rows: as many blocks as can be resident at once, each looping over rows.
-        per_sm = max(1, self._kernel.max_active_blocks(v.threads, 0))
+        per_sm = max(1, self._kernel.max_active_blocks(v.threads, v.shared_bytes))
         self.max_blocks = per_sm * dev.sm_count(device)
+        types: list[Any] = [ctypes.c_uint64, ctypes.c_int64]
+        types += [ctypes.c_uint64] if v.smooth else []
+        types += [ctypes.c_float] if v.static else []
+        self._types = [*types, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32]
+        self._lib = dev._libcuda()
+        self._ctx = int(dev.primary_context(device))
+        self._function = int(self._kernel._function)
 
     def __call__(
         self,
@@ -124,18 +186,34 @@ class ActQuantKernel:
         stream: int,
     ) -> None:
         v = self.variant
-        args: list[Any] = [np.uint64(x_ptr), np.int64(x_stride)]
+        values: list[Any] = [x_ptr, x_stride]
         if v.smooth:
             if smooth_ptr is None:
                 raise ValueError("smooth: this kernel variant was compiled for smoothing factors, got None")
-            args.append(np.uint64(smooth_ptr))
+            values.append(smooth_ptr)
         if v.static:
             if scale is None:
                 raise ValueError("scale: this kernel variant was compiled for a static scale, got None")
-            args.append(np.float32(scale))
-        args += [np.uint64(q_ptr), np.uint64(scale_ptr), np.int32(rows)]
-        grid = (min(rows, self.max_blocks),)
-        self._kernel(grid, (v.threads,), args, stream=stream)
+            values.append(scale)
+        values += [q_ptr, scale_ptr, rows]
+        blocks = min(rows, self.max_blocks)
+        lib = self._lib
+        if lib is None:  # no libcuda through ctypes: the cuda-bindings launch
+            np_types = {ctypes.c_uint64: np.uint64, ctypes.c_int64: np.int64, ctypes.c_float: np.float32}
+            args = [np_types.get(t, np.int32)(val) for t, val in zip(self._types, values, strict=True)]
+            self._kernel((blocks,), (v.threads,), args, stream=stream, shared_mem=v.shared_bytes)
+            return
+        holders = [t(val) for t, val in zip(self._types, values, strict=True)]
+        params = (ctypes.c_void_p * len(holders))(*(ctypes.addressof(h) for h in holders))  # void* kernelParams[]
+        current = ctypes.c_void_p()
+        lib.cuCtxGetCurrent(ctypes.byref(current))
+        if current.value != self._ctx:  # torch runs in the primary context; anything else gets it set
+            self._dev.primary_context(self.device)
+        err = lib.cuLaunchKernel(
+            self._function, blocks, 1, 1, v.threads, 1, 1, v.shared_bytes, stream, ctypes.addressof(params), None
+        )
+        if err:
+            raise RuntimeError(f"cuLaunchKernel({v.name!r}) failed with CUresult {err}")
 
 
 @functools.lru_cache(maxsize=256)
