@@ -55,11 +55,16 @@ def _smooth(kind: str | None, k: int, dtype: Any, seed: int) -> Any:
     return s.to(torch.float32 if kind == "fp32" else dtype).cuda()
 
 
-def _compare(x: Any, smooth: Any, scale: float | None) -> None:
+def _compare(x: Any, smooth: Any, scale: float | None, placement: tuple[str, str] | None = None) -> None:
+    """``placement``: (hold, smooth_in) forced instead of the defaults (through the op's launcher)."""
     from dqgen.w8a8 import quantize_activations
+    from dqgen.w8a8.op import _launch
 
     _poison_allocator()
-    q, s = quantize_activations(x, smooth, scale=scale)
+    if placement is None:
+        q, s = quantize_activations(x, smooth, scale=scale)
+    else:
+        q, s = _launch(x, smooth, scale, *placement)
     torch.cuda.synchronize()
     want_q, want_s = reference.quantize(_host(x), None if smooth is None else _host(smooth), scale)
     got_q, got_s = q.cpu().numpy(), s.cpu().numpy()
@@ -103,18 +108,15 @@ def test_misaligned_rows_and_strided_views(dtype: str, offset: int) -> None:
 @pytest.mark.parametrize("hold", ["f32", "raw"])
 @pytest.mark.parametrize("smooth_in", ["regs", "smem", "rcp"])
 @pytest.mark.parametrize(("rows", "k"), [(33, 4096), (9, 14336), (5, 4104), (3, 40000)])
-def test_bit_exact_every_placement(rows: int, k: int, hold: str, smooth_in: str, monkeypatch: Any) -> None:
-    # the variants the defaults were chosen among (docs/bench/w8a8_act.json) stay exact too
-    from dqgen.w8a8 import kernel
-
-    monkeypatch.setattr(kernel, "DEFAULT_HOLD", hold)
-    monkeypatch.setattr(kernel, "DEFAULT_SMOOTH_IN", smooth_in)
+def test_bit_exact_every_placement(rows: int, k: int, hold: str, smooth_in: str) -> None:
+    # every variant the defaults choose among (docs/bench/w8a8_act.json), whatever the row count, is exact too
+    placement = (hold, smooth_in)
     for dtype, sk in ((torch.float16, "fp32"), (torch.bfloat16, "x")):
         x = _inputs(rows, k, dtype, seed=k + rows)
         s = _smooth(sk, k, dtype, seed=k)
-        _compare(x, s, None)
-        _compare(x, s, float(x.float().abs().amax()) / 127 / 4)
-    _compare(_inputs(rows, k, torch.float16, seed=1), None, None)
+        _compare(x, s, None, placement)
+        _compare(x, s, float(x.float().abs().amax()) / 127 / 4, placement)
+    _compare(_inputs(rows, k, torch.float16, seed=1), None, None, placement)
 
 
 def test_non_finite_elements_follow_the_documented_rule() -> None:

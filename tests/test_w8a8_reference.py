@@ -9,7 +9,7 @@ import pytest
 
 from dqgen.emit.nvrtc import compile_source
 from dqgen.w8a8 import reference
-from dqgen.w8a8.kernel import MAX_CACHED, MAX_SMOOTH_SMEM, Variant, choose, render
+from dqgen.w8a8.kernel import MAX_CACHED, MAX_SMOOTH_SMEM, SMEM_MIN_ROWS, Variant, choose, render
 
 F16 = np.float16
 BF16 = ml_dtypes.bfloat16
@@ -123,13 +123,17 @@ def test_render_refuses_an_aligned_variant_with_a_tail() -> None:
         render(Variant("fp16", 4100, None, False, True))
 
 
-def test_choose_falls_back_where_a_placement_cannot_hold() -> None:
+def test_choose_places_the_smoothing_reciprocals_by_rows_and_falls_back() -> None:
+    # by default registers for few rows, shared memory from SMEM_MIN_ROWS rows on (the bench's figures)
+    assert choose("fp16", 4096, "fp32", False, True, 16).smooth_in == "regs"
+    assert choose("fp16", 4096, "fp32", False, True, SMEM_MIN_ROWS).smooth_in == "smem"
+    assert choose("fp16", 4096, None, False, True, 16).hold == "raw"
     # registers only for <= 4 vectors a thread, shared memory only for aligned rows that fit; else per element
-    assert choose("fp16", 4096, "fp32", False, True, smooth_in="regs").smooth_in == "regs"
-    assert choose("fp16", 20000, "fp32", False, True, smooth_in="regs").smooth_in == "smem"
+    assert choose("fp16", 20000, "fp32", False, True, 16).smooth_in == "rcp"
+    assert choose("fp16", 20000, "fp32", False, True, 4096, smooth_in="regs").smooth_in == "smem"
     big = MAX_SMOOTH_SMEM // 4 + 8
-    assert choose("fp16", big, "fp32", False, True, smooth_in="smem").smooth_in == "rcp"
-    assert choose("fp16", 4099, "fp32", False, False, smooth_in="smem").smooth_in == "rcp"
+    assert choose("fp16", big, "fp32", False, True, 4096).smooth_in == "rcp"
+    assert choose("fp16", 4099, "fp32", False, False, 4096, smooth_in="smem").smooth_in == "rcp"
     with pytest.raises(ValueError, match="needs the aligned variant"):
         render(Variant("fp16", 4099, "fp32", False, False, "raw", "smem"))
     with pytest.raises(ValueError, match="at most 4 vectors"):

@@ -47,7 +47,7 @@ def copy_gbps(time_us: Callable[[Callable[[], Any]], float]) -> float:
 
 
 #: (label, smoothing?, hold, smooth_in): the default variant first, then the alternatives the defaults were chosen
-#: over (kernel.DEFAULT_HOLD / DEFAULT_SMOOTH_IN).
+#: over (kernel.DEFAULT_HOLD, kernel.SMEM_MIN_ROWS).
 VARIANTS: tuple[tuple[str, bool, Hold | None, SmoothIn | None], ...] = (
     ("dqgen", False, None, None),
     ("dqgen hold=f32", False, "f32", None),
@@ -98,7 +98,7 @@ def run(shapes: Sequence[tuple[int, int]] = SHAPES, out: Path | None = DEFAULT_O
             nbytes = 3 * m * k + 4 * m + (4 * k if smoothed else 0)
             q, sc = _launch(x, s, None, hold, smooth_in)
             exact = bool(torch.equal(q, want[smoothed][0]) and torch.equal(sc, want[smoothed][1]))
-            v = choose("fp16", k, "fp32" if smoothed else None, False, _aligned(x, s, q), hold, smooth_in)
+            v = choose("fp16", k, "fp32" if smoothed else None, False, _aligned(x, s, q), m, hold, smooth_in)
             if hold is None and smooth_in is None:  # the default: through the public call, as a user runs it
                 us = single_call_us(functools.partial(quantize_activations, x, s))
             else:

@@ -81,29 +81,37 @@ class Variant:
         return 4 * self.k if self.inv_s_in == "smem" else 0
 
 
+#: Rows from which the smoothing reciprocals go to shared memory by default: filling K floats costs each block a
+#: pass over s, repaid only over several rows a block. Measured on an H100 (docs/bench/w8a8_act.json, K = 4096,
+#: one call after an L2 flush): 1 and 16 rows 9.0 / 8.7 us in registers against 19.2 / 18.4 us in shared memory;
+#: 4096 x 4096 36.8 us in shared memory (43.6 us per element), 8192 x 8192 a tie (90.8 / 90.1 us),
+#: 16384 x 14336 290.5 us in shared memory against 326.3 us in registers.
+SMEM_MIN_ROWS = 1024
+#: The placement of the row between its max and its codes: "raw" was faster at every measured shape
+#: (16384 x 14336: 256.8 us against 319.2 us for "f32", which leaves fewer blocks resident).
+DEFAULT_HOLD: Hold = "raw"
+
+
 def choose(
     dtype: XDtype,
     k: int,
     smooth: SmoothDtype,
     static: bool,
     aligned: bool,
+    rows: int,
     hold: Hold | None = None,
     smooth_in: SmoothIn | None = None,
 ) -> Variant:
-    """The variant a call runs (``hold`` / ``smooth_in`` override the defaults where the variant allows them)."""
+    """The variant a call on ``rows`` rows runs (``hold`` / ``smooth_in`` override the defaults where the variant
+    allows them: "regs" falls back to "smem", "smem" to "rcp")."""
     base = Variant(dtype, k, smooth, static, aligned)
     if smooth_in is None:
-        smooth_in = DEFAULT_SMOOTH_IN
+        smooth_in = "smem" if rows >= SMEM_MIN_ROWS else "regs"
     if smooth_in == "regs" and not (aligned and base.chunks <= MAX_CACHED_SMOOTH):
-        smooth_in = "smem"
+        smooth_in = "smem" if rows >= SMEM_MIN_ROWS else "rcp"
     if smooth_in == "smem" and not (aligned and 4 * k <= MAX_SMOOTH_SMEM):
         smooth_in = "rcp"
     return Variant(dtype, k, smooth, static, aligned, hold or DEFAULT_HOLD, smooth_in)
-
-
-#: The defaults that choose() applies (set from the bench's figures; docs/bench/w8a8_act.json).
-DEFAULT_HOLD: Hold = "raw"
-DEFAULT_SMOOTH_IN: SmoothIn = "smem"
 
 
 def render(v: Variant) -> str:

@@ -83,6 +83,7 @@ def _launch(
         None if smooth is None else _S_DTYPES[smooth.dtype],
         scale is not None,
         _aligned(x, smooth, q),
+        rows,
         hold,
         smooth_in,
     )
