@@ -33,6 +33,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "gru": frozenset({"core", "emit", "run"}),
     # nn: dqgen.quantize (numpy, on the Layout's packing) and QuantLinear (a Kernel's matmul)
     "nn": frozenset({"core", "layout", "emit", "run"}),
+    "w8a8": frozenset({"core", "emit", "run"}),
     "api": frozenset({"core", "layout", "emit", "run", "nn"}),  # dqgen.compile: the pipeline, then a Kernel
     "cli": frozenset({"api", "core", "ir", "check", "layout", "solve", "emit", "run", "io", "tools", "gru", "nn"}),
 }

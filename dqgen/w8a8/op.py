@@ -1,0 +1,131 @@
+"""quantize_activations as a torch custom op (``dqgen::quantize_activations``), so torch.compile keeps it in its
+graph: the checks run on the traced (fake) tensors, the fake implementation only shapes the outputs, and the real
+one picks the kernel variant (alignment is a property of the real pointers) and launches it on torch's stream."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .kernel import Hold, SmoothDtype, SmoothIn, XDtype, choose, loaded
+
+_X_DTYPES: dict[torch.dtype, XDtype] = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+_S_DTYPES: dict[torch.dtype, SmoothDtype] = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _as_f32(v: float) -> float:
+    with np.errstate(over="ignore"):
+        return float(np.float32(v))
+
+
+def check_inputs(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> None:
+    """Raise a one-line ValueError naming the bad argument; nothing has run yet."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"x: expected a CUDA torch.Tensor [M, K], got {type(x).__name__}")
+    if x.dtype not in _X_DTYPES:
+        raise ValueError(f"x: expected float16 or bfloat16, got {x.dtype}")
+    if x.dim() != 2:
+        raise ValueError(f"x: expected a 2-D tensor [M, K], got shape {list(x.shape)}")
+    if x.device.type != "cuda":
+        raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
+    if x.shape[1] > 1 and x.stride(1) != 1:
+        raise ValueError(f"x: expected contiguous rows (inner stride 1), got strides {list(x.stride())}")
+    if x.shape[0] > 1 and x.stride(0) < x.shape[1]:
+        raise ValueError(f"x: expected non-overlapping rows (row stride >= K = {x.shape[1]}), got {x.stride(0)}")
+    if smooth is not None:
+        if not isinstance(smooth, torch.Tensor):
+            raise ValueError(f"smooth: expected a tensor [K] or None, got {type(smooth).__name__}")
+        if tuple(smooth.shape) != (x.shape[1],):
+            raise ValueError(f"smooth: expected shape [K={x.shape[1]}], got {list(smooth.shape)}")
+        if smooth.dtype not in (torch.float32, x.dtype):
+            raise ValueError(f"smooth: expected float32 or x's dtype {x.dtype}, got {smooth.dtype}")
+        if smooth.device != x.device:
+            raise ValueError(f"smooth: expected x's device {x.device}, got {smooth.device}")
+        if smooth.shape[0] > 1 and smooth.stride(0) != 1:
+            raise ValueError(f"smooth: expected a contiguous vector, got stride {smooth.stride(0)}")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise ValueError(f"scale: expected a Python float (the static scale) or None, got {type(scale).__name__}")
+        s32 = _as_f32(scale)  # the value the kernel gets
+        if not (math.isfinite(s32) and s32 > 0 and math.isfinite(_as_f32(1.0 / s32))):
+            raise ValueError(f"scale: expected a positive finite float32 with a finite reciprocal, got {scale!r}")
+
+
+def _aligned(x: torch.Tensor, smooth: torch.Tensor | None, q: torch.Tensor) -> bool:
+    """All of x's rows, q and smooth start on 16-byte boundaries and K is a whole number of 8-element vectors."""
+    k = x.shape[1]
+    ok = k % 8 == 0 and x.data_ptr() % 16 == 0 and (x.shape[0] <= 1 or x.stride(0) % 8 == 0)
+    ok = ok and q.data_ptr() % 16 == 0
+    return ok and (smooth is None or smooth.data_ptr() % 16 == 0)
+
+
+def _launch(
+    x: torch.Tensor,
+    smooth: torch.Tensor | None,
+    scale: float | None,
+    hold: Hold | None = None,
+    smooth_in: SmoothIn | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Allocate the outputs, pick the variant (``hold`` / ``smooth_in``: the bench's overrides) and launch."""
+    rows, k = x.shape
+    q = torch.empty((rows, k), dtype=torch.int8, device=x.device)
+    row_scale = torch.empty((rows,), dtype=torch.float32, device=x.device)
+    if rows == 0:
+        return q, row_scale
+    if k == 0:  # no elements: max|x| of an empty row is 0 (dynamic), the static scale as given
+        row_scale.fill_(0.0 if scale is None else _as_f32(scale))
+        return q, row_scale
+    v = choose(
+        _X_DTYPES[x.dtype],
+        k,
+        None if smooth is None else _S_DTYPES[smooth.dtype],
+        scale is not None,
+        _aligned(x, smooth, q),
+        rows,
+        hold,
+        smooth_in,
+    )
+    ordinal = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    kern = loaded(v, ordinal)
+    stride = x.stride(0) if rows > 1 else k
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    kern(
+        x.data_ptr(),
+        stride,
+        rows,
+        None if smooth is None else smooth.data_ptr(),
+        scale,
+        q.data_ptr(),
+        row_scale.data_ptr(),
+        stream,
+    )
+    return q, row_scale
+
+
+@torch.library.custom_op("dqgen::quantize_activations", mutates_args=(), device_types="cuda")
+def quantize_activations_op(
+    x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    check_inputs(x, smooth, scale)  # also here: a direct torch.ops call skips the wrapper
+    return _launch(x, smooth, scale)
+
+
+@quantize_activations_op.register_fake
+def _(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    return x.new_empty(x.shape, dtype=torch.int8), x.new_empty((x.shape[0],), dtype=torch.float32)
+
+
+def quantize_activations(
+    x: torch.Tensor, smooth: torch.Tensor | None = None, *, scale: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] float16/bfloat16 on a GPU -> (x_q int8 [M, K], x_scale float32 [M]), x ~ x_q * x_scale[:, None]
+    (times smooth when given). ``smooth`` [K] (float32 or x's dtype): SmoothQuant's factors, x / smooth is what is
+    quantized (as x * rcp(smooth), see dqgen.w8a8.reference). ``scale``: a static scale for the whole tensor
+    (x_scale is then that scale in every row); by default a dynamic per-row scale max|x| / 127."""
+    check_inputs(x, smooth, scale)
+    scale = None if scale is None else float(scale)
+    if torch.compiler.is_compiling():  # traced: one custom op in the graph
+        return torch.ops.dqgen.quantize_activations(x, smooth, scale)
+    return _launch(x, smooth, scale)  # eager: the dispatcher's overhead skipped, the same implementation
