@@ -39,7 +39,7 @@ if [[ " $STEPS " == *" quick "* ]]; then
   # the runtime's own entry points (custom op under torch.compile, graph capture, act-order checks), the GRU
   # kernels and the dequant CLI's GPU path: each is one entry point the quick tier must launch
   pytest_gpu quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_gru_persist.py \
-    tests/test_checkpoint.py tests/test_refworker.py tests/test_build_cold.py tests/test_quantlinear_gpu.py
+    tests/test_checkpoint.py tests/test_refworker.py tests/test_build_cold.py tests/test_quantlinear_gpu.py tests/test_w8a8_gpu.py
 fi
 if [[ " $STEPS " == *" sanitize "* ]]; then
   t0=$(date +%s)
@@ -59,6 +59,12 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
     compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 python scripts/gru_persist_sanitize.py \
       > "$OUT/gru-$tool.log" 2>&1 || rc=1
     tail -1 "$OUT/gru-$tool.log"
+  done
+  # the activation quantizer (dqgen.w8a8) keeps 1/s in shared memory in some variants
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 python scripts/w8a8_memcheck.py \
+      > "$OUT/w8a8-$tool.log" 2>&1 || rc=1
+    tail -1 "$OUT/w8a8-$tool.log"
   done
   echo "sanitizer step: $(( $(date +%s) - t0 )) s"
 fi
