@@ -377,3 +377,79 @@ def test_host_arrays_and_other_objects_refused() -> None:
     host_only = SimpleNamespace(__array_interface__=np.zeros(3).__array_interface__)
     with pytest.raises(TypeError, match=r"^g_idx: unsupported array type types\.SimpleNamespace"):
         device.as_device_array(host_only, "g_idx")
+
+
+# --------------------------------------------------------------------------- GPU: real producers, whole calls
+
+
+class OnlyDLPack:
+    """A torch tensor seen only through DLPack (as a JAX or other array library's would be)."""
+
+    def __init__(self, t: Any) -> None:
+        self.t = t
+
+    def __dlpack_device__(self) -> Any:
+        return self.t.__dlpack_device__()
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        return self.t.__dlpack__(**kw)
+
+
+class OnlyCai:
+    """A cupy array seen only through its ``__cuda_array_interface__`` (as numba's would be)."""
+
+    def __init__(self, a: Any) -> None:
+        self.__cuda_array_interface__ = a.__cuda_array_interface__
+        self.a = a
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "awq_int4_bf16", "nvfp4_fp16"])
+def test_gpu_whole_call_through_dlpack(name: str) -> None:
+    """Every tensor of a call read by cuda.core from a DLPack export (bfloat16, uint8 block scales, the fp32
+    global scale among them): bit-exact against the reference; torch's float8 scales are refused by name."""
+    import torch
+
+    from dqgen.check.reference import dequantize_reference, random_global_scale, random_inputs
+    from dqgen.run.gpucheck import nan_equal_mismatches, to_torch
+
+    spec = load_spec(SHIPPED_SPECS / f"{name}.yaml")
+    spec = with_group_size(spec, 128) if spec.scales.group_size == "auto" else spec
+    k = Kernel(spec)
+    q, s, z, _ = random_inputs(spec, 256, 512, 11)
+    gsc = random_global_scale(spec, 11)
+    want = dequantize_reference(spec, q, s, z, global_scale=gsc)
+    tdt = torch.bfloat16 if spec.target.value == "bf16" else torch.float16
+    out = torch.empty(want.shape, dtype=tdt, device="cuda")
+    views = {n: OnlyDLPack(to_torch(a)) for n, a in (("q", q), ("s", s), ("z", z), ("g", gsc)) if a is not None}
+    assert device.as_device_array(OnlyDLPack(out), "out").dtype == numpy_dtype(BF16 if tdt == torch.bfloat16 else FP16)
+    k(views["q"], views["s"], views.get("z"), global_scale=views.get("g"), out=OnlyDLPack(out))
+    torch.cuda.synchronize()
+    got = out.view(torch.int16).cpu().numpy().view(np.uint16)
+    bad = nan_equal_mismatches(got, want.view(np.uint16), spec.target.value)  # any NaN matches any NaN
+    assert bad.size == 0, f"{name} through DLPack: {len(bad)} mismatches, first at {bad[0].tolist()}"
+    if spec.scales.block:
+        f8 = torch.float8_e4m3fn if spec.scales.dtype.value == "e4m3" else torch.float8_e8m0fnu
+        with pytest.raises(TypeError, match=r"^scales: ") as ei:
+            k(views["q"], OnlyDLPack(to_torch(s).view(f8)), global_scale=views.get("g"), out=OnlyDLPack(out))
+        assert "\n" not in str(ei.value)
+
+
+@pytest.mark.gpu
+def test_gpu_cai_and_dlpack_facts_of_real_arrays() -> None:
+    """Pointer, shape, strides, dtype and device of cupy / torch arrays read through each protocol equal the
+    library's own answers; a non-contiguous slice keeps its strides."""
+    cupy = pytest.importorskip("cupy")
+    import torch
+
+    c = cupy.arange(64 * 32, dtype=cupy.float16).reshape(64, 32)[:, 8:24]
+    a = device.as_device_array(OnlyCai(c), "scales")
+    assert (a.ptr, a.shape, a.strides_bytes, a.dtype, a.device) == (c.data.ptr, c.shape, c.strides, c.dtype, 0)
+    assert a.kind == "cai" and not a.is_c_contiguous
+    t = torch.zeros((64, 32), dtype=torch.bfloat16, device="cuda")[1:, ::2]
+    b = device.as_device_array(OnlyDLPack(t), "out")
+    assert (b.ptr, b.shape, b.dtype, b.device) == (t.data_ptr(), tuple(t.shape), numpy_dtype(BF16), 0)
+    assert b.strides_bytes == tuple(2 * s for s in t.stride()) and b.kind == "dlpack"
+    cpu = torch.zeros(4)
+    with pytest.raises(ValueError, match=r"^g_idx: expected a CUDA tensor, got a CPU "):
+        device.as_device_array(OnlyDLPack(cpu), "g_idx")
