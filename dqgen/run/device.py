@@ -444,7 +444,7 @@ def strided_memory_view_type() -> Any:
     DLPack byte offset, shape, strides in elements, dtype, device ordinal, read-only flag).
 
     Imported on first use, like ``param_holder_type``: only CAI / DLPack inputs need it (torch and cupy arrays are
-    read through their own accessors). cuda-core 1.2.0 has it in ``cuda.core.utils`` only."""
+    read through their own accessors). cuda-core 1.2.0 and 1.2.2 have it in ``cuda.core.utils`` only."""
     try:
         from cuda.core.utils import StridedMemoryView
     except ImportError:  # pragma: no cover - a cuda-core that moved it to the top level
@@ -473,8 +473,9 @@ def _view_dtype(view: Any, name: str, protocol: str) -> np.dtype:
     try:
         dt = np.dtype(view.dtype)
     except (TypeError, NotImplementedError) as e:
+        why = " ".join(str(e).split()) or type(e).__name__
         raise TypeError(
-            f"{name}: cuda.core cannot read this {protocol} dtype ({e}); expected {_EXPECTED_DTYPES} "
+            f"{name}: cuda.core cannot read this {protocol} dtype ({why}); expected {_EXPECTED_DTYPES} "
             "(pass float8 block scales as a torch tensor or as uint8 bytes)"
         ) from None
     if dt.kind in "iuf" and dt.isbuiltin == 1:  # numpy's own, native byte order (ml_dtypes' float8_e5m2 is "f" too)
