@@ -39,7 +39,8 @@ if [[ " $STEPS " == *" quick "* ]]; then
   # the runtime's own entry points (custom op under torch.compile, graph capture, act-order checks), the GRU
   # kernels and the dequant CLI's GPU path: each is one entry point the quick tier must launch
   pytest_gpu quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_gru_persist.py \
-    tests/test_checkpoint.py tests/test_refworker.py tests/test_build_cold.py tests/test_quantlinear_gpu.py tests/test_w8a8_gpu.py
+    tests/test_checkpoint.py tests/test_refworker.py tests/test_build_cold.py tests/test_quantlinear_gpu.py \
+    tests/test_w8a8_gpu.py tests/test_device_views.py
 fi
 if [[ " $STEPS " == *" sanitize "* ]]; then
   t0=$(date +%s)

@@ -192,57 +192,6 @@ def test_gpu_unavailable_here() -> None:
     assert device.gpu_available() is False
 
 
-class _FakeCudaDLPack:
-    """Claims to live on CUDA but hands out numpy's capsule: exercises the DLTensor parsing."""
-
-    def __init__(self, arr: np.ndarray) -> None:
-        self.arr = arr
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (2, 3)
-
-    def __dlpack__(self, stream: object = None) -> object:
-        return self.arr.__dlpack__()
-
-
-class _CpuDLPack(_FakeCudaDLPack):
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)
-
-
-class _FakeCAI:
-    def __init__(self) -> None:
-        self.__cuda_array_interface__ = {
-            "shape": (4, 2),
-            "typestr": "<u4",
-            "data": (0, False),
-            "version": 3,
-            "strides": None,
-        }
-
-
-def test_dlpack_and_cai_parsing() -> None:
-    arr = np.arange(12, dtype=np.int32).reshape(3, 4)[:, 1:3]
-    da = device.as_device_array(_FakeCudaDLPack(arr), "qzeros")
-    assert da.kind == "dlpack" and da.device == 3
-    assert da.ptr == arr.ctypes.data
-    assert da.shape == (3, 2) and da.strides_bytes == arr.strides and da.dtype == np.int32
-    assert not da.is_c_contiguous
-
-    with pytest.raises(ValueError, match="qzeros: expected a CUDA tensor, got a CPU"):
-        device.as_device_array(_CpuDLPack(arr), "qzeros")
-
-    ca = device.as_device_array(_FakeCAI(), "g_idx")
-    assert ca.kind == "cai" and ca.dtype == np.uint32
-    assert ca.shape == (4, 2) and ca.strides_bytes == (8, 4) and ca.is_c_contiguous
-
-    # strides that do not match the shape's rank: a one-line error naming the tensor, not a guess at the layout
-    bad_cai = _FakeCAI()
-    bad_cai.__cuda_array_interface__["strides"] = (4,)
-    with pytest.raises(TypeError, match=r"^g_idx: __cuda_array_interface__ has 1 strides for a 2-d shape$"):
-        device.as_device_array(bad_cai, "g_idx")
-
-
 # --------------------------------------------------------------------------- GPU
 
 

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver
 
+from dqgen.core.formats import SCALAR_TYPES, numpy_dtype
+
 __all__ = [
     "DeviceArray",
     "DeviceBuffer",
@@ -333,6 +335,8 @@ class DeviceArray:
     obj: Any = field(repr=False, compare=False)
     # Keeps e.g. a DLPack capsule alive as long as this view exists.
     keepalive: Any = field(default=None, repr=False, compare=False)
+    # The producer marked its memory read-only (a CAI "data" flag, a DLPack 1.x flag): never a kernel's output.
+    readonly: bool = False
 
     @property
     def itemsize(self) -> int:
@@ -434,97 +438,103 @@ def _from_cupy(obj: Any, name: str) -> DeviceArray:
     )
 
 
-def _pointer_device(ptr: int) -> int:
-    """Device ordinal owning ``ptr``; the CUDA array interface does not say."""
-    if ptr == 0 or not gpu_available():
-        return 0
-    attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    return int(_check(driver.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute"))
+@functools.lru_cache(maxsize=1)
+def strided_memory_view_type() -> Any:
+    """cuda.core's ``StridedMemoryView``: reads a ``__cuda_array_interface__`` or DLPack producer (pointer with the
+    DLPack byte offset, shape, strides in elements, dtype, device ordinal, read-only flag).
+
+    Imported on first use, like ``param_holder_type``: only CAI / DLPack inputs need it (torch and cupy arrays are
+    read through their own accessors). cuda-core 1.2.0 and 1.2.2 have it in ``cuda.core.utils`` only."""
+    try:
+        from cuda.core.utils import StridedMemoryView
+    except ImportError:  # pragma: no cover - a cuda-core that moved it to the top level
+        from cuda.core import StridedMemoryView
+    return StridedMemoryView
+
+
+#: The ml_dtypes dtypes a tensor of dqgen's may hold, from the formats registry: the targets' and the block
+#: scales' formats that numpy lacks (bfloat16, float8_e4m3fn, float8_e8m0fnu).
+_REGISTRY_DTYPES: frozenset[np.dtype] = frozenset(
+    numpy_dtype(t)
+    for t in SCALAR_TYPES.values()
+    if t.is_float and t.roles & {"target", "block_scale"} and numpy_dtype(t).kind == "V"
+)
+_EXPECTED_DTYPES = "integer words, float16 / bfloat16 / float32 values or uint8 / float8 block-scale codes"
+
+
+def _view_dtype(view: Any, name: str, protocol: str) -> np.dtype:
+    """The dtype a StridedMemoryView reports, checked against what dqgen's kernels read.
+
+    cuda-core 1.2.0 and 1.2.2 answer alike (read from both wheels, tests/test_device_views.py): DLPack's bfloat16
+    (code 4) is ml_dtypes' ``bfloat16``; DLPack's float8 codes (7-14) raise TypeError("Unsupported dtype. dtype
+    code: N") from ``.dtype``; a CAI typestr is ``np.dtype(typestr)``, so ml_dtypes' ``<V2`` / ``|V1`` arrive as
+    plain numpy void, which names no format and is refused rather than guessed. A later cuda-core that answers a
+    float8 code with ml_dtypes' dtype is accepted through the registry like bfloat16."""
+    try:
+        dt = np.dtype(view.dtype)
+    except (TypeError, NotImplementedError) as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise TypeError(
+            f"{name}: cuda.core cannot read this {protocol} dtype ({why}); expected {_EXPECTED_DTYPES} "
+            "(pass float8 block scales as a torch tensor or as uint8 bytes)"
+        ) from None
+    if dt.kind in "iuf" and dt.isbuiltin == 1:  # numpy's own, native byte order (ml_dtypes' float8_e5m2 is "f" too)
+        return dt
+    if dt in _REGISTRY_DTYPES:
+        return dt
+    if dt.type is np.void:
+        raise TypeError(
+            f"{name}: {protocol} dtype {dt} is opaque {dt.itemsize}-byte values, not a number format "
+            "(bfloat16 and float8 have no __cuda_array_interface__ typestr); pass a torch tensor or a DLPack "
+            "producer, or block-scale codes as uint8"
+        )
+    raise TypeError(f"{name}: unsupported {protocol} dtype {dt}; expected {_EXPECTED_DTYPES}")
+
+
+def _from_view(make: Any, obj: Any, name: str, kind: str, protocol: str) -> DeviceArray:
+    """A DeviceArray of the StridedMemoryView ``make(obj)``; any error of cuda.core's (BufferError, ValueError,
+    CUDAError, ...: it has no common base) becomes one line naming the tensor."""
+    try:
+        view = make(obj)
+        ptr, device, readonly = int(view.ptr), int(view.device_id), bool(view.readonly)
+        shape = tuple(int(s) for s in view.shape)
+        strides = view.strides  # in elements; None: C-contiguous
+    except Exception as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise TypeError(f"{name}: cannot view this {_type_name(obj)} through {protocol} ({why})") from None
+    dtype = _view_dtype(view, name, protocol)
+    if strides is None:
+        strides_b = _c_strides(shape, dtype.itemsize)
+    else:
+        strides_b = tuple(int(s) * dtype.itemsize for s in strides)
+    # the view owns a DLPack capsule (renamed "used_dltensor", freed with the view): kept alive with the array
+    return DeviceArray(ptr, shape, strides_b, dtype, device, kind, obj, keepalive=view, readonly=readonly)
 
 
 def _from_cai(obj: Any, name: str) -> DeviceArray:
-    cai = obj.__cuda_array_interface__
-    try:
-        dtype = np.dtype(cai["typestr"])
-    except TypeError as e:
-        raise TypeError(f"{name}: unsupported __cuda_array_interface__ typestr {cai['typestr']!r}") from e
-    if dtype.kind not in "iuf" or dtype.byteorder == ">":
-        raise TypeError(f"{name}: unsupported __cuda_array_interface__ typestr {cai['typestr']!r}")
-    if cai.get("mask") is not None:
-        raise TypeError(f"{name}: masked __cuda_array_interface__ arrays are not supported")
-    shape = tuple(int(s) for s in cai["shape"])
-    strides = cai.get("strides")
-    if strides is not None and len(strides) != len(shape):
-        raise TypeError(f"{name}: __cuda_array_interface__ has {len(strides)} strides for a {len(shape)}-d shape")
-    strides_b = tuple(int(s) for s in strides) if strides is not None else _c_strides(shape, dtype.itemsize)
-    ptr = int(cai["data"][0] or 0)
-    return DeviceArray(ptr, shape, strides_b, dtype, _pointer_device(ptr), "cai", obj)
+    # stream_ptr=-1: no wait on the producer's stream, as dqgen never did for CAI inputs (the kernel runs on the
+    # caller's stream, else the legacy default one)
+    smv = strided_memory_view_type()
+    return _from_view(
+        lambda o: smv.from_cuda_array_interface(o, stream_ptr=-1), obj, name, "cai", "__cuda_array_interface__"
+    )
 
 
-# DLPack ABI (dlpack.h, unversioned "dltensor" capsule).
-_kDLCPU, _kDLCUDA, _kDLCUDAHost, _kDLCUDAManaged = 1, 2, 3, 13
-_DLPACK_CPU_LIKE = {_kDLCPU: "CPU", _kDLCUDAHost: "CUDA-host (pinned)"}
-
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-def _dlpack_dtype(dt: _DLDataType, name: str) -> np.dtype:
-    if dt.lanes != 1:
-        raise TypeError(f"{name}: vectorized DLPack dtypes (lanes={dt.lanes}) are not supported")
-    code, bits = int(dt.code), int(dt.bits)
-    if code == 4 and bits == 16:  # kDLBfloat
-        return _bfloat16()
-    kind = {0: "i", 1: "u", 2: "f"}.get(code)
-    if kind is None or bits % 8:
-        raise TypeError(f"{name}: unsupported DLPack dtype (code={code}, bits={bits})")
-    try:
-        return np.dtype(f"<{kind}{bits // 8}")
-    except TypeError as e:
-        raise TypeError(f"{name}: unsupported DLPack dtype (code={code}, bits={bits})") from e
+# DLPack device types (dlpack.h): dqgen reads device memory only, so host and pinned-host producers are refused
+# before any capsule is taken (StridedMemoryView reports pinned memory as device-accessible, with no way to tell).
+_kDLCUDA, _kDLCUDAManaged = 2, 13
+_DLPACK_HOST = {1: "CPU", 3: "CUDA-host (pinned)"}
 
 
 def _from_dlpack(obj: Any, name: str) -> DeviceArray:
-    dev_type, dev_id = (int(v) for v in obj.__dlpack_device__())
+    dev_type = int(obj.__dlpack_device__()[0])
     if dev_type not in (_kDLCUDA, _kDLCUDAManaged):
-        where = _DLPACK_CPU_LIKE.get(dev_type, f"non-CUDA (DLPack device type {dev_type})")
+        where = _DLPACK_HOST.get(dev_type, f"non-CUDA (DLPack device type {dev_type})")
         raise ValueError(f"{name}: expected a CUDA tensor, got a {where} {_type_name(obj)}")
-    capsule = obj.__dlpack__()
-    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
-    get_ptr.restype = ctypes.c_void_p
-    get_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    # The capsule is not consumed (not renamed to "used_dltensor"), so its own
-    # destructor frees it; we keep it alive in DeviceArray.keepalive meanwhile.
-    addr = get_ptr(capsule, b"dltensor")
-    if not addr:
-        raise TypeError(f"{name}: __dlpack__() did not return a 'dltensor' capsule")
-    t = _DLTensor.from_address(addr)  # DLManagedTensor starts with its DLTensor
-    dtype = _dlpack_dtype(t.dtype, name)
-    ndim = int(t.ndim)
-    shape = tuple(int(t.shape[i]) for i in range(ndim))
-    if t.strides:
-        strides_b = tuple(int(t.strides[i]) * dtype.itemsize for i in range(ndim))
-    else:
-        strides_b = _c_strides(shape, dtype.itemsize)
-    ptr = int(t.data or 0) + int(t.byte_offset)
-    return DeviceArray(ptr, shape, strides_b, dtype, int(dev_id), "dlpack", obj, keepalive=capsule)
+    # stream_ptr=0: cuda.core then calls __dlpack__(stream=None), what dqgen always asked (the producer orders its
+    # work before the legacy default stream)
+    smv = strided_memory_view_type()
+    return _from_view(lambda o: smv.from_dlpack(o, stream_ptr=0), obj, name, "dlpack", "DLPack")
 
 
 def as_device_array(obj: Any, name: str) -> DeviceArray:

@@ -174,6 +174,8 @@ def infer_problem(
             raise ShapeError(f"out: expected dtype {spec.target.value}, got {_dt(out)}")
         if tuple(out.shape) != shapes["out"]:
             raise ShapeError(f"out: expected shape ({K}, {N}), got {tuple(out.shape)}")
+        if out.readonly:
+            raise ShapeError("out: expected a writable tensor, got one its producer marked read-only")
     arrays = {"qweight": qweight, "scales": scales, "zeros": zeros, "g_idx": g_idx, "out": out}
     for name, a in arrays.items():
         if a is not None and not a.is_c_contiguous:
