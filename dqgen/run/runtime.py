@@ -216,6 +216,9 @@ def _hook_torch() -> None:
         from . import torch_op
 
         torch_op.register(_KERNELS)
+        from . import matmul_op
+
+        matmul_op.register()
         _traced_call = torch_op.traced_call
         _compiling = sys.modules["torch"].compiler.is_compiling
 
@@ -450,6 +453,33 @@ class Kernel:
         if hit.fn is not None:
             hit.fn(_torch_stream(torch, hit.device) if hit.stream is None else hit.stream)
         return out
+
+    def pack_matmul(
+        self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None
+    ) -> Any:
+        """Check the checkpoint tensors and prepack them once for ``matmul``: a dqgen.run.matmul.MatmulWeight."""
+        from . import matmul
+
+        return matmul.pack(self, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
+
+    def matmul(
+        self,
+        x: Any,
+        w: Any,
+        scales: Any = None,
+        zeros: Any = None,
+        *,
+        g_idx: Any = None,
+        global_scale: Any = None,
+        bias: Any = None,
+        out: Any = None,
+    ) -> Any:
+        """y = x @ dequant(W) (+ bias), fused (dqgen.run.matmul): ``matmul(x, w)`` with a MatmulWeight from
+        ``pack_matmul``, or ``matmul(x, qweight, scales, zeros, g_idx=..., global_scale=...)``, packed once per
+        weight tensor version."""
+        from . import matmul
+
+        return matmul.matmul(self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
 
     def _groups_of(self, scales: Any) -> int:
         return int(scales.shape[0])
