@@ -126,7 +126,7 @@ def test_matmul_inputs_are_finite(name: str) -> None:
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_matmul_kernel_compiles_without_i2f(spec: Spec) -> None:
-    from dqgen.emit.matmul import ENTRIES, entry_name, render_matmul
+    from dqgen.emit.matmul import ENTRIES, entry_name, min_blocks, render_matmul
     from dqgen.emit.nvrtc import compile_source
     from dqgen.emit.pipeline import compile_artifact
     from dqgen.emit.sass import disassemble
@@ -134,7 +134,7 @@ def test_matmul_kernel_compiles_without_i2f(spec: Spec) -> None:
     art = compile_artifact(spec)
     src = render_matmul(art)
     for e in ENTRIES:
-        assert f"void __launch_bounds__(128) {entry_name(spec, e)}(" in src
+        assert f"void __launch_bounds__(128, {min_blocks(spec)}) {entry_name(spec, e)}(" in src
     for arch in ("sm_80", "sm_90"):
         if int(arch[3:]) < spec.sm:
             continue

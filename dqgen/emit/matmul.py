@@ -14,13 +14,30 @@ from .render import context, template_env
 WARPS = 4
 
 
+#: How an entry point finds x and a block's group: PAIRED (slot = k, a lane's two blocks of a chunk in one group:
+#: group_size -1 or a multiple of 2P), DIRECT (slot = k, a group per block), GATHER (x through perm, groups from
+#: block_group: act-order, or groups that are no whole blocks).
+PAIRED, DIRECT, GATHER = 0, 1, 2
+
+
 @dataclass(frozen=True)
 class MatmulEntry:
     tok16: bool  # 9..16 tokens: two mmas per A fragment
-    gather: bool  # x gathered through perm, groups from block_group (act-order, groups that are no whole blocks)
+    mode: int  # PAIRED, DIRECT or GATHER
+
+    @property
+    def gather(self) -> bool:
+        return self.mode == GATHER
 
 
-ENTRIES = tuple(MatmulEntry(t, g) for g in (False, True) for t in (False, True))
+ENTRIES = tuple(MatmulEntry(t, m) for m in (PAIRED, DIRECT, GATHER) for t in (False, True))
+
+
+def entry_mode(per_block: int, group_size: int, gather: bool) -> int:
+    """The entry point's mode for a weight (group_size -1: one group)."""
+    if gather:
+        return GATHER
+    return PAIRED if group_size <= 0 or group_size % (2 * per_block) == 0 else DIRECT
 
 
 def unroll(spec: Spec) -> int:
@@ -28,8 +45,12 @@ def unroll(spec: Spec) -> int:
     return 4 if spec.words == 1 else 2
 
 
+def min_blocks(spec: Spec) -> int:
+    return 4 if spec.words == 1 and spec.per_word <= 8 else 2
+
+
 def entry_name(spec: Spec, e: MatmulEntry) -> str:
-    return f"dqgen_mm_{spec.name}_m{16 if e.tok16 else 8}{'_gather' if e.gather else ''}"
+    return f"dqgen_mm_{spec.name}_m{16 if e.tok16 else 8}_{('paired', 'direct', 'gather')[e.mode]}"
 
 
 _SOURCES: dict[str, str] = {}
@@ -48,7 +69,10 @@ def _render(spec: Spec, plan: Plan) -> str:
     ctx.update(
         warps=WARPS,
         unroll=unroll(spec),
+        # resident blocks per SM the register allocation must allow (4 x 128 threads: at most 128 registers);
+        # 2-bit (16 codes a block) and 3-word blocks hold more per chunk and would spill at 4
+        min_blocks=min_blocks(spec),
         mma_type="bf16" if spec.target.value == "bf16" else "f16",
-        entries=[{"tok16": e.tok16, "gather": e.gather, "entry": entry_name(spec, e)} for e in ENTRIES],
+        entries=[{"tok16": e.tok16, "mode": e.mode, "entry": entry_name(spec, e)} for e in ENTRIES],
     )
     return template_env().get_template("matmul.cu.j2").render(**ctx)

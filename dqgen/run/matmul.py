@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..core.formats import torch_dtype
-from ..emit.matmul import WARPS, MatmulEntry, entry_name, render_matmul
+from ..emit.matmul import WARPS, MatmulEntry, entry_mode, entry_name, render_matmul
 from ..emit.nvrtc import compile_source
 from ..layout.matmul import ROWS, MatmulLayout, Prepacked, prepack
 from . import device as dev
@@ -52,6 +52,7 @@ class MatmulWeight:
     group_size: int  # -1: one group over K
     groups: int
     gather: bool  # act-order or groups that are no whole blocks: x gathered through perm
+    mode: int  # the entry points' mode (dqgen.emit.matmul: PAIRED, DIRECT, GATHER)
     chunks: int
     n_tiles: int
     splits: int  # blocks per n-tile along K (the split-K of small shapes)
@@ -97,17 +98,10 @@ def _function(kernel: Kernel, e: MatmulEntry, device: int) -> dev.LoadedKernel:
 
 
 def choose_splits(n_tiles: int, chunks: int, resident_blocks: int) -> int:
-    """Blocks per n-tile along K: enough blocks for whole waves over the GPU's resident blocks, each warp
-    keeping at least one chunk, and not so many that the partial sums cost more than the wave tail saves."""
-    best, best_cost = 1, float("inf")
-    for s in range(1, max(1, chunks // WARPS) + 1):
-        blocks = n_tiles * s
-        waves = -(-blocks // resident_blocks)
-        # time ~ waves x (work per block ~ 1/s), plus the partial sums' traffic (about 1% of a chunk each)
-        cost = waves / s + (0.02 * s / chunks if s > 1 else 0.0)
-        if cost < best_cost - 1e-9:
-            best, best_cost = s, cost
-    return best
+    """Blocks per n-tile along K: the fewest that give about two waves of the GPU's resident blocks (bytes in
+    flight on every SM), each warp keeping at least two chunks (the partial sums cost a workspace round trip)."""
+    want = -(-2 * resident_blocks // max(n_tiles, 1))
+    return max(1, min(want, chunks // (2 * WARPS)))
 
 
 def _check_tensor(torch: Any, name: str, t: Any) -> None:
@@ -158,7 +152,8 @@ def pack(
     mm = MatmulLayout.of(spec)
     chunks = sl.slots // mm.chunk_k
     n_tiles = mm.n_padded(pre.N) // ROWS
-    fn = _function(kernel, MatmulEntry(False, sl.gather), device)
+    mode = entry_mode(mm.per_block, pre.group_size, sl.gather)
+    fn = _function(kernel, MatmulEntry(False, mode), device)
     resident = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
     splits = choose_splits(n_tiles, chunks, resident)
     zdtype = np.uint8 if pre.zeros is not None and pre.zeros.dtype == np.uint8 else np.int16
@@ -169,6 +164,7 @@ def pack(
         group_size=pre.group_size,
         groups=pre.groups,
         gather=sl.gather,
+        mode=mode,
         chunks=chunks,
         n_tiles=n_tiles,
         splits=splits,
@@ -256,7 +252,7 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
     esize = x2.element_size()
     for m0 in range(0, M, TOKENS):
         mt = min(TOKENS, M - m0)
-        fn = _function(kernel, MatmulEntry(mt > 8, w.gather), w.device)
+        fn = _function(kernel, MatmulEntry(mt > 8, w.mode), w.device)
         args = [
             _ptr(w.wq),
             _ptr(w.scales),
