@@ -22,7 +22,8 @@ K-slots: K is laid out as slots. Where every block lies inside one group (no act
 multiple of P) slot = k ("direct"), padded with code 0 up to a whole chunk; the kernel reads x[k] and finds
 the group as k / group_size. Otherwise ("gather": act-order, or groups that are no whole blocks) the rows are
 sorted by group (stable) and each group padded to whole blocks, so that a block never crosses a group; ``perm``
-maps slot -> original row (-1: padding, x reads 0) and ``block_group`` block -> group, both read by the kernel.
+maps slot -> original row (-1: padding, x reads 0), read by the kernel. Either way ``block_group`` maps
+block -> group (the kernel reads it instead of dividing by the group size).
 Padding codes are 0 (a finite value in every format), multiplied by x = 0.
 """
 
@@ -58,7 +59,7 @@ class Slots:
     slots: int  # a whole number of chunks
     gather: bool
     perm: np.ndarray  # int32 [slots]; in direct mode arange(K) then -1
-    block_group: np.ndarray | None  # int32 [slots / P], gather mode only
+    block_group: np.ndarray  # int32 [slots / P]: the group of each block
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,10 @@ class MatmulLayout:
             slots = max(C, -(-K // C) * C)
             perm = np.full(slots, -1, dtype=np.int32)
             perm[:K] = np.arange(K, dtype=np.int32)
-            return Slots(K, slots, False, perm, None)
+            first = np.arange(0, slots, P, dtype=np.int64)  # first slot of each block; padding joins the last group
+            last_group = (K - 1) // group_size if group_size > 0 and K > 0 else 0
+            groups = np.minimum(first // group_size, last_group) if group_size > 0 else np.zeros_like(first)
+            return Slots(K, slots, False, perm, groups.astype(np.int32))
         if g_idx is not None:
             row_group = np.asarray(g_idx, dtype=np.int64)
         else:

@@ -34,6 +34,8 @@ from .runtime import Kernel, ShapeError, infer_problem
 
 #: Tokens per launch: two mma n-tiles of 8.
 TOKENS = 16
+#: Chunks of zeros after the last one (a warp's loads of kUnroll chunks may run past its range).
+PAD_CHUNKS = 4
 #: Floats per (tile, split) partial in the workspace: 16 tokens x 16 channels.
 PARTIAL = 256
 
@@ -62,7 +64,7 @@ class MatmulWeight:
     zeros: Any  # [G, Np] zero fields (uint8) / raw 16-bit zeros (int16), or None
     global_scale: Any  # fp32 [1] or None
     perm: Any  # int32 [slots]: slot -> row of x (-1 padding); gather mode only
-    block_group: Any  # int32 [slots / P]; gather mode only
+    block_group: Any  # int32 [slots / P + padding]: each block's group
     workspace: Any  # fp32 [n_tiles * splits * 256]
     counters: Any  # int32 [n_tiles], zero between launches
     key: str = ""
@@ -98,9 +100,10 @@ def _function(kernel: Kernel, e: MatmulEntry, device: int) -> dev.LoadedKernel:
 
 
 def choose_splits(n_tiles: int, chunks: int, resident_blocks: int) -> int:
-    """Blocks per n-tile along K: the fewest that give about two waves of the GPU's resident blocks (bytes in
-    flight on every SM), each warp keeping at least two chunks (the partial sums cost a workspace round trip)."""
-    want = -(-2 * resident_blocks // max(n_tiles, 1))
+    """Blocks per n-tile along K: the fewest that fill the GPU's resident blocks once (bytes in flight on every
+    SM), each warp keeping at least two chunks (the partial sums cost a workspace round trip: measured slower
+    than one more wave of whole tiles)."""
+    want = -(-resident_blocks // max(n_tiles, 1))
     return max(1, min(want, chunks // (2 * WARPS)))
 
 
@@ -169,12 +172,13 @@ def pack(
         n_tiles=n_tiles,
         splits=splits,
         device=device,
-        wq=up(pre.wq, np.int32),
+        wq=up(np.concatenate([pre.wq.reshape(-1), np.zeros(PAD_CHUNKS * pre.wq[0, 0].size, np.uint32)]), np.int32),
         scales=up(pre.scales, np.uint8 if pre.scales.dtype == np.uint8 else np.int16),
         zeros=up(pre.zeros, zdtype),
         global_scale=global_scale.detach().clone().reshape(1) if global_scale is not None else None,
         perm=up(sl.perm, np.int32) if sl.gather else None,
-        block_group=up(sl.block_group, np.int32) if sl.gather else None,
+        # the kernel's loads run up to PAD_CHUNKS chunks past a warp's last one (unused): pad both tables
+        block_group=up(np.concatenate([sl.block_group, np.zeros(PAD_CHUNKS * 8, np.int32)]), np.int32),
         workspace=torch.empty(n_tiles * splits * PARTIAL, dtype=torch.float32, device=cuda),
         counters=torch.zeros(n_tiles, dtype=torch.int32, device=cuda),
     )
@@ -270,7 +274,7 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
             np.int64(w.N),
             np.int64(w.n_tiles * ROWS),
             np.int64(w.chunks),
-            np.int64(w.group_size),
+            np.int64(-(-w.chunks // (w.splits * WARPS))),  # chunks per warp
             np.int64(w.groups),
             np.int64(x_stride),
             np.int32(xvec),
