@@ -97,6 +97,18 @@ def test_codes_sit_where_the_fragment_derivation_says(name: str) -> None:
         assert _fragment_code(sp, pre.wq, int(k), int(n)) == codes[k, n], (k, n)
 
 
+@pytest.mark.parametrize("group", [-1, 16, 64])
+def test_direct_slots_give_each_block_its_group(group: int) -> None:
+    mm = MatmulLayout.of(load_spec("awq_int4_fp16"))
+    K = 64 * 5 if group > 0 else 301  # a tail past the last whole chunk
+    sl = mm.slots(K, group)
+    assert not sl.gather and sl.slots % mm.chunk_k == 0 and sl.slots >= K
+    assert np.array_equal(sl.perm[:K], np.arange(K)) and np.all(sl.perm[K:] == -1)
+    for b, grp in enumerate(sl.block_group.tolist()):
+        k = min(b * mm.per_block, K - 1)  # padding blocks keep the last group (a valid scale row)
+        assert grp == (k // group if group > 0 else 0)
+
+
 def test_act_order_slots_sort_rows_by_group() -> None:
     sp = with_group_size(load_spec("gptq_int4_asym_act_order_fp16"), 64)
     K = 64 * 9
