@@ -21,7 +21,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,7 +30,10 @@ from ..emit.matmul import WARPS, MatmulEntry, entry_mode, entry_name, render_mat
 from ..emit.nvrtc import compile_source
 from ..layout.matmul import ROWS, MatmulLayout, Prepacked, prepack
 from . import device as dev
-from .runtime import Kernel, ShapeError, infer_problem
+from .errors import ShapeError
+
+if TYPE_CHECKING:
+    from .runtime import Kernel
 
 #: Tokens per launch: two mma n-tiles of 8.
 TOKENS = 16
@@ -125,12 +128,11 @@ def pack(
             _check_tensor(torch, name, t)
     if global_scale is not None:
         _check_tensor(torch, "global_scale", global_scale)
+    prob = kernel.problem(qweight, scales, zeros, g_idx, global_scale)
     q = dev.as_device_array(qweight, "qweight")
     s = dev.as_device_array(scales, "scales")
     z = dev.as_device_array(zeros, "zeros") if zeros is not None else None
     gi = dev.as_device_array(g_idx, "g_idx") if g_idx is not None else None
-    gsc = dev.as_device_array(global_scale, "global_scale") if global_scale is not None else None
-    prob = infer_problem(spec, q, s, z, None, gi, gsc)
     host_gidx = None
     if gi is not None:
         kernel._check_g_idx(gi, prob.groups)
@@ -345,23 +347,28 @@ def matmul(
     out: Any = None,
 ) -> Any:
     """``kernel.matmul``: y = x @ W (+ bias), W a MatmulWeight or the checkpoint's qweight (with scales ...)."""
-    torch = sys.modules.get("torch")
+    torch: Any = sys.modules.get("torch")
     compiling = torch is not None and torch.compiler.is_compiling()
     if isinstance(w, MatmulWeight):
         if scales is not None or zeros is not None or g_idx is not None or global_scale is not None:
             raise TypeError(
                 "matmul: scales, zeros, g_idx and global_scale belong to pack_matmul when w is a MatmulWeight"
             )
-        if compiling:
-            from . import matmul_op
-
-            return matmul_op.traced(kernel, x, w, bias, out)
+        if compiling:  # one custom op in the graph (registered by dqgen.run.matmul_op once torch is loaded)
+            return _with_out(torch.ops.dqgen.matmul(kernel.op_key, w.key, x, bias), out)
         return run(kernel, x, w, bias=bias, out=out)
     if scales is None:
         raise TypeError("matmul: pass a MatmulWeight (from pack_matmul), or qweight and scales")
     if compiling:
-        from . import matmul_op
-
-        return matmul_op.traced_checkpoint(kernel, x, w, scales, zeros, g_idx, global_scale, bias, out)
+        y = torch.ops.dqgen.matmul_checkpoint(kernel.op_key, x, w, scales, zeros, g_idx, global_scale, bias)
+        return _with_out(y, out)
     mw = packed(kernel, w, scales, zeros, g_idx=g_idx, global_scale=global_scale)
     return run(kernel, x, mw, bias=bias, out=out)
+
+
+def _with_out(y: Any, out: Any) -> Any:
+    """A traced op's new y, or copied into ``out`` (the op itself is functional)."""
+    if out is None:
+        return y
+    out.copy_(y)
+    return out

@@ -5,7 +5,8 @@ functional (a new y); their fake implementations only shape it. Imported on firs
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -16,23 +17,24 @@ if TYPE_CHECKING:
     from .runtime import Kernel
 
 _registered = False
+#: runtime's live Kernels by op_key, handed over by register() (importing runtime here would be a cycle).
+_kernels: Mapping[str, Kernel] = {}
 
 
 def _kernel(key: str) -> Kernel:
-    from .runtime import _KERNELS
-
-    return _KERNELS[key]
+    return _kernels[key]
 
 
 def _out_shape(x: torch.Tensor, n: int) -> tuple[int, ...]:
     return (*x.shape[:-1], n)
 
 
-def register() -> None:
-    global _registered
+def register(kernels: Mapping[str, Kernel]) -> None:
+    global _registered, _kernels
     if _registered:
         return
     _registered = True
+    _kernels = kernels
 
     @torch.library.custom_op("dqgen::matmul", mutates_args=(), device_types="cuda")
     def matmul(key: str, weight_key: str, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -71,23 +73,3 @@ def register() -> None:
         k = _kernel(key)
         _, n = k.output_shape(tuple(qweight.shape))
         return x.new_empty(_out_shape(x, n), dtype=torch_dtype(k.spec.target_type, torch))
-
-
-def traced(kernel: Kernel, x: Any, w: mm.MatmulWeight, bias: Any, out: Any) -> Any:
-    register()
-    y = torch.ops.dqgen.matmul(kernel.op_key, w.key, x, bias)
-    if out is None:
-        return y
-    out.copy_(y)
-    return out
-
-
-def traced_checkpoint(
-    kernel: Kernel, x: Any, qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, bias: Any, out: Any
-) -> Any:
-    register()
-    y = torch.ops.dqgen.matmul_checkpoint(kernel.op_key, x, qweight, scales, zeros, g_idx, global_scale, bias)
-    if out is None:
-        return y
-    out.copy_(y)
-    return out
