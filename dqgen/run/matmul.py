@@ -61,7 +61,6 @@ class MatmulWeight:
     chunks: int
     n_tiles: int
     splits: int  # blocks per n-tile along K (the split-K of small shapes)
-    grid_tiles: int  # blocks along the tiles: each takes tiles i, i + grid_tiles, ... (at most the resident blocks)
     device: int
     wq: Any  # int32 words [n_tiles, chunks, words, 32, 4]
     scales: Any  # [G, Np] raw 16-bit (int16) or block-scale codes (uint8)
@@ -104,17 +103,11 @@ def _function(kernel: Kernel, e: MatmulEntry, device: int) -> dev.LoadedKernel:
 
 
 def choose_splits(n_tiles: int, chunks: int, resident_blocks: int) -> int:
-    """Blocks per n-tile along K. The grid is at most the resident blocks, each taking whole tiles in turn; the
-    last round of tiles leaves blocks idle, so the split that keeps the rounds nearly whole wins, at a small
-    cost per split (the partial sums' workspace round trip); every warp keeps at least two chunks."""
-    best, best_cost = 1, float("inf")
-    for s in range(1, max(1, min(8, chunks // (2 * WARPS))) + 1):
-        work = n_tiles * s / resident_blocks  # rounds of tiles per block, fractional
-        rounds = -(-n_tiles * s // resident_blocks)
-        cost = rounds / s + 0.05 * (s - 1) * work / s  # time in whole-tile units, plus the reductions
-        if cost < best_cost - 1e-9:
-            best, best_cost = s, cost
-    return best
+    """Blocks per n-tile along K: the fewest that fill the GPU's resident blocks once (bytes in flight on every
+    SM), each warp keeping at least two chunks (the partial sums cost a workspace round trip: measured slower
+    than one more wave of whole tiles)."""
+    want = -(-resident_blocks // max(n_tiles, 1))
+    return max(1, min(want, chunks // (2 * WARPS)))
 
 
 def _check_tensor(torch: Any, name: str, t: Any) -> None:
@@ -168,7 +161,6 @@ def pack(
     fn = _function(kernel, MatmulEntry(False, mode), device)
     resident = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
     splits = choose_splits(n_tiles, chunks, resident)
-    grid_tiles = max(1, min(n_tiles, resident // splits))
     zdtype = np.uint8 if pre.zeros is not None and pre.zeros.dtype == np.uint8 else np.int16
     w = MatmulWeight(
         spec_name=spec.name,
@@ -181,7 +173,6 @@ def pack(
         chunks=chunks,
         n_tiles=n_tiles,
         splits=splits,
-        grid_tiles=grid_tiles,
         device=device,
         wq=up(np.concatenate([pre.wq.reshape(-1), np.zeros(PAD_CHUNKS * pre.wq[0, 0].size, np.uint32)]), np.int32),
         scales=up(pre.scales, np.uint8 if pre.scales.dtype == np.uint8 else np.int16),
@@ -290,7 +281,7 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
             np.int64(x_stride),
             np.int32(xvec),
         ]
-        launches.append(fn.bind((w.grid_tiles, w.splits, 1), (WARPS * 32,), args))
+        launches.append(fn.bind((w.n_tiles, w.splits, 1), (WARPS * 32,), args))
     return launches
 
 
