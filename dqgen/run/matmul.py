@@ -308,7 +308,11 @@ _PACKED_MAX = 256
 def _sig(t: Any) -> tuple | None:
     if t is None:
         return None
-    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t._version)
+    try:
+        version = t._version
+    except RuntimeError:  # an inference-mode tensor has no version counter (and cannot be written in place)
+        version = -1
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, version)
 
 
 def packed(
