@@ -36,6 +36,8 @@ case "$TIER/$PART" in
 esac
 if [[ " $STEPS " == *" quick "* ]]; then
   pytest_gpu quick-tests -m "gpu and quick" tests/test_gpu_quick.py
+  # the fused GEMV: every shipped spec at M = 1, 3, 16 with tails, act-order, bias, torch.compile, graphs (~2 min)
+  pytest_gpu quick-matmul -m gpu tests/test_gpu_matmul.py
   # the runtime's own entry points (custom op under torch.compile, graph capture, act-order checks), the GRU
   # kernels and the dequant CLI's GPU path: each is one entry point the quick tier must launch
   pytest_gpu quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_gru_persist.py \

@@ -25,15 +25,12 @@ from ..emit.pipeline import Artifact, compile_artifact
 from ..emit.render import BLOCK, Variant, kernel_name
 from ..layout.layout import Layout
 from . import device as dev
+from .errors import ShapeError
 from .tune import default_variant, load_tuning, size_class
 
 _INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
 # gridDim.x limit; past it the kernel loops over tiles (grid-stride).
 MAX_GRID = 2**31 - 1
-
-
-class ShapeError(ValueError):
-    """A tensor does not match the spec; the message names the tensor."""
 
 
 def target_dtype(spec: Spec) -> np.dtype:
@@ -223,6 +220,9 @@ def _hook_torch() -> None:
         from . import torch_op
 
         torch_op.register(_KERNELS)
+        from . import matmul_op
+
+        matmul_op.register(_KERNELS)
         _use_torch(torch, torch_op.traced_call, torch.compiler.is_compiling)
 
 
@@ -499,6 +499,51 @@ class Kernel:
         if hit.fn is not None:
             hit.fn(dev.torch_raw_stream(torch, hit.device) if hit.stream is None else hit.stream)
         return out
+
+    def problem(
+        self, qweight: Any, scales: Any, zeros: Any = None, g_idx: Any = None, global_scale: Any = None
+    ) -> Problem:
+        """The checks of a call (shapes, dtypes, devices; g_idx values apart) on the checkpoint tensors."""
+        as_arr = dev.as_device_array
+        return infer_problem(
+            self.spec,
+            as_arr(qweight, "qweight"),
+            as_arr(scales, "scales"),
+            None if zeros is None else as_arr(zeros, "zeros"),
+            None,
+            None if g_idx is None else as_arr(g_idx, "g_idx"),
+            None if global_scale is None else as_arr(global_scale, "global_scale"),
+        )
+
+    def pack_matmul(
+        self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None
+    ) -> Any:
+        """Check the checkpoint tensors and prepack them once for ``matmul``: a dqgen.run.matmul.MatmulWeight."""
+        from . import matmul
+
+        _hook_torch()  # the matmul custom ops, for torch imported after this Kernel was made
+        return matmul.pack(self, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
+
+    def matmul(
+        self,
+        x: Any,
+        w: Any,
+        scales: Any = None,
+        zeros: Any = None,
+        *,
+        g_idx: Any = None,
+        global_scale: Any = None,
+        bias: Any = None,
+        out: Any = None,
+    ) -> Any:
+        """y = x @ dequant(W) (+ bias), fused (dqgen.run.matmul): ``matmul(x, w)`` with a MatmulWeight from
+        ``pack_matmul``, or ``matmul(x, qweight, scales, zeros, g_idx=..., global_scale=...)``, packed once per
+        weight tensor version."""
+        from . import matmul
+
+        if not _compiling():  # (traced: the ops are registered already)
+            _hook_torch()
+        return matmul.matmul(self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
 
     def _groups_of(self, scales: Any) -> int:
         return int(scales.shape[0])

@@ -1,0 +1,180 @@
+"""GPU: the fused GEMV (Kernel.matmul) against a float64 reference of x @ W (W from the independent
+dequantization), every shipped spec at M = 1, 3, 16 on shapes with tails; outputs poisoned with NaN before each
+run, every element checked, the same bits twice; act-order, groups that are no whole blocks, bias, M > 16, the
+checkpoint form, errors before launch, torch.compile(fullgraph) and CUDA-graph capture of the custom ops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
+from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
+from dqgen.layout.layout import Layout
+from dqgen.run.gpucheck import to_numpy, to_torch
+from dqgen.run.runtime import Kernel, ShapeError
+
+pytestmark = pytest.mark.gpu
+
+SPECS = [load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))]
+TOL = {"fp16": 2e-3, "bf16": 1e-2}
+
+
+def tail_shape(spec: Spec) -> tuple[int, int, int | None]:
+    """(K, N, group size override): K = 4096 + the smallest tail the format allows, N = 1448 (not a whole
+    16-row tile; 1440 where N must be whole 16-code words)."""
+    lay = Layout.of(spec)
+    g = spec.scales.group_size
+    n_unit = lay.per_block if lay.axis == "N" or lay.zeros == "packed" else 1
+    N = 1448 if 1448 % n_unit == 0 else 1440
+    if g == "auto":  # groups of 32: a multiple of every block (3-bit: 32 rows), not of the 64-row chunk
+        return 4096 + 32, N, 32
+    return 4096 + (g if g > 0 else lay.per_block if lay.axis == "K" else 1), N, None
+
+
+def _run(k: Kernel, x, w, y_shape, dtype, bias=None):
+    import torch
+
+    outs = []
+    for _ in range(2):
+        out = torch.full(y_shape, float("nan"), dtype=dtype, device="cuda")
+        r = k.matmul(x, w, bias=bias, out=out)
+        assert r is out
+        outs.append(out)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)), "not the same bits twice"
+    return outs[0]
+
+
+def _check(spec: Spec, y, ref: np.ndarray) -> float:
+    got = to_numpy(y).astype(np.float64)
+    assert np.isfinite(got).all(), f"{int((~np.isfinite(got)).sum())} non-finite outputs"
+    err = relative_error(got, ref)
+    assert err <= TOL[spec.target.value], f"relative error {err:.3g}"
+    return err
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_every_spec_m_1_3_16_with_tails(spec: Spec) -> None:
+    k = Kernel(spec)
+    K, N, g = tail_shape(spec)
+    (q, s, z, gi, gsc), W = matmul_inputs(spec, K, N, seed=K + N, group_size=g)
+    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc))
+    x_dtype = to_torch(np.zeros(1, W.dtype)).dtype
+    for M in (1, 3, 16):
+        x_np = random_x(spec, M, K, seed=M)
+        y = _run(k, to_torch(x_np), w, (M, N), x_dtype)
+        _check(spec, y, matmul_reference(x_np, W))
+
+
+def test_bias_and_many_tokens_and_leading_dims() -> None:
+    import torch
+
+    spec = load_spec("awq_int4_bf16")
+    k = Kernel(spec)
+    K, N = 4096, 56
+    (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=3, group_size=128)
+    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z))
+    rng = np.random.default_rng(0)
+    bias_np = rng.standard_normal(N).astype(np.float32).astype(W.dtype)
+    for M in (40, 9):  # 3 launches of 16, 16, 8 tokens; one m16 launch
+        x_np = random_x(spec, M, K, seed=M)
+        x = to_torch(x_np)
+        y = _run(k, x, w, (M, N), torch.bfloat16, bias=to_torch(bias_np))
+        _check(spec, y, matmul_reference(x_np, W, bias_np))
+    x_np = random_x(spec, 6, K, seed=6)
+    y = k.matmul(to_torch(x_np).reshape(2, 3, K), w)
+    assert tuple(y.shape) == (2, 3, N)
+    _check(spec, y.reshape(6, N), matmul_reference(x_np, W))
+
+
+@pytest.mark.parametrize("name,group", [("gptq_int4_asym_act_order_fp16", 128), ("awq_int4_fp16", 36)])
+def test_act_order_and_groups_that_are_no_whole_blocks(name: str, group: int) -> None:
+    spec = load_spec(name)
+    k = Kernel(spec)
+    K, N = group * 33, 48 + 8
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=5, group_size=group)
+    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
+    assert w.gather
+    for M in (1, 16):
+        x_np = random_x(spec, M, K, seed=M)
+        y = _run(k, to_torch(x_np), w, (M, N), to_torch(np.zeros(1, W.dtype)).dtype)
+        _check(spec, y, matmul_reference(x_np, W))
+
+
+def test_checkpoint_form_packs_once_per_version_and_errors_name_the_tensor() -> None:
+    spec = load_spec("gptq_int4_fp16")
+    k = Kernel(spec)
+    K, N = 1024, 256
+    (q, s, _, _, _), W = matmul_inputs(spec, K, N, seed=7, group_size=128)
+    qt, st = to_torch(q), to_torch(s)
+    x_np = random_x(spec, 2, K, seed=2)
+    x = to_torch(x_np)
+    y1 = k.matmul(x, qt, st)
+    _check(spec, y1, matmul_reference(x_np, W))
+    from dqgen.run import matmul as mm
+
+    w1 = mm.packed(k, qt, st)
+    assert mm.packed(k, qt, st) is w1  # cached
+    (q2, s2, _, _, _), W2 = matmul_inputs(spec, K, N, seed=8, group_size=128)
+    qt.copy_(to_torch(q2))  # in place: a new version, packed again
+    st.copy_(to_torch(s2))
+    y2 = k.matmul(x, qt, st)
+    _check(spec, y2, matmul_reference(x_np, W2))
+    with pytest.raises(ShapeError, match=r"^x: expected shape \[\.\.\., 1024\]"):
+        k.matmul(x[:, :512], qt, st)
+    with pytest.raises(ShapeError, match=r"^scales: "):
+        k.pack_matmul(qt, st[:, :100])
+    with pytest.raises(ShapeError, match=r"^bias: "):
+        k.matmul(x, qt, st, bias=to_torch(np.zeros(N + 1, np.float16)))
+    with pytest.raises(ShapeError, match=r"^x: expected dtype fp16"):
+        k.matmul(x.float(), qt, st)
+
+
+def test_torch_compile_and_cuda_graph() -> None:
+    import torch
+
+    spec = load_spec("awq_int4_fp16")
+    k = Kernel(spec)
+    K, N = 2048, 1440
+    (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=11, group_size=128)
+    qt, st, zt = to_torch(q), to_torch(s), to_torch(z)
+    w = k.pack_matmul(qt, st, zt)
+    x_np = random_x(spec, 4, K, seed=4)
+    x = to_torch(x_np)
+    ref = matmul_reference(x_np, W)
+
+    def packed_fn(x):
+        return k.matmul(x, w) * 2
+
+    def checkpoint_fn(x):
+        return k.matmul(x, qt, st, zt) * 2
+
+    for fn in (packed_fn, checkpoint_fn):
+        eager = fn(x)
+        compiled = torch.compile(fn, fullgraph=True)
+        y = compiled(x)
+        torch.cuda.synchronize()
+        assert torch.equal(y, eager)
+        _check(spec, y / 2, ref)
+    # graph capture of the packed call (the checkpoint form packed above, so it captures too)
+    static_x = x.clone()
+    k.matmul(static_x, w)
+    g = torch.cuda.CUDAGraph()
+    s_ = torch.cuda.Stream()
+    s_.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s_):
+        k.matmul(static_x, w)
+        k.matmul(static_x, qt, st, zt)
+    torch.cuda.current_stream().wait_stream(s_)
+    with torch.cuda.graph(g):
+        ya = k.matmul(static_x, w)
+        yb = k.matmul(static_x, qt, st, zt)
+    x2_np = random_x(spec, 4, K, seed=44)
+    static_x.copy_(to_torch(x2_np))
+    g.replay()
+    torch.cuda.synchronize()
+    ref2 = matmul_reference(x2_np, W)
+    _check(spec, ya, ref2)
+    assert torch.equal(ya, yb)
