@@ -2,7 +2,7 @@
 # GPU tests, sanitizer runs, GPU build checks and benchmarks, for one call on a lent GPU machine (at most
 # 10 minutes each); a summary table last. Usage from the repo root on the GPU machine (dqgen on PYTHONPATH):
 #   TIER=quick bash scripts/gpu_all.sh [OUTDIR]    the quick tier: run after every change to a kernel,
-#       template, solver or runtime (185 s on an H100, 2026-11-23, before the GRU persistent tests and sanitizers were added to it): tests marked `quick` (every shipped spec
+#       template, solver or runtime (jobs run side by side; the time of the last run is in the closing lines): tests marked `quick` (every shipped spec
 #       at two shapes, one with tails; every entry point; every zero mode once), then one launch of every
 #       kernel entry point under compute-sanitizer memcheck (and racecheck where a kernel uses shared memory).
 #   TIER=full PART=1|2|3|4 bash scripts/gpu_all.sh [OUTDIR]    the full tier, one part per call:
@@ -34,48 +34,72 @@ case "$TIER/$PART" in
   /*) STEPS=${STEPS:-tests builds bench} ;;
   *) echo "error: TIER must be quick or full, got '$TIER'" >&2; exit 2 ;;
 esac
+# A quick-tier job runs in the background (the GPU has room for several; much of each is CPU: references, NVRTC,
+# sanitizer instrumentation); its exit code lands in OUT/NAME.rc and `collect` folds them into rc.
+bg() {  # name, command...
+  local name=$1; shift
+  ( "$@" > "$OUT/$name.log" 2>&1; echo $? > "$OUT/$name.rc" ) &
+}
+bg_pytest() {  # name, pytest arguments...
+  local name=$1; shift
+  bg "$name" python -m pytest -q -p no:cacheprovider --junitxml="$OUT/$name.xml" "$@"
+}
+sanitize() {  # tool, script, arguments...
+  local tool=$1 script=$2; shift 2
+  bg "$(basename "$script" .py)-$tool" compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 99 \
+    python "$script" "$@"
+}
+collect() {  # name...: wait for the background jobs, print each one's last lines, fold the exit codes into rc
+  wait
+  for name in "$@"; do
+    tail -2 "$OUT/$name.log"
+    [[ "$(cat "$OUT/$name.rc" 2>/dev/null)" == 0 ]] || { echo "FAILED: $name (see $name.log)"; rc=1; }
+  done
+}
 if [[ " $STEPS " == *" quick "* ]]; then
-  pytest_gpu quick-tests -m "gpu and quick" tests/test_gpu_quick.py
-  # the fused GEMV: every shipped spec at M = 1, 3, 16 with tails, act-order, bias, torch.compile, graphs (~2 min)
-  pytest_gpu quick-matmul -m gpu tests/test_gpu_matmul.py
+  t0=$(date +%s)
+  bg_pytest quick-tests -m "gpu and quick" tests/test_gpu_quick.py
+  # the fused matmul: one spec of each family here (every spec in the full tier): int4 AWQ fp16/bf16, act-order,
+  # int8, 3-bit words, fp8, NVFP4 and MX block scales, a codebook, float zeros
+  bg_pytest quick-matmul -m gpu tests/test_gpu_matmul.py -k "not test_every_spec or awq_int4 or act_order_fp16 \
+    or int8_fp16 or gptq_int3 or fp8_e4m3_fp16 or nvfp4 or mxfp6_e2m3 or nf4 or uint3_float"
   # the runtime's own entry points (custom op under torch.compile, graph capture, act-order checks), the GRU
-  # kernels and the dequant CLI's GPU path: each is one entry point the quick tier must launch
-  pytest_gpu quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_gru_persist.py \
+  # kernels, the activation quantizer and the dequant CLI's GPU path: each is one entry point the tier must launch
+  bg_pytest quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_gru_persist.py \
     tests/test_checkpoint.py tests/test_refworker.py tests/test_build_cold.py tests/test_quantlinear_gpu.py \
     tests/test_w8a8_gpu.py tests/test_device_views.py
+  collect quick-tests quick-matmul quick-entry
+  echo "test step: $(( $(date +%s) - t0 )) s"
 fi
 if [[ " $STEPS " == *" sanitize "* ]]; then
   t0=$(date +%s)
-  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 python scripts/sanitize_entry_points.py \
-    > "$OUT/memcheck.log" 2>&1 || rc=1
-  tail -2 "$OUT/memcheck.log"
+  jobs=(sanitize_entry_points-memcheck gru_persist_sanitize-racecheck gru_persist_sanitize-synccheck
+        matmul_sanitize-memcheck matmul_sanitize-racecheck w8a8_memcheck-memcheck w8a8_memcheck-racecheck)
+  sanitize memcheck scripts/sanitize_entry_points.py
   shared=$(python scripts/sanitize_entry_points.py --shared)
   if [[ -n "$shared" ]]; then
-    compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 python scripts/sanitize_entry_points.py $shared \
-      > "$OUT/racecheck.log" 2>&1 || rc=1
-    tail -2 "$OUT/racecheck.log"
+    sanitize racecheck scripts/sanitize_entry_points.py $shared
+    jobs+=(sanitize_entry_points-racecheck)
   else
-    echo "racecheck: no dequantize kernel uses shared memory" | tee "$OUT/racecheck.log"
+    echo "racecheck: no dequantize kernel uses shared memory"
   fi
   # the persistent GRU kernel stages h in shared memory and has its own grid barrier
-  for tool in racecheck synccheck; do
-    compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 python scripts/gru_persist_sanitize.py \
-      > "$OUT/gru-$tool.log" 2>&1 || rc=1
-    tail -1 "$OUT/gru-$tool.log"
-  done
+  sanitize racecheck scripts/gru_persist_sanitize.py
+  sanitize synccheck scripts/gru_persist_sanitize.py
+  # the fused matmul reduces its warps' partial sums in shared memory
+  sanitize memcheck scripts/matmul_sanitize.py
+  sanitize racecheck scripts/matmul_sanitize.py
   # the activation quantizer (dqgen.w8a8) keeps 1/s in shared memory in some variants
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 python scripts/w8a8_memcheck.py \
-      > "$OUT/w8a8-$tool.log" 2>&1 || rc=1
-    tail -1 "$OUT/w8a8-$tool.log"
-  done
+  sanitize memcheck scripts/w8a8_memcheck.py
+  sanitize racecheck scripts/w8a8_memcheck.py
+  collect "${jobs[@]}"
   echo "sanitizer step: $(( $(date +%s) - t0 )) s"
 fi
 if [[ " $STEPS " == *" full1 "* ]]; then
   pytest_gpu full1 -m gpu tests/test_gpu.py -k "bit_exact_all_shapes or unaligned_fallback"
 fi
 if [[ " $STEPS " == *" full2 "* ]]; then
-  pytest_gpu full2 -m gpu tests/test_gpu.py tests/test_nvrtc.py tests/test_checkpoint.py \
+  pytest_gpu full2 -m gpu tests/test_gpu.py tests/test_nvrtc.py tests/test_checkpoint.py tests/test_gpu_matmul.py \
     -k "not bit_exact_all_shapes and not unaligned_fallback"
 fi
 if [[ " $STEPS " == *" tests "* ]]; then

@@ -1,0 +1,60 @@
+"""Every entry point of the fused matmul (dqgen.run.matmul: the PAIRED, DIRECT and GATHER modes, M <= 8 and
+9..16 tokens, split-K with its workspace and the unsplit grid) launched once on a shape with tails, for
+`compute-sanitizer --tool memcheck` and `--tool racecheck` (the warps' partial sums meet in shared memory); each
+output is also checked against the float64 reference, so a launch that the sanitizer passes but computes wrongly
+fails here. Exit 1 when a mode is not covered or an output is off."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
+from dqgen.core.spec import load_spec
+from dqgen.emit.matmul import DIRECT, GATHER, PAIRED
+from dqgen.run.gpucheck import to_numpy, to_torch
+from dqgen.run.runtime import Kernel
+
+#: (spec, K, N, group size): K and N with tails; the group sizes pick the mode (see dqgen.emit.matmul.entry_mode)
+CASES = (
+    ("awq_int4_fp16", 128 * 9, 56, 128),  # groups of two whole blocks per lane: PAIRED; 4 tiles -> split-K
+    ("awq_int4_bf16", 24 * 45, 56, 24),  # whole blocks, not pairs: DIRECT
+    ("awq_int4_fp16", 36 * 30, 56, 36),  # groups that are no whole blocks: GATHER
+    ("gptq_int4_asym_act_order_fp16", 128 * 9, 56, 128),  # act-order: GATHER through perm
+    ("nvfp4_fp16", 16 * 70, 40, None),  # block scales and the global scale
+    ("gptq_int3_fp16", 32 * 36, 8200, 32),  # 3-word blocks; 513 tiles: no split
+)
+TOL = {"fp16": 2e-3, "bf16": 1e-2}
+
+
+def main() -> int:
+    import torch
+
+    modes, splits, bad = set(), set(), []
+    for name, K, N, group in CASES:
+        spec = load_spec(name)
+        k = Kernel(spec)
+        (q, s, z, gi, gsc), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
+        w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc))
+        modes.add(w.mode)
+        splits.add(w.splits > 1)
+        for M in (3, 13):
+            x = random_x(spec, M, K, seed=M)
+            y = k.matmul(to_torch(x), w)
+            torch.cuda.synchronize()
+            err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
+            ok = err <= TOL[spec.target.value]
+            print(f"{name} K={K} N={N} G={group} mode={w.mode} splits={w.splits} M={M}: rel err {err:.2e}")
+            if not ok:
+                bad.append(f"{name} M={M}")
+    missing = {PAIRED, DIRECT, GATHER} - modes
+    if missing or splits != {True, False} or bad:
+        print(f"FAILED: modes not covered {sorted(missing)}, split/unsplit covered {sorted(splits)}, off: {bad}")
+        return 1
+    print("every matmul entry point launched, every output within tolerance")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
