@@ -154,3 +154,18 @@ def test_matmul_kernel_compiles_without_i2f(spec: Spec) -> None:
         ops = disassemble(res.cubin or b"")
         assert any(op.startswith("HMMA") for op in ops), "no tensor-core mma"
         assert not [op for op in ops if op.startswith("I2F")], "an integer->float conversion in the kernel"
+
+
+def test_grouped_magic_reciprocal_is_exact_up_to_the_chunk_limit() -> None:
+    """GROUPED maps chunk c to its group as (c * magic) >> 32; entry_mode allows it below MAX_GROUPED_CHUNKS
+    chunks, so the product must equal c // (chunks per group) for every such c and every group of whole chunks."""
+    import numpy as np
+
+    from dqgen.emit.matmul import MAX_GROUPED_CHUNKS, group_magic
+
+    per_block = 8  # int4 words: a chunk is 8 blocks of 8 k = 64 k
+    c = np.arange(MAX_GROUPED_CHUNKS, dtype=np.uint64)
+    for per_group in (1, 2, 3, 7, 64, 255, 1000, MAX_GROUPED_CHUNKS - 1):
+        magic = np.uint64(group_magic(per_group * 8 * per_block, per_block))
+        assert np.array_equal((c * magic) >> np.uint64(32), c // np.uint64(per_group)), per_group
+    assert group_magic(-1, per_block) == 0

@@ -5,36 +5,25 @@ functional (a new y); their fake implementations only shape it. Imported on firs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
-
 import torch
 
 from ..core.formats import torch_dtype
 from . import matmul as mm
-
-if TYPE_CHECKING:
-    from .runtime import Kernel
+from .torch_op import kernel_by_key as _kernel
 
 _registered = False
-#: runtime's live Kernels by op_key, handed over by register() (importing runtime here would be a cycle).
-_kernels: Mapping[str, Kernel] = {}
-
-
-def _kernel(key: str) -> Kernel:
-    return _kernels[key]
 
 
 def _out_shape(x: torch.Tensor, n: int) -> tuple[int, ...]:
     return (*x.shape[:-1], n)
 
 
-def register(kernels: Mapping[str, Kernel]) -> None:
-    global _registered, _kernels
+def register() -> None:
+    """The two ops, once, after dqgen.run.torch_op.register (the Kernels come from its registry)."""
+    global _registered
     if _registered:
         return
     _registered = True
-    _kernels = kernels
 
     @torch.library.custom_op("dqgen::matmul", mutates_args=(), device_types="cuda")
     def matmul(key: str, weight_key: str, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -220,9 +220,9 @@ def _hook_torch() -> None:
         from . import torch_op
 
         torch_op.register(_KERNELS)
-        from . import matmul_op
+        from . import matmul_op  # the fused matmul's ops, over torch_op's registry of Kernels
 
-        matmul_op.register(_KERNELS)
+        matmul_op.register()
         _use_torch(torch, torch_op.traced_call, torch.compiler.is_compiling)
 
 

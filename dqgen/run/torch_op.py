@@ -23,7 +23,8 @@ _registered = False
 _kernels: Mapping[str, Kernel] = {}
 
 
-def _kernel(key: str) -> Kernel:
+def kernel_by_key(key: str) -> Kernel:
+    """A live Kernel by its op_key (the string a traced graph holds); dqgen.run.matmul_op's ops read it too."""
     return _kernels[key]
 
 
@@ -47,7 +48,7 @@ def register(kernels: Mapping[str, Kernel]) -> None:
         g_idx: torch.Tensor | None,
         global_scale: torch.Tensor | None,
     ) -> torch.Tensor:
-        k = _kernel(key)
+        k = kernel_by_key(key)
         return k._torch_call(torch, qweight, scales, zeros, g_idx, global_scale, None, None)
 
     @dequantize.register_fake
@@ -59,7 +60,7 @@ def register(kernels: Mapping[str, Kernel]) -> None:
         g_idx: torch.Tensor | None,
         global_scale: torch.Tensor | None,
     ) -> torch.Tensor:
-        k = _kernel(key)
+        k = kernel_by_key(key)
         return qweight.new_empty(k.output_shape(tuple(qweight.shape)), dtype=_dtype(k))
 
     @torch.library.custom_op("dqgen::dequantize_out", mutates_args=("out",), device_types="cuda")
@@ -72,7 +73,7 @@ def register(kernels: Mapping[str, Kernel]) -> None:
         global_scale: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
-        _kernel(key)._torch_call(torch, qweight, scales, zeros, g_idx, global_scale, out, None)
+        kernel_by_key(key)._torch_call(torch, qweight, scales, zeros, g_idx, global_scale, out, None)
 
     @dequantize_out.register_fake
     def _out(

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..core.formats import integer
 from ..emit.nvrtc import compile_source
 from ..emit.render import template_env
 
@@ -25,6 +26,13 @@ Hold = Literal["f32", "raw"]
 #: row; aligned and at most MAX_CACHED_SMOOTH vectors a thread), in shared memory (K floats, once per block;
 #: aligned), or computed from s for every element (any variant).
 SmoothIn = Literal["regs", "smem", "rcp"]
+
+#: The codes' range, from the registry's signed 8-bit integer format: the clamp, and max|x| / qmax as the scale.
+_CODES = integer(8, signed=True)
+CODE_RANGE: tuple[int, int] = (
+    int(min(_CODES.decode(c) for c in range(1 << _CODES.width))),
+    int(max(_CODES.decode(c) for c in range(1 << _CODES.width))),
+)
 
 #: A thread's vectors (8 elements each) per row that the block size aims for: enough loads in flight per thread.
 VECS_PER_THREAD = 4
@@ -147,6 +155,8 @@ def render(v: Variant) -> str:
             hold=v.hold,
             inv_s_in=v.inv_s_in,
             cache_doc=cache_doc,
+            qmin=CODE_RANGE[0],
+            qmax=CODE_RANGE[1],
         )
     )
 
