@@ -91,7 +91,6 @@ class GemmPacked:
     groups: int
 
 
-
 def _trt_fields(spec: Spec, stored: np.ndarray) -> np.ndarray:
     """A signed code's two's complement bits with the top bit flipped = the code + 2^(bits-1) (gemm_trt)."""
     if spec.source.kind is SourceKind.signed:

@@ -519,10 +519,12 @@ class Kernel:
         self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None
     ) -> Any:
         """Check the checkpoint tensors and prepack them once for ``matmul``: a dqgen.run.matmul.MatmulWeight."""
-        from . import matmul
+        from . import gemm, matmul
 
         _hook_torch()  # the matmul custom ops, for torch imported after this Kernel was made
-        return matmul.pack(self, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
+        w = matmul.pack(self, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
+        gemm.attach(self, w, qweight, scales, zeros, g_idx)  # the GEMM's layout beside it (M > 16), where it applies
+        return w
 
     def matmul(
         self,
@@ -538,12 +540,12 @@ class Kernel:
     ) -> Any:
         """y = x @ dequant(W) (+ bias), fused (dqgen.run.matmul): ``matmul(x, w)`` with a MatmulWeight from
         ``pack_matmul``, or ``matmul(x, qweight, scales, zeros, g_idx=..., global_scale=...)``, packed once per
-        weight tensor version."""
-        from . import matmul
+        weight tensor version. Dispatched by M (dqgen.run.gemm.dispatch): GEMV, tensor-core GEMM or dense."""
+        from . import gemm
 
         if not _compiling():  # (traced: the ops are registered already)
             _hook_torch()
-        return matmul.matmul(self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
+        return gemm.dispatch(self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
 
     def _groups_of(self, scales: Any) -> int:
         return int(scales.shape[0])
