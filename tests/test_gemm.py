@@ -1,0 +1,231 @@
+"""The tensor-core GEMM on the CPU: its layout over K-slots round-trips every 4/8-bit integer spec, the kernel renders
+and NVRTC-compiles for every such spec at sm_80 and sm_90 with the main loop in HMMA / LDSM / LDGSTS and the
+conversion in LOP3 / PRMT (no I2F, no spills), a numpy model of the kernel's index math (tests/gemm_emulator.py:
+the shared-memory bytes, ldmatrix and mma as the PTX ISA defines them, the converter as its solved Plan) gives
+x @ dequantize(W) on shapes with tails, act-order, padded groups and split-K, and the dispatch rule and split
+choice do what their docstrings say. The GPU runs are in tests/test_gpu_gemm.py."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
+from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
+from dqgen.emit.gemm import CONFIGS, ENTRIES, entry_name, render_gemm
+from dqgen.layout.gemm import TILE_K, gemm_slots, pack_gemm, unpack_gemm
+from dqgen.run.gemm import DispatchRule, choose_config, choose_splits, pick, supports
+
+from .gemm_emulator import emulate
+
+ALL = [load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))]
+SPECS = [s for s in ALL if supports(s)]
+IDS = [s.name for s in SPECS]
+
+
+def test_the_gemm_takes_every_shipped_int4_and_int8_spec() -> None:
+    assert sorted(IDS) == [
+        "awq_int4_bf16",
+        "awq_int4_fp16",
+        "ft_int8_fp16",
+        "gptq_int4_asym_act_order_fp16",
+        "gptq_int4_fp16",
+        "int8_bf16",
+        "int8_bf16_shuffled",
+        "int8_fp16",
+    ]
+
+
+def _inputs(spec: Spec, K: int, N: int, group: int | None, seed: int = 1):
+    g = group if spec.scales.group_size == "auto" else None
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=seed, group_size=g)
+    G = s.shape[0]
+    return q, s, z, gi, W, (K // G if G > 1 else -1)
+
+
+# -- the layout ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+@pytest.mark.parametrize("group", [128, 32])
+def test_pack_round_trip_every_spec(spec: Spec, group: int) -> None:
+    K, N = (7 * group if spec.scales.group_size == "auto" else 544), 136
+    q, s, z, gi, _, gs = _inputs(spec, K, N, group)
+    pk = pack_gemm(spec, q, s, z, gi, gs)
+    assert pk.slots.slots % TILE_K == 0 and pk.scales.shape[1] % 128 == 0
+    q2, s2, z2 = unpack_gemm(spec, pk)
+    assert np.array_equal(q2, np.ascontiguousarray(q).view(np.uint32).view(q.dtype).reshape(q.shape))
+    assert np.array_equal(s2, np.ascontiguousarray(s).view(np.uint16))
+    if z is None:
+        assert z2 is None
+    else:
+        assert np.array_equal(np.asarray(z2).view(np.uint32), np.ascontiguousarray(z).view(np.uint32))
+
+
+@pytest.mark.parametrize("group,K", [(-1, 200), (128, 512), (64, 192), (32, 224), (96, 288)])
+def test_every_tile_lies_in_one_group(group: int, K: int) -> None:
+    sl = gemm_slots(K, group)
+    assert sl.gather == (group > 0 and group % TILE_K != 0)
+    rows = sl.perm[sl.perm >= 0]
+    assert sorted(rows.tolist()) == list(range(K))  # every row once
+    slot = np.nonzero(sl.perm >= 0)[0]
+    want = np.zeros(K, np.int64) if group <= 0 else np.arange(K) // group
+    assert np.array_equal(sl.tile_group[slot // TILE_K], want[sl.perm[slot]])
+
+
+def test_act_order_slots_sort_rows_by_group_and_pad_each_group() -> None:
+    rng = np.random.default_rng(0)
+    g_idx = rng.permutation(np.arange(200) // 50)  # 4 groups of 50 rows, shuffled
+    sl = gemm_slots(200, 50, g_idx)
+    assert sl.gather and sl.slots == 4 * 64
+    for grp in range(4):
+        seg = sl.perm[grp * 64 : (grp + 1) * 64]
+        assert (seg[50:] == -1).all() and (g_idx[seg[:50]] == grp).all()
+        assert np.all(np.diff(seg[:50]) > 0)  # stable: rows of a group keep their order
+    assert sl.tile_group.tolist() == [0, 1, 2, 3]
+
+
+def test_a_spec_the_layout_cannot_hold_is_one_line_naming_the_field() -> None:
+    for name in ("nf4_bf16", "fp8_e4m3_fp16", "gptq_int3_fp16"):
+        spec = load_spec(name)
+        assert not supports(spec)
+        with pytest.raises(ValueError, match=r"^\[source\.(bits|kind)\] ") as e:
+            render_gemm(spec)
+        assert "\n" not in str(e.value)
+
+
+# -- the kernel's index math, emulated -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_emulated_kernel_equals_x_at_w_every_spec(spec: Spec) -> None:
+    """Tails everywhere: M = 70 (two 64-row tiles, the second mostly empty), N = 136 (a partial 128-column tile),
+    K = 192 + 32 for group-32 specs (padded groups, gathered A) else 192; two splits along K."""
+    auto = spec.scales.group_size == "auto"
+    K, N, M = (224 if auto else 192), 136, 70
+    q, s, z, gi, W, gs = _inputs(spec, K, N, 32 if auto else None)
+    pk = pack_gemm(spec, q, s, z, gi, gs)
+    x = random_x(spec, M, K, seed=3)
+    y = emulate(spec, pk, x, CONFIGS[0], gather=pk.slots.gather, splits=2)
+    ref = matmul_reference(x, W)
+    # the model sums exact products in float64, in another order than the reference: rounding only
+    assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize(
+    "name,K,N,M,group,cfg,gather",
+    [
+        ("gptq_int4_asym_act_order_fp16", 256, 72, 17, 64, 0, True),  # act-order: rows sorted, x gathered
+        ("awq_int4_bf16", 224, 72, 33, 32, 1, True),  # 128 x 128 tile, 8 warps, padded groups
+        ("int8_fp16", 200, 264, 9, None, 1, False),  # K tail inside a tile, N tail of 8 columns
+        ("int8_bf16", 192, 132, 20, None, 0, True),  # unaligned x: the gather entry with perm = identity
+    ],
+)
+def test_emulated_kernel_other_entries(name: str, K: int, N: int, M: int, group: int | None, cfg: int, gather: bool):
+    spec = load_spec(name)
+    q, s, z, gi, W, gs = _inputs(spec, K, N, group)
+    if spec.act_order:
+        gi = np.random.default_rng(5).permutation(np.arange(K) // group).astype(np.int32)
+        (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=1, group_size=group)
+        from dqgen.check.reference import dequantize_reference
+
+        W = dequantize_reference(spec, q, s, z, gi, None)
+    pk = pack_gemm(spec, q, s, z, gi, gs)
+    assert pk.slots.gather == (spec.act_order or (group is not None and group % TILE_K != 0))
+    x = random_x(spec, M, K, seed=4)
+    bias = np.random.default_rng(6).standard_normal(N)
+    y = emulate(spec, pk, x, CONFIGS[cfg], gather=gather, splits=1, bias=bias)
+    ref = matmul_reference(x, W) + bias
+    assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+def test_emulated_kernel_catches_a_wrong_swizzle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model is sensitive to the index math it restates: a swizzle that the store and the load disagree on
+    (B read unswizzled) gives a wrong y."""
+    from . import gemm_emulator as emu
+
+    spec = load_spec("awq_int4_fp16")
+    q, s, z, gi, W, gs = _inputs(spec, 128, 128, 64)
+    pk = pack_gemm(spec, q, s, z, gi, gs)
+    x = random_x(spec, 16, 128, seed=1)
+    real = emu.ldsm_x4
+    assert np.allclose(emu.emulate(spec, pk, x, CONFIGS[0], gather=False), matmul_reference(x, W))
+    calls = {"n": 0}
+
+    def unswizzled(smem: np.ndarray, addr: np.ndarray) -> np.ndarray:
+        calls["n"] += 1
+        row = addr // 128
+        chunk = (addr % 128) // 16
+        return real(smem, row * 128 + ((chunk ^ (row & 7)) << 4))  # undo the swizzle of the address
+
+    monkeypatch.setattr(emu, "ldsm_x4", unswizzled)
+    assert not np.allclose(emu.emulate(spec, pk, x, CONFIGS[0], gather=False), matmul_reference(x, W))
+    assert calls["n"] > 0
+
+
+# -- rules -----------------------------------------------------------------------------------------------------
+
+
+def test_choose_splits_fills_the_gpu_once_and_keeps_work_per_split() -> None:
+    assert choose_splits(tiles=500, k_tiles=128, resident=396) == 1  # a wave already
+    assert choose_splits(tiles=224, k_tiles=128, resident=396) == 2  # 8192 x 28672 at M = 64
+    assert choose_splits(tiles=2, k_tiles=128, resident=396) == 16  # capped
+    assert choose_splits(tiles=2, k_tiles=12, resident=396) == 3  # 4 K tiles per split at least
+    assert choose_splits(tiles=2, k_tiles=3, resident=396) == 1
+
+
+def test_choose_config_by_m() -> None:
+    assert choose_config(17).bm == 64 and choose_config(256).bm == 64
+    assert choose_config(257).bm == 128 and choose_config(4096).bm == 128
+
+
+def test_dispatch_rule() -> None:
+    rule = DispatchRule(gemm_min_m=17, dense_min_m=2048)
+    assert pick(16, rule, gemm_ok=True, dense_ok=True) == "gemv"
+    assert pick(17, rule, gemm_ok=True, dense_ok=True) == "gemm"
+    assert pick(2047, rule, gemm_ok=True, dense_ok=True) == "gemm"
+    assert pick(2048, rule, gemm_ok=True, dense_ok=True) == "dense"
+    assert pick(4096, rule, gemm_ok=True, dense_ok=False) == "gemm"  # a packed weight has no checkpoint to dequantize
+    assert pick(4096, rule, gemm_ok=False, dense_ok=True) == "gemv"  # specs the GEMM does not take
+    assert pick(4096, DispatchRule(17, None), gemm_ok=True, dense_ok=True) == "gemm"
+
+
+# -- the kernel compiles; SASS of its main loop ------------------------------------------------------------------
+
+_SECTION = re.compile(r"\n\s*\.section\s+\.text\.")
+_OP = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def _functions(cubin: bytes) -> dict[str, Counter]:
+    from dqgen.emit.sass import nvdisasm_path
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([nvdisasm_path(), "-c", f.name], check=True, capture_output=True, text=True).stdout
+    return {sec.split(",")[0]: Counter(_OP.findall(sec)) for sec in _SECTION.split(text)[1:]}
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_gemm_compiles_with_tensor_cores_and_no_i2f(spec: Spec, arch: str) -> None:
+    from dqgen.emit.nvrtc import compile_source
+
+    src = render_gemm(spec)
+    res = compile_source(src, arch=arch, want="cubin", name=f"{spec.name}_gemm.cu")
+    fns = _functions(res.cubin or b"")
+    assert sorted(fns) == sorted(entry_name(spec, e) for e in ENTRIES)
+    for e in ENTRIES:
+        ops = fns[entry_name(spec, e)]
+        # one k tile of the main loop: MI x NI mmas per k16 step, 4 steps (every config: 64)
+        assert ops["HMMA"] >= 64, ops["HMMA"]
+        assert ops["LDSM"] > 0 and ops["LDGSTS"] > 0
+        assert ops["LOP3"] > 0 and (ops["PRMT"] > 0 or spec.source.bits == 4)
+        assert not [op for op in ops if op.startswith("I2F")], "an integer->float conversion in the kernel"
+        if not e.gather:
+            assert ops["LDL"] == 0 and ops["STL"] == 0, "register spills in the main entry"
