@@ -53,6 +53,16 @@ MAX_SPLITS = 16
 #: (an estimate from the research note's H100 figures, to be replaced by the measured rule).
 DEFAULT_DENSE_MIN_M = 4096
 
+#: The entry points' parameters in order, with the width each is passed at (tests/test_gemm.py holds this equal
+#: to the rendered signature): pointers as uint64, int as int32, long long as int64.
+PARAMS: tuple[tuple[str, type[np.generic]], ...] = (
+    *((name, np.uint64) for name in ("wq", "scales", "zeros", "perm", "tile_group", "x", "bias", "y", "ws")),
+    ("counters", np.uint64),
+    *((name, np.int32) for name in ("M", "K", "N", "Ns", "n_lines", "k_tiles", "tiles_per_split", "y_pairs")),
+    ("x_stride", np.int64),
+    ("w_line_bytes", np.int64),
+)
+
 _LOADED: dict[tuple[str, str, int], dev.LoadedKernel] = {}
 _ids = itertools.count()
 
@@ -282,29 +292,29 @@ def _bind(kernel: Kernel, w: GemmWeight, x2: Any, x_stride: int, M: int, bias: A
             torch.zeros(tiles, dtype=torch.int32, device=cuda),
         )
     ws, counters = w._ws.get(ws_key, (None, None)) if splits > 1 else (None, None)
-    y_pairs = int(out.data_ptr() % 4 == 0 and w.N % 2 == 0)
-    args = [
-        _ptr(w.wq),
-        _ptr(w.scales),
-        _ptr(w.zeros),
-        _ptr(w.perm),
-        _ptr(w.tile_group),
-        _ptr(x2),
-        _ptr(bias),
-        _ptr(out),
-        _ptr(ws),
-        _ptr(counters),
-        np.int32(M),
-        np.int32(w.K),
-        np.int32(w.N),
-        np.int32(w.Ns),
-        np.int32(w.n_lines),
-        np.int32(w.k_tiles),
-        np.int32(per_split),
-        np.int32(y_pairs),
-        np.int64(x_stride),
-        np.int64(w.slots * 2),
-    ]
+    values = {
+        "wq": w.wq.data_ptr(),
+        "scales": w.scales.data_ptr(),
+        "zeros": _ptr(w.zeros),
+        "perm": w.perm.data_ptr(),
+        "tile_group": w.tile_group.data_ptr(),
+        "x": x2.data_ptr(),
+        "bias": _ptr(bias),
+        "y": out.data_ptr(),
+        "ws": _ptr(ws),
+        "counters": _ptr(counters),
+        "M": M,
+        "K": w.K,
+        "N": w.N,
+        "Ns": w.Ns,
+        "n_lines": w.n_lines,
+        "k_tiles": w.k_tiles,
+        "tiles_per_split": per_split,
+        "y_pairs": int(out.data_ptr() % 4 == 0 and w.N % 2 == 0),
+        "x_stride": x_stride,
+        "w_line_bytes": w.slots * 2,
+    }
+    args = [typ(values[name]) for name, typ in PARAMS]
     return fn.bind((m_tiles, n_tiles, splits), (cfg.threads,), args, shared_mem=smem)
 
 
