@@ -154,7 +154,9 @@ def emulate(
                                     assert z_row is not None
                                     env["z"] = z_row[col] * np.uint32(zero_rep)
                                 elif spec.zeros.dense:
-                                    raise NotImplementedError("float zeros: not modelled")
+                                    assert z_row is not None
+                                    for h in range(E // 2):
+                                        env[f"f{h}"] = z_row[col] * np.uint32(0x10001)
                                 regs = plan.run(env)
                                 bf.append(np.stack([regs[o] for o in plan.outputs], axis=1))  # [32, pairs]
                             for h in range(steps):

@@ -250,3 +250,39 @@ def test_launch_arguments_match_the_rendered_signature(spec: Spec) -> None:
             ctype = decl[: -len(name)].replace("const", "").replace("__restrict__", "").strip()
             params.append((name, np.uint64 if "*" in ctype else _C_WIDTH[ctype]))
         assert params == list(PARAMS)
+
+
+def _variant(base: str, mode: str, target: str, **extra: object) -> Spec:
+    data = load_spec(base).model_dump(mode="json", exclude_none=True)
+    data.update(name=f"{base}_{mode}_{target}", zeros={"mode": mode}, target=target, **extra)
+    return load_spec(data)
+
+
+ZERO_VARIANTS = [
+    _variant("gptq_int4_asym_act_order_fp16", "gptq_v2", "bf16", act_order=False),
+    _variant("awq_int4_bf16", "float", "bf16"),
+    _variant("awq_int4_fp16", "additive", "fp16"),
+    _variant("int8_fp16", "integer", "bf16", source={"bits": 8, "kind": "unsigned"}, scales={"group_size": 64}),
+]
+
+
+@pytest.mark.parametrize("spec", ZERO_VARIANTS, ids=[s.name for s in ZERO_VARIANTS])
+def test_emulated_kernel_other_zero_modes(spec: Spec) -> None:
+    """GPTQ v2 (stored z), float and additive 16-bit zeros, int8 with packed zeros: specs a user may write."""
+    assert supports(spec)
+    K, N, M = 192, 72, 20
+    q, s, z, gi, W, gs = _inputs(spec, K, N, 64)
+    pk = pack_gemm(spec, q, s, z, gi, gs)
+    x = random_x(spec, M, K, seed=2)
+    y = emulate(spec, pk, x, CONFIGS[0], gather=False)
+    ref = matmul_reference(x, W)
+    assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+def test_float_zero_gemm_compiles() -> None:
+    from dqgen.emit.nvrtc import compile_source
+
+    spec = ZERO_VARIANTS[1]
+    res = compile_source(render_gemm(spec), arch="sm_80", want="cubin", name=f"{spec.name}_gemm.cu")
+    fns = _functions(res.cubin or b"")
+    assert all(fns[entry_name(spec, e)]["HMMA"] >= 64 for e in ENTRIES)
