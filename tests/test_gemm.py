@@ -286,3 +286,26 @@ def test_float_zero_gemm_compiles() -> None:
     res = compile_source(render_gemm(spec), arch="sm_80", want="cubin", name=f"{spec.name}_gemm.cu")
     fns = _functions(res.cubin or b"")
     assert all(fns[entry_name(spec, e)]["HMMA"] >= 64 for e in ENTRIES)
+
+
+@pytest.mark.parametrize("name,act_order", [("awq_int4_fp16", False), ("gptq_int4_asym_act_order_fp16", True)])
+def test_emulated_kernel_on_a_quantized_real_format_layer(name: str, act_order: bool) -> None:
+    """dqgen.quantize's AWQ / GPTQ desc_act tensors (the checkpoint's own layout, g_idx out of order) through the
+    modelled kernel equal x @ the independent dequantization."""
+    from dqgen.check.reference import dequantize_reference
+    from dqgen.nn.quantize import quantize
+
+    spec = load_spec(name)
+    K, N, M = 256, 136, 20
+    dense = (np.random.default_rng(2).standard_normal((K, N)) * 0.02).astype(np.float32)
+    t = quantize(spec, dense, group_size=64, **({"act_order": True} if act_order else {}))
+    gi = t.get("g_idx")
+    if act_order:
+        assert not np.array_equal(gi, np.arange(K) // 64)
+    W = dequantize_reference(spec, t["qweight"], t["scales"], t.get("zeros"), gi, None)
+    pk = pack_gemm(spec, t["qweight"], t["scales"], t.get("zeros"), gi, 64)
+    assert pk.slots.gather == act_order
+    x = random_x(spec, M, K, seed=9)
+    y = emulate(spec, pk, x, CONFIGS[0], gather=pk.slots.gather)
+    ref = matmul_reference(x, W)
+    assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())

@@ -158,35 +158,67 @@ def test_dispatch_takes_each_path(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen[-1] == "gemm"
 
 
-@pytest.mark.parametrize(
-    "name,act_order", [("awq_int4_fp16", False), ("gptq_int4_asym_act_order_fp16", True), ("int8_bf16", False)]
-)
-def test_real_format_checkpoint_layer_equals_x_at_dequantize(name: str, act_order: bool) -> None:
-    """A dense layer quantized into the checkpoint's own tensors (AWQ qweight/qzeros, GPTQ v1 with desc_act
-    g_idx), then matmul (packed once) against x @ (the dequantize kernel's W), for prefill-sized M."""
-    import torch
+REAL_FORMATS = {
+    # spec that quantizes the layer, the checkpoint's quantization config (config.json quantization_config)
+    "awq": (
+        "awq_int4_fp16",
+        {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
+    ),
+    "gptq_desc_act": (
+        "gptq_int4_asym_act_order_fp16",
+        {
+            "quant_method": "gptq",
+            "bits": 4,
+            "group_size": 128,
+            "desc_act": True,
+            "sym": False,
+            "checkpoint_format": "gptq",
+        },
+    ),
+}
 
+
+@pytest.mark.parametrize("fmt", sorted(REAL_FORMATS))
+def test_real_format_checkpoint_layer_equals_x_at_dequantize(fmt: str, tmp_path) -> None:
+    """A dense layer quantized into the checkpoint's own tensors (AWQ gemm qweight/qzeros; GPTQ v1 with desc_act
+    g_idx), written as a safetensors checkpoint with its config, read back by dqgen.io (which infers the spec),
+    then Kernel.matmul on the read tensors against x @ (the dequantize kernel's W), for prefill-sized M."""
+    import json
+
+    import torch
+    from safetensors.numpy import save_file
+
+    from dqgen.io.checkpoint import read_layers
     from dqgen.nn.quantize import quantize
 
-    spec = load_spec(name)
-    k = Kernel(spec)
-    K, N = 4096, 1448 if spec.source.bits == 4 else 1444
-    dense = torch.randn(K, N, device="cuda", dtype=torch.float32) * 0.02
-    kwargs = {"group_size": 128} if spec.scales.group_size == "auto" else {}
-    if act_order:
-        kwargs["act_order"] = True
-    t = quantize(spec, dense, **kwargs)
-    W = k(t["qweight"], t["scales"], t.get("zeros"), g_idx=t.get("g_idx"))
-    assert W.shape == (K, N)
-    if act_order:
-        sequential = torch.arange(K, dtype=torch.int32) // 128
-        assert not torch.equal(t["g_idx"].cpu(), sequential), "desc_act: rows out of order"
+    name, config = REAL_FORMATS[fmt]
+    K, N = 4096, 1448
+    rng = np.random.default_rng(11)
+    dense = (rng.standard_normal((K, N)) * 0.02).astype(np.float32)
+    kwargs = {"act_order": True} if config.get("desc_act") else {}
+    t = quantize(load_spec(name), dense, group_size=128, **kwargs)
+    tensors = {"model.layers.0.mlp.up_proj.qweight": t["qweight"], "model.layers.0.mlp.up_proj.scales": t["scales"]}
+    tensors["model.layers.0.mlp.up_proj.qzeros"] = t["zeros"]
+    if "g_idx" in t:
+        tensors["model.layers.0.mlp.up_proj.g_idx"] = t["g_idx"]
+        assert not np.array_equal(t["g_idx"], np.arange(K) // 128), "desc_act: rows out of order"
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": config}))
+    (layer,) = read_layers(tmp_path)
+    assert layer.spec.act_order == bool(config.get("desc_act"))
+    k = Kernel(layer.spec)
+    q, s, z, gi = (
+        to_torch(a) if a is not None else None for a in (layer.qweight, layer.scales, layer.zeros, layer.g_idx)
+    )
+    W = k(q, s, z, g_idx=gi)
+    assert tuple(W.shape) == (K, N)
     for M in (64, 333):
-        x = to_torch(random_x(spec, M, K, seed=M))
-        y = k.matmul(x, t["qweight"], t["scales"], t.get("zeros"), g_idx=t.get("g_idx"))
+        x = to_torch(random_x(layer.spec, M, K, seed=M))
+        y = k.matmul(x, q, s, z, g_idx=gi)
         ref = x.double() @ W.double()
         err = relative_error(to_numpy(y).astype(np.float64), to_numpy(ref))
-        assert err <= TOL[spec.target.value], f"M={M}: relative error {err:.3g}"
+        assert err <= TOL[layer.spec.target.value], f"M={M}: relative error {err:.3g}"
+        assert torch.isfinite(y).all()
 
 
 def test_errors_before_launch() -> None:
