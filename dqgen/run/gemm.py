@@ -8,6 +8,7 @@ the GEMM. ``dispatch`` is what ``Kernel.matmul`` calls:
 - M <= 16 (decode): the fused GEMV (dqgen.run.matmul), unchanged;
 - else, for 4- and 8-bit integer specs: this GEMM, on the GemmWeight packed beside the MatmulWeight by
   ``Kernel.pack_matmul`` or, for checkpoint tensors, packed once per tensor version (cached like the GEMV's);
+- under torch.compile, the custom ops of dqgen.run.gemm_op, which make the same choice when they run;
 - for checkpoint tensors and M at or past the GPU's ``dense_min_m`` (``DispatchRule``): dequantize into a dense
   weight and ``torch.matmul`` (cuBLAS), where a compute-bound GEMM of fp16 weights beats mma.sync with a
   conversion in its loop. The rule is read once per GPU name from ``<cache>/dispatch.json`` (written by
@@ -453,8 +454,26 @@ def dispatch(
     from . import matmul as mm
 
     torch = sys.modules.get("torch")
+    if torch is not None and torch.compiler.is_compiling() and supports(kernel.spec):
+        # traced: one custom op that makes this choice when it runs (M may be symbolic here; dqgen.run.gemm_op)
+        if isinstance(w, mm.MatmulWeight):
+            if scales is not None or zeros is not None or g_idx is not None or global_scale is not None:
+                raise TypeError(
+                    "matmul: scales, zeros, g_idx and global_scale belong to pack_matmul when w is a MatmulWeight"
+                )
+            y = torch.ops.dqgen.matmul_dispatch(kernel.op_key, w.key, x, bias)
+        elif scales is None:
+            raise TypeError("matmul: pass a MatmulWeight (from pack_matmul), or qweight and scales")
+        else:
+            y = torch.ops.dqgen.matmul_dispatch_checkpoint(
+                kernel.op_key, x, w, scales, zeros, g_idx, global_scale, bias
+            )
+        if out is None:
+            return y
+        out.copy_(y)
+        return out
     if torch is None or torch.compiler.is_compiling() or not isinstance(x, torch.Tensor) or not x.is_cuda:
-        # traced: the GEMV's custom ops; bad x: the GEMV path's one-line errors
+        # traced (specs the GEMM does not take): the GEMV's custom ops; bad x: the GEMV path's one-line errors
         return mm.matmul(kernel, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
     M = _rows(x)
     is_packed = isinstance(w, mm.MatmulWeight)

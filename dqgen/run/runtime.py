@@ -220,9 +220,10 @@ def _hook_torch() -> None:
         from . import torch_op
 
         torch_op.register(_KERNELS)
-        from . import matmul_op
+        from . import gemm_op, matmul_op
 
         matmul_op.register(_KERNELS)
+        gemm_op.register(_KERNELS)
         _use_torch(torch, torch_op.traced_call, torch.compiler.is_compiling)
 
 
