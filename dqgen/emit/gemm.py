@@ -25,6 +25,7 @@ class GemmConfig:
     wm: int
     wn: int
     stages: int
+    min_blocks: int  # CTAs per SM the register allocation must allow (__launch_bounds__)
 
     @property
     def threads(self) -> int:
@@ -37,9 +38,10 @@ class GemmConfig:
         return self.stages * per_stage
 
 
-#: The tile configs, smallest M first: 64 x 128 (4 warps of 32 x 64, 4 stages), 128 x 128 (8 warps of 64 x 32,
-#: 3 stages: 4 would not leave room for two CTAs of int8 weights on an SM).
-CONFIGS = (GemmConfig(64, 2, 2, 4), GemmConfig(128, 2, 4, 3))
+#: The tile configs, smallest M first: 64 x 128 (4 warps of 64 x 32 side by side along N, 4 stages: each warp
+#: converts only its own 32 columns of B, so no weight is converted twice where M is small and the conversion is
+#: the work), 128 x 128 (8 warps of 64 x 32, 2 x 4, 3 stages: each B fragment converted by two warps).
+CONFIGS = (GemmConfig(64, 1, 4, 4, 3), GemmConfig(128, 2, 4, 3, 1))
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ def _render(spec: Spec, conv: Spec, plan: object) -> str:
                 "wn": e.config.wn,
                 "stages": e.config.stages,
                 "threads": e.config.threads,
+                "min_blocks": e.config.min_blocks,
                 "gather": e.gather,
             }
             for e in ENTRIES
