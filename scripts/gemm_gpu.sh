@@ -44,8 +44,10 @@ if [[ $STEP == rule || $STEP == all ]]; then
   grep -A 12 '^| M |' "$OUT/gemm-rule.log" || true
 fi
 if [[ $STEP == bench ]]; then
-  step gemm-bench python -m dqgen bench --matmul awq_int4_fp16 awq_int4_bf16 --m 16,32,64,128,256,512,1024,4096 \
-    --record "$OUT/matmul_gemm.json" --docs "$OUT/performance_gemm.md"
+  # BENCH_SPECS="awq_int4_fp16" (one spec per call) if both do not fit in one call's 10 minutes
+  # shellcheck disable=SC2086
+  step gemm-bench python -m dqgen bench --matmul ${BENCH_SPECS:-awq_int4_fp16 awq_int4_bf16} \
+    --m 16,32,64,128,256,512,1024,4096 --record "$OUT/matmul_gemm.json" --docs "$OUT/performance_gemm.md"
   cat "$OUT/gemm-bench.log" | tail -60
 fi
 echo "gemm_gpu.sh $STEP: rc=$rc"
