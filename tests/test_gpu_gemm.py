@@ -156,6 +156,10 @@ def test_dispatch_takes_each_path(monkeypatch: pytest.MonkeyPatch) -> None:
     x_np = random_x(spec, 64, K, seed=64)
     _check(spec, k.matmul(to_torch(x_np), w), matmul_reference(x_np, W))
     assert seen[-1] == "gemm"
+    w_gemv = k.pack_matmul(qt, st, gemm=False)  # the GEMV's layout alone: M = 64 runs the GEMV
+    assert gemm.beside(w_gemv) is None
+    _check(spec, k.matmul(to_torch(x_np), w_gemv), matmul_reference(x_np, W))
+    assert seen[-1] == "gemv"
 
 
 REAL_FORMATS = {

@@ -517,14 +517,25 @@ class Kernel:
         )
 
     def pack_matmul(
-        self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None
+        self,
+        qweight: Any,
+        scales: Any,
+        zeros: Any = None,
+        *,
+        g_idx: Any = None,
+        global_scale: Any = None,
+        gemm: bool = True,
     ) -> Any:
-        """Check the checkpoint tensors and prepack them once for ``matmul``: a dqgen.run.matmul.MatmulWeight."""
-        from . import gemm, matmul
+        """Check the checkpoint tensors and prepack them once for ``matmul``: a dqgen.run.matmul.MatmulWeight, with
+        the tensor-core GEMM's layout packed beside it for M > 16 (``gemm=False``: the GEMV's alone, half the
+        memory; M > 16 then runs the GEMV 16 rows at a time)."""
+        from . import gemm as gemm_run
+        from . import matmul
 
         _hook_torch()  # the matmul custom ops, for torch imported after this Kernel was made
         w = matmul.pack(self, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
-        gemm.attach(self, w, qweight, scales, zeros, g_idx)  # the GEMM's layout beside it (M > 16), where it applies
+        if gemm:
+            gemm_run.attach(self, w, qweight, scales, zeros, g_idx)
         return w
 
     def matmul(
