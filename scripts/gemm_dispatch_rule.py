@@ -28,7 +28,7 @@ def main() -> int:
 
     from dqgen.core.formats import torch_dtype
     from dqgen.core.spec import load_spec
-    from dqgen.run import gemm
+    from dqgen.run import dispatch, gemm
     from dqgen.run.inputs import make_g_idx, make_inputs
     from dqgen.run.runtime import Kernel
     from dqgen.run.timing import single_call_us
@@ -53,7 +53,7 @@ def main() -> int:
         W64 = W.double()
         buf = torch.empty_like(W)
         mw = k.pack_matmul(q, s, z, g_idx=gi)
-        gw = gemm.beside(mw)
+        gw = dispatch.beside(mw)
         assert gw is not None
         from dqgen.run import matmul as mm
 
@@ -95,13 +95,13 @@ def main() -> int:
             for K, N in shapes
         ]
         print(f"| {M} | " + " | ".join(cells) + " |")
-    rule = gemm.DispatchRule(gemm_min_m=gemm.GEMV_MAX_M + 1, dense_min_m=dense_min)
+    rule = dispatch.DispatchRule(gemm_min_m=dispatch.GEMV_MAX_M + 1, dense_min_m=dense_min)
     print(f"rule for {torch.cuda.get_device_name(0)}: {rule}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(0), "rule": rule.__dict__, "rows": rows}, f, indent=1)
     if a.write_rule:
-        print(f"written to {gemm.save_rule(0, rule)}")
+        print(f"written to {dispatch.save_rule(0, rule)}")
     bad = [r for r in rows if not r["rel_err"] <= (2e-3 if spec.target.value == "fp16" else 1e-2)]
     if bad:
         print(f"FAILED: {len(bad)} outputs off the reference, first {bad[0]}")

@@ -19,7 +19,8 @@ from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.emit.gemm import CONFIGS, ENTRIES, entry_name, render_gemm
 from dqgen.layout.gemm import TILE_K, gemm_slots, pack_gemm, unpack_gemm
-from dqgen.run.gemm import DispatchRule, choose_config, choose_splits, pick, supports
+from dqgen.run.dispatch import DispatchRule, pick
+from dqgen.run.gemm import choose_config, choose_splits, supports
 
 from .gemm_emulator import emulate
 

@@ -12,7 +12,7 @@ import pytest
 
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
-from dqgen.run import gemm
+from dqgen.run import dispatch, gemm
 from dqgen.run.gpucheck import to_numpy, to_torch
 from dqgen.run.runtime import Kernel, ShapeError
 
@@ -63,7 +63,7 @@ def test_every_spec_m_17_64_200_with_tails(spec: Spec, group: int) -> None:
     k = Kernel(spec)
     (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group if auto else None)
     w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
-    gw = gemm.beside(w)
+    gw = dispatch.beside(w)
     assert gw is not None and gw.gather == ((auto and group == 32) or spec.act_order)
     for M in (17, 64, 200):
         x_np = random_x(spec, M, K, seed=M)
@@ -139,15 +139,17 @@ def test_dispatch_takes_each_path(monkeypatch: pytest.MonkeyPatch) -> None:
     (q, s, _, _, _), W = matmul_inputs(spec, K, N, seed=7, group_size=128)
     qt, st = to_torch(q), to_torch(s)
     device = qt.device.index or 0
-    monkeypatch.setitem(gemm._RULES, gemm.dev_name(device), gemm.DispatchRule(gemm_min_m=17, dense_min_m=64))
+    monkeypatch.setitem(
+        dispatch._RULES, dispatch.dev_name(device), dispatch.DispatchRule(gemm_min_m=17, dense_min_m=64)
+    )
     seen: list[str] = []
-    real_pick = gemm.pick
+    real_pick = dispatch.pick
 
-    def spy(M: int, rule: gemm.DispatchRule, **kw: bool) -> str:
+    def spy(M: int, rule: dispatch.DispatchRule, **kw: bool) -> str:
         seen.append(real_pick(M, rule, **kw))
         return seen[-1]
 
-    monkeypatch.setattr(gemm, "pick", spy)
+    monkeypatch.setattr(dispatch, "pick", spy)
     for M in (16, 17, 64):
         x_np = random_x(spec, M, K, seed=M)
         _check(spec, k.matmul(to_torch(x_np), qt, st), matmul_reference(x_np, W))
@@ -157,7 +159,7 @@ def test_dispatch_takes_each_path(monkeypatch: pytest.MonkeyPatch) -> None:
     _check(spec, k.matmul(to_torch(x_np), w), matmul_reference(x_np, W))
     assert seen[-1] == "gemm"
     w_gemv = k.pack_matmul(qt, st, gemm=False)  # the GEMV's layout alone: M = 64 runs the GEMV
-    assert gemm.beside(w_gemv) is None
+    assert dispatch.beside(w_gemv) is None
     _check(spec, k.matmul(to_torch(x_np), w_gemv), matmul_reference(x_np, W))
     assert seen[-1] == "gemv"
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..core.formats import torch_dtype
-from . import gemm
+from . import dispatch
 from . import matmul as mm
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def register(kernels: Mapping[str, Kernel]) -> None:
 
     @torch.library.custom_op("dqgen::matmul_dispatch", mutates_args=(), device_types="cuda")
     def matmul_dispatch(key: str, weight_key: str, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return gemm.dispatch(_kernels[key], x, mm.weight(weight_key), bias=bias)
+        return dispatch.dispatch(_kernels[key], x, mm.weight(weight_key), bias=bias)
 
     @matmul_dispatch.register_fake
     def _(key: str, weight_key: str, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -48,7 +48,7 @@ def register(kernels: Mapping[str, Kernel]) -> None:
         global_scale: torch.Tensor | None,
         bias: torch.Tensor | None,
     ) -> torch.Tensor:
-        return gemm.dispatch(
+        return dispatch.dispatch(
             _kernels[key], x, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias
         )
 

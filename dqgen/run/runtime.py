@@ -529,13 +529,12 @@ class Kernel:
         """Check the checkpoint tensors and prepack them once for ``matmul``: a dqgen.run.matmul.MatmulWeight, with
         the tensor-core GEMM's layout packed beside it for M > 16 (``gemm=False``: the GEMV's alone, half the
         memory; M > 16 then runs the GEMV 16 rows at a time)."""
-        from . import gemm as gemm_run
-        from . import matmul
+        from . import dispatch, matmul
 
         _hook_torch()  # the matmul custom ops, for torch imported after this Kernel was made
         w = matmul.pack(self, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
         if gemm:
-            gemm_run.attach(self, w, qweight, scales, zeros, g_idx)
+            dispatch.attach(self, w, qweight, scales, zeros, g_idx)
         return w
 
     def matmul(
@@ -552,12 +551,12 @@ class Kernel:
     ) -> Any:
         """y = x @ dequant(W) (+ bias), fused (dqgen.run.matmul): ``matmul(x, w)`` with a MatmulWeight from
         ``pack_matmul``, or ``matmul(x, qweight, scales, zeros, g_idx=..., global_scale=...)``, packed once per
-        weight tensor version. Dispatched by M (dqgen.run.gemm.dispatch): GEMV, tensor-core GEMM or dense."""
-        from . import gemm
+        weight tensor version. Dispatched by M (dqgen.run.dispatch): GEMV, tensor-core GEMM or dense."""
+        from . import dispatch
 
         if not _compiling():  # (traced: the ops are registered already)
             _hook_torch()
-        return gemm.dispatch(self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
+        return dispatch.dispatch(self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
 
     def _groups_of(self, scales: Any) -> int:
         return int(scales.shape[0])
