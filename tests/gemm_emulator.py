@@ -1,13 +1,25 @@
 """A numpy model of one launch of templates/gemm.cu.j2 (CPU): the byte-exact shared-memory stages (swizzle,
-zero-filled tails, the A gather through perm), ldmatrix as the PTX ISA defines it (matrix i from the row addresses
-of lanes 8i..8i+7; lane 4g + t gets word t of row g), the converter as the solved Plan of converter_spec(spec)
-(plan.run, the prover's emulation of the PTX ops), and mma.m16n8k16 through the fragment tables of the PTX ISA
-(A: a0 = (g, 2t..2t+1), a1 = (g+8, ..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..); B: b0 = (2t..2t+1, g), b1 =
-(2t+8.., g); C: c0, c1 = (g, 2t..2t+1), c2, c3 = (g+8, ..)), summed in float64.
+zero-filled tails, the A gather through perm), the converter as the solved Plan of converter_spec(spec) (plan.run,
+the prover's emulation of the PTX ops), and three instructions as the PTX ISA states them (PTX ISA 8.x, cited by
+section title; g = %laneid >> 2 "groupID", t = %laneid % 4 "threadID_in_group"):
 
-Every address below is the kernel's expression restated; the tables above are not: they are the hardware's. If
-the kernel's index math is right, the model's y equals x @ dequantize(W) to float64 rounding; any mismatch
-between the layout, the swizzle, the ldmatrix addresses and the fragment registers shows up as a wrong y.
+- ``cp.async`` (Data Movement and Conversion Instructions: cp.async): ``cp-size`` bytes land at dst; with
+  ``src-size`` < ``cp-size`` only src-size bytes are read from src and "the remaining bytes in destination dst are
+  filled with zeros" (src-size 0: all 16 zero, nothing read). ``cp_async16`` below is that, 16 bytes or none.
+- ``ldmatrix.sync.aligned.m8n8.x4.shared.b16`` (Warp-level matrix load instruction: ldmatrix): lanes 8i..8i+7
+  give the 16-byte-aligned addresses of the 8 rows of matrix i; destination register i of lane 4g + t holds
+  elements 2t, 2t+1 of row g of matrix i (the 32-bit word t of that row).
+- ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}`` (Matrix Fragments for mma.m16n8k16 with floating point
+  type): A a0..a7 at row g for a0, a1, a4, a5 and g+8 otherwise, column 2t + (i & 1) (+8 for i >= 4); registers
+  hold pairs (a0,a1) (a2,a3) (a4,a5) (a6,a7), so reg r = (row g + 8 (r & 1), columns 2t + 8 (r >> 1) + 0/1).
+  B b0..b3 at row (k) 2t + (i & 1) (+8 for i >= 2), column g: reg r = (k 2t + 8r + 0/1, column g). C c0..c3 at
+  row g (c0, c1) / g+8 (c2, c3), column 2t + (i & 1). Products summed here in float64.
+
+Every address below (``a_ldsm_rows``, ``b_ldsm_rows``, the stage fill) is the kernel's expression restated; the
+instruction semantics above are not: they are the hardware's. If the kernel's index math is right, the model's y
+equals x @ dequantize(W) to float64 rounding; any mismatch between the layout, the swizzle, the ldmatrix addresses
+and the fragment registers shows up as a wrong y, and a 16-byte copy that would read past its x row (the kernel
+reads the next row, or past the tensor) fails an assertion.
 """
 
 from __future__ import annotations
@@ -25,6 +37,32 @@ LINE = 128
 
 def swz(r: int | np.ndarray, c: int | np.ndarray) -> int | np.ndarray:
     return r * LINE + ((c ^ (r & 7)) << 4)
+
+
+def a_ldsm_rows(cfg: GemmConfig, warp_m: int, mi: int, ks: int) -> np.ndarray:
+    """[32 lanes] the byte offsets in the A stage that the kernel's ldmatrix.x4 of A fragment (mi, k16 step ks)
+    gives: lanes 0-15 rows 0-15 at k 0-7 of the step, lanes 16-31 the same rows at k 8-15."""
+    lanes = np.arange(32)
+    row = warp_m * (cfg.bm // cfg.wm) + 16 * mi + (lanes & 15)
+    return np.asarray(swz(row, 2 * ks + (lanes >> 4)))
+
+
+def b_ldsm_rows(cfg: GemmConfig, cols: int, blk: int, warp_n: int, q: int, b: int) -> np.ndarray:
+    """[32 lanes] the byte offsets in the B stage that the kernel's ldmatrix.x4 of n8 tiles 4q..4q+3, block b
+    gives: lanes 8i..8i+7 the 16-byte rows (columns) of n8 tile 4q + i."""
+    lanes = np.arange(32)
+    col = warp_n * (TILE_N // cfg.wn) + 8 * (4 * q + (lanes >> 3)) + (lanes & 7)
+    return np.asarray(swz(col // cols, (col % cols) * blk + b))
+
+
+def cp_async16(dst: np.ndarray, offset: int, src: np.ndarray | None) -> None:
+    """cp.async.cg ... 16, src-size with src-size 16 (``src`` 16 bytes) or 0 (``src`` None: zero fill)."""
+    assert offset % 16 == 0, "cp.async destination not 16-byte aligned"
+    if src is None:
+        dst[offset : offset + 16] = 0
+    else:
+        assert src.dtype == np.uint8 and src.size == 16, "a 16-byte cp.async reads 16 bytes of its source"
+        dst[offset : offset + 16] = src
 
 
 def ldsm_x4(smem: np.ndarray, addr: np.ndarray) -> np.ndarray:
@@ -110,26 +148,30 @@ def emulate(
                 acc = {(w, i, j): np.zeros((32, 4)) for w in range(WM * WN) for i in range(MI) for j in range(NI)}
                 for kt in range(split * per_split, min(k_tiles, (split + 1) * per_split)):
                     # the stage as load_stage leaves it
-                    a_s = np.zeros(BM * LINE, dtype=np.uint8)
+                    a_s = np.full(BM * LINE, 0xA5, dtype=np.uint8)  # garbage where no copy lands
                     a16 = a_s.view(np.uint16)
                     for row in range(BM):
                         for ch in range(8):
                             m = m0 + row
-                            vals = np.zeros(8, dtype=np.uint16)
-                            for e in range(8):
-                                s = kt * TILE_K + ch * 8 + e
-                                src = int(sl.perm[s]) if gather else s
-                                if m < M and 0 <= src < K:
-                                    vals[e] = x16[m, src]
                             off = int(swz(row, ch))
+                            if not gather:  # one 16-byte cp.async of halves k..k+7, predicate m < M && k < K
+                                k = kt * TILE_K + ch * 8
+                                chunk = x16[m, k : k + 8] if m < M and k < K else None
+                                assert chunk is None or chunk.size == 8, f"cp.async of x row {m} reads past k={K}"
+                                cp_async16(a_s, off, None if chunk is None else chunk.view(np.uint8))
+                                continue
+                            vals = np.zeros(8, dtype=np.uint16)  # st.shared.v4 of 8 gathered halves
+                            for e in range(8):
+                                src = int(sl.perm[kt * TILE_K + ch * 8 + e])
+                                if m < M and src >= 0:
+                                    vals[e] = x16[m, src]
                             a16[off // 2 : off // 2 + 8] = vals
-                    b_s = np.zeros(b_lines * LINE, dtype=np.uint8)
+                    b_s = np.full(b_lines * LINE, 0xA5, dtype=np.uint8)
                     for line in range(b_lines):
                         gl = n0 // cols + line
                         for ch in range(8):
-                            if gl < n_lines:
-                                off = int(swz(line, ch))
-                                b_s[off : off + 16] = wq[gl, kt * 128 + ch * 16 : kt * 128 + ch * 16 + 16]
+                            src = wq[gl, kt * 128 + ch * 16 : kt * 128 + ch * 16 + 16] if gl < n_lines else None
+                            cp_async16(b_s, int(swz(line, ch)), src)
                     grp = int(sl.tile_group[kt])
                     s_row = packed.scales[grp, n0 : n0 + TILE_N].astype(np.uint32)
                     z_row = zeros[grp, n0 : n0 + TILE_N].astype(np.uint32) if zeros is not None else None
@@ -141,8 +183,7 @@ def emulate(
                         for b in range(blk):
                             bw = np.zeros((32, NI), dtype=np.uint32)
                             for q in range(NI // 4):
-                                col = warp_n * warp_n_cols + 8 * (4 * q + (lanes >> 3)) + (lanes & 7)
-                                bw[:, 4 * q : 4 * q + 4] = ldsm_x4(b_s, swz(col // cols, (col % cols) * blk + b))
+                                bw[:, 4 * q : 4 * q + 4] = ldsm_x4(b_s, b_ldsm_rows(cfg, cols, blk, warp_n, q, b))
                             bf = []
                             for j in range(NI):
                                 col = warp_n * warp_n_cols + 8 * j + g
@@ -162,8 +203,7 @@ def emulate(
                             for h in range(steps):
                                 ks = b * steps + h
                                 for i in range(MI):
-                                    row = warp_m * warp_m_rows + 16 * i + (lanes & 15)
-                                    af = ldsm_x4(a_s, swz(row, 2 * ks + (lanes >> 4)))
+                                    af = ldsm_x4(a_s, a_ldsm_rows(cfg, warp_m, i, ks))
                                     for j in range(NI):
                                         mma(acc[(w, i, j)], af, bf[j][:, 2 * h : 2 * h + 2], bf16)
                 for k_, v in acc.items():  # split order

@@ -17,7 +17,7 @@ import pytest
 
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
-from dqgen.emit.gemm import CONFIGS, ENTRIES, entry_name, render_gemm
+from dqgen.emit.gemm import CONFIGS, ENTRIES, GemmConfig, entry_name, render_gemm
 from dqgen.layout.gemm import TILE_K, gemm_slots, pack_gemm, unpack_gemm
 from dqgen.run.dispatch import DispatchRule, pick
 from dqgen.run.gemm import choose_config, choose_splits, supports
@@ -167,6 +167,56 @@ def test_emulated_kernel_catches_a_wrong_swizzle(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(emu, "ldsm_x4", unswizzled)
     assert not np.allclose(emu.emulate(spec, pk, x, CONFIGS[0], gather=False), matmul_reference(x, W))
     assert calls["n"] > 0
+
+
+def test_direct_entry_copies_x_only_in_whole_chunks_of_a_row() -> None:
+    """The direct entry copies x in 16-byte cp.async chunks predicated per chunk (k < K): with K % 8 != 0 the last
+    chunk of a row would read the next row. The model refuses that copy, and run.gemm.x_aligned sends such x (and
+    x whose chunks are not 16-byte aligned: PTX aligns a cp.async source to cp-size) to the gather entry."""
+    from dqgen.run.gemm import x_aligned
+
+    spec = load_spec("int8_fp16")
+    K, N, M = 196, 72, 5
+    q, s, z, gi, W, gs = _inputs(spec, K, N, None)
+    pk = pack_gemm(spec, q, s, z, gi, gs)
+    x = random_x(spec, M, K, seed=7)
+    with pytest.raises(AssertionError, match="reads past"):
+        emulate(spec, pk, x, CONFIGS[0], gather=False)
+    assert np.allclose(emulate(spec, pk, x, CONFIGS[0], gather=True), matmul_reference(x, W), rtol=1e-12)
+    assert not x_aligned(256, K, K) and x_aligned(256, 200, 200)
+    assert not x_aligned(256 + 8, 200, 200) and not x_aligned(256, 204, 200)
+
+
+def _banks(rows: np.ndarray) -> list[set[int]]:
+    """The 4-byte banks (32, PTX/CUDA shared memory) each 8x8 matrix of one ldmatrix.x4 touches: its 8 rows of
+    16 bytes, addressed by lanes 8i..8i+7."""
+    return [{(int(a) // 4 + w) % 32 for a in rows[8 * i : 8 * i + 8] for w in range(4)} for i in range(4)]
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[f"bm{c.bm}" for c in CONFIGS])
+def test_every_ldmatrix_phase_is_bank_conflict_free(cfg: GemmConfig, bits: int) -> None:
+    """The swizzle's claim (templates/gemm.cu.j2): each 8-row matrix an ldmatrix reads hits 32 distinct banks, for
+    every A and B fragment load of every warp (addresses as tests/gemm_emulator.py restates the kernel's; a stage
+    base is a multiple of 16 bytes, which shifts every bank alike). Unswizzled B rows would conflict, so the
+    check can fail."""
+    from dqgen.layout.gemm_trt import columns_interleaved
+
+    from .gemm_emulator import a_ldsm_rows, b_ldsm_rows
+
+    cols = columns_interleaved(bits)
+    blk = TILE_K // (4 * (32 // bits))
+    for w in range(cfg.wm * cfg.wn):
+        warp_m, warp_n = w % cfg.wm, w // cfg.wm
+        for mi in range(cfg.bm // cfg.wm // 16):
+            for ks in range(TILE_K // 16):
+                assert all(len(b) == 32 for b in _banks(a_ldsm_rows(cfg, warp_m, mi, ks))), (w, mi, ks)
+        for q in range(128 // cfg.wn // 32):
+            for b in range(blk):
+                rows = b_ldsm_rows(cfg, cols, blk, warp_n, q, b)
+                assert all(len(bk) == 32 for bk in _banks(rows)), (w, q, b)
+                unswizzled = (rows // 128) * 128 + (((rows % 128) // 16) ^ ((rows // 128) & 7)) * 16
+                assert any(len(bk) < 32 for bk in _banks(unswizzled))
 
 
 # -- rules -----------------------------------------------------------------------------------------------------

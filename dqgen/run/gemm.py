@@ -120,6 +120,13 @@ def _function(kernel: Kernel, e: GemmEntry, device: int) -> dev.LoadedKernel:
     return fn
 
 
+def x_aligned(ptr: int, row_stride: int, K: int) -> bool:
+    """Whether the direct entry may copy x with 16-byte cp.async: every 8-half chunk of a row starts 16-byte
+    aligned (PTX: a cp.async source is aligned to cp-size) and lies wholly inside its row (K % 8 == 0, so the
+    kernel's per-chunk predicate k < K never lets a copy run into the next row)."""
+    return ptr % 16 == 0 and row_stride % 8 == 0 and K % 8 == 0
+
+
 def choose_config(M: int) -> GemmConfig:
     """The CTA tile for M rows: 64 x 128 up to 256 rows (twice the CTAs of 128 x 128 where the grid is small),
     128 x 128 beyond (half the re-reads of the weights per row of x). A default until timed per GPU."""
@@ -256,8 +263,7 @@ def run(kernel: Kernel, x: Any, w: GemmWeight, *, bias: Any = None, out: Any = N
 def _bind(kernel: Kernel, w: GemmWeight, x2: Any, x_stride: int, M: int, bias: Any, out: Any) -> Any:
     torch = _torch()
     cfg = choose_config(M)
-    aligned = x2.data_ptr() % 16 == 0 and x_stride % 8 == 0 and w.K % 8 == 0
-    entry = GemmEntry(cfg, w.gather or not aligned)
+    entry = GemmEntry(cfg, w.gather or not x_aligned(x2.data_ptr(), x_stride, w.K))
     fn = _function(kernel, entry, w.device)
     smem = cfg.shared_bytes(kernel.spec.source.bits, has_zeros(kernel.spec))
     m_tiles, n_tiles = -(-M // cfg.bm), -(-w.N // TILE_N)
