@@ -219,6 +219,41 @@ def test_every_ldmatrix_phase_is_bank_conflict_free(cfg: GemmConfig, bits: int) 
                 assert any(len(bk) < 32 for bk in _banks(unswizzled))
 
 
+#: Shared memory per SM and the most one block may opt in to (CUDA C++ Programming Guide, "Technical
+#: Specifications per Compute Capability": 8.0: 164 KB / 163 KB, 9.0: 228 KB / 227 KB), and the 1 KB the
+#: system reserves per resident block.
+_SMEM = {"sm_80": (164 * 1024, 163 * 1024), "sm_90": (228 * 1024, 227 * 1024)}
+_RESERVED_PER_BLOCK = 1024
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_shared_memory_fits_and_the_launch_bounds_blocks_fit_an_h100_sm(spec: Spec) -> None:
+    """Every entry's dynamic shared memory (what _bind passes, which the rendered static_assert holds equal to the
+    kernel's stages) fits one block's opt-in limit at sm_80 and sm_90, needs the opt-in past 48 KB (run.gemm
+    sets it on load), and __launch_bounds__' min blocks per SM fit an H100 SM's shared memory (else the register
+    cap they force buys no occupancy)."""
+    from dqgen.emit.gemm import has_zeros
+
+    for cfg in CONFIGS:
+        smem = cfg.shared_bytes(spec.source.bits, has_zeros(spec)) + 16  # + the static split-K flag, aligned
+        for arch, (_, per_block) in _SMEM.items():
+            assert smem <= per_block, (arch, cfg, smem)
+        assert cfg.min_blocks * (smem + _RESERVED_PER_BLOCK) <= _SMEM["sm_90"][0], (cfg, smem)
+    assert max(c.shared_bytes(spec.source.bits, has_zeros(spec)) for c in CONFIGS) > 48 * 1024
+
+
+def test_the_kernel_refuses_a_launch_size_that_is_not_its_pipeline() -> None:
+    """Each entry point static_asserts STAGES x its stage bytes == the shared memory the launch passes."""
+    from dqgen.emit.nvrtc import CompileError, compile_source
+
+    src = render_gemm(load_spec("awq_int4_fp16"))
+    sizes = re.findall(r"stage_bytes<\d+>\(\) == (\d+),", src)
+    assert sizes and sorted(set(int(v) for v in sizes)) == sorted({c.shared_bytes(4, True) for c in CONFIGS})
+    bad = re.sub(r"(stage_bytes<\d+>\(\) == )(\d+),", lambda m: f"{m.group(1)}{int(m.group(2)) + 16},", src, count=1)
+    with pytest.raises(CompileError, match="not the kernel's pipeline"):
+        compile_source(bad, arch="sm_90", want="cubin", name="gemm_bad_smem.cu")
+
+
 # -- rules -----------------------------------------------------------------------------------------------------
 
 

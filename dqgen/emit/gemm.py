@@ -97,6 +97,7 @@ def _render(spec: Spec, conv: Spec, plan: object) -> str:
                 "threads": e.config.threads,
                 "min_blocks": e.config.min_blocks,
                 "gather": e.gather,
+                "shared_bytes": e.config.shared_bytes(bits, has_zeros(spec)),
             }
             for e in ENTRIES
         ],
