@@ -31,6 +31,7 @@ from dqgen.emit.gemm import GemmConfig
 from dqgen.emit.pipeline import compile_artifact
 from dqgen.layout.gemm import TILE_K, TILE_N, GemmPacked
 from dqgen.layout.gemm_trt import columns_interleaved, converter_spec
+from dqgen.run.gemm import workspace_floats
 
 LINE = 128
 
@@ -53,6 +54,14 @@ def b_ldsm_rows(cfg: GemmConfig, cols: int, blk: int, warp_n: int, q: int, b: in
     lanes = np.arange(32)
     col = warp_n * (TILE_N // cfg.wn) + 8 * (4 * q + (lanes >> 3)) + (lanes & 7)
     return np.asarray(swz(col // cols, (col % cols) * blk + b))
+
+
+def ws_slots(split: int, tiles: int, tile: int, acc0: int, acc_per_thread: int, threads: int, warp: int) -> np.ndarray:
+    """[32 lanes, 4] workspace indices of accumulators acc0..acc0+3 of one warp (the kernel's
+    (split * tiles + tile) * (kAcc * kThreads) + acc * kThreads + tid)."""
+    tid = warp * 32 + np.arange(32)[:, None]
+    acc = acc0 + np.arange(4)[None, :]
+    return (split * tiles + tile) * (acc_per_thread * threads) + acc * threads + tid
 
 
 def cp_async16(dst: np.ndarray, offset: int, src: np.ndarray | None) -> None:
@@ -140,8 +149,12 @@ def emulate(
     MI, NI = warp_m_rows // 16, warp_n_cols // 8
     b_lines = TILE_N // cols
     y = np.zeros((M, N))
-    for m_tile in range(-(-M // BM)):
-        for n_tile in range(-(-N // TILE_N)):
+    m_tiles, n_tiles = -(-M // BM), -(-N // TILE_N)
+    threads = WM * WN * 32
+    # split-K: partials through a workspace of the size run.gemm allocates, at the kernel's slots
+    ws = np.full(workspace_floats(cfg, m_tiles * n_tiles, splits), np.nan) if splits > 1 else None
+    for m_tile in range(m_tiles):
+        for n_tile in range(n_tiles):
             m0, n0 = m_tile * BM, n_tile * TILE_N
             total = {}
             for split in range(splits):
@@ -206,8 +219,24 @@ def emulate(
                                     af = ldsm_x4(a_s, a_ldsm_rows(cfg, warp_m, i, ks))
                                     for j in range(NI):
                                         mma(acc[(w, i, j)], af, bf[j][:, 2 * h : 2 * h + 2], bf16)
-                for k_, v in acc.items():  # split order
-                    total[k_] = total.get(k_, 0) + v
+                if ws is None:
+                    total = acc
+                    continue
+                tile = n_tile * m_tiles + m_tile
+                for (w, i, j), a in acc.items():
+                    slots = ws_slots(split, m_tiles * n_tiles, tile, (i * NI + j) * 4, MI * NI * 4, threads, w)
+                    assert np.isnan(ws[slots]).all(), "two partial sums share a workspace slot"
+                    ws[slots] = a
+            if ws is not None:  # the last CTA: every thread sums its own slots in split order
+                tile = n_tile * m_tiles + m_tile
+                for w in range(WM * WN):
+                    for i in range(MI):
+                        for j in range(NI):
+                            parts = [
+                                ws[ws_slots(s, m_tiles * n_tiles, tile, (i * NI + j) * 4, MI * NI * 4, threads, w)]
+                                for s in range(splits)
+                            ]
+                            total[(w, i, j)] = sum(parts[1:], parts[0])
             for (w, i, j), a in total.items():
                 warp_m, warp_n = w % WM, w // WM
                 for lane in range(32):
@@ -219,4 +248,5 @@ def emulate(
                             if m < M and n + c < N:
                                 y[m, n + c] = a[lane, 2 * hr + c] + (0.0 if bias is None else float(bias[n + c]))
 
+    assert ws is None or not np.isnan(ws).any(), "workspace slots no partial sum was written to"
     return y

@@ -169,6 +169,25 @@ def test_emulated_kernel_catches_a_wrong_swizzle(monkeypatch: pytest.MonkeyPatch
     assert calls["n"] > 0
 
 
+def test_split_k_partials_go_through_the_allocated_workspace_one_slot_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three splits on the 128-row tile: each partial lands in its own slot of the workspace run.gemm allocates
+    (the model fills a NaN workspace at the kernel's indices, refuses a slot written twice or left unwritten, and
+    sums the slots in split order); a slot map that ignores the warp is caught."""
+    from . import gemm_emulator as emu
+
+    spec = load_spec("awq_int4_fp16")
+    q, s, z, gi, W, gs = _inputs(spec, 6 * 64, 136, 128)
+    pk = pack_gemm(spec, q, s, z, gi, gs)
+    x = random_x(spec, 130, 6 * 64, seed=8)
+    y = emulate(spec, pk, x, CONFIGS[1], gather=False, splits=3)
+    ref = matmul_reference(x, W)
+    assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+    real = emu.ws_slots
+    monkeypatch.setattr(emu, "ws_slots", lambda *a: real(*a[:-1], 0))  # every warp's slots as warp 0's
+    with pytest.raises(AssertionError, match="share a workspace slot"):
+        emu.emulate(spec, pk, x, CONFIGS[1], gather=False, splits=3)
+
+
 def test_direct_entry_copies_x_only_in_whole_chunks_of_a_row() -> None:
     """The direct entry copies x in 16-byte cp.async chunks predicated per chunk (k < K): with K % 8 != 0 the last
     chunk of a row would read the next row. The model refuses that copy, and run.gemm.x_aligned sends such x (and

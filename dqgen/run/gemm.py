@@ -133,6 +133,11 @@ def choose_config(M: int) -> GemmConfig:
     return CONFIGS[0] if M <= 256 else CONFIGS[1]
 
 
+def workspace_floats(cfg: GemmConfig, tiles: int, splits: int) -> int:
+    """fp32 partial sums of a split-K launch: one BM x TILE_N tile per (split, output tile)."""
+    return splits * tiles * cfg.bm * TILE_N
+
+
 def choose_splits(tiles: int, k_tiles: int, resident: int) -> int:
     """CTAs per output tile along K: 1 when the tiles fill the GPU's resident CTAs once; else the fewest that
     do, each split keeping at least MIN_TILES_PER_SPLIT K tiles (and at most MAX_SPLITS splits)."""
@@ -276,7 +281,7 @@ def _bind(kernel: Kernel, w: GemmWeight, x2: Any, x_stride: int, M: int, bias: A
     if splits > 1 and ws_key not in w._ws:
         cuda = torch.device("cuda", w.device)
         w._ws[ws_key] = (
-            torch.empty(splits * tiles * cfg.bm * TILE_N, dtype=torch.float32, device=cuda),
+            torch.empty(workspace_floats(cfg, tiles, splits), dtype=torch.float32, device=cuda),
             torch.zeros(tiles, dtype=torch.int32, device=cuda),
         )
     ws, counters = w._ws.get(ws_key, (None, None)) if splits > 1 else (None, None)
