@@ -91,6 +91,18 @@ def test_act_order_slots_sort_rows_by_group_and_pad_each_group() -> None:
     assert sl.tile_group.tolist() == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("group,K,gather", [(64, 256, False), (128, 200, False), (32, 256, True)])
+def test_an_in_order_g_idx_gives_the_direct_slots(group: int, K: int, gather: bool) -> None:
+    """GPTQ checkpoints without act-order still ship g_idx = arange(K) // group_size: with groups of a multiple of
+    64 that is the direct layout (x copied, not gathered); groups of 32 still pad inside K and gather."""
+    sl = gemm_slots(K, group, np.arange(K) // group)
+    assert sl.gather == gather
+    if not gather:
+        direct = gemm_slots(K, group)
+        assert not direct.gather and direct.slots == sl.slots
+        assert np.array_equal(sl.perm, direct.perm) and np.array_equal(sl.tile_group, direct.tile_group)
+
+
 def test_a_spec_the_layout_cannot_hold_is_one_line_naming_the_field() -> None:
     for name in ("nf4_bf16", "fp8_e4m3_fp16", "gptq_int3_fp16"):
         spec = load_spec(name)

@@ -108,6 +108,24 @@ def test_act_order_and_groups_that_are_no_whole_tiles(name: str, group: int) -> 
         _check(spec, y, matmul_reference(x_np, W))
 
 
+def test_an_in_order_g_idx_takes_the_direct_entry() -> None:
+    """GPTQ's desc_act=False g_idx (arange(K) // 128) on the act-order spec: direct slots, x copied, not gathered."""
+    spec = load_spec("gptq_int4_asym_act_order_fp16")
+    k = Kernel(spec)
+    K, N = 128 * 9, 200
+    (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=6, group_size=128)
+    gi = (np.arange(K) // 128).astype(np.int32)
+    from dqgen.check.reference import dequantize_reference
+
+    W = dequantize_reference(spec, q, s, z, gi, None)
+    gw = gemm.pack(k, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
+    assert not gw.gather
+    for M in (17, 300):
+        x_np = random_x(spec, M, K, seed=M)
+        y = _twice(lambda out: gemm.run(k, to_torch(x_np), gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        _check(spec, y, matmul_reference(x_np, W))
+
+
 def test_bias_leading_dims_and_unaligned_x() -> None:
     import torch
 

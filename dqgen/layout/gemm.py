@@ -7,7 +7,9 @@ as slots, as in the GEMV's layout: where every tile lies inside one group (no ac
 multiple of 64) slot = k ("direct"), K padded with code 0 to whole tiles; otherwise ("gather": act-order, or
 groups of 32 ...) the rows are sorted by group (stable) and each group padded to whole tiles, ``perm`` mapping
 slot -> original row of W (and column of x: the kernel gathers the A tile through it; -1 reads 0).
-``tile_group`` maps tile -> group either way, so the kernel never divides by the group size.
+``tile_group`` maps tile -> group either way, so the kernel never divides by the group size. A ``g_idx`` whose
+sort leaves every row in place and pads only after the last (GPTQ's desc_act=False ``arange(K) // group_size``
+with groups of a multiple of 64) gives the direct slots.
 
 Padding codes are 0, a finite value in every integer format, multiplied by x = 0. N is padded to whole
 interleaved column groups (4 for int4, 2 for int8) in the weights and to whole ``TILE_N`` tiles in the scales
@@ -75,7 +77,10 @@ def gemm_slots(K: int, group_size: int, g_idx: np.ndarray | None = None) -> Gemm
         tile_group[at // TILE_K : (at + pn) // TILE_K] = grp
         at += pn
         start += n
-    return GemmSlots(K, slots, True, perm, tile_group)
+    # rows in order with no padding before the last: the direct slots (GPTQ's desc_act=False g_idx), which the
+    # kernel reads with 16-byte copies instead of a gather through perm
+    in_order = bool(np.array_equal(perm[:K], np.arange(K, dtype=np.int32)))
+    return GemmSlots(K, slots, not in_order, perm, tile_group)
 
 
 @dataclass(frozen=True)
