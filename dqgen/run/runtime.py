@@ -220,9 +220,10 @@ def _hook_torch() -> None:
         from . import torch_op
 
         torch_op.register(_KERNELS)
-        from . import matmul_op  # the fused matmul's ops, over torch_op's registry of Kernels
+        from . import gemm_op, matmul_op  # the fused matmul's ops, over torch_op's registry of Kernels
 
         matmul_op.register()
+        gemm_op.register()
         _use_torch(torch, torch_op.traced_call, torch.compiler.is_compiling)
 
 
@@ -516,13 +517,25 @@ class Kernel:
         )
 
     def pack_matmul(
-        self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None
+        self,
+        qweight: Any,
+        scales: Any,
+        zeros: Any = None,
+        *,
+        g_idx: Any = None,
+        global_scale: Any = None,
+        gemm: bool = True,
     ) -> Any:
-        """Check the checkpoint tensors and prepack them once for ``matmul``: a dqgen.run.matmul.MatmulWeight."""
-        from . import matmul
+        """Check the checkpoint tensors and prepack them once for ``matmul``: a dqgen.run.matmul.MatmulWeight, with
+        the tensor-core GEMM's layout packed beside it for M > 16 (``gemm=False``: the GEMV's alone, half the
+        memory; M > 16 then runs the GEMV 16 rows at a time)."""
+        from . import dispatch, matmul
 
         _hook_torch()  # the matmul custom ops, for torch imported after this Kernel was made
-        return matmul.pack(self, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
+        w = matmul.pack(self, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
+        if gemm:
+            dispatch.attach(self, w, qweight, scales, zeros, g_idx)
+        return w
 
     def matmul(
         self,
@@ -538,12 +551,12 @@ class Kernel:
     ) -> Any:
         """y = x @ dequant(W) (+ bias), fused (dqgen.run.matmul): ``matmul(x, w)`` with a MatmulWeight from
         ``pack_matmul``, or ``matmul(x, qweight, scales, zeros, g_idx=..., global_scale=...)``, packed once per
-        weight tensor version."""
-        from . import matmul
+        weight tensor version. Dispatched by M (dqgen.run.dispatch): GEMV, tensor-core GEMM or dense."""
+        from . import dispatch
 
         if not _compiling():  # (traced: the ops are registered already)
             _hook_torch()
-        return matmul.matmul(self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
+        return dispatch.dispatch(self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
 
     def _groups_of(self, scales: Any) -> int:
         return int(scales.shape[0])

@@ -1,0 +1,311 @@
+"""``y = x @ dequant(W)`` for prefill and batches (M > 16): the tensor-core GEMM of dqgen.emit.gemm on weights
+moved once into TensorRT-LLM's layout (dqgen.layout.gemm).
+
+``pack(kernel, qweight, scales, zeros=None, *, g_idx=None)`` checks the checkpoint tensors (the dequantize
+call's checks) and packs them on the host into a ``GemmWeight`` of device tensors; ``run(kernel, x, w)`` launches
+the GEMM (any M; ``Kernel.matmul`` reaches it through dqgen.run.dispatch for M > 16). x is ``[..., K]`` in the
+spec's target dtype with a unit last stride; rows 16-byte aligned take 16-byte cp.async copies, others the gather
+entry. A GemmWeight owns its split-K workspaces and counters: launches that use one weight must be ordered (one
+stream, or a graph), not run concurrently on two streams. Torch only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..core.formats import torch_dtype
+from ..core.spec import SourceKind, Spec
+from ..emit.gemm import CONFIGS, GemmConfig, GemmEntry, entry_name, has_zeros, render_gemm
+from ..emit.nvrtc import compile_source
+from ..layout.gemm import TILE_K, TILE_N, pack_gemm
+from ..layout.gemm_trt import WEIGHT_BITS
+from . import device as dev
+from .errors import ShapeError
+
+if TYPE_CHECKING:
+    from .runtime import Kernel
+
+#: Fewest K tiles a split keeps (its workspace round trip must be paid for by enough main-loop work).
+MIN_TILES_PER_SPLIT = 4
+MAX_SPLITS = 16
+
+#: The entry points' parameters in order, with the width each is passed at (tests/test_gemm.py holds this equal
+#: to the rendered signature): pointers as uint64, int as int32, long long as int64.
+PARAMS: tuple[tuple[str, type[np.generic]], ...] = (
+    *((name, np.uint64) for name in ("wq", "scales", "zeros", "perm", "tile_group", "x", "bias", "y", "ws")),
+    ("counters", np.uint64),
+    *((name, np.int32) for name in ("M", "K", "N", "Ns", "n_lines", "k_tiles", "tiles_per_split", "y_pairs")),
+    ("x_stride", np.int64),
+    ("w_line_bytes", np.int64),
+)
+
+_LOADED: dict[tuple[str, str, int], dev.LoadedKernel] = {}
+_ids = itertools.count()
+
+
+def supports(spec: Spec) -> bool:
+    """Whether the GEMM takes this spec: 4- or 8-bit integer codes without block scales (TensorRT-LLM's layout)."""
+    return (
+        spec.source.bits in WEIGHT_BITS
+        and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
+        and not spec.scales.block
+        and spec.words == 1
+    )
+
+
+@dataclass(eq=False)
+class GemmWeight:
+    """One weight in the GEMM layout, on one device."""
+
+    spec_name: str
+    K: int
+    N: int
+    groups: int
+    gather: bool  # rows sorted or padded: x is read through perm
+    slots: int
+    k_tiles: int
+    n_lines: int  # 128-byte-line rows of wq (N / columns interleaved)
+    Ns: int  # scales' padded row length
+    device: int
+    wq: Any  # uint8 [n_lines, slots * 2]
+    scales: Any  # int16 [G, Ns]
+    zeros: Any  # uint8 / int16 [G, Ns] or None
+    perm: Any  # int32 [slots]
+    tile_group: Any  # int32 [k_tiles]
+    key: str = ""
+    _ws: dict[tuple[int, int, int], tuple[Any, Any]] = field(default_factory=dict, repr=False)
+    _bound: dict[tuple, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a launch reads of the weight (codes, scales, zeros)."""
+        return sum(int(t.numel() * t.element_size()) for t in (self.wq, self.scales, self.zeros) if t is not None)
+
+
+def _torch() -> Any:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        raise TypeError("matmul: expects torch tensors (import torch first)")
+    return torch
+
+
+def _check_tensor(torch: Any, name: str, t: Any) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if not t.is_cuda:
+        raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
+
+
+def _function(kernel: Kernel, e: GemmEntry, device: int) -> dev.LoadedKernel:
+    arch = dev.device_arch(device)
+    spec = kernel.spec
+    if int(arch[3:].rstrip("af")) < spec.sm:
+        raise RuntimeError(f"{spec.name}: spec targets {spec.arch} but GPU {device} is {arch}")
+    source = render_gemm(spec)
+    name = entry_name(spec, e)
+    key = (hashlib.sha256(source.encode()).hexdigest(), name, device)
+    fn = _LOADED.get(key)
+    if fn is None:
+        res = compile_source(source, arch=arch, want="cubin", name=f"{spec.name}_gemm.cu")
+        assert res.cubin is not None
+        fn = dev.LoadedKernel(res.cubin, name, device)
+        fn.set_max_dynamic_shared(e.config.shared_bytes(spec.source.bits, has_zeros(spec)))
+        _LOADED[key] = fn
+    return fn
+
+
+def x_aligned(ptr: int, row_stride: int, K: int) -> bool:
+    """Whether the direct entry may copy x with 16-byte cp.async: every 8-half chunk of a row starts 16-byte
+    aligned (PTX: a cp.async source is aligned to cp-size) and lies wholly inside its row (K % 8 == 0, so the
+    kernel's per-chunk predicate k < K never lets a copy run into the next row)."""
+    return ptr % 16 == 0 and row_stride % 8 == 0 and K % 8 == 0
+
+
+def choose_config(M: int) -> GemmConfig:
+    """The CTA tile for M rows: 64 x 128 up to 256 rows (twice the CTAs of 128 x 128 where the grid is small),
+    128 x 128 beyond (half the re-reads of the weights per row of x). A default until timed per GPU."""
+    return CONFIGS[0] if M <= 256 else CONFIGS[1]
+
+
+def workspace_floats(cfg: GemmConfig, tiles: int, splits: int) -> int:
+    """fp32 partial sums of a split-K launch: one BM x TILE_N tile per (split, output tile)."""
+    return splits * tiles * cfg.bm * TILE_N
+
+
+def choose_splits(tiles: int, k_tiles: int, resident: int) -> int:
+    """CTAs per output tile along K: 1 when the tiles fill the GPU's resident CTAs once; else the fewest that
+    do, each split keeping at least MIN_TILES_PER_SPLIT K tiles (and at most MAX_SPLITS splits)."""
+    if tiles >= resident:
+        return 1
+    want = -(-resident // max(tiles, 1))
+    return max(1, min(want, k_tiles // MIN_TILES_PER_SPLIT, MAX_SPLITS))
+
+
+def pack(kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None) -> GemmWeight:
+    """Check the checkpoint tensors and pack them (on the host, once) into a GemmWeight."""
+    torch = _torch()
+    spec = kernel.spec
+    if not supports(spec):
+        raise ValueError(
+            f"[source] the tensor-core GEMM takes 4- or 8-bit integer codes; spec {spec.name!r} has "
+            f"{spec.source.bits}-bit {spec.source.kind.value} codes"
+        )
+    for name, t in (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("g_idx", g_idx)):
+        if t is not None:
+            _check_tensor(torch, name, t)
+    prob = kernel.problem(qweight, scales, zeros, g_idx, None)
+    q = dev.as_device_array(qweight, "qweight")
+    s = dev.as_device_array(scales, "scales")
+    z = dev.as_device_array(zeros, "zeros") if zeros is not None else None
+    host_gidx = None
+    if g_idx is not None:
+        gi = dev.as_device_array(g_idx, "g_idx")
+        kernel._check_g_idx(gi, prob.groups)
+        host_gidx = dev.to_host(gi)
+    group_size = prob.group_size if prob.group_size > 0 and prob.groups > 1 else -1
+    pk = pack_gemm(
+        spec, dev.to_host(q), dev.to_host(s), dev.to_host(z) if z is not None else None, host_gidx, group_size
+    )
+    device = q.device
+    cuda = torch.device("cuda", device)
+
+    def up(a: np.ndarray | None, dtype: Any) -> Any:
+        if a is None:
+            return None
+        return torch.from_numpy(np.ascontiguousarray(a).view(dtype)).to(cuda)
+
+    zdtype = np.uint8 if pk.zeros is not None and pk.zeros.dtype == np.uint8 else np.int16
+    w = GemmWeight(
+        spec_name=spec.name,
+        K=prob.K,
+        N=prob.N,
+        groups=pk.groups,
+        gather=pk.slots.gather,
+        slots=pk.slots.slots,
+        k_tiles=pk.slots.slots // TILE_K,
+        n_lines=int(pk.wq.shape[0]),
+        Ns=int(pk.scales.shape[1]),
+        device=device,
+        wq=up(pk.wq, np.uint8),
+        scales=up(pk.scales, np.int16),
+        zeros=up(pk.zeros, zdtype),
+        perm=up(pk.slots.perm, np.int32),
+        tile_group=up(pk.slots.tile_group, np.int32),
+    )
+    w.key = f"{spec.name}-gemm-{next(_ids)}"
+    return w
+
+
+def _ptr(t: Any) -> np.uint64:
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
+def _check_call(torch: Any, spec: Spec, x: Any, K: int, N: int, device: int, bias: Any, out: Any) -> tuple[Any, Any]:
+    """The call's checks (one line naming the tensor): x [..., K] in the target dtype with a unit last stride,
+    bias (N,), out [..., N] contiguous, all on the weight's device. Returns (x as [M, K], out)."""
+    dt = torch_dtype(spec.target_type, torch)
+    _check_tensor(torch, "x", x)
+    if x.dtype != dt:
+        raise ShapeError(f"x: expected dtype {spec.target.value} (the spec's target), got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] != K:
+        raise ShapeError(f"x: expected shape [..., {K}] (K of the weight), got {tuple(x.shape)}")
+    if x.device.index != device:
+        raise ShapeError(f"x: on CUDA device {x.device.index}, but the weight is on device {device}")
+    lead = tuple(x.shape[:-1])
+    x2 = x.reshape(-1, K) if x.dim() != 2 else x
+    if K > 1 and x2.stride(1) != 1:
+        raise ShapeError(f"x: expected a unit stride along K, got strides {tuple(x.stride())}; call .contiguous()")
+    if bias is not None:
+        _check_tensor(torch, "bias", bias)
+        if bias.dtype != dt or tuple(bias.shape) != (N,) or not bias.is_contiguous():
+            raise ShapeError(
+                f"bias: expected a contiguous ({N},) {spec.target.value} tensor, got {tuple(bias.shape)} {bias.dtype}"
+            )
+        if bias.device.index != device:
+            raise ShapeError(f"bias: on CUDA device {bias.device.index}, but the weight is on device {device}")
+    if out is None:
+        out = torch.empty((*lead, N), dtype=dt, device=x.device)
+    else:
+        _check_tensor(torch, "out", out)
+        if out.dtype != dt or tuple(out.shape) != (*lead, N) or not out.is_contiguous():
+            raise ShapeError(
+                f"out: expected a contiguous {(*lead, N)} {spec.target.value} tensor, "
+                f"got {tuple(out.shape)} {out.dtype}"
+            )
+        if out.device.index != device:
+            raise ShapeError(f"out: on CUDA device {out.device.index}, but the weight is on device {device}")
+    return x2, out
+
+
+def run(kernel: Kernel, x: Any, w: GemmWeight, *, bias: Any = None, out: Any = None) -> Any:
+    """The GEMM launch on checked tensors: y = x @ W (+ bias), any M."""
+    torch = _torch()
+    spec = kernel.spec
+    if w.spec_name != spec.name:
+        raise ValueError(f"w: packed for spec {w.spec_name!r}, but this kernel is {spec.name!r}")
+    x2, out = _check_call(torch, spec, x, w.K, w.N, w.device, bias, out)
+    M = int(x2.shape[0])
+    if M == 0 or w.N == 0:
+        return out
+    x_stride = int(x2.stride(0)) if M > 1 else w.K
+    key = (x2.data_ptr(), M, x_stride, out.data_ptr(), 0 if bias is None else bias.data_ptr())
+    launch = w._bound.get(key)
+    if launch is None:
+        launch = _bind(kernel, w, x2, x_stride, M, bias, out)
+        if len(w._bound) >= 64:
+            w._bound.clear()
+        w._bound[key] = launch
+    launch(dev.torch_raw_stream(torch, w.device))
+    return out
+
+
+def _bind(kernel: Kernel, w: GemmWeight, x2: Any, x_stride: int, M: int, bias: Any, out: Any) -> Any:
+    torch = _torch()
+    cfg = choose_config(M)
+    entry = GemmEntry(cfg, w.gather or not x_aligned(x2.data_ptr(), x_stride, w.K))
+    fn = _function(kernel, entry, w.device)
+    smem = cfg.shared_bytes(kernel.spec.source.bits, has_zeros(kernel.spec))
+    m_tiles, n_tiles = -(-M // cfg.bm), -(-w.N // TILE_N)
+    tiles = m_tiles * n_tiles
+    resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
+    splits = choose_splits(tiles, w.k_tiles, resident)
+    per_split = -(-w.k_tiles // splits)
+    splits = -(-w.k_tiles // per_split)  # no empty split
+    ws_key = (cfg.bm, tiles, splits)
+    if splits > 1 and ws_key not in w._ws:
+        cuda = torch.device("cuda", w.device)
+        w._ws[ws_key] = (
+            torch.empty(workspace_floats(cfg, tiles, splits), dtype=torch.float32, device=cuda),
+            torch.zeros(tiles, dtype=torch.int32, device=cuda),
+        )
+    ws, counters = w._ws.get(ws_key, (None, None)) if splits > 1 else (None, None)
+    values = {
+        "wq": w.wq.data_ptr(),
+        "scales": w.scales.data_ptr(),
+        "zeros": _ptr(w.zeros),
+        "perm": w.perm.data_ptr(),
+        "tile_group": w.tile_group.data_ptr(),
+        "x": x2.data_ptr(),
+        "bias": _ptr(bias),
+        "y": out.data_ptr(),
+        "ws": _ptr(ws),
+        "counters": _ptr(counters),
+        "M": M,
+        "K": w.K,
+        "N": w.N,
+        "Ns": w.Ns,
+        "n_lines": w.n_lines,
+        "k_tiles": w.k_tiles,
+        "tiles_per_split": per_split,
+        "y_pairs": int(out.data_ptr() % 4 == 0 and w.N % 2 == 0),
+        "x_stride": x_stride,
+        "w_line_bytes": w.slots * 2,
+    }
+    args = [typ(values[name]) for name, typ in PARAMS]
+    return fn.bind((m_tiles, n_tiles, splits), (cfg.threads,), args, shared_mem=smem)
