@@ -1,0 +1,277 @@
+"""CPU tests of the W8A8 GEMM (issue 15 items 2-4): the references on hand-checked cases, the kernel's index math
+(dqgen.w8a8.fragments) against the PTX ISA's mma.m16n8k32 fragment tables and against the integer product,
+the kernels rendered and compiled by NVRTC for sm_80 / sm_89 / sm_90 with the tensor-core instruction in their
+SASS, the split-K plan, and the per-channel weight quantization. The GPU tests are tests/test_w8a8_gemm_gpu.py."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from dqgen.w8a8 import fragments as fr
+from dqgen.w8a8 import gemm_reference as ref
+from dqgen.w8a8 import quantize_weight
+from dqgen.w8a8.gemm import BK, MAX_K_S8, SWAP_MAX_M, Config, choose, choose_splits, compile_config, render
+
+# -- references ---------------------------------------------------------------------------------------------------
+
+
+def test_int_product_hand_checked() -> None:
+    x = np.array([[1, 2], [3, -4]], np.int8)
+    w = np.array([[5, 6], [-7, 8]], np.int8)
+    assert ref.int_product(x, w).tolist() == [[17, 9], [-9, -53]]
+    # the extremes: -128 * -128 over the largest K whose sum fits int32 (why MAX_K_S8 is what it is)
+    big = ref.int_product(np.full((1, 3), -128, np.int8), np.full((1, 3), -128, np.int8))
+    assert big.tolist() == [[49152]]
+    assert MAX_K_S8 * 128 * 128 < 2**31 <= (MAX_K_S8 + 1) * 128 * 128
+
+
+def test_epilogue_hand_checked() -> None:
+    # exact: 7 * (0.5 * 0.25) + 1 = 1.875; and 2049 rounds to 2048 in fp16 (ties to even), 2051 to 2052
+    y = ref.epilogue(np.array([[7, 4098, 4102]]), [0.5], [0.25, 1.0, 1.0], np.array([1.0, 0, 0], np.float16), "f16")
+    assert y.dtype == np.float16 and y.tolist() == [[1.875, 2048.0, 2052.0]]
+    # int -> float32 rounds once: 2^24 + 1 -> 2^24, 2^24 + 3 -> 2^24 + 4; then x 2^-20 exactly
+    y = ref.epilogue(np.array([[2**24 + 1, 2**24 + 3]]), [2.0**-10], [2.0**-10, 2.0**-10], None, "bf16")
+    assert y.dtype == ml_dtypes.bfloat16 and y.astype(np.float64).tolist() == [[16.0, 16.0]]
+    # overflow of the output type is inf (no saturation), like the kernel's cvt.rn
+    y = ref.epilogue(np.array([[70000]]), [1.0], [1.0], None, "f16")
+    assert np.isinf(y[0, 0])
+
+
+def _f32_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # two float32 multiply exactly in float64 (48 significant bits), so this is one rounding to float32
+    return (a.astype(np.float64) * b.astype(np.float64)).astype(np.float32)
+
+
+def test_epilogue_order_is_scale_product_first() -> None:
+    # the documented order, computed independently of the reference with exact float64 products, on many cases;
+    # among them cases where the other order ((acc * s_tok) * s_ch) rounds to another fp16, so it is told apart
+    rng = np.random.default_rng(5)
+    differ = 0
+    for s_ch in rng.uniform(1e-3, 1, 20).astype(np.float32):
+        acc = rng.integers(-(2**15), 2**15, 50_000)  # |y| < 65504: no fp16 overflow
+        s_tok = rng.uniform(1e-3, 1, acc.size).astype(np.float32)
+        documented = _f32_mul(acc.astype(np.float32), _f32_mul(s_tok, np.full_like(s_tok, s_ch))).astype(np.float16)
+        other = _f32_mul(_f32_mul(acc.astype(np.float32), s_tok), np.full_like(s_tok, s_ch)).astype(np.float16)
+        got = ref.epilogue(acc[:, None], s_tok, [s_ch], None, "f16")[:, 0]
+        assert (got.view(np.int16) == documented.view(np.int16)).all()
+        differ += int((documented != other).sum())
+    assert differ > 0
+
+
+def test_fp8_product_is_exact_on_e4m3_values() -> None:
+    x = np.array([[1.5, -448.0, 0.0625]], ml_dtypes.float8_e4m3fn)
+    w = np.array([[2.0, 1.0, 16.0]], ml_dtypes.float8_e4m3fn)
+    assert ref.fp8_product(x, w).tolist() == [[3.0 - 448.0 + 1.0]]
+
+
+# -- weight quantization --------------------------------------------------------------------------------------------
+
+
+def test_quantize_weight_int8_hand_checked() -> None:
+    codes, scale = quantize_weight(np.array([[127.0, -3.5, 2.5, 0.4], [0, 0, 0, 0], [-254.0, 1.0, 3.0, 0]]))
+    assert codes.dtype == np.int8 and scale.dtype == np.float32
+    assert scale.tolist() == [1.0, 1.0, 2.0]  # a zero row gets scale 1
+    assert codes.tolist() == [[127, -4, 2, 0], [0, 0, 0, 0], [-127, 0, 2, 0]]  # rint: ties to even
+
+
+def test_quantize_weight_fp8_hand_checked() -> None:
+    codes, scale = quantize_weight(np.array([[448.0, 17.0, -0.3, 19.0]]), "fp8")
+    assert codes.dtype == ml_dtypes.float8_e4m3fn and scale.tolist() == [1.0]
+    # e4m3 between 16 and 32 steps by 2: 17 is a tie -> 16 (even mantissa), 19 -> 20; -0.3 -> -0.3125 (spacing 1/64)
+    assert codes.astype(np.float64).tolist() == [[448.0, 16.0, -0.3125, 20.0]]
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+def test_quantize_weight_round_trip_within_half_a_step(kind: str) -> None:
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((64, 300)) * rng.uniform(0.01, 10, (64, 1))
+    codes, scale = quantize_weight(w, kind)  # type: ignore[arg-type]
+    back = ref.dequantize_weight(codes, scale)
+    err = np.abs(back - w.astype(np.float32))
+    if kind == "int8":
+        assert (err <= scale[:, None] * 0.5 * (1 + 1e-6)).all()
+        assert (np.abs(codes).max(axis=1) == 127).all()  # the row's max maps to the largest code
+    else:  # e4m3: 3 mantissa bits, half a step is 1/16 of the value (subnormals: half of 2^-9)
+        bound = np.maximum(np.abs(w) / 16, scale[:, None] * 2.0**-10) * (1 + 1e-6)
+        assert (err <= bound).all()
+    again, _ = quantize_weight(-w, kind)  # type: ignore[arg-type]
+    assert (again.astype(np.float32) == -codes.astype(np.float32)).all()  # symmetric
+
+
+def test_quantize_weight_refuses_bad_input() -> None:
+    with pytest.raises(ValueError, match="w: expected a 2-D"):
+        quantize_weight(np.zeros(4))
+    with pytest.raises(ValueError, match="w: expected finite"):
+        quantize_weight(np.array([[1.0, np.nan]]))
+    with pytest.raises(ValueError, match="kind: expected"):
+        quantize_weight(np.ones((2, 2)), "int4")  # type: ignore[arg-type]
+
+
+# -- the fragment index math ----------------------------------------------------------------------------------------
+
+
+def _ids(rows: int) -> np.ndarray:
+    """A tile whose every byte position holds its own id r * BK + k."""
+    return np.arange(rows * BK, dtype=np.int64).reshape(rows, BK)
+
+
+def test_swizzle_is_a_bijection_onto_the_tile() -> None:
+    offs = sorted(fr.swizzle(r, c) for r in range(128) for c in range(8))
+    assert offs == list(range(0, 128 * BK, 16))
+
+
+def _banks(addr: int) -> set[int]:
+    return {(addr // 4 + i) % 32 for i in range(4)}
+
+
+def test_ldmatrix_and_cp_async_phases_are_bank_conflict_free() -> None:
+    for wm, wt, mi, ks in ((0, 64, 0, 0), (1, 64, 3, 3), (3, 32, 1, 2)):
+        addrs = [fr.swizzle(*fr.ldsm_a(lane, wm, wt, mi, ks)) for lane in range(32)]
+        for j in range(4):  # one matrix per phase: its 8 row addresses cover all 32 banks once
+            banks = [b for a in addrs[8 * j : 8 * j + 8] for b in _banks(a)]
+            assert sorted(banks) == list(range(32))
+        addrs = [fr.swizzle(*fr.ldsm_b(lane, wm, wt, mi, ks)) for lane in range(32)]
+        for j in range(4):
+            banks = [b for a in addrs[8 * j : 8 * j + 8] for b in _banks(a)]
+            assert sorted(banks) == list(range(32))
+    # cp.async: thread i of a pass stores chunk (i // 8, i % 8); 16-byte stores go 8 lanes a phase
+    for base in (0, 256, 992):
+        for phase in range(4):
+            lanes = range(base + 8 * phase, base + 8 * phase + 8)
+            banks = [b for i in lanes for b in _banks(fr.swizzle(i >> 3, i & 7))]
+            assert sorted(banks) == list(range(32))
+
+
+@pytest.mark.parametrize(("wm", "wt", "mi", "ks"), [(0, 64, 0, 0), (1, 64, 2, 3), (3, 32, 1, 1)])
+def test_ldmatrix_delivers_the_ptx_a_fragment(wm: int, wt: int, mi: int, ks: int) -> None:
+    tile = _ids(128)
+    regs = fr.ldmatrix_x4(fr.store_tile(tile), [fr.swizzle(*fr.ldsm_a(lane, wm, wt, mi, ks)) for lane in range(32)])
+    for lane in range(32):
+        for i in range(16):
+            row, k = fr.ptx_a(lane, i)
+            assert regs[lane, i // 4, i % 4] == tile[wm * wt + mi * 16 + row, 32 * ks + k], (lane, i)
+
+
+@pytest.mark.parametrize(("wn", "wt", "nj", "ks"), [(0, 32, 0, 0), (3, 32, 1, 2), (0, 64, 3, 3), (0, 16, 0, 1)])
+def test_ldmatrix_delivers_the_ptx_b_fragments(wn: int, wt: int, nj: int, ks: int) -> None:
+    tile = _ids(128)
+    regs = fr.ldmatrix_x4(fr.store_tile(tile), [fr.swizzle(*fr.ldsm_b(lane, wn, wt, nj, ks)) for lane in range(32)])
+    for half in range(2):  # registers 2 half, 2 half + 1: n8 fragment 2 nj + half
+        for lane in range(32):
+            for i in range(8):
+                k, col = fr.ptx_b(lane, i)
+                got = regs[lane, 2 * half + i // 4, i % 4]
+                assert got == tile[wn * wt + nj * 16 + 8 * half + col, 32 * ks + k], (half, lane, i)
+
+
+def test_ptx_tables_cover_each_fragment_once() -> None:
+    assert sorted(fr.ptx_a(lane, i) for lane in range(32) for i in range(16)) == [
+        (r, k) for r in range(16) for k in range(32)
+    ]
+    assert sorted(fr.ptx_b(lane, i) for lane in range(32) for i in range(8)) == [
+        (k, n) for k in range(32) for n in range(8)
+    ]
+    assert sorted(fr.ptx_c(lane, i) for lane in range(32) for i in range(4)) == [
+        (r, n) for r in range(16) for n in range(8)
+    ]
+
+
+@pytest.mark.parametrize("m", [1, 24, 64, 1000])
+def test_a_block_computes_its_tile_of_the_product(m: int) -> None:
+    cfg = choose("s8", "f16", m)
+    rng = np.random.default_rng(m)
+    p = rng.integers(-128, 128, (cfg.bm, BK)).astype(np.int8)
+    q = rng.integers(-128, 128, (cfg.bn, BK)).astype(np.int8)
+    p[0, :] = -128
+    q[0, :] = -128
+    got = fr.block_product(p, q, cfg.warps_m, cfg.warps_n)
+    assert (got == ref.int_product(p, q)).all()
+
+
+@pytest.mark.parametrize(("m", "n", "k", "per"), [(37, 150, 272, 1), (5, 131, 400, 2), (130, 140, 144, 1)])
+def test_the_grid_with_tails_and_splits_computes_the_product(m: int, n: int, k: int, per: int) -> None:
+    """M, N and K tails (zero fill), and K split over blocks (partials added in split order)."""
+    cfg = choose("s8", "f16", m)
+    kp = -(-k // 16) * 16  # the host pads K to 16
+    rng = np.random.default_rng(k)
+    x = np.zeros((m, kp), np.int8)
+    w = np.zeros((n, kp), np.int8)
+    x[:, :k] = rng.integers(-128, 128, (m, k))
+    w[:, :k] = rng.integers(-127, 128, (n, k))
+    p, q = (w, x) if cfg.swap else (x, w)
+    acc = fr.gemm(p, q, cfg.bm, cfg.bn, cfg.warps_m, cfg.warps_n, per)
+    assert (acc.T if cfg.swap else acc).tolist() == ref.int_product(x, w).tolist()
+
+
+# -- configurations and the split-K plan ----------------------------------------------------------------------------
+
+
+def test_choose_swaps_small_m_only() -> None:
+    assert [choose("s8", "f16", m).bn for m in (1, 16, 17, 32, 33, 64)] == [16, 16, 32, 32, 64, 64]
+    assert all(choose("s8", "f16", m).swap for m in (1, SWAP_MAX_M))
+    big = choose("e4m3", "bf16", SWAP_MAX_M + 1)
+    assert not big.swap and (big.bm, big.bn) == (128, 128)
+    for m in (1, 64, 65):  # every default fits sm_89's 99 KB of shared memory a block
+        assert choose("s8", "f16", m).shared_bytes <= 99 * 1024
+
+
+@pytest.mark.parametrize(
+    ("tiles", "k", "resident"), [(32, 4096, 264), (224, 8192, 264), (1, 128, 264), (3, 100000, 132)]
+)
+def test_splits_fill_the_gpu_and_leave_no_split_empty(tiles: int, k: int, resident: int) -> None:
+    splits, per = choose_splits(tiles, k, resident)
+    kt = -(-k // BK)
+    assert splits >= 1 and per >= 1
+    assert (splits - 1) * per < kt <= splits * per  # every split has work, together they cover K
+    assert splits == 1 or per >= 4 or splits * per <= kt + per  # a split keeps several stages when split
+    assert tiles * splits <= max(tiles, resident + tiles)  # not more blocks than one fill (and a part)
+
+
+# -- rendering and NVRTC --------------------------------------------------------------------------------------------
+
+
+def _mma_ops(cfg: Config, arch: str) -> Counter:
+    from dqgen.emit.sass import disassemble
+
+    res = compile_config(cfg, arch)
+    return Counter(op for op in disassemble(res.cubin) if "MMA" in op or op.startswith(("LDSM", "LDGSTS")))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90"])
+@pytest.mark.parametrize("m", [1, 64, 256])
+def test_int8_compiles_to_imma(arch: str, m: int) -> None:
+    cfg = choose("s8", "bf16" if m == 64 else "f16", m)
+    ops = _mma_ops(cfg, arch)
+    mmas = (cfg.bm // cfg.warps_m // 16) * (cfg.bn // cfg.warps_n // 8) * (BK // 32)
+    assert ops["IMMA.16832.S8.S8"] == mmas  # one per fragment pair and k-step: the main loop fully unrolled
+    assert ops["LDSM.16.M88.4"] > 0 and any(op.startswith("LDGSTS") for op in ops)
+
+
+@pytest.mark.parametrize("m", [1, 256])
+def test_fp8_compiles_to_qmma_on_sm89(m: int) -> None:
+    cfg = choose("e4m3", "f16", m)
+    ops = _mma_ops(cfg, "sm_89")
+    assert ops["QMMA.16832.F32.E4M3.E4M3"] == (cfg.bm // cfg.warps_m // 16) * (cfg.bn // cfg.warps_n // 8) * 4
+    # sm_90 has no mma.sync for fp8 in hardware: ptxas converts to f16 and issues two HMMA.16816 per mma
+    ops90 = _mma_ops(cfg, "sm_90")
+    assert "QMMA.16832.F32.E4M3.E4M3" not in ops90 and ops90["HMMA.16816.F32"] == 2 * ops["QMMA.16832.F32.E4M3.E4M3"]
+
+
+def test_fp8_refuses_archs_before_sm89() -> None:
+    with pytest.raises(ValueError, match="arch: fp8"):
+        compile_config(choose("e4m3", "f16", 1), "sm_80")
+
+
+def test_render_documents_the_epilogue_and_refuses_bad_tiles() -> None:
+    src = render(choose("s8", "bf16", 1000))
+    assert "scale = s_tok[m] * s_ch[n]" in src and "__fmul_rn(acc_to_f32(a), scale)" in src
+    assert "cvt.rn.bf16.f32" in src and "swap-AB" not in src
+    assert "swap-AB" in render(choose("s8", "f16", 8))
+    with pytest.raises(ValueError, match="warp tiles"):
+        render(Config("s8", "f16", False, 128, 24, 2, 1, 3))
+    with pytest.raises(ValueError, match="at least 2 stages"):
+        render(Config("s8", "f16", False, 128, 128, 2, 4, 1))
