@@ -18,7 +18,8 @@ from ..emit.nvrtc import compile_source
 from ..emit.render import template_env
 
 Elem = Literal["s8", "e4m3"]
-Out = Literal["f16", "bf16"]
+#: "acc": the raw accumulators (int32 / fp32) instead of the epilogue: the hook of the bit-exact integer test.
+Out = Literal["f16", "bf16", "acc"]
 
 #: Bytes (= elements) of K a pipeline stage holds: 8 chunks of 16 bytes a row (the swizzle's assumption).
 BK = 128
