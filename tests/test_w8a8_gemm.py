@@ -14,7 +14,17 @@ import pytest
 from dqgen.w8a8 import fragments as fr
 from dqgen.w8a8 import gemm_reference as ref
 from dqgen.w8a8 import quantize_weight
-from dqgen.w8a8.gemm import BK, MAX_K_S8, SWAP_MAX_M, Config, choose, choose_splits, compile_config, render
+from dqgen.w8a8.gemm import (
+    BK,
+    MAX_K_S8,
+    MIN_KTILES_PER_SPLIT,
+    SWAP_MAX_M,
+    Config,
+    choose,
+    choose_splits,
+    compile_config,
+    render,
+)
 
 # -- references ---------------------------------------------------------------------------------------------------
 
@@ -227,8 +237,10 @@ def test_splits_fill_the_gpu_and_leave_no_split_empty(tiles: int, k: int, reside
     kt = -(-k // BK)
     assert splits >= 1 and per >= 1
     assert (splits - 1) * per < kt <= splits * per  # every split has work, together they cover K
-    assert splits == 1 or per >= 4 or splits * per <= kt + per  # a split keeps several stages when split
-    assert tiles * splits <= max(tiles, resident + tiles)  # not more blocks than one fill (and a part)
+    assert splits == 1 or per >= MIN_KTILES_PER_SPLIT  # a split keeps several stages
+    assert tiles * splits <= max(tiles, resident)  # one wave
+    if tiles * 2 <= resident and kt >= 8:
+        assert splits >= 2  # idle SMs and K to share: split
 
 
 # -- rendering and NVRTC --------------------------------------------------------------------------------------------

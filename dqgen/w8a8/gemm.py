@@ -121,10 +121,11 @@ def ktiles(k: int) -> int:
 
 
 def choose_splits(tiles: int, k: int, resident_blocks: int) -> tuple[int, int]:
-    """(splits, k-tiles a split) for ``tiles`` output tiles: the fewest splits that fill the GPU's resident blocks
-    once, each split keeping at least MIN_KTILES_PER_SPLIT stages; no split is left empty."""
+    """(splits, k-tiles a split) for ``tiles`` output tiles: as many splits as fit the GPU's resident blocks in one
+    wave (a second, partial wave would leave most SMs idle while it runs), each split keeping at least
+    MIN_KTILES_PER_SPLIT stages; no split is left empty."""
     kt = ktiles(k)
-    want = -(-resident_blocks // max(tiles, 1))
+    want = resident_blocks // max(tiles, 1)
     splits = max(1, min(want, kt // MIN_KTILES_PER_SPLIT))
     per = -(-kt // splits)
     return -(-kt // per), per
