@@ -79,7 +79,8 @@ def run(kn: Sequence[tuple[int, int]] = KN, ms: Sequence[int] = MS, out: Path | 
             return _epilogue_torch(torch._int_mm(x, wt), xs, ws, torch.float16)
 
         def scaled_mm(x8: Any, xs8: Any) -> Any:
-            return torch._scaled_mm(x8, w8t, scale_a=xs8[:, None], scale_b=ws8[None, :], out_dtype=torch.float16)
+            # bf16 out: torch's row-wise scaling has been bf16-only
+            return torch._scaled_mm(x8, w8t, scale_a=xs8[:, None], scale_b=ws8[None, :], out_dtype=torch.bfloat16)
 
         def dense(x16: Any) -> Any:
             return x16 @ w16.T
