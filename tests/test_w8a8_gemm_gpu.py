@@ -221,19 +221,26 @@ def test_quantize_weight_on_device_equals_numpy() -> None:
         assert (_host(codes).view(np.int8) == want_c.view(np.int8)).all()
 
 
-#: The MLP's tolerance against fp16: ||y - y_fp16|| / ||y_fp16|| (Frobenius) of the whole batch.
-MLP_TOLERANCE = 0.05
+#: The MLP's tolerance against fp16: ||y - y_fp16|| / ||y_fp16|| (Frobenius) of the whole batch. The same
+#: arithmetic emulated in numpy (dqgen.w8a8 references) gave 0.018 smoothed (alpha 0.5) and 0.22 unsmoothed.
+MLP_TOLERANCE = 0.03
+#: SmoothQuant's systematic outlier channels: the same input channels in every token, 50x the others, their
+#: weights 50x smaller (so they carry no more of the output than the others, as in LLMs' activations).
+OUTLIERS = (3, 100, 257, 511, 600, 777, 901, 1000)
 
 
 def _mlp(k: int, hidden: int, seed: int) -> Any:
     torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(k, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, k)).cuda().half()
+    mlp = torch.nn.Sequential(torch.nn.Linear(k, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, k))
+    with torch.no_grad():
+        mlp[0].weight[:, list(OUTLIERS)] /= 50
+    return mlp.cuda().half()
 
 
 def _activations(m: int, k: int, seed: int) -> Any:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(m, k, generator=g)
-    x[:, torch.randint(0, k, (8,), generator=g)] *= 40  # SmoothQuant's outlier channels
+    x[:, [c for c in OUTLIERS if c < k]] *= 50
     return x.half().cuda()
 
 
@@ -260,7 +267,7 @@ def test_smoothquant_mlp_within_tolerance_of_fp16() -> None:
     err_p = float((plain - want).norm() / want.norm())
     print(f"relative error vs fp16: smoothed {err_s:.4f}, unsmoothed {err_p:.4f}")
     assert err_s <= MLP_TOLERANCE
-    assert err_s < err_p  # the outlier channels: smoothing is what keeps the error down
+    assert 3 * err_s < err_p  # the outlier channels: smoothing is what keeps the error down
 
 
 def test_w8a8linear_under_torch_compile() -> None:
