@@ -283,6 +283,9 @@ def test_w8a8linear_under_torch_compile() -> None:
             assert torch.equal(compiled(x), layer(x)), m
     x3 = _activations(6, 512, seed=5).to(torch.bfloat16).reshape(2, 3, 512)
     assert layer(x3).shape == (2, 3, 768)
+    before = {k: v.clone() for k, v in layer.state_dict().items() if v is not None}
+    layer.half()  # dtype casts leave the codes, the scales and the smoothing factors alone
+    assert all(torch.equal(before[k], v) and before[k].dtype == v.dtype for k, v in layer.state_dict().items())
 
 
 def test_fp8_layer_within_tolerance_of_fp16() -> None:

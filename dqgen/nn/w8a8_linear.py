@@ -5,6 +5,8 @@ the fly (dqgen.w8a8.quantize_activations, dividing by the smoothing factors) and
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..w8a8 import quantize_weight, smooth_linear
@@ -69,6 +71,18 @@ class W8A8Linear(torch.nn.Module):
             weight, smooth = smoothed.weight, smoothed.smooth
         codes, scale = quantize_weight(weight, kind)
         return cls(codes, scale, bias, smooth)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> W8A8Linear:
+        # Buffers follow a device move but keep their dtypes: .half() would turn the e4m3 codes and the float32
+        # scales into other numbers (the forward casts the bias to x's dtype itself).
+        for name, t in self._buffers.items():
+            if t is None:
+                continue
+            moved = fn(t)
+            if moved.dtype != t.dtype:
+                moved = t.to(moved.device)
+            self._buffers[name] = moved
+        return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
