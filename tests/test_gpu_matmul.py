@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
-from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
+from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec, with_group_size
+from dqgen.emit.matmul import GROUPED, grouped_spec
 from dqgen.layout.layout import Layout
+from dqgen.layout.matmul import MatmulLayout
 from dqgen.run.gpucheck import to_numpy, to_torch
 from dqgen.run.runtime import Kernel, ShapeError
 
@@ -66,6 +68,29 @@ def test_every_spec_m_1_3_16_with_tails(spec: Spec) -> None:
         x_np = random_x(spec, M, K, seed=M)
         y = _run(k, to_torch(x_np), w, (M, N), x_dtype)
         _check(spec, y, matmul_reference(x_np, W))
+
+
+GROUPED_SPECS = [s for s in SPECS if grouped_spec(s) and not s.act_order]
+
+
+@pytest.mark.parametrize("spec", GROUPED_SPECS, ids=[s.name for s in GROUPED_SPECS])
+def test_grouped_weights_scale_each_group_sum(spec: Spec) -> None:
+    """Groups of whole chunks (or one group, with a K tail inside the last chunk), split along K: M = 16 runs the
+    GROUPED entry (each group's fp32 partial sum times its scale), M = 1 and 3 the PAIRED one on the same weight."""
+    mm = MatmulLayout.of(spec)
+    g = None if spec.scales.group_size == -1 else 2 * mm.chunk_k
+    sp = spec if g is None else with_group_size(spec, g)
+    k = Kernel(sp)
+    K = 4096 + (mm.per_block if g is None else g)
+    N = tail_shape(spec)[1]
+    (q, s, z, gi, gsc), W = matmul_inputs(sp, K, N, seed=K + 1)
+    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc))
+    assert w.mode == GROUPED and w.splits > 1
+    x_dtype = to_torch(np.zeros(1, W.dtype)).dtype
+    for M in (1, 3, 16):
+        x_np = random_x(sp, M, K, seed=M + 100)
+        y = _run(k, to_torch(x_np), w, (M, N), x_dtype)
+        _check(sp, y, matmul_reference(x_np, W))
 
 
 def test_bias_and_many_tokens_and_leading_dims() -> None:

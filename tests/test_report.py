@@ -51,3 +51,14 @@ def test_a_damaged_report_is_refused_not_dropped(tmp_path, damage):
         write_section(doc, "dequant", "dequant v2")
     assert "\n" not in str(e.value)
     assert doc.read_text() == before  # nothing of another bench's figures or the hand-written text is lost
+
+
+def test_the_committed_report_can_be_rewritten_by_every_bench():
+    """docs/performance.md as committed: every section a bench writes is there, and nothing lies outside the
+    sections (hand-written text outside them would make the next `dqgen bench --docs` refuse the file)."""
+    from pathlib import Path
+
+    from dqgen.tools.report import SECTION_ORDER, read_sections
+
+    committed = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+    assert list(read_sections(committed)) == list(SECTION_ORDER)

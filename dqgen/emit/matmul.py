@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..core.spec import Spec
 from ..ir.plan import Plan
+from ..layout.layout import Layout
 from .pipeline import Artifact
 from .render import context, template_env
 
@@ -16,14 +17,17 @@ WARPS = 4
 
 #: How an entry point finds x and a block's group: PAIRED (slot = k, a lane's two blocks of a chunk in one group:
 #: group_size -1 or a multiple of 2P), DIRECT (slot = k, a group per block), GATHER (x through perm, groups from
-#: block_group: act-order, or groups that are no whole blocks).
-PAIRED, DIRECT, GATHER = 0, 1, 2
+#: block_group: act-order, or groups that are no whole blocks), GROUPED (slot = k, whole chunks per group, and a
+#: 16-bit scale per (group, channel) with integer or no zero points: the scale multiplies a group's fp32 partial sum).
+PAIRED, DIRECT, GATHER, GROUPED = 0, 1, 2, 3
+#: GROUPED finds a chunk's group with a 32-bit magic reciprocal, exact while chunks**2 < 2**32.
+MAX_GROUPED_CHUNKS = 1 << 16
 
 
 @dataclass(frozen=True)
 class MatmulEntry:
     tok16: bool  # 9..16 tokens: two mmas per A fragment
-    mode: int  # PAIRED, DIRECT or GATHER
+    mode: int  # PAIRED, DIRECT, GATHER or GROUPED
 
     @property
     def gather(self) -> bool:
@@ -33,11 +37,57 @@ class MatmulEntry:
 ENTRIES = tuple(MatmulEntry(t, m) for m in (PAIRED, DIRECT, GATHER) for t in (False, True))
 
 
-def entry_mode(per_block: int, group_size: int, gather: bool) -> int:
-    """The entry point's mode for a weight (group_size -1: one group)."""
+def grouped_spec(spec: Spec) -> bool:
+    """Whether weights of the spec may run GROUPED: its scale stage is one multiplication by a 16-bit
+    per-(group, channel) scale after the convert stage (no block-scale decoding, no dense zeros added after it), so
+    it can move after a group's sum; and its blocks are one word of 8 codes, the only kind measured faster so (the
+    H100, AWQ int4 g128, 9..16 tokens: 3-9% under PAIRED at the five bench shapes; int8 / fp8, 4 codes a word, ran
+    18% slower GROUPED at M = 1 than PAIRED in the run before)."""
+    lay = Layout.of(spec)
+    return (
+        not spec.scales.block
+        and not spec.zeros.dense
+        and not spec.scales.global_scale
+        and lay.words == 1
+        and lay.per_block == 8
+    )
+
+
+def entries(spec: Spec) -> tuple[MatmulEntry, ...]:
+    """The entry points the spec's matmul source has (GROUPED only for 9..16 tokens: see launch_mode)."""
+    return ENTRIES + ((MatmulEntry(True, GROUPED),) if grouped_spec(spec) else ())
+
+
+def entry_mode(spec: Spec, per_block: int, group_size: int, gather: bool, chunks: int) -> int:
+    """The entry point's mode for a weight (group_size -1: one group) of ``chunks`` chunks of 8 blocks of P."""
     if gather:
         return GATHER
+    chunk_k = 8 * per_block
+    if grouped_spec(spec) and (group_size <= 0 or group_size % chunk_k == 0) and chunks < MAX_GROUPED_CHUNKS:
+        return GROUPED
     return PAIRED if group_size <= 0 or group_size % (2 * per_block) == 0 else DIRECT
+
+
+def launch_mode(mode: int, tok16: bool) -> int:
+    """The entry a launch of a weight of ``mode`` uses: a GROUPED weight (its groups are whole chunks, so PAIRED
+    runs it too) takes the GROUPED entry for 9..16 tokens and PAIRED for 1..8, where a GROUPED entry measured up to
+    12% slower on the H100 (1% faster at two shapes; its per-chunk scale loads; docs/bench/gemv_speed.json)."""
+    return PAIRED if mode == GROUPED and not tok16 else mode
+
+
+def group_magic(group_size: int, per_block: int) -> int:
+    """GROUPED: ceil(2**32 / chunks per group), so that the kernel's group of chunk c is (c * magic) >> 32 (group
+    size -1: one group, magic 0)."""
+    if group_size <= 0:
+        return 0
+    per_group = group_size // (8 * per_block)
+    return -(-(1 << 32) // per_group)
+
+
+def ring(spec: Spec) -> int:
+    """GROUPED: chunks whose loads a warp keeps in flight (16 bytes per lane each); 6 fit 128 registers with
+    16 tokens (a ring of 3 measured the same: bytes in flight are not what limits it)."""
+    return 6
 
 
 def unroll(spec: Spec) -> int:
@@ -50,7 +100,7 @@ def min_blocks(spec: Spec) -> int:
 
 
 def entry_name(spec: Spec, e: MatmulEntry) -> str:
-    return f"dqgen_mm_{spec.name}_m{16 if e.tok16 else 8}_{('paired', 'direct', 'gather')[e.mode]}"
+    return f"dqgen_mm_{spec.name}_m{16 if e.tok16 else 8}_{('paired', 'direct', 'gather', 'grouped')[e.mode]}"
 
 
 _SOURCES: dict[str, str] = {}
@@ -64,8 +114,20 @@ def render_matmul(artifact: Artifact) -> str:
     return hit
 
 
+def _check_grouped(plan: Plan, diffs: list[str]) -> None:
+    """GROUPED runs the convert stage alone and multiplies the sums by the scale: that is the spec's value only
+    where output pair i of the scale stage is diffs[i] (convert's d[i]) times scale register i."""
+    by_dst = {op.dst: op for op in plan.ops if op.stage == "scale"}
+    for i, out in enumerate(plan.outputs):
+        op = by_dst.get(out)
+        if op is None or [str(r) for r in op.reads[:2]] != [diffs[i], str(plan.scale_regs[i])]:
+            raise ValueError(f"plan {plan.strategy}: output {out} is not d[{i}] * s[{i}]: GROUPED cannot scale sums")
+
+
 def _render(spec: Spec, plan: Plan) -> str:
     ctx = context(spec, plan, only=[])
+    if grouped_spec(spec):
+        _check_grouped(plan, [str(d) for d in ctx["diffs"]])
     ctx.update(
         warps=WARPS,
         unroll=unroll(spec),
@@ -73,6 +135,8 @@ def _render(spec: Spec, plan: Plan) -> str:
         # 2-bit (16 codes a block) and 3-word blocks hold more per chunk and would spill at 4
         min_blocks=min_blocks(spec),
         mma_type="bf16" if spec.target.value == "bf16" else "f16",
-        entries=[{"tok16": e.tok16, "mode": e.mode, "entry": entry_name(spec, e)} for e in ENTRIES],
+        entries=[{"tok16": e.tok16, "mode": e.mode, "entry": entry_name(spec, e)} for e in entries(spec)],
+        grouped=grouped_spec(spec),
+        ring=ring(spec),
     )
     return template_env().get_template("matmul.cu.j2").render(**ctx)

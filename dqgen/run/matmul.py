@@ -26,7 +26,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core.formats import torch_dtype
-from ..emit.matmul import WARPS, MatmulEntry, entry_mode, entry_name, render_matmul
+from ..emit.matmul import (
+    GROUPED,
+    WARPS,
+    MatmulEntry,
+    entry_mode,
+    entry_name,
+    group_magic,
+    launch_mode,
+    render_matmul,
+)
 from ..emit.nvrtc import compile_source
 from ..layout.matmul import ROWS, MatmulLayout, Prepacked, prepack
 from . import device as dev
@@ -57,7 +66,8 @@ class MatmulWeight:
     group_size: int  # -1: one group over K
     groups: int
     gather: bool  # act-order or groups that are no whole blocks: x gathered through perm
-    mode: int  # the entry points' mode (dqgen.emit.matmul: PAIRED, DIRECT, GATHER)
+    mode: int  # the entry points' mode (dqgen.emit.matmul: PAIRED, DIRECT, GATHER, GROUPED)
+    group_magic: int  # GROUPED: the reciprocal that maps a chunk to its group (0 otherwise)
     chunks: int
     n_tiles: int
     splits: int  # blocks per n-tile along K (the split-K of small shapes)
@@ -103,10 +113,10 @@ def _function(kernel: Kernel, e: MatmulEntry, device: int) -> dev.LoadedKernel:
 
 
 def choose_splits(n_tiles: int, chunks: int, resident_blocks: int) -> int:
-    """Blocks per n-tile along K: the fewest that fill the GPU's resident blocks once (bytes in flight on every
-    SM), each warp keeping at least two chunks (the partial sums cost a workspace round trip: measured slower
-    than one more wave of whole tiles)."""
-    want = -(-resident_blocks // max(n_tiles, 1))
+    """Blocks per n-tile along K: the most that still fit the GPU's resident blocks in one wave (a second, partly
+    filled wave costs more than the bytes in flight it adds), each warp keeping at least two chunks (the partial
+    sums cost a workspace round trip)."""
+    want = resident_blocks // max(n_tiles, 1)
     return max(1, min(want, chunks // (2 * WARPS)))
 
 
@@ -157,8 +167,9 @@ def pack(
     mm = MatmulLayout.of(spec)
     chunks = sl.slots // mm.chunk_k
     n_tiles = mm.n_padded(pre.N) // ROWS
-    mode = entry_mode(mm.per_block, pre.group_size, sl.gather)
-    fn = _function(kernel, MatmulEntry(False, mode), device)
+    mode = entry_mode(spec, mm.per_block, pre.group_size, sl.gather, chunks)
+    magic = group_magic(pre.group_size if pre.groups > 1 else -1, mm.per_block) if mode == GROUPED else 0
+    fn = _function(kernel, MatmulEntry(False, launch_mode(mode, False)), device)
     resident = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
     splits = choose_splits(n_tiles, chunks, resident)
     zdtype = np.uint8 if pre.zeros is not None and pre.zeros.dtype == np.uint8 else np.int16
@@ -170,6 +181,7 @@ def pack(
         groups=pre.groups,
         gather=sl.gather,
         mode=mode,
+        group_magic=magic,
         chunks=chunks,
         n_tiles=n_tiles,
         splits=splits,
@@ -258,7 +270,7 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
     esize = x2.element_size()
     for m0 in range(0, M, TOKENS):
         mt = min(TOKENS, M - m0)
-        fn = _function(kernel, MatmulEntry(mt > 8, w.mode), w.device)
+        fn = _function(kernel, MatmulEntry(mt > 8, launch_mode(w.mode, mt > 8)), w.device)
         args = [
             _ptr(w.wq),
             _ptr(w.scales),
@@ -280,6 +292,7 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
             np.int64(w.groups),
             np.int64(x_stride),
             np.int32(xvec),
+            np.uint64(w.group_magic),
         ]
         launches.append(fn.bind((w.n_tiles, w.splits, 1), (WARPS * 32,), args))
     return launches
