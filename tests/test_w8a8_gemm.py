@@ -24,6 +24,7 @@ from dqgen.w8a8.gemm import (
     choose,
     choose_splits,
     compile_config,
+    launch_args,
     render,
 )
 
@@ -123,6 +124,17 @@ def test_quantize_weight_refuses_bad_input() -> None:
 
 
 # -- the fragment index math ----------------------------------------------------------------------------------------
+# The PTX ISA facts these tests hold the kernel to (PTX ISA 8.x/9.x, docs.nvidia.com/cuda/parallel-thread-execution):
+#   mma.m16n8k32 fragments, section "Matrix Fragments for mma.m16n8k32" (#warp-level-matrix-fragment-mma-16832):
+#     A (.s8 and .e4m3 alike): a_i of lane l at row groupID (+8 for 4 <= i < 8 and i >= 12), column
+#     4 threadID_in_group + (i & 3) (+16 for i >= 8); B: b_i at row 4 threadID_in_group + (i & 3) (+16 for i >= 4),
+#     column groupID; C: c_i at row groupID (+8 for i >= 2), column 2 threadID_in_group + (i & 1)
+#     (groupID = lane >> 2, threadID_in_group = lane % 4): fr.ptx_a / ptx_b / ptx_c.
+#   ldmatrix, section "Warp-level matrix load instruction: ldmatrix" (#warp-level-matrix-instructions-ldmatrix):
+#     .x4: threads 8j..8j+7 give the row addresses of matrix j, each 16-byte aligned; "a group of four threads
+#     loads an entire row", thread 0 the first fragment, matrix j into destination register j: fr.ldmatrix_x4.
+#   cp.async, section "Data Movement and Conversion Instructions: cp.async": src-size < cp-size zero-fills the rest
+#     of dst (src-size 0: 16 zero bytes, nothing read): fr.load_tile.
 
 
 def _ids(rows: int) -> np.ndarray:
@@ -180,6 +192,10 @@ def test_ldmatrix_delivers_the_ptx_b_fragments(wn: int, wt: int, nj: int, ks: in
 
 
 def test_ptx_tables_cover_each_fragment_once() -> None:
+    # the ISA's formulas, spot-checked against its figures for mma.m16n8k32 (lane 5: groupID 1, threadID_in_group 1)
+    assert [fr.ptx_a(5, i) for i in (0, 3, 4, 8, 15)] == [(1, 4), (1, 7), (9, 4), (1, 20), (9, 23)]
+    assert [fr.ptx_b(5, i) for i in (0, 3, 4, 7)] == [(4, 1), (7, 1), (20, 1), (23, 1)]
+    assert [fr.ptx_c(5, i) for i in range(4)] == [(1, 2), (1, 3), (9, 2), (9, 3)]
     assert sorted(fr.ptx_a(lane, i) for lane in range(32) for i in range(16)) == [
         (r, k) for r in range(16) for k in range(32)
     ]
@@ -322,3 +338,153 @@ def test_default_configs_do_not_spill(arch: str) -> None:
             # fp8 on sm_90 goes through f16 conversions (no fp8 mma.sync in hardware): a few spilled words allowed
             allowed = 64 if (elem, arch) == ("e4m3", "sm_90") else 0
             assert int(spilled[0]) <= allowed, (cfg.name, res.log[-300:])
+
+
+# -- the launch: arguments against the rendered signature -----------------------------------------------------------
+
+_SIGNATURE = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+), (\d+)\) (\w+)\((.*?)\) \{', re.S)
+#: C parameter type -> the numpy scalar that packs it (pointers: 64-bit)
+_WIDTH = {"long long": np.int64, "int": np.int32}
+
+
+def _signature(cfg: Config) -> tuple[int, int, str, list[tuple[type, str]]]:
+    m = _SIGNATURE.search(render(cfg))
+    assert m is not None
+    params = []
+    for decl in m.group(4).split(","):
+        ctype, name = decl.strip().rsplit(" ", 1)
+        params.append((np.uint64 if "*" in ctype else _WIDTH[ctype], name))
+    return int(m.group(1)), int(m.group(2)), m.group(3), params
+
+
+@pytest.mark.parametrize("m", [1, 40, 300])
+def test_launch_arguments_match_the_rendered_signature(m: int) -> None:
+    """Each argument lands in the parameter of its name with the parameter's width; swap-AB hands the weight in as
+    P (the mma's A operand) and the tokens as Q, as the template's header says. Distinct values per argument, so a
+    swapped pair shows."""
+    cfg = choose("s8", "bf16", m)
+    threads, min_blocks, name, params = _signature(cfg)
+    assert (threads, min_blocks, name) == (cfg.threads, cfg.min_blocks, cfg.name)  # __launch_bounds__ = the launch
+    n, k = 1000, 4096
+    vals = dict(x_ptr=0x1000, x_ld=4112, w_ptr=0x2000, w_ld=4128, x_scale_ptr=0x3000, w_scale_ptr=0x4000)
+    vals |= dict(bias_ptr=0x5000, y_ptr=0x6000, ws_ptr=0x7000, counters_ptr=0x8000)
+    rows, cols = (n, m) if cfg.swap else (m, n)
+    tiles = -(-rows // cfg.bm) * -(-cols // cfg.bn)
+    args = launch_args(cfg, m, n, k, plan=(tiles, 4, 8), **vals)  # type: ignore[arg-type]
+    x_side = {"ptr": vals["x_ptr"], "ld": vals["x_ld"], "rows": m}
+    w_side = {"ptr": vals["w_ptr"], "ld": vals["w_ld"], "rows": n}
+    p_side, q_side = (w_side, x_side) if cfg.swap else (x_side, w_side)
+    want = {
+        "P": p_side["ptr"], "Q": q_side["ptr"], "R": p_side["rows"], "C": q_side["rows"], "K": k,
+        "ldp": p_side["ld"], "ldq": q_side["ld"], "s_tok": vals["x_scale_ptr"], "s_ch": vals["w_scale_ptr"],
+        "bias": vals["bias_ptr"], "y": vals["y_ptr"], "ldy": n, "ws": vals["ws_ptr"],
+        "counters": vals["counters_ptr"], "kt_per_split": 8,
+    }  # fmt: skip
+    assert [pname for _, pname in params] == list(want)
+    assert len(args) == len(params)
+    for arg, (width, pname) in zip(args, params, strict=True):
+        assert type(arg) is width, (pname, type(arg), width)
+        assert int(arg) == want[pname], pname
+
+
+def test_launch_refuses_what_the_kernel_assumes() -> None:
+    """The preconditions of the cp.async copies (16-byte aligned sources, K in whole 16-byte chunks) and of the
+    grid, refused in one line before a launch (a misaligned cp.async source faults the whole context)."""
+    cfg = choose("s8", "f16", 300)
+    ok = dict(x_ptr=0x1000, x_ld=256, w_ptr=0x2000, w_ld=256, x_scale_ptr=8, w_scale_ptr=8, bias_ptr=0)
+    ok |= dict(y_ptr=8, ws_ptr=8, counters_ptr=8)
+    tiles = 3 * 2  # 300 tokens x 200 channels in 128 x 128 tiles
+    launch_args(cfg, 300, 200, 256, plan=(tiles, 2, 1), **ok)  # type: ignore[arg-type]
+    bad = [
+        ({"k": 200}, "k: expected a positive multiple of 16"),
+        ({"k": 0}, "k: expected a positive multiple of 16"),
+        ({"x_ptr": 0x1008}, "x_ptr: expected a multiple of 16"),
+        ({"w_ld": 264}, "w_ld: expected a multiple of 16"),
+        ({"plan": (tiles, 1, 1)}, r"plan: expected \(6 tiles"),  # 2 k-tiles, one covered
+        ({"plan": (tiles - 1, 2, 1)}, r"plan: expected \(6 tiles"),
+        ({"plan": (tiles, 70000, 1)}, "plan: expected"),
+        ({"ws_ptr": 0}, "ws_ptr, counters_ptr: a plan of 2 splits"),
+    ]
+    for change, match in bad:
+        kw: dict = {"k": 256, "plan": (tiles, 2, 1), **ok, **change}
+        with pytest.raises(ValueError, match=match) as e:
+            launch_args(cfg, 300, 200, **kw)
+        assert "\n" not in str(e.value)
+
+
+def test_workspace_and_shared_memory_match_the_template() -> None:
+    """The host's sizes against the template's own constants: the split-K partials a block stores
+    (kAccs x kThreads values at (tile * splits + split) * kAccs * kThreads) and the dynamic shared memory
+    (kStages stages of kStageBytes, what the launch asks for and opts in to above 48 KB)."""
+    for m in (1, 20, 64, 65):
+        cfg = choose("s8", "f16", m)
+        src = render(cfg)
+        const = {n: int(v) for n, v in re.findall(r"constexpr int (k\w+) = (\d+);", src)}
+        k_threads = 32 * const["kWarpsM"] * const["kWarpsN"]
+        k_accs = (const["kBM"] // const["kWarpsM"] // 16) * (const["kBN"] // const["kWarpsN"] // 8) * 4
+        assert (cfg.threads, cfg.accs) == (k_threads, k_accs)
+        assert cfg.shared_bytes == const["kStages"] * (const["kBM"] + const["kBN"]) * const["kBK"]
+        assert "(tile * splits + split) * (long long)(kAccs * kThreads)" in src
+
+
+# -- the cp.async pipeline ------------------------------------------------------------------------------------------
+
+
+def _pipeline_hazards(stages: int, nk: int, wait_n: int, ahead: int) -> list[str]:
+    """The main loop's schedule under the ISA's cp.async rules (section "cp.async.wait_group / cp.async.wait_all"):
+    commit_group closes the thread's uncommitted copies into a group (an empty group is trivially complete);
+    wait_group N returns once at most the N most recent groups are pending, every older one complete; a copy's
+    bytes may land at any moment between its issue and the completion of its group. With the template's loop
+    (prologue: `ahead` k-tiles issued, one group each; iteration i: wait_group wait_n, barrier, issue k-tile
+    i + ahead into stage (i + ahead) % stages, commit, read stage i % stages): returns every read that could
+    see the wrong bytes or bytes still landing, and copies still pending at exit."""
+    groups: list[list[tuple[int, int]]] = []  # per group: (k-tile, stage) copies
+    complete: list[bool] = []
+    landed: dict[int, int] = {}  # stage -> k-tile whose copy completed there last
+
+    def issue_and_commit(t: int) -> None:
+        groups.append([(t, t % stages)] if t < nk else [])
+        complete.append(not groups[-1])
+
+    def wait(n: int) -> None:
+        for g in range(len(groups) - n):
+            if not complete[g]:
+                complete[g] = True
+                for t, st in groups[g]:
+                    landed[st] = t
+
+    hazards = []
+    for s in range(ahead):
+        issue_and_commit(s)
+    for i in range(nk):
+        wait(wait_n)
+        issue_and_commit(i + ahead)
+        st = i % stages
+        if landed.get(st) != i:
+            hazards.append(f"iteration {i}: stage {st} holds k-tile {landed.get(st)}, not {i}")
+        for g, copies in enumerate(groups):
+            for t, dst in copies:
+                if dst == st and not complete[g] and t != i:
+                    hazards.append(f"iteration {i}: k-tile {t} may land in stage {st} while it is read")
+    wait(0)  # the template's cp_async_wait<0>() after the loop
+    return hazards + [f"group {g} pending at exit" for g, c in enumerate(complete) if not c]
+
+
+@pytest.mark.parametrize("m", [1, 300])
+def test_the_pipeline_reads_each_stage_after_it_landed_and_before_it_is_refilled(m: int) -> None:
+    cfg = choose("s8", "f16", m)
+    src = render(cfg)
+    for line in (  # the schedule the model runs, as the template spells it
+        "for (int s = 0; s < kStages - 1; ++s) {\n        if (s < nk) issue(s);\n        cp_async_commit();",
+        "cp_async_wait<kStages - 2>();  // k-tile i has landed (this thread's copies) ...\n        __syncthreads();",
+        "if (i + kStages - 1 < nk) issue(i + kStages - 1);\n        cp_async_commit();",
+        "const unsigned st = sbase + (i % kStages) * kStageBytes;",
+        "const unsigned sp = sbase + (i % kStages) * kStageBytes, sq = sp + kBM * kBK;",
+        "cp_async_wait<0>();",
+    ):
+        assert line in src, line
+    for nk in (1, 2, cfg.stages - 1, cfg.stages, cfg.stages + 1, 40):
+        assert _pipeline_hazards(cfg.stages, nk, cfg.stages - 2, cfg.stages - 1) == [], nk
+    # the model can fail: one group less waited for, or one stage more of look-ahead, reads bytes still landing
+    assert _pipeline_hazards(cfg.stages, 40, cfg.stages - 1, cfg.stages - 1)
+    assert _pipeline_hazards(cfg.stages, 40, cfg.stages - 2, cfg.stages)

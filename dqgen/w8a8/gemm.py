@@ -131,6 +131,70 @@ def choose_splits(tiles: int, k: int, resident_blocks: int) -> tuple[int, int]:
     return -(-kt // per), per
 
 
+#: gridDim.y's limit (the splits of a launch).
+MAX_SPLITS = 65535
+
+
+def launch_args(
+    cfg: Config,
+    m: int,
+    n: int,
+    k: int,
+    x_ptr: int,
+    x_ld: int,
+    w_ptr: int,
+    w_ld: int,
+    x_scale_ptr: int,
+    w_scale_ptr: int,
+    bias_ptr: int,
+    y_ptr: int,
+    ws_ptr: int,
+    counters_ptr: int,
+    plan: tuple[int, int, int],
+) -> list[Any]:
+    """The kernel's arguments in its signature's order and widths, after checking what the kernel assumes and
+    cannot check itself (a one-line ValueError before anything launches): cp.async copies 16 bytes from x and w
+    at row * ld + 16 c, so both pointers and both row strides must be multiples of 16 (a misaligned address
+    faults the context), K a positive multiple of 16 (a chunk is all in or all out of K), and the plan's splits
+    must cover K within gridDim.y's limit (a split plan needs its workspace and counters)."""
+    tiles, splits, per = plan
+    if k <= 0 or k % 16:
+        raise ValueError(f"k: expected a positive multiple of 16 (the caller pads K with zeros), got {k}")
+    for name, value in (("x_ptr", x_ptr), ("w_ptr", w_ptr), ("x_ld", x_ld), ("w_ld", w_ld)):
+        if value % 16:
+            raise ValueError(f"{name}: expected a multiple of 16 (cp.async copies 16-byte chunks), got {value}")
+    rows, cols = (n, m) if cfg.swap else (m, n)
+    want_tiles = -(-rows // cfg.bm) * -(-cols // cfg.bn)
+    if tiles != want_tiles or not 1 <= splits <= MAX_SPLITS or per < 1 or splits * per < ktiles(k):
+        raise ValueError(
+            f"plan: expected ({want_tiles} tiles, 1..{MAX_SPLITS} splits, k-tiles a split) covering "
+            f"{ktiles(k)} k-tiles, got {plan}"
+        )
+    if splits > 1 and not (ws_ptr and counters_ptr):
+        raise ValueError(f"ws_ptr, counters_ptr: a plan of {splits} splits needs both buffers, got null")
+    if cfg.swap:  # the weight is the mma's A operand (P), the tokens its B (Q)
+        p, q, ldp, ldq = w_ptr, x_ptr, w_ld, x_ld
+    else:
+        p, q, ldp, ldq = x_ptr, w_ptr, x_ld, w_ld
+    return [
+        np.uint64(p),
+        np.uint64(q),
+        np.int64(rows),
+        np.int64(cols),
+        np.int64(k),
+        np.int64(ldp),
+        np.int64(ldq),
+        np.uint64(x_scale_ptr),
+        np.uint64(w_scale_ptr),
+        np.uint64(bias_ptr),
+        np.uint64(y_ptr),
+        np.int64(n),
+        np.uint64(ws_ptr),
+        np.uint64(counters_ptr),
+        np.int32(per),
+    ]
+
+
 class GemmKernel:
     """One configuration loaded on a device. Pointers are raw device addresses (ints)."""
 
@@ -176,28 +240,24 @@ class GemmKernel:
         """y [m, n] (row stride n) from x [m, k] (row stride x_ld bytes) and w [n, k] (row stride w_ld); k, x_ld,
         w_ld multiples of 16 and the pointers 16-byte aligned (the caller pads). ``counters``: at least ``tiles``
         zero uint32 (left zero); ``ws``: workspace_elems(tiles, splits) elements."""
-        tiles, splits, per = plan
-        if self.cfg.swap:
-            p, q, rows, cols, ldp, ldq = w_ptr, x_ptr, n, m, w_ld, x_ld
-        else:
-            p, q, rows, cols, ldp, ldq = x_ptr, w_ptr, m, n, x_ld, w_ld
-        args = [
-            np.uint64(p),
-            np.uint64(q),
-            np.int64(rows),
-            np.int64(cols),
-            np.int64(k),
-            np.int64(ldp),
-            np.int64(ldq),
-            np.uint64(x_scale_ptr),
-            np.uint64(w_scale_ptr),
-            np.uint64(bias_ptr),
-            np.uint64(y_ptr),
-            np.int64(n),
-            np.uint64(ws_ptr),
-            np.uint64(counters_ptr),
-            np.int32(per),
-        ]
+        tiles, splits, _ = plan
+        args = launch_args(
+            self.cfg,
+            m,
+            n,
+            k,
+            x_ptr,
+            x_ld,
+            w_ptr,
+            w_ld,
+            x_scale_ptr,
+            w_scale_ptr,
+            bias_ptr,
+            y_ptr,
+            ws_ptr,
+            counters_ptr,
+            plan,
+        )
         self._kernel((tiles, splits), (self.cfg.threads,), args, stream=stream, shared_mem=self.cfg.shared_bytes)
 
 
