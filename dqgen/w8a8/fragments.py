@@ -4,8 +4,9 @@ kernel's ldmatrix loads put in each lane's registers is the fragment the mma exp
 computes P @ Q.T.
 
 Every formula here is written as in the template (swizzle = swz, ldsm_a / ldsm_b = the a_row / b_row lines,
-c_index = the epilogue's r, c); the PTX tables are written from the ISA's figures ("Matrix fragments for
-mma.m16n8k32"), independently of the kernel."""
+c_index = the epilogue's r, c); the PTX tables and the data movement are written from the ISA
+(docs.nvidia.com/cuda/parallel-thread-execution: "Matrix Fragments for mma.m16n8k32", "Warp-level matrix load
+instruction: ldmatrix", "cp.async"), independently of the kernel."""
 
 from __future__ import annotations
 
