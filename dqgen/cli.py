@@ -264,6 +264,9 @@ def bench(
     plot: str | None = typer.Option(
         None, "--plot", help="Draw the matmul PNG from this JSON record (no GPU; needs matplotlib), then stop."
     ),
+    w8a8: bool = typer.Option(
+        False, "--w8a8", help="Time the W8A8 GEMM (int8 / fp8, M = 1..4096) against torch's (docs/bench/w8a8.json)."
+    ),
 ) -> None:
     """Time SPEC's kernel on the GPU (one call after an L2 flush, median) against copy bandwidth, its
     default launch, torch eager, a static_cast CUDA kernel and Triton; or, with --matmul, the fused matmul."""
@@ -287,6 +290,13 @@ def bench(
             read_sections(Path(docs))  # a report the bench could not rewrite is refused before it measures
         except (ValueError, OSError, UnicodeDecodeError) as e:
             _fail(f"--docs: {e}")
+    if w8a8:
+        if not dev.gpu_available():
+            _fail("dqgen bench --w8a8 needs an NVIDIA GPU (none found)")
+        from .w8a8.gemm_bench import DEFAULT_OUT, run
+
+        run(out=Path(record) if record else DEFAULT_OUT)
+        return
     if plot is not None or matmul or m is not None:
         _bench_matmul(specs, gru, shapes, impls, as_json, docs, record, matmul, m, plot)
         return

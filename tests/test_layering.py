@@ -32,10 +32,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tools": frozenset({"core", "ir", "check", "layout", "solve", "emit", "run"}),
     "gru": frozenset({"core", "emit", "run"}),
     # nn: dqgen.quantize (numpy, on the Layout's packing) and QuantLinear (a Kernel's matmul)
-    "nn": frozenset({"core", "layout", "emit", "run"}),
+    # w8a8: W8A8Linear (the W8A8 GEMM and the activation quantization)
+    "nn": frozenset({"core", "layout", "emit", "run", "w8a8"}),
     "w8a8": frozenset({"core", "emit", "run"}),
     "api": frozenset({"core", "layout", "emit", "run", "nn"}),  # dqgen.compile: the pipeline, then a Kernel
-    "cli": frozenset({"api", "core", "ir", "check", "layout", "solve", "emit", "run", "io", "tools", "gru", "nn"}),
+    "cli": frozenset(
+        {"api", "core", "ir", "check", "layout", "solve", "emit", "run", "io", "tools", "gru", "nn", "w8a8"}
+    ),
 }
 #: Modules held to less than their layer: the independent reference shares nothing with the solver and the
 #: prover but the spec, so a bug in a shared part cannot make both agree on a wrong answer.

@@ -4,7 +4,7 @@ torch)."""
 
 from .quantize import quantize
 
-__all__ = ["QuantLinear", "quantize"]
+__all__ = ["QuantLinear", "W8A8Linear", "quantize"]
 
 
 def __getattr__(name: str) -> object:
@@ -12,4 +12,8 @@ def __getattr__(name: str) -> object:
         from .linear import QuantLinear
 
         return QuantLinear
+    if name == "W8A8Linear":
+        from .w8a8_linear import W8A8Linear
+
+        return W8A8Linear
     raise AttributeError(f"module 'dqgen.nn' has no attribute {name!r}")

@@ -1,0 +1,197 @@
+"""The W8A8 matmul as a torch custom op (``dqgen::w8a8_matmul``), the per-channel weight quantizer on torch
+tensors, and the fp8 activation quantizer the fp8 layer uses.
+
+y [M, N] = round(acc[m, n] * (x_scale[m] * w_scale[n]) (+ bias[n])), acc = x_q @ w.T accumulated exactly in
+int32 (int8) or in fp32 (e4m3); the order of the float32 operations is the template's (docs/w8a8.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .gemm import MAX_K_S8, Elem, Out, choose, loaded
+from .gemm_reference import QMAX, WeightKind
+
+_ELEMS: dict[torch.dtype, Elem] = {torch.int8: "s8", torch.float8_e4m3fn: "e4m3"}
+_OUTS: dict[torch.dtype, Out] = {torch.float16: "f16", torch.bfloat16: "bf16"}
+#: Per device: uint32 counters of the split-K tiles, zero between launches (the kernel resets the ones it uses).
+_COUNTERS: dict[int, torch.Tensor] = {}
+
+
+def check_inputs(x_q: Any, x_scale: Any, w: Any, w_scale: Any, bias: Any, out_dtype: Any) -> None:
+    """Raise a one-line ValueError naming the bad argument; nothing has run yet."""
+    for name, t in (("x_q", x_q), ("x_scale", x_scale), ("w", w), ("w_scale", w_scale)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: expected a CUDA torch.Tensor, got {type(t).__name__}")
+    if x_q.dtype not in _ELEMS:
+        raise ValueError(f"x_q: expected int8 or float8_e4m3fn, got {x_q.dtype}")
+    if w.dtype != x_q.dtype:
+        raise ValueError(f"w: expected x_q's dtype {x_q.dtype} (W8A8: both operands of one type), got {w.dtype}")
+    if x_q.dim() != 2:
+        raise ValueError(f"x_q: expected a 2-D tensor [M, K], got shape {list(x_q.shape)}")
+    if w.dim() != 2 or w.shape[1] != x_q.shape[1]:
+        raise ValueError(f"w: expected [N, K={x_q.shape[1]}] (torch.nn.Linear's layout), got {list(w.shape)}")
+    m, k = x_q.shape
+    n = w.shape[0]
+    if x_q.dtype == torch.int8 and k > MAX_K_S8:
+        raise ValueError(f"x_q: K = {k} exceeds {MAX_K_S8}, where int32 accumulation of int8 products could wrap")
+    if x_scale.dtype != torch.float32 or tuple(x_scale.shape) != (m,):
+        raise ValueError(f"x_scale: expected float32 [M={m}], got {x_scale.dtype} {list(x_scale.shape)}")
+    if w_scale.dtype != torch.float32 or tuple(w_scale.shape) != (n,):
+        raise ValueError(f"w_scale: expected float32 [N={n}], got {w_scale.dtype} {list(w_scale.shape)}")
+    if out_dtype not in _OUTS:
+        raise ValueError(f"out_dtype: expected torch.float16 or torch.bfloat16, got {out_dtype}")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise ValueError(f"bias: expected a tensor [N] or None, got {type(bias).__name__}")
+        if bias.dtype != out_dtype or tuple(bias.shape) != (n,):
+            raise ValueError(f"bias: expected {out_dtype} [N={n}], got {bias.dtype} {list(bias.shape)}")
+    for name, t in (("x_q", x_q), ("x_scale", x_scale), ("w", w), ("w_scale", w_scale), ("bias", bias)):
+        if t is not None and t.device.type != "cuda":
+            raise ValueError(f"{name}: expected a CUDA tensor, got device {t.device}")
+        if t is not None and t.device != x_q.device:
+            raise ValueError(f"{name}: expected x_q's device {x_q.device}, got {t.device}")
+
+
+def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
+    """t [rows, K] as the kernel reads it: unit inner stride, K, the row stride and the pointer 16-byte multiples;
+    otherwise a zero-padded copy [rows, ceil16(K)] (zeros add nothing to the product)."""
+    rows, k = t.shape
+    ok = k % 16 == 0 and k > 0 and t.stride(1) == 1 and t.data_ptr() % 16 == 0
+    ok = ok and (rows <= 1 or t.stride(0) % 16 == 0)
+    if ok:
+        return t
+    kp = max(16, -(-k // 16) * 16)
+    padded = torch.zeros((rows, kp), dtype=t.dtype, device=t.device)
+    padded[:, :k] = t
+    return padded
+
+
+def _counters(device: torch.device, tiles: int) -> torch.Tensor:
+    ordinal = device.index if device.index is not None else torch.cuda.current_device()
+    c = _COUNTERS.get(ordinal)
+    if c is None or c.numel() < tiles:
+        c = _COUNTERS[ordinal] = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
+    return c
+
+
+def _launch(
+    x_q: torch.Tensor,
+    x_scale: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    m = x_q.shape[0]
+    n = w.shape[0]
+    y = torch.empty((m, n), dtype=out_dtype, device=x_q.device)
+    if m == 0 or n == 0:
+        return y
+    xk, wk = _kernel_ready(x_q), _kernel_ready(w)  # both padded to the same K, or neither's K changes
+    kp = xk.shape[1]
+    ordinal = x_q.device.index if x_q.device.index is not None else torch.cuda.current_device()
+    kern = loaded(choose(_ELEMS[x_q.dtype], _OUTS[out_dtype], m), ordinal)
+    plan = kern.plan(m, n, kp)
+    tiles, splits, _ = plan
+    ws_elems = kern.workspace_elems(tiles, splits)
+    ws = torch.empty(max(ws_elems, 1), dtype=torch.int32 if x_q.dtype == torch.int8 else torch.float32, device=y.device)
+    counters = _counters(y.device, tiles)
+    xs, ws_ = x_scale.contiguous(), w_scale.contiguous()
+    b = None if bias is None else bias.contiguous()
+    stream = torch.cuda.current_stream(y.device).cuda_stream
+    kern(
+        m,
+        n,
+        kp,
+        xk.data_ptr(),
+        xk.stride(0) if m > 1 else kp,
+        wk.data_ptr(),
+        wk.stride(0) if n > 1 else kp,
+        xs.data_ptr(),
+        ws_.data_ptr(),
+        0 if b is None else b.data_ptr(),
+        y.data_ptr(),
+        ws.data_ptr(),
+        counters.data_ptr(),
+        plan,
+        stream,
+    )
+    return y
+
+
+@torch.library.custom_op("dqgen::w8a8_matmul", mutates_args=(), device_types="cuda")
+def w8a8_matmul_op(
+    x_q: torch.Tensor,
+    x_scale: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)  # also here: a direct torch.ops call skips the wrapper
+    return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
+
+
+@w8a8_matmul_op.register_fake
+def _(
+    x_q: torch.Tensor,
+    x_scale: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    return x_q.new_empty((x_q.shape[0], w.shape[0]), dtype=out_dtype)
+
+
+def matmul(
+    x_q: torch.Tensor,
+    x_scale: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.float16,
+) -> torch.Tensor:
+    """y [M, N] (out_dtype) = (x_q [M, K] @ w [N, K].T) * x_scale[:, None] * w_scale[None, :] (+ bias), x_q and w
+    both int8 (int32 accumulation, exact) or both float8_e4m3fn (sm_89+). x_q, x_scale: quantize_activations'
+    outputs; w, w_scale: quantize_weight's."""
+    check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)
+    if torch.compiler.is_compiling():  # traced: one custom op in the graph
+        return torch.ops.dqgen.w8a8_matmul(x_q, x_scale, w, w_scale, bias, out_dtype)
+    return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
+
+
+def quantize_weight(w: torch.Tensor, kind: WeightKind = "int8") -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes [N, K] int8 / float8_e4m3fn, scale [N] float32) of a weight [N, K] on its device, per output channel:
+    scale = max|W[n]| / 127 (448 for fp8; 1 for a zero row), codes = round(W[n] / scale) clamped (the float32
+    operations of dqgen.w8a8.gemm_reference.quantize_weight)."""
+    if not isinstance(w, torch.Tensor):
+        raise ValueError(f"w: expected a torch.Tensor [N, K], got {type(w).__name__}")
+    if kind not in QMAX:
+        raise ValueError(f"kind: expected 'int8' or 'fp8', got {kind!r}")
+    if w.dim() != 2:
+        raise ValueError(f"w: expected a 2-D weight [N, K], got shape {list(w.shape)}")
+    wf = w.detach().float()
+    if not bool(torch.isfinite(wf).all()):
+        raise ValueError("w: expected finite values, found non-finite ones")
+    amax = wf.abs().amax(dim=1) if w.shape[1] else wf.new_zeros(w.shape[0])
+    qmax = torch.full_like(amax, QMAX[kind])
+    scale = torch.where(amax > 0, amax / qmax, torch.ones_like(amax))
+    v = (wf / scale[:, None]).clamp_(-QMAX[kind], QMAX[kind])
+    if kind == "int8":
+        return torch.round(v).to(torch.int8), scale
+    return v.to(torch.float8_e4m3fn), scale
+
+
+def quantize_activations_fp8(x: torch.Tensor, smooth: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (e4m3 codes [M, K], scale [M] float32), scale = max|x[m]| / 448 (in torch ops, not a generated
+    kernel: the fp8 layer's activations; int8's quantize_activations is the generated one)."""
+    xf = x.float()
+    if smooth is not None:
+        xf = xf * torch.reciprocal(smooth.float())
+    amax = xf.abs().amax(dim=1)
+    scale = amax / torch.full_like(amax, QMAX["fp8"])
+    inv = torch.where(amax > 0, torch.full_like(amax, QMAX["fp8"]) / amax, torch.zeros_like(amax))
+    return (xf * inv[:, None]).clamp_(-448.0, 448.0).to(torch.float8_e4m3fn), scale
