@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..emit.nvrtc import default_cache_dir
-from .gemm import GemmWeight, _check_call, _torch, pack, run, supports
+from .gemm import GemmWeight, _check_call, _torch, pack, run
 
 if TYPE_CHECKING:
     from .runtime import Kernel
@@ -78,7 +78,7 @@ def packed(kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_id
 
 def attach(kernel: Kernel, matmul_weight: Any, qweight: Any, scales: Any, zeros: Any, g_idx: Any) -> None:
     """Pack the GEMM layout beside a MatmulWeight (Kernel.pack_matmul), for specs the GEMM takes."""
-    if supports(kernel.spec):
+    if kernel.gemm_ok:
         _BESIDE[matmul_weight] = pack(kernel, qweight, scales, zeros, g_idx=g_idx)
 
 
@@ -169,7 +169,7 @@ def dispatch(
     from . import matmul as mm
 
     torch = sys.modules.get("torch")
-    if torch is not None and torch.compiler.is_compiling() and supports(kernel.spec):
+    if torch is not None and torch.compiler.is_compiling() and kernel.gemm_ok:
         # traced: one custom op that makes this choice when it runs (M may be symbolic here; dqgen.run.gemm_op)
         if isinstance(w, mm.MatmulWeight):
             if scales is not None or zeros is not None or g_idx is not None or global_scale is not None:
@@ -193,7 +193,7 @@ def dispatch(
     M = _rows(x)
     is_packed = isinstance(w, mm.MatmulWeight)
     gw = beside(w) if is_packed else None
-    gemm_ok = supports(kernel.spec) and (gw is not None or not is_packed) and global_scale is None
+    gemm_ok = kernel.gemm_ok and (gw is not None or not is_packed) and global_scale is None
     way = pick(M, rule_for(x.device.index or 0), gemm_ok=gemm_ok, dense_ok=not is_packed and scales is not None)
     if way == "gemv":
         return mm.matmul(kernel, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)

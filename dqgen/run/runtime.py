@@ -26,6 +26,7 @@ from ..emit.render import BLOCK, Variant, kernel_name
 from ..layout.layout import Layout
 from . import device as dev
 from .errors import ShapeError
+from .gemm import supports as gemm_supports
 from .tune import default_variant, load_tuning, size_class
 
 _INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
@@ -277,6 +278,9 @@ class Kernel:
         self._signatures: dict[tuple, _Checked] = {}
         self.compiled: list[str] = []  # entry points this Kernel compiled or loaded, in order
         self.op_key = f"{self.spec.name}-{hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]}"
+        #: Whether the tensor-core GEMM takes this spec: decided here, so that the dispatch reads a constant when
+        #: torch.compile traces it (dynamo cannot trace the spec's properties).
+        self.gemm_ok = gemm_supports(self.spec)
         _KERNELS[self.op_key] = self
         _hook_torch()
         # cuda.core (the argument packer) takes a few hundred ms to import: here, not in the first call
