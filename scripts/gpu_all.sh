@@ -68,13 +68,19 @@ if [[ " $STEPS " == *" quick "* ]]; then
   bg_pytest quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_gru_persist.py \
     tests/test_checkpoint.py tests/test_refworker.py tests/test_build_cold.py tests/test_quantlinear_gpu.py \
     tests/test_w8a8_gpu.py tests/test_device_views.py
-  collect quick-tests quick-matmul quick-entry
+  # the tensor-core GEMM (M > 16): one int4 and one int8 spec at M = 17, 64, 200 with tails, and every other test
+  # of its file once (act-order, split-K, dispatch, real-format AWQ / GPTQ layers, torch.compile + graphs, errors)
+  bg_pytest quick-gemm -m gpu tests/test_gpu_gemm.py -k "not test_every_spec or awq_int4_fp16-128 or int8_bf16-128"
+  # the W8A8 GEMM: bit-exact int32 and epilogue, fp8 tolerance, SmoothQuant MLP, W8A8Linear under torch.compile
+  bg_pytest quick-w8a8gemm -m gpu tests/test_w8a8_gemm_gpu.py
+  collect quick-tests quick-matmul quick-entry quick-gemm quick-w8a8gemm
   echo "test step: $(( $(date +%s) - t0 )) s"
 fi
 if [[ " $STEPS " == *" sanitize "* ]]; then
   t0=$(date +%s)
   jobs=(sanitize_entry_points-memcheck gru_persist_sanitize-racecheck gru_persist_sanitize-synccheck
-        matmul_sanitize-memcheck matmul_sanitize-racecheck w8a8_memcheck-memcheck w8a8_memcheck-racecheck)
+        matmul_sanitize-memcheck matmul_sanitize-racecheck w8a8_memcheck-memcheck w8a8_memcheck-racecheck
+        gemm_sanitize-memcheck gemm_sanitize-racecheck w8a8_gemm_memcheck-memcheck w8a8_gemm_memcheck-racecheck)
   sanitize memcheck scripts/sanitize_entry_points.py
   shared=$(python scripts/sanitize_entry_points.py --shared)
   if [[ -n "$shared" ]]; then
@@ -92,6 +98,11 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
   # the activation quantizer (dqgen.w8a8) keeps 1/s in shared memory in some variants
   sanitize memcheck scripts/w8a8_memcheck.py
   sanitize racecheck scripts/w8a8_memcheck.py
+  # the two GEMMs stage A and B through shared memory in cp.async pipelines: every entry point once
+  sanitize memcheck scripts/gemm_sanitize.py
+  sanitize racecheck scripts/gemm_sanitize.py
+  sanitize memcheck scripts/w8a8_gemm_memcheck.py
+  sanitize racecheck scripts/w8a8_gemm_memcheck.py
   collect "${jobs[@]}"
   echo "sanitizer step: $(( $(date +%s) - t0 )) s"
 fi
