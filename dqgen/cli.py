@@ -265,7 +265,10 @@ def bench(
         None, "--plot", help="Draw the matmul PNG from this JSON record (no GPU; needs matplotlib), then stop."
     ),
     w8a8: bool = typer.Option(
-        False, "--w8a8", help="Time the W8A8 GEMM (int8 / fp8, M = 1..4096) against torch's (docs/bench/w8a8.json)."
+        False,
+        "--w8a8",
+        help="Time the activation quantizer and the W8A8 GEMM (int8 / fp8, M = 1..4096) against torch's "
+        "(docs/bench/w8a8.json, w8a8_act.json; with --docs its section of the report).",
     ),
 ) -> None:
     """Time SPEC's kernel on the GPU (one call after an L2 flush, median) against copy bandwidth, its
@@ -293,9 +296,16 @@ def bench(
     if w8a8:
         if not dev.gpu_available():
             _fail("dqgen bench --w8a8 needs an NVIDIA GPU (none found)")
-        from .w8a8.gemm_bench import DEFAULT_OUT, run
+        from .tools import bench_w8a8
+        from .w8a8 import bench as act_bench
+        from .w8a8 import gemm_bench
 
-        run(out=Path(record) if record else DEFAULT_OUT)
+        gemm_path = Path(record) if record else (Path(docs).parent if docs else Path("docs")) / "bench" / "w8a8.json"
+        act_path = gemm_path.with_name(gemm_path.stem + "_act.json")
+        act_bench.run(out=act_path)
+        gemm_bench.run(out=gemm_path)
+        if docs:
+            bench_w8a8.write(Path(docs), gemm_path, act_path)
         return
     if plot is not None or matmul or m is not None:
         _bench_matmul(specs, gru, shapes, impls, as_json, docs, record, matmul, m, plot)

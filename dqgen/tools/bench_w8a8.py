@@ -1,0 +1,151 @@
+"""The "w8a8" section of docs/performance.md, written from the two JSON records of the W8A8 benches alone
+(``docs/bench/w8a8.json``: the GEMM, dqgen.w8a8.gemm_bench; ``docs/bench/w8a8_act.json``: the activation quantizer,
+dqgen.w8a8.bench), with issue 15's speed targets each stated met or missed with its figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: The GEMM rows' impl names, as dqgen.w8a8.gemm_bench records them.
+DQ_INT8 = "dqgen int8"
+DQ_FP8 = "dqgen fp8"
+INT_MM = "torch._int_mm"
+INT_MM_SCALED = "torch._int_mm + scaling"
+DENSE = "cuBLAS fp16 (dense W)"
+SCALED_MM = "torch._scaled_mm fp8 rowwise"
+#: Column order of the GEMM table (an impl a run lacks is left out).
+TABLE_IMPLS = (DQ_INT8, "dqgen quantize + int8", INT_MM, INT_MM_SCALED, DQ_FP8, SCALED_MM, DENSE)
+#: Item 5's regimes: weight-bandwidth bound up to this M, compute bound from LARGE_M on.
+SMALL_M = 64
+LARGE_M = 256
+#: Item 5: the activation quantizer's bar, for M x K at least ACT_MIN_ELEMS.
+ACT_PCT = 85.0
+ACT_MIN_ELEMS = 4096 * 4096
+
+
+def load(path: Path) -> dict[str, Any]:
+    """One bench record; ValueError (one line naming the file) when it is missing or not such a record."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the w8a8 record: {e.strerror or e}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not JSON ({str(e).splitlines()[0][:120]})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list) or "copy_GBps" not in doc:
+        raise ValueError(f"{path}: expected a JSON object with copy_GBps and a list of rows")
+    return doc
+
+
+def _at(rows: list[dict], impl: str, m: int, k: int, n: int) -> dict | None:
+    return next((r for r in rows if (r["impl"], r["M"], r["K"], r["N"]) == (impl, m, k, n)), None)
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def gemm_targets(doc: dict[str, Any]) -> list[str]:
+    """Item 5's GEMM targets, per shape: M <= 64 at >= 80% of the floor and faster than _int_mm + scaling where
+    that runs (M > 16); M >= 256 at >= 0.8x _int_mm's speed and faster than cuBLAS fp16 on the dense weight."""
+    rows = doc["rows"]
+    lines: list[str] = []
+    shapes = sorted({(r["K"], r["N"]) for r in rows if r["impl"] == DQ_INT8})
+    for k, n in shapes:
+        small = [r for r in rows if r["impl"] == DQ_INT8 and (r["K"], r["N"]) == (k, n) and r["M"] <= SMALL_M]
+        if small:
+            worst = min(small, key=lambda r: r["pct_floor"])
+            lines.append(
+                f"- {k}x{n}, M <= {SMALL_M}: >= 80% of the floor: {_met(worst['pct_floor'] >= 80.0)} "
+                f"(lowest {worst['pct_floor']:.1f}% at M = {worst['M']}, {worst['us']:.1f} us)"
+            )
+            losses = [
+                (r, o)
+                for r in small
+                if (o := _at(rows, INT_MM_SCALED, r["M"], k, n)) is not None and r["us"] >= o["us"]
+            ]
+            compared = [r for r in small if _at(rows, INT_MM_SCALED, r["M"], k, n) is not None]
+            if compared:
+                detail = ", ".join(f"M = {r['M']}: {r['us']:.1f} vs {o['us']:.1f} us" for r, o in losses)
+                lines.append(
+                    f"- {k}x{n}, M <= {SMALL_M}: faster than _int_mm + scaling: {_met(not losses)}"
+                    + (f" ({detail})" if losses else f" (M = {', '.join(str(r['M']) for r in compared)})")
+                )
+        for r in (r for r in rows if r["impl"] == DQ_INT8 and (r["K"], r["N"]) == (k, n) and r["M"] >= LARGE_M):
+            mm, dense = _at(rows, INT_MM, r["M"], k, n), _at(rows, DENSE, r["M"], k, n)
+            if mm is not None:
+                speed = mm["us"] / r["us"]
+                lines.append(
+                    f"- {k}x{n}, M = {r['M']}: >= 0.8x _int_mm's speed: {_met(speed >= 0.8)} "
+                    f"({speed:.2f}x: {r['us']:.1f} vs {mm['us']:.1f} us)"
+                )
+            if dense is not None:
+                lines.append(
+                    f"- {k}x{n}, M = {r['M']}: faster than cuBLAS fp16 dense: {_met(r['us'] < dense['us'])} "
+                    f"({r['us']:.1f} vs {dense['us']:.1f} us)"
+                )
+    return lines
+
+
+def act_targets(doc: dict[str, Any]) -> list[str]:
+    """Item 5's activation-quantizer bar: the default call (impl "dqgen") at >= 85% of copy for M x K >= 4096^2."""
+    lines = []
+    for r in doc["rows"]:
+        if r["impl"] == "dqgen" and r["M"] * r["K"] >= ACT_MIN_ELEMS:
+            lines.append(
+                f"- quantize_activations {r['M']}x{r['K']}: >= {ACT_PCT:.0f}% of copy: "
+                f"{_met(r['pct_copy'] >= ACT_PCT)} ({r['pct_copy']:.1f}%, {r['us']:.1f} us)"
+            )
+    return lines
+
+
+def markdown_section(gemm: dict[str, Any], act: dict[str, Any] | None) -> str:
+    """The section's markdown: the GEMM table (µs, % of the int8-weight floor), the quantizer table, targets."""
+    rows = gemm["rows"]
+    impls = [i for i in TABLE_IMPLS if any(r["impl"] == i for r in rows)]
+    out = [
+        "## W8A8: SmoothQuant int8 and fp8 GEMMs with the scales in the epilogue (issue 15)",
+        "",
+        f"Written by `dqgen bench --w8a8` from docs/bench/w8a8.json; GPU: {gemm.get('device', '?')}; "
+        f"copy {gemm['copy_GBps']:.0f} GB/s; {gemm.get('method', '')}.",
+        f"Floor: {gemm.get('floor', 'int8 weights read once at the copy bandwidth')}. Cells: µs (% of the floor); "
+        "n/a: torch refuses the shape (`_int_mm` needs M > 16). `exact`: " + str(gemm.get("exact", "")),
+        "",
+        "| K x N | M | " + " | ".join(impls) + " | dqgen exact |",
+        "|---|---|" + "---|" * len(impls) + "---|",
+    ]
+    for k, n in sorted({(r["K"], r["N"]) for r in rows}):
+        for m in sorted({r["M"] for r in rows if (r["K"], r["N"]) == (k, n)}):
+            cells = []
+            for impl in impls:
+                r = _at(rows, impl, m, k, n)
+                cells.append("n/a" if r is None else f"{r['us']:.1f} ({r['pct_floor']:.0f}%)")
+            exact = [r["exact"] for i in (DQ_INT8, DQ_FP8) if (r := _at(rows, i, m, k, n)) is not None]
+            out.append(f"| {k}x{n} | {m} | " + " | ".join(cells) + f" | {'yes' if all(exact) else 'NO'} |")
+    if act is not None:
+        out += [
+            "",
+            f"Activation quantization (`dqgen.w8a8.quantize_activations`, docs/bench/w8a8_act.json; copy "
+            f"{act['copy_GBps']:.0f} GB/s; bytes: {act.get('bytes', '')}):",
+            "",
+            "| M x K | implementation | µs | % of copy | exact |",
+            "|---|---|---|---|---|",
+        ]
+        for r in act["rows"]:
+            out.append(
+                f"| {r['M']}x{r['K']} | {r['impl']} | {r['us']:.1f} | {r['pct_copy']:.1f} | "
+                f"{'yes' if r['exact'] else 'NO'} |"
+            )
+    out += ["", "Targets (issue 15 item 5):", ""]
+    out += gemm_targets(gemm) + (act_targets(act) if act is not None else [])
+    return "\n".join(out)
+
+
+def write(docs: Path, gemm_path: Path, act_path: Path | None) -> None:
+    """Rewrite the "w8a8" section of ``docs`` from the two records (the quantizer's may be absent)."""
+    from .report import write_section
+
+    gemm = load(gemm_path)
+    act = load(act_path) if act_path is not None and Path(act_path).is_file() else None
+    write_section(docs, "w8a8", markdown_section(gemm, act))
