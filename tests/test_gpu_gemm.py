@@ -172,8 +172,16 @@ def test_dispatch_takes_each_path(monkeypatch: pytest.MonkeyPatch) -> None:
         x_np = random_x(spec, M, K, seed=M)
         _check(spec, k.matmul(to_torch(x_np), qt, st), matmul_reference(x_np, W))
     assert seen == ["gemv", "gemm", "dense"]
-    w = k.pack_matmul(qt, st)  # a packed weight has no checkpoint to dequantize: the GEMM at M = 64
     x_np = random_x(spec, 64, K, seed=64)
+    w = k.pack_matmul(qt, st)  # packed from tensors the caller keeps: M = 64 dequantizes them for cuBLAS
+    _check(spec, k.matmul(to_torch(x_np), w), matmul_reference(x_np, W))
+    assert seen[-1] == "dense"
+    st_copy = st.clone()
+    w = k.pack_matmul(qt, st_copy)
+    st_copy.mul_(2)  # changed after packing: the packed layouts are the truth, so the GEMM runs
+    _check(spec, k.matmul(to_torch(x_np), w), matmul_reference(x_np, W))
+    assert seen[-1] == "gemm"
+    w = k.pack_matmul(qt.clone(), st.clone())  # the checkpoint is gone once packed: the GEMM
     _check(spec, k.matmul(to_torch(x_np), w), matmul_reference(x_np, W))
     assert seen[-1] == "gemm"
     w_gemv = k.pack_matmul(qt, st, gemm=False)  # the GEMV's layout alone: M = 64 runs the GEMV

@@ -45,18 +45,26 @@ class _Packed:
 
 _PACKED: dict[tuple, _Packed] = {}
 _PACKED_MAX = 256
-#: The GemmWeight that Kernel.pack_matmul made beside each MatmulWeight (dies with it).
-_BESIDE: weakref.WeakKeyDictionary[Any, GemmWeight] = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class _Beside:
+    """What Kernel.pack_matmul keeps beside a MatmulWeight: the GEMM's layout, and weak references to the
+    checkpoint tensors it was packed from (with their versions), so that very large M can dequantize + cuBLAS
+    while the caller (e.g. QuantLinear's buffers) still holds them unchanged, at no extra memory."""
+
+    weight: GemmWeight | None
+    checkpoint: tuple[tuple[Callable[[], Any], int] | None, ...]
+
+
+#: Per MatmulWeight (dies with it).
+_BESIDE: weakref.WeakKeyDictionary[Any, _Beside] = weakref.WeakKeyDictionary()
 
 
 def _sig(t: Any) -> tuple | None:
     if t is None:
         return None
-    try:
-        version = t._version
-    except RuntimeError:  # an inference-mode tensor has no version counter
-        version = -1
-    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, version)
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, _version(t))
 
 
 def packed(kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None) -> GemmWeight:
@@ -76,15 +84,43 @@ def packed(kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_id
     return w
 
 
-def attach(kernel: Kernel, matmul_weight: Any, qweight: Any, scales: Any, zeros: Any, g_idx: Any) -> None:
-    """Pack the GEMM layout beside a MatmulWeight (Kernel.pack_matmul), for specs the GEMM takes."""
-    if kernel.gemm_ok:
-        _BESIDE[matmul_weight] = pack(kernel, qweight, scales, zeros, g_idx=g_idx)
+def _version(t: Any) -> int:
+    try:
+        return int(t._version)
+    except RuntimeError:  # an inference-mode tensor has no version counter
+        return -1
+
+
+def attach(kernel: Kernel, matmul_weight: Any, qweight: Any, scales: Any, zeros: Any, g_idx: Any, gemm: bool) -> None:
+    """Beside a MatmulWeight (Kernel.pack_matmul): the GEMM layout (``gemm`` and specs the GEMM takes) and weak
+    references to its checkpoint tensors."""
+    weight = pack(kernel, qweight, scales, zeros, g_idx=g_idx) if gemm and kernel.gemm_ok else None
+    refs = tuple(None if t is None else (weakref.ref(t), _version(t)) for t in (qweight, scales, zeros, g_idx))
+    _BESIDE[matmul_weight] = _Beside(weight, refs)
 
 
 def beside(matmul_weight: Any) -> GemmWeight | None:
     """The GemmWeight packed beside a MatmulWeight, if any."""
-    return _BESIDE.get(matmul_weight)
+    hit = _BESIDE.get(matmul_weight)
+    return None if hit is None else hit.weight
+
+
+def checkpoint_of(matmul_weight: Any) -> tuple[Any, ...] | None:
+    """(qweight, scales, zeros, g_idx) a MatmulWeight was packed from, if every one is still alive and unchanged
+    (torch's version counter); else None (the packed layouts are then the only truth)."""
+    hit = _BESIDE.get(matmul_weight)
+    if hit is None:
+        return None
+    out: list[Any] = []
+    for ref in hit.checkpoint:
+        if ref is None:
+            out.append(None)
+            continue
+        t = ref[0]()
+        if t is None or _version(t) != ref[1]:
+            return None
+        out.append(t)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -194,11 +230,21 @@ def dispatch(
     is_packed = isinstance(w, mm.MatmulWeight)
     gw = beside(w) if is_packed else None
     gemm_ok = kernel.gemm_ok and (gw is not None or not is_packed) and global_scale is None
-    way = pick(M, rule_for(x.device.index or 0), gemm_ok=gemm_ok, dense_ok=not is_packed and scales is not None)
+    rule = rule_for(x.device.index or 0)
+    if is_packed:
+        # the dense path needs the checkpoint tensors: alive and unchanged beside a packed weight, or passed
+        checkpoint = checkpoint_of(w) if gemm_ok and rule.dense_min_m is not None and rule.dense_min_m <= M else None
+        dense_ok = checkpoint is not None
+    else:
+        checkpoint = (w, scales, zeros, g_idx)
+        dense_ok = scales is not None
+    way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok)
     if way == "gemv":
         return mm.matmul(kernel, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
     if way == "dense":
-        W = kernel(w, scales, zeros, g_idx=g_idx)  # the dequantize call's checks name the bad tensor
+        assert checkpoint is not None
+        q, s, z, gi = checkpoint
+        W = kernel(q, s, z, g_idx=gi)  # the dequantize call's checks name the bad tensor
         K, N = (int(d) for d in W.shape)
         x2, y = _check_call(torch, kernel.spec, x, K, N, x.device.index or 0, bias, out)
         y2 = y.view(-1, N)

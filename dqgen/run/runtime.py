@@ -532,13 +532,14 @@ class Kernel:
     ) -> Any:
         """Check the checkpoint tensors and prepack them once for ``matmul``: a dqgen.run.matmul.MatmulWeight, with
         the tensor-core GEMM's layout packed beside it for M > 16 (``gemm=False``: the GEMV's alone, half the
-        memory; M > 16 then runs the GEMV 16 rows at a time)."""
+        memory; M > 16 then runs the GEMV 16 rows at a time). From the dispatch rule's dense M on, the call
+        dequantizes the checkpoint tensors and runs cuBLAS while they are still alive and unchanged (weak
+        references: a QuantLinear keeps them as buffers); else the GEMM runs."""
         from . import dispatch, matmul
 
         _hook_torch()  # the matmul custom ops, for torch imported after this Kernel was made
         w = matmul.pack(self, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
-        if gemm:
-            dispatch.attach(self, w, qweight, scales, zeros, g_idx)
+        dispatch.attach(self, w, qweight, scales, zeros, g_idx, gemm)
         return w
 
     def matmul(
