@@ -261,6 +261,9 @@ def bench(
         False, "--matmul", help="Time y = x @ dequant(W) (M = 1..16) against cuBLAS, dequant + cuBLAS and torch int4."
     ),
     m: str | None = typer.Option(None, "--m", help="With --matmul: comma-separated M values (default 1,2,4,8,16)."),
+    merge: bool = typer.Option(
+        False, "--merge", help="With --matmul: keep the rows of the existing JSON record that this run does not time."
+    ),
     plot: str | None = typer.Option(
         None, "--plot", help="Draw the matmul PNG from this JSON record (no GPU; needs matplotlib), then stop."
     ),
@@ -307,8 +310,8 @@ def bench(
         if docs:
             bench_w8a8.write(Path(docs), gemm_path, act_path)
         return
-    if plot is not None or matmul or m is not None:
-        _bench_matmul(specs, gru, shapes, impls, as_json, docs, record, matmul, m, plot)
+    if plot is not None or matmul or m is not None or merge:
+        _bench_matmul(specs, gru, shapes, impls, as_json, docs, record, matmul, m, plot, merge)
         return
     if gru:
         if not dev.gpu_available():
@@ -398,6 +401,7 @@ def _bench_matmul(
     matmul: bool,
     m: str | None,
     plot: str | None,
+    merge: bool = False,
 ) -> None:
     """``dqgen bench --matmul`` and ``--plot`` (dqgen.tools.bench_matmul): every flag checked before the GPU."""
     from .run import device as dev
@@ -417,7 +421,7 @@ def _bench_matmul(
         typer.echo(f"wrote {png}")
         return
     if not matmul:
-        _fail("[--m] applies to --matmul only")
+        _fail("[--m] and [--merge] apply to --matmul only")
     if gru:
         _fail("--matmul and --gru are separate benches; give one of them")
     try:
@@ -432,6 +436,13 @@ def _bench_matmul(
             _fail("[--shapes] with --matmul takes KxN only: the group size is the spec's (128 for 'auto')")
         kn = [(K, N) for K, N, _ in parsed]
     loaded = [_load(s) for s in (specs or bm.DEFAULT_SPECS)]
+    record_path = Path(record) if record else (Path(docs).parent if docs else Path("docs")) / "bench" / "matmul.json"
+    old = None
+    if merge:
+        try:
+            old = bm.load_document(record_path)  # refused before the GPU is touched
+        except ValueError as e:
+            _fail(f"--merge: {e}")
     if not dev.gpu_available():
         _fail("dqgen bench --matmul needs an NVIDIA GPU (none found)")
     import torch
@@ -443,7 +454,8 @@ def _bench_matmul(
     copy = copy_bandwidth()
     rows = bm.bench_matmul(loaded, kn, ms, copy, impls=wanted, log=log)
     doc = bm.matmul_document(torch.cuda.get_device_name(0), copy, rows, method())
-    record_path = Path(record) if record else (Path(docs).parent if docs else Path("docs")) / "bench" / "matmul.json"
+    if old is not None:
+        doc = bm.merge_documents(old, doc)
     bm.write_json(record_path, doc)
     if docs:
         bm.write_markdown(Path(docs), doc)

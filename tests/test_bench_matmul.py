@@ -126,9 +126,55 @@ def test_markdown_section_keeps_other_sections(tmp_path) -> None:
     text = doc_path.read_text()
     assert "dequant figures" in text and "gru figures" in text
     assert text.index("dequant figures") < text.index("section:matmul:begin") < text.index("gru figures")
-    assert "| awq_int4_fp16 | 8192x28672 | 1 | dqgen | 50.0 | 40.0 | 80.0 | 1.0e-04 |" in text
-    assert "| awq_int4_bf16 | 8192x28672 | 1 | torch int4 | 69.6 | 40.0 | 57.5 | 1.0e-04 |" in text
-    assert "3000 GB/s" in text and "### Targets (issue 13)" in text
+    # one line per spec, shape and M; a column per implementation that ran (dqgen, torch int4), blank where absent
+    assert "| spec | K x N | M | floor us | dqgen | torch int4 | rel_err |" in text
+    assert "| awq_int4_fp16 | 8192x28672 | 1 | 40.0 | 50.0 (80%) |  | 1.0e-04 |" in text
+    assert "| awq_int4_bf16 | 8192x28672 | 1 | 40.0 |  | 69.6 (57%) | 1.0e-04 |" in text
+    assert "3000 GB/s" in text and "### Targets (issue 13: M <= 16)" in text
+    assert "issue 14" not in text  # no row past M = 16: no GEMM target
+
+
+def test_gemm_targets_met_and_missed_with_figures() -> None:
+    rows = [
+        _row("dqgen", 64, 80.0),
+        _row("cublas dense", 64, 170.0),
+        _row("dqgen", 128, 180.0),  # 1.06x cuBLAS: the worst of M <= 128, missed
+        _row("cublas dense", 128, 170.0),
+        _row("dqgen", 256, 199.0),  # <= cuBLAS at 256: fine
+        _row("cublas dense", 256, 200.0),
+        _row("dequant + cublas", 256, 380.0),
+        _row("dqgen", 1024, 780.0),  # 1.0955x cuBLAS at 1024: within 1.1x
+        _row("cublas dense", 1024, 712.0),
+        _row("dequant + cublas", 1024, 840.0),
+        _row("dqgen", 4096, 2780.0),  # the dispatch picked a path 2.8% slower than the best: within 3%
+        _row("dqgen gemm", 4096, 9600.0),
+        _row("dequant + cublas", 4096, 2704.0),
+    ]
+    lines = bm.gemm_targets(_doc(rows))
+    where = "awq_int4_fp16 8192x28672"
+    assert f"- M = 17..128, {where}: faster than cuBLAS dense: MISSED (worst M = 128: 180.0 us = 1.06x cuBLAS)" in lines
+    assert f"- M = 256..1024, {where}: <= cuBLAS dense at M = 256, <= 1.1x it beyond: met (worst M = 1024: 1.10x" in (
+        "\n".join(lines)
+    )
+    assert f"- M = 256..1024, {where}: faster than dequantize + cuBLAS: met (worst M = 1024: 0.93x)" in lines
+    assert f"- M = 4096, {where}: the dispatcher within 3% of the best path: met (2780.0 us, best 2704.0 us)" in lines
+    assert f"- M = 64, {where}: ahead of humming's 87.6 us (the issue's H100 figure): met (80.0 us)" in lines
+    rows[4] = _row("dqgen", 256, 201.0)  # above cuBLAS at M = 256 (no 10% slack there)
+    rows[10] = _row("dqgen", 4096, 2800.0)  # 3.6% over the best
+    lines = "\n".join(bm.gemm_targets(_doc(rows)))
+    assert "<= 1.1x it beyond: MISSED (worst M = 256: 1.00x cuBLAS)" in lines
+    assert "within 3% of the best path: MISSED (2800.0 us, best 2704.0 us)" in lines
+    assert bm.gemm_targets(_doc([_row("dqgen", 16, 50.0), _row("cublas dense", 16, 170.0)])) == []
+
+
+def test_merge_keeps_rows_the_new_run_did_not_measure() -> None:
+    old = _doc([_row("dqgen", 1, 50.0), _row("dqgen", 64, 90.0)])
+    new = bm.matmul_document("H100", 3010.0, [_row("dqgen", 64, 80.0)], "do_bench", when="2026-11-24 02:00 UTC")
+    merged = bm.merge_documents(old, new)
+    assert sorted((r["M"], r["us"]) for r in merged["rows"]) == [(1, 50.0), (64, 80.0)]  # M = 64 re-measured
+    assert merged["copy_gbps"] == 3010.0 and merged["date"] == "2026-11-24 02:00 UTC"
+    assert "1 rows from the run of 2026-11-23 23:00 UTC (copy 3000 GB/s)" in merged["method"]
+    assert bm.merge_documents(_doc([_row("dqgen", 64, 90.0)]), new) == new  # nothing left of the old run
 
 
 FIXTURE = {
@@ -167,7 +213,9 @@ def test_plot_from_fixture_json(tmp_path) -> None:
     [
         (["--matmul", "--m", "0"], "error: [--m] got '0'; expected comma-separated positive integers"),
         (["--matmul", "--m", "1,x"], "error: [--m] got '1,x'"),
-        (["--m", "1"], "error: [--m] applies to --matmul only"),
+        (["--m", "1"], "error: [--m] and [--merge] apply to --matmul only"),
+        (["--merge"], "error: [--m] and [--merge] apply to --matmul only"),
+        (["--matmul", "--merge"], "error: --merge: docs/bench/matmul.json: cannot read the matmul record"),
         (["--matmul", "--gru"], "error: --matmul and --gru are separate benches"),
         (["--matmul", "--shapes", "4096x4096:64"], "error: [--shapes] with --matmul takes KxN only"),
         (["--matmul", "--shapes", "4096by4096"], "error: [--shapes] got '4096by4096'"),

@@ -37,8 +37,12 @@ from ..layout.layout import Layout
 DEFAULT_SPECS = ("awq_int4_fp16", "awq_int4_bf16")
 DEFAULT_SHAPES = ((4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192))
 DEFAULT_MS = (1, 2, 4, 8, 16)
+#: Issue 14's M (the GEMM's range); ``--m`` takes both lists joined for the whole table.
+GEMM_MS = (16, 32, 64, 128, 256, 512, 1024, 4096)
 #: Implementation names, as rows and ``--impls`` give them.
-IMPLS = ("dqgen", "cublas dense", "dequant + cublas", "torch int4")
+IMPLS = ("dqgen", "dqgen gemm", "cublas dense", "dequant + cublas", "torch int4")
+#: Above this M, ``dqgen gemm`` (the tensor-core GEMM alone, whatever the dispatch picks) is timed beside ``dqgen``.
+GEMV_MAX_M = 16
 #: Optional pip packages named in the output when present ("not installed" otherwise); they add no rows yet.
 EXTRAS = ("humming", "gemlite")
 #: Keys every JSON row carries (issue 13 item 7), in this order; later keys are extra.
@@ -240,8 +244,14 @@ def bench_matmul(
             floor = floor_us(weight_bytes(spec, K, N, G), copy_gbps)
             buf = torch.empty_like(W)
             fns: dict[str, Callable[[Any], Any]] = {}
-            if matmul is not None and "dqgen" in wanted:
-                fns[label] = _fused(kernel, kernel.pack_matmul(q, s, z, g_idx=gi, global_scale=gsc))
+            packed = None
+            if matmul is not None and ("dqgen" in wanted or "dqgen gemm" in wanted):
+                packed = kernel.pack_matmul(q, s, z, g_idx=gi, global_scale=gsc)
+            if packed is not None and "dqgen" in wanted:
+                fns[label] = _fused(kernel, packed)
+            gemm_fn = _gemm_alone(kernel, packed) if packed is not None and "dqgen gemm" in wanted else None
+            if gemm_fn is not None:
+                fns["dqgen gemm"] = gemm_fn
             if "cublas dense" in wanted:
                 fns["cublas dense"] = _dense(W)
             if "dequant + cublas" in wanted:
@@ -265,6 +275,8 @@ def bench_matmul(
                 x = torch.randn((M, K), dtype=tdt, device="cuda", generator=_gen(torch, M))
                 ref = x.double() @ W64
                 for name, fn in fns.items():
+                    if name == "dqgen gemm" and M <= GEMV_MAX_M:
+                        continue
                     err = _rel_err(fn(x), ref)
                     us = single_call_us(functools.partial(fn, x))
                     row = MatmulRow(
@@ -275,13 +287,21 @@ def bench_matmul(
                         f"{spec.name} {K}x{N} M={M} {name}: {us:.1f} us ({row.pct_floor:.0f}% of the "
                         f"{floor:.1f} us floor), rel_err {err:.2e}"
                     )
-            del W, W64, buf, fns, q, s, z
+            del W, W64, buf, fns, q, s, z, packed, gemm_fn
             torch.cuda.empty_cache()
     return rows
 
 
 def _fused(kernel: Any, packed: Any) -> Callable[[Any], Any]:
     return lambda x: kernel.matmul(x, packed)
+
+
+def _gemm_alone(kernel: Any, packed: Any) -> Callable[[Any], Any] | None:
+    """The tensor-core GEMM on the layout pack_matmul put beside ``packed`` (None for specs it does not take)."""
+    from ..run import dispatch, gemm
+
+    gw = dispatch.beside(packed)
+    return None if gw is None else (lambda x: gemm.run(kernel, x, gw))
 
 
 def _dense(W: Any) -> Callable[[Any], Any]:
@@ -436,32 +456,133 @@ def targets(doc: dict) -> list[str]:
     return lines
 
 
+#: Issue 14's published comparison point: humming at M = 64, 8192 x 28672, fp16, on the same H100 model (µs).
+HUMMING_M64_8192X28672_US = 87.6
+#: Issue 14's regimes: up to SMALL_M beat cuBLAS dense; LARGE_M..MAX_M stay within DENSE_SLACK of it.
+GEMM_SMALL_M = 128
+GEMM_LARGE_M = 256
+GEMM_MAX_M = 1024
+DENSE_SLACK = 1.1
+#: Issue 14: the dispatcher's choice within this factor of the best path timed at the same M.
+DISPATCH_SLACK = 1.03
+
+
+def _ratio(rows: list[dict], r: dict, impl: str) -> float | None:
+    """r's time over ``impl``'s on the same spec, shape and M (None where ``impl`` was not timed)."""
+    other = _by(rows, impl, r["spec"], r["K"], r["N"], r["M"])
+    return None if other is None else r["us"] / other["us"]
+
+
+def gemm_targets(doc: dict) -> list[str]:
+    """Issue 14's targets on the ``dqgen`` rows past the GEMV (M > 16), per spec and shape, each met or missed with
+    its worst figure (a target whose rows this run lacks is left out)."""
+    rows = doc["rows"]
+    lines: list[str] = []
+    dq = [r for r in rows if r["impl"] == "dqgen" and r["M"] > GEMV_MAX_M]
+    for spec in sorted({r["spec"] for r in dq}):
+        for K, N in sorted({(r["K"], r["N"]) for r in dq if r["spec"] == spec}):
+            here = sorted((r for r in dq if r["spec"] == spec and (r["K"], r["N"]) == (K, N)), key=lambda r: r["M"])
+            where = f"{spec} {K}x{N}"
+
+            small = [
+                (r, q) for r in here if r["M"] <= GEMM_SMALL_M if (q := _ratio(rows, r, "cublas dense")) is not None
+            ]
+            if small:
+                r, q = max(small, key=lambda p: p[1])
+                lines.append(
+                    f"- M = 17..{GEMM_SMALL_M}, {where}: faster than cuBLAS dense: {'met' if q < 1.0 else 'MISSED'} "
+                    f"(worst M = {r['M']}: {r['us']:.1f} us = {q:.2f}x cuBLAS)"
+                )
+            big = [
+                (r, q) for r in here if GEMM_LARGE_M <= r["M"] <= GEMM_MAX_M if (q := _ratio(rows, r, "cublas dense"))
+            ]
+            if big:
+                bad = [(r, q) for r, q in big if q > (1.0 if r["M"] == GEMM_LARGE_M else DENSE_SLACK)]
+                r, q = max(bad or big, key=lambda p: p[1])
+                lines.append(
+                    f"- M = {GEMM_LARGE_M}..{GEMM_MAX_M}, {where}: <= cuBLAS dense at M = {GEMM_LARGE_M}, <= "
+                    f"{DENSE_SLACK}x it beyond: {'MISSED' if bad else 'met'} (worst M = {r['M']}: {q:.2f}x cuBLAS)"
+                )
+            deq = [
+                (r, q)
+                for r in here
+                if GEMM_LARGE_M <= r["M"] <= GEMM_MAX_M
+                if (q := _ratio(rows, r, "dequant + cublas")) is not None
+            ]
+            if deq:
+                r, q = max(deq, key=lambda p: p[1])
+                lines.append(
+                    f"- M = {GEMM_LARGE_M}..{GEMM_MAX_M}, {where}: faster than dequantize + cuBLAS: "
+                    f"{'met' if q < 1.0 else 'MISSED'} (worst M = {r['M']}: {q:.2f}x)"
+                )
+            top = here[-1]
+            paths = [o["us"] for i in ("dqgen gemm", "dequant + cublas") if (o := _by(rows, i, spec, K, N, top["M"]))]
+            if paths and top["M"] > GEMM_MAX_M:
+                best = min([top["us"], *paths])
+                lines.append(
+                    f"- M = {top['M']}, {where}: the dispatcher within 3% of the best path: "
+                    f"{'met' if top['us'] <= DISPATCH_SLACK * best else 'MISSED'} "
+                    f"({top['us']:.1f} us, best {best:.1f} us)"
+                )
+            m64 = _by(rows, "dqgen", spec, K, N, 64)
+            if m64 is not None and (K, N) == (8192, 28672) and spec.endswith("fp16"):
+                ok = m64["us"] < HUMMING_M64_8192X28672_US
+                lines.append(
+                    f"- M = 64, {where}: ahead of humming's {HUMMING_M64_8192X28672_US} us (the issue's H100 "
+                    f"figure): {'met' if ok else 'MISSED'} ({m64['us']:.1f} us)"
+                )
+    return lines
+
+
 def markdown_section(doc: dict) -> str:
-    """The "matmul" section of docs/performance.md, from the JSON record alone."""
+    """The "matmul" section of docs/performance.md, from the JSON record alone: one line per spec, shape and M,
+    one column per implementation (µs and % of the weight floor), the worst rel_err of the line, then the targets."""
+    rows = doc["rows"]
+    impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
     lines = [
-        "## Fused quantized matmul (decode, M = 1..16)",
+        "## Fused quantized matmul: GEMV (M <= 16) and tensor-core GEMM (M > 16)",
         "",
         f"Written by `dqgen bench --matmul` on {doc['date']}, GPU: {doc['gpu']}. Device-to-device copy: "
         f"{doc['copy_gbps']:.0f} GB/s (read + write), timed like the rows.",
         "",
         f"Method: {doc.get('method', 'one call after an L2 flush, median')}. y = x @ dequant(W), x [M, K] in the "
         "spec's dtype, random full-range codes. `floor` = (packed weight + scales + zeros bytes) / copy bandwidth: "
-        "reading the weight once. `% floor` = floor / us. `rel_err` = ||y - ref|| / ||ref|| against float64 "
-        "x @ W on the same input (W: dqgen's dequantized weight, bit-equal to the CPU reference). Implementations: "
-        "`dqgen` (Kernel.matmul on a pack_matmul'ed weight), `cublas dense` (torch.matmul on W, unquantized), "
-        "`dequant + cublas` (dqgen's dequantize, then torch.matmul), `torch int4` (aten._weight_int4pack_mm, "
-        "bf16 and group 128 only, its weight packed by torch from the same codes).",
+        "reading the weight once. Cells: µs (% of the floor). `rel_err` = the largest ||y - ref|| / ||ref|| of the "
+        "line against float64 x @ W on the same input (W: dqgen's dequantized weight, bit-equal to the CPU "
+        "reference). Implementations: `dqgen` (Kernel.matmul on a pack_matmul'ed weight, as QuantLinear calls it: "
+        "the GEMV up to M = 16, then what the per-GPU dispatch rule picks), `dqgen gemm` (the tensor-core GEMM "
+        "alone, M > 16), `cublas dense` (torch.matmul on W, unquantized), `dequant + cublas` (dqgen's dequantize, "
+        "then torch.matmul), `torch int4` (aten._weight_int4pack_mm, bf16 and group 128 only, its weight packed by "
+        "torch from the same codes).",
         "",
-        "| spec | K x N | M | implementation | us | floor us | % floor | rel_err |",
-        "|---|---|---|---|---|---|---|---|",
+        "| spec | K x N | M | floor us | " + " | ".join(impls) + " | rel_err |",
+        "|---|---|---|---|" + "---|" * len(impls) + "---|",
     ]
-    for r in doc["rows"]:
-        lines.append(
-            f"| {r['spec']} | {r['K']}x{r['N']} | {r['M']} | {r['impl']} | {r['us']:.1f} | {r['floor_us']:.1f} "
-            f"| {r['pct_floor']:.1f} | {r['rel_err']:.1e} |"
-        )
-    lines += ["", "### Targets (issue 13)", "", *targets(doc)]
+    keys = dict.fromkeys((r["spec"], r["K"], r["N"], r["M"]) for r in rows)
+    for spec, K, N, M in sorted(keys, key=lambda k: (k[0], k[1], k[2], k[3])):
+        here = {r["impl"]: r for r in rows if (r["spec"], r["K"], r["N"], r["M"]) == (spec, K, N, M)}
+        cells = [f"{here[i]['us']:.1f} ({here[i]['pct_floor']:.0f}%)" if i in here else "" for i in impls]
+        floor = next(iter(here.values()))["floor_us"]
+        err = max(r["rel_err"] for r in here.values())
+        lines.append(f"| {spec} | {K}x{N} | {M} | {floor:.1f} | " + " | ".join(cells) + f" | {err:.1e} |")
+    lines += ["", "### Targets (issue 13: M <= 16)", "", *targets(doc)]
+    big = gemm_targets(doc)
+    if big:
+        lines += ["", "### Targets (issue 14: M > 16)", "", *big]
     return "\n".join(lines)
+
+
+def merge_documents(old: dict, new: dict) -> dict:
+    """``new`` with the rows of ``old`` it did not measure (same impl, spec, M, K, N), for a table measured over
+    several runs (``--merge``); the header is the new run's, and the old run's date is named in its method."""
+    seen = {(r["impl"], r["spec"], r["M"], r["K"], r["N"]) for r in new["rows"]}
+    kept = [r for r in old["rows"] if (r["impl"], r["spec"], r["M"], r["K"], r["N"]) not in seen]
+    if not kept:
+        return new
+    method = (
+        f"{new.get('method', '')}; {len(kept)} rows from the run of {old['date']} (copy {old['copy_gbps']:.0f} GB/s)"
+    )
+    return new | {"method": method, "rows": kept + new["rows"]}
 
 
 def write_markdown(path: Path, doc: dict) -> None:
