@@ -133,30 +133,41 @@ class DispatchRule:
 
 
 def rule_path() -> Path:
+    """This machine's measured rules (scripts/gemm_dispatch_rule.py --write-rule), by GPU name."""
     return default_cache_dir() / "dispatch.json"
 
+
+#: The rules measured for dqgen's release, by GPU name (scripts/gemm_dispatch_rule.py on that GPU; shipped in
+#: the wheel): what a GPU of that name gets before, or without, a measurement of its own.
+SHIPPED_RULES = Path(__file__).with_name("dispatch_rules.json")
 
 _RULES: dict[str, DispatchRule] = {}
 
 
+def _stored(path: Path, name: str) -> DispatchRule | None:
+    try:
+        entry = json.loads(path.read_text()).get(name)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(entry, dict):
+        return None
+    dense = entry.get("dense_min_m")
+    return DispatchRule(int(entry.get("gemm_min_m", GEMV_MAX_M + 1)), None if dense is None else int(dense))
+
+
 def rule_for(device: int) -> DispatchRule:
-    """The dispatch rule of this GPU (by name), read once from rule_path(); the defaults where none is stored."""
+    """The dispatch rule of this GPU (by name), looked up once: this machine's measurement (rule_path()), else
+    the release's (SHIPPED_RULES), else the defaults."""
     name = dev_name(device)
     hit = _RULES.get(name)
     if hit is None:
-        hit = DispatchRule()
-        try:
-            stored = json.loads(rule_path().read_text()).get(name)
-        except (OSError, ValueError):
-            stored = None
-        if isinstance(stored, dict):
-            hit = DispatchRule(int(stored.get("gemm_min_m", hit.gemm_min_m)), stored.get("dense_min_m"))
+        hit = _stored(rule_path(), name) or _stored(SHIPPED_RULES, name) or DispatchRule()
         _RULES[name] = hit
     return hit
 
 
 def save_rule(device: int, rule: DispatchRule) -> Path:
-    """Store a measured rule for this GPU's name (scripts/gemm_bench.py --write-rule)."""
+    """Store a measured rule for this GPU's name on this machine (scripts/gemm_dispatch_rule.py --write-rule)."""
     path = rule_path()
     try:
         rules = json.loads(path.read_text())

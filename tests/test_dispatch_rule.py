@@ -1,0 +1,45 @@
+"""Where Kernel.matmul's dispatch rule comes from (dqgen.run.dispatch.rule_for): this machine's measurement, else
+the rule measured for the release on a GPU of that name (shipped in the wheel), else the defaults."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dqgen.run import dispatch
+from dqgen.run.dispatch import DispatchRule
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.fixture
+def gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """rule_for on a pretend GPU whose name the test sets, with this machine's rule file under tmp_path."""
+    name = {"value": H100}
+    monkeypatch.setattr(dispatch, "dev_name", lambda device: name["value"])
+    monkeypatch.setattr(dispatch, "rule_path", lambda: tmp_path / "dispatch.json")
+    monkeypatch.setattr(dispatch, "_RULES", {})
+    return name
+
+
+def test_the_shipped_h100_rule_is_the_committed_measurement(gpu) -> None:
+    # docs/bench/gemm_dispatch.json is what scripts/gemm_dispatch_rule.py printed on the H100: the wheel ships it
+    measured = json.loads((Path(__file__).parents[1] / "docs/bench/gemm_dispatch.json").read_text())
+    assert measured["gpu"] == H100
+    assert dispatch.rule_for(0) == DispatchRule(**measured["rule"])
+
+
+def test_this_machines_measurement_wins_and_unknown_gpus_get_the_defaults(gpu, tmp_path: Path) -> None:
+    (tmp_path / "dispatch.json").write_text(json.dumps({H100: {"gemm_min_m": 17, "dense_min_m": None}}))
+    assert dispatch.rule_for(0) == DispatchRule(17, None)
+    gpu["value"] = "Some Future GPU"
+    assert dispatch.rule_for(0) == DispatchRule()
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", json.dumps({H100: "fast"})])
+def test_a_damaged_machine_rule_falls_back_to_the_shipped_one(gpu, tmp_path: Path, text: str) -> None:
+    (tmp_path / "dispatch.json").write_text(text)
+    shipped = json.loads(dispatch.SHIPPED_RULES.read_text())[H100]
+    assert dispatch.rule_for(0) == DispatchRule(shipped["gemm_min_m"], shipped["dense_min_m"])
