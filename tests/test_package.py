@@ -29,9 +29,13 @@ def test_specs_and_templates_live_inside_the_package():
     pkg = Path(dqgen.__file__).resolve().parent
     assert SHIPPED_SPECS.parent == pkg and TEMPLATES.parent == pkg / "emit"
     assert {"kernel.cu.j2", "converter.cuh.j2"} <= {p.name for p in TEMPLATES.glob("*.j2")}
-    # The wheel's package data must name both folders, or an installed dqgen has neither.
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    assert 'dqgen = ["specs/*.yaml", "emit/templates/*.j2"]' in pyproject
+    # The wheel's package data must name both folders (and the shipped dispatch rules), or an installed dqgen has
+    # none of them.
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["dqgen"]
+    assert {"specs/*.yaml", "emit/templates/*.j2", "run/dispatch_rules.json"} <= set(data)
+    assert (pkg / "run/dispatch_rules.json").is_file()
 
 
 def test_every_shipped_spec_loads_by_name_and_by_path():
