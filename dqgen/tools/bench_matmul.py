@@ -336,12 +336,9 @@ def matmul_document(gpu: str, copy_gbps: float, rows: list[MatmulRow], method: s
 
 def load_document(path: Path) -> dict:
     """A matmul JSON record, checked: ValueError (one line naming the file) for anything else."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read the matmul record: {e.strerror or e}") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not JSON ({str(e).splitlines()[0][:120]})") from None
+    from .report import read_json_record
+
+    doc = read_json_record(path, "matmul")
     if not isinstance(doc, dict) or any(k not in doc for k in (*HEADER_KEYS, "rows")):
         raise ValueError(f"{path}: expected a JSON object with {', '.join((*HEADER_KEYS, 'rows'))}")
     rows = doc["rows"]

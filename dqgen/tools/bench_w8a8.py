@@ -4,9 +4,10 @@ dqgen.w8a8.bench), with issue 15's speed targets each stated met or missed with 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from .report import read_json_record, write_section
 
 #: The GEMM rows' impl names, as dqgen.w8a8.gemm_bench records them.
 DQ_INT8 = "dqgen int8"
@@ -27,12 +28,7 @@ ACT_MIN_ELEMS = 4096 * 4096
 
 def load(path: Path) -> dict[str, Any]:
     """One bench record; ValueError (one line naming the file) when it is missing or not such a record."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read the w8a8 record: {e.strerror or e}") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not JSON ({str(e).splitlines()[0][:120]})") from None
+    doc = read_json_record(path, "w8a8")
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list) or "copy_GBps" not in doc:
         raise ValueError(f"{path}: expected a JSON object with copy_GBps and a list of rows")
     return doc
@@ -144,8 +140,6 @@ def markdown_section(gemm: dict[str, Any], act: dict[str, Any] | None) -> str:
 
 def write(docs: Path, gemm_path: Path, act_path: Path | None) -> None:
     """Rewrite the "w8a8" section of ``docs`` from the two records (the quantizer's may be absent)."""
-    from .report import write_section
-
     gemm = load(gemm_path)
     act = load(act_path) if act_path is not None and Path(act_path).is_file() else None
     write_section(docs, "w8a8", markdown_section(gemm, act))

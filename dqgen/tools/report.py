@@ -3,6 +3,7 @@ marked section and rewrites only that one, so a run of one bench never drops ano
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -51,3 +52,14 @@ def write_section(path: Path, name: str, body: str, order: tuple[str, ...] = SEC
         begin, end = _markers(n)
         parts.append(f"{begin}\n{sections[n]}\n{end}")
     write_whole(path, "\n\n".join(parts) + "\n")
+
+
+def read_json_record(path: Path, what: str) -> object:
+    """A bench's JSON record as parsed; ValueError (one line naming the file and ``what`` it should hold) when it
+    cannot be read or is not JSON. The caller checks the record's keys."""
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the {what} record: {e.strerror or e}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not JSON ({str(e).splitlines()[0][:120]})") from None
