@@ -144,7 +144,7 @@ def test_emulated_kernel_equals_x_at_w_every_spec(spec: Spec) -> None:
     "name,K,N,M,group,cfg,gather",
     [
         ("gptq_int4_asym_act_order_fp16", 256, 72, 17, 64, 64, True),  # act-order: rows sorted, x gathered
-        ("awq_int4_bf16", 224, 72, 33, 32, 128, True),  # 128 x 128 tile, 8 warps, padded groups
+        ("awq_int4_bf16", 224, 72, 33, 32, 128, True),  # 128 x 128 tile, 8 warps (TWO_WARP_ROWS), padded groups
         ("int8_fp16", 200, 264, 9, None, 128, False),  # K tail inside a tile, N tail of 8 columns
         ("int8_bf16", 192, 132, 20, None, 64, True),  # unaligned x: the gather entry with perm = identity
         ("awq_int4_fp16", 320, 200, 37, 64, 16, False),  # 16-row tiles: three of them, the last 5 rows
@@ -195,9 +195,9 @@ def test_emulated_kernel_catches_a_wrong_swizzle(monkeypatch: pytest.MonkeyPatch
 
 
 def test_split_k_partials_go_through_the_allocated_workspace_one_slot_each(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three splits on the 128-row tile: each partial lands in its own slot of the workspace run.gemm allocates
-    (the model fills a NaN workspace at the kernel's indices, refuses a slot written twice or left unwritten, and
-    sums the slots in split order); a slot map that ignores the warp is caught."""
+    """Three splits on the 128-row tile (TWO_WARP_ROWS): each partial lands in its own slot of the workspace that
+    run.gemm allocates (the model fills a NaN workspace at the kernel's indices, refuses a slot written twice or
+    left unwritten, and sums the slots in split order); a slot map that ignores the warp is caught."""
     from . import gemm_emulator as emu
 
     spec = load_spec("awq_int4_fp16")
