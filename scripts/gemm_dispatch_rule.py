@@ -5,10 +5,10 @@ tensor-core GEMM (dqgen.run.gemm.run on a packed weight) and dequantize + cuBLAS
 buffer, then torch.matmul), with cuBLAS on the dense weight alone beside them; one call after an L2 flush, median
 (dqgen.run.timing.single_call_us). Every output is checked against float64 x @ W first.
 
-The rule: ``gemm_min_m`` stays 17 (the GEMV launches 16 rows at a time; M = 16 shows both beside each other);
-``dense_min_m`` = the smallest M of the list from which dequantize + cuBLAS is faster than the GEMM by more than
-3% on every shape (None: never). Prints a table; writes
-the rows as JSON to --json.
+The rule: ``gemm_min_m`` = 16 where the GEMM is faster than the GEMV at M = 16 on every shape, else 17 (the
+GEMV launches 16 rows at a time; smaller M is not timed here); ``dense_min_m`` = the smallest M of the list from
+which dequantize + cuBLAS is faster than the GEMM by more than 3% on every shape (None: never). Prints a table;
+writes the rows as JSON to --json.
 
     python scripts/gemm_dispatch_rule.py [--spec awq_int4_fp16] [--json out.json] [--write-rule]
 """
@@ -95,7 +95,10 @@ def main() -> int:
             for K, N in shapes
         ]
         print(f"| {M} | " + " | ".join(cells) + " |")
-    rule = dispatch.DispatchRule(gemm_min_m=dispatch.GEMV_MAX_M + 1, dense_min_m=dense_min)
+    gemm_min = dispatch.GEMV_MAX_M + 1
+    if 16 in ms and all(t("gemm", 16, K, N) < t("gemv", 16, K, N) for K, N in shapes):
+        gemm_min = 16
+    rule = dispatch.DispatchRule(gemm_min_m=gemm_min, dense_min_m=dense_min)
     print(f"rule for {torch.cuda.get_device_name(0)}: {rule}")
     if a.json:
         with open(a.json, "w") as f:

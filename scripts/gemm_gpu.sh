@@ -2,7 +2,7 @@
 # The tensor-core GEMM (issue 14) on a lent GPU, one step per call (each well inside the 10-minute limit):
 #   bash scripts/gemm_gpu.sh tests    [OUTDIR]  GPU tests: tests/test_gpu_gemm.py, and tests/test_gpu_matmul.py
 #                                               (its M > 16 cases now go through the GEMM's dispatch)
-#   bash scripts/gemm_gpu.sh sanitize [OUTDIR]  one launch of every GEMM entry point (both tiles, direct and
+#   bash scripts/gemm_gpu.sh sanitize [OUTDIR]  one launch of every GEMM entry point (every tile, direct and
 #                                               gather A, split and unsplit) under compute-sanitizer memcheck and
 #                                               racecheck, outputs checked against the reference
 #   bash scripts/gemm_gpu.sh rule     [OUTDIR]  GEMM vs dequantize + cuBLAS vs cuBLAS dense at the issue's shapes,

@@ -1,4 +1,4 @@
-"""Every entry point of the tensor-core GEMM (dqgen.run.gemm: the 64- and 128-row tiles, direct and gather A
+"""Every entry point of the tensor-core GEMM (dqgen.run.gemm: the 16-, 32- and 64-row tiles, direct and gather A
 loads, split-K with its workspace and the unsplit grid) launched once on a shape with tails, for
 `compute-sanitizer --tool memcheck` and `--tool racecheck` (the cp.async pipeline reuses shared-memory stages);
 each output is also checked against the float64 reference, so a launch that the sanitizer passes but computes
@@ -19,9 +19,9 @@ from dqgen.run.runtime import Kernel
 
 #: (spec, K, N, group size, M values): tails in K, N and M; the launches below cover every entry, split and not
 CASES = (
-    ("awq_int4_fp16", 128 * 5, 200, 128, (17, 300)),  # direct A; 2 x 128-column tiles: split-K
-    ("gptq_int4_asym_act_order_fp16", 128 * 5, 200, 128, (17, 300)),  # act-order: the gather entries
-    ("int8_bf16", 64 * 3 + 8, 128 * 40 + 4, None, (33, 290)),  # K tail inside a tile; 41 x 3 tiles: no split
+    ("awq_int4_fp16", 128 * 5, 200, 128, (9, 17, 300)),  # direct A; 2 x 128-column tiles: split-K
+    ("gptq_int4_asym_act_order_fp16", 128 * 5, 200, 128, (9, 17, 40)),  # act-order: the gather entries
+    ("int8_bf16", 64 * 3 + 8, 128 * 40 + 4, None, (5, 33, 290)),  # K tail inside a tile; 41 x 3 tiles: no split
 )
 TOL = {"fp16": 2e-3, "bf16": 1e-2}
 

@@ -31,6 +31,11 @@ class GemmConfig:
     def threads(self) -> int:
         return self.wm * self.wn * 32
 
+    @property
+    def tag(self) -> str:
+        """The config in an entry point's name (several configs of one BM may be rendered side by side)."""
+        return f"m{self.bm}w{self.wm}x{self.wn}s{self.stages}b{self.min_blocks}"
+
     def shared_bytes(self, bits: int, has_zeros: bool) -> int:
         """Dynamic shared memory of a launch: per stage the A tile, the B lines, the scales (and zeros)."""
         b_lines = TILE_N // columns_interleaved(bits)
@@ -38,10 +43,18 @@ class GemmConfig:
         return self.stages * per_stage
 
 
-#: The tile configs, smallest M first: 64 x 128 (4 warps of 64 x 32 side by side along N, 4 stages: each warp
-#: converts only its own 32 columns of B, so no weight is converted twice where M is small and the conversion is
-#: the work), 128 x 128 (8 warps of 64 x 32, 2 x 4, 3 stages: each B fragment converted by two warps).
-CONFIGS = (GemmConfig(64, 1, 4, 4, 3), GemmConfig(128, 2, 4, 3, 1))
+#: The tile configs, smallest M first; each warp covers its own 32 of the CTA's 128 columns for all BM rows, so it
+#: converts only its own B fragments and issues BM / 16 m16 mmas per converted fragment. 16 x 128 and 32 x 128
+#: hold M <= 16 / <= 32 with no mma on rows past M (a 64-row tile spends 3/4 of its mmas on zero rows at M = 16)
+#: and are light, 4-5 CTAs per SM keeping enough cp.async stages in flight; 64 x 128 (3 per SM) serves every
+#: larger M: on the H100 it beat 128 x 128 with 8 warps (2 x 4, each fragment converted twice) by 4-36% at
+#: M = 512..4096 and 256 x 128 in all but one case, and two 64-row tiles beat one 128-row tile at M = 128
+#: (docs/bench/gemm_speed.json, docs/performance.md's notes).
+CONFIGS = (
+    GemmConfig(16, 1, 4, 4, 5),
+    GemmConfig(32, 1, 4, 4, 4),
+    GemmConfig(64, 1, 4, 4, 3),
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +67,7 @@ ENTRIES = tuple(GemmEntry(c, g) for c in CONFIGS for g in (False, True))
 
 
 def entry_name(spec: Spec, e: GemmEntry) -> str:
-    return f"dqgen_gemm_{spec.name}_m{e.config.bm}{'_gather' if e.gather else ''}"
+    return f"dqgen_gemm_{spec.name}_{e.config.tag}{'_gather' if e.gather else ''}"
 
 
 def has_zeros(spec: Spec) -> bool:
@@ -62,22 +75,23 @@ def has_zeros(spec: Spec) -> bool:
     return bool(spec.zeros.packed or spec.zeros.dense)
 
 
-_SOURCES: dict[str, str] = {}
+_SOURCES: dict[tuple[str, tuple[GemmEntry, ...]], str] = {}
 
 
-def render_gemm(spec: Spec) -> str:
-    """The GEMM source of ``spec`` with every entry point (memoized on the converter artifact's key). ValueError
-    (from converter_spec) naming the spec field for specs that are not 4- or 8-bit integer codes."""
+def render_gemm(spec: Spec, entries: tuple[GemmEntry, ...] = ENTRIES) -> str:
+    """The GEMM source of ``spec`` with the given entry points (all by default; a launch compiles only the one it
+    runs), memoized on the converter artifact's key. ValueError (from converter_spec) naming the spec field for
+    specs that are not 4- or 8-bit integer codes."""
     conv = converter_spec(spec)
     art = compile_artifact(conv)
-    key = f"{spec.name}:{art.key}"
+    key = (f"{spec.name}:{art.key}", tuple(entries))
     hit = _SOURCES.get(key)
     if hit is None:
-        hit = _SOURCES[key] = _render(spec, conv, art.plan)
+        hit = _SOURCES[key] = _render(spec, conv, art.plan, tuple(entries))
     return hit
 
 
-def _render(spec: Spec, conv: Spec, plan: object) -> str:
+def _render(spec: Spec, conv: Spec, plan: object, entries: tuple[GemmEntry, ...]) -> str:
     ctx = context(conv, plan, only=[])  # type: ignore[arg-type]
     bits = conv.source.bits
     per_word = conv.per_word
@@ -99,7 +113,7 @@ def _render(spec: Spec, conv: Spec, plan: object) -> str:
                 "gather": e.gather,
                 "shared_bytes": e.config.shared_bytes(bits, has_zeros(spec)),
             }
-            for e in ENTRIES
+            for e in entries
         ],
     )
     return template_env().get_template("gemm.cu.j2").render(**ctx)

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 #: Rows of x the GEMV takes best (its two mma token tiles); the GEMM takes more.
 GEMV_MAX_M = 16
 #: Default of the dense rule where none was measured on this GPU: cuBLAS on dequantized weights from this M on
-#: (an estimate from the research note's H100 figures, to be replaced by the measured rule).
-DEFAULT_DENSE_MIN_M = 4096
+#: (the H100's measured rule, scripts/gemm_dispatch_rule.py: the GEMM's mma.sync loop reaches ~300 TFLOP/s, so
+#: from M = 512 dequantize + cuBLAS is faster on every shape of the issue).
+DEFAULT_DENSE_MIN_M = 512
 
 
 @dataclass

@@ -107,7 +107,7 @@ def _function(kernel: Kernel, e: GemmEntry, device: int) -> dev.LoadedKernel:
     spec = kernel.spec
     if int(arch[3:].rstrip("af")) < spec.sm:
         raise RuntimeError(f"{spec.name}: spec targets {spec.arch} but GPU {device} is {arch}")
-    source = render_gemm(spec)
+    source = render_gemm(spec, (e,))  # one entry per module: a launch compiles only what it runs
     name = entry_name(spec, e)
     key = (hashlib.sha256(source.encode()).hexdigest(), name, device)
     fn = _LOADED.get(key)
@@ -128,9 +128,12 @@ def x_aligned(ptr: int, row_stride: int, K: int) -> bool:
 
 
 def choose_config(M: int) -> GemmConfig:
-    """The CTA tile for M rows: 64 x 128 up to 256 rows (twice the CTAs of 128 x 128 where the grid is small),
-    128 x 128 beyond (half the re-reads of the weights per row of x). A default until timed per GPU."""
-    return CONFIGS[0] if M <= 256 else CONFIGS[1]
+    """The CTA tile for M rows: the smallest of CONFIGS that holds M (16 or 32 rows), else 64 x 128 (timed on the
+    H100 against 128 x 128 and 256 x 128 tiles: docs/bench/gemm_speed.json)."""
+    for cfg in CONFIGS:
+        if cfg.bm >= M:
+            return cfg
+    return CONFIGS[-1]
 
 
 def workspace_floats(cfg: GemmConfig, tiles: int, splits: int) -> int:
@@ -138,13 +141,29 @@ def workspace_floats(cfg: GemmConfig, tiles: int, splits: int) -> int:
     return splits * tiles * cfg.bm * TILE_N
 
 
-def choose_splits(tiles: int, k_tiles: int, resident: int) -> int:
-    """CTAs per output tile along K: 1 when the tiles fill the GPU's resident CTAs once; else the fewest that
-    do, each split keeping at least MIN_TILES_PER_SPLIT K tiles (and at most MAX_SPLITS splits)."""
-    if tiles >= resident:
-        return 1
-    want = -(-resident // max(tiles, 1))
-    return max(1, min(want, k_tiles // MIN_TILES_PER_SPLIT, MAX_SPLITS))
+#: The split model's costs in K tiles of one CTA: a CTA's pipeline fill and epilogue, and per split the partial
+#: tile it writes and the last CTA reads back (of a 64-row tile; scaled by BM / 64). Fitted to the H100 sweep of
+#: split counts 1, 2, 4, 8 (scripts/gemm_sweep.py, docs/bench/gemm_speed.json): with these the model's pick was
+#: within 7% of the best measured count at every shape and M, and the best at 28 of 38.
+FILL_TILES = 6.0
+REDUCE_TILES_PER_64_ROWS = 3.0
+
+
+def choose_splits(tiles: int, k_tiles: int, resident: int, bm: int = 64) -> int:
+    """CTAs per output tile along K: the count that minimises a wave model of the launch, rounds of resident CTAs
+    x (K tiles per split + FILL_TILES) + the split-K reduction (REDUCE_TILES_PER_64_ROWS x bm / 64 per split),
+    each split keeping at least MIN_TILES_PER_SPLIT K tiles, at most MAX_SPLITS; ties go to fewer splits."""
+    best, best_cost = 1, float("inf")
+    for want in range(1, MAX_SPLITS + 1):
+        if want > 1 and k_tiles < want * MIN_TILES_PER_SPLIT:
+            break
+        per = -(-k_tiles // want)
+        splits = -(-k_tiles // per)  # no empty split
+        rounds = -(-tiles * splits // max(resident, 1))
+        cost = rounds * (per + FILL_TILES) + (REDUCE_TILES_PER_64_ROWS * bm / 64 * splits if splits > 1 else 0.0)
+        if cost < best_cost - 1e-9:
+            best, best_cost = splits, cost
+    return best
 
 
 def pack(kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None) -> GemmWeight:
@@ -243,8 +262,18 @@ def _check_call(torch: Any, spec: Spec, x: Any, K: int, N: int, device: int, bia
     return x2, out
 
 
-def run(kernel: Kernel, x: Any, w: GemmWeight, *, bias: Any = None, out: Any = None) -> Any:
-    """The GEMM launch on checked tensors: y = x @ W (+ bias), any M."""
+def run(
+    kernel: Kernel,
+    x: Any,
+    w: GemmWeight,
+    *,
+    bias: Any = None,
+    out: Any = None,
+    config: GemmConfig | None = None,
+    splits: int | None = None,
+) -> Any:
+    """The GEMM launch on checked tensors: y = x @ W (+ bias), any M. ``config`` / ``splits`` override
+    choose_config / choose_splits (tuning and benchmarks; any tile of the template, any split count >= 1)."""
     torch = _torch()
     spec = kernel.spec
     if w.spec_name != spec.name:
@@ -254,10 +283,12 @@ def run(kernel: Kernel, x: Any, w: GemmWeight, *, bias: Any = None, out: Any = N
     if M == 0 or w.N == 0:
         return out
     x_stride = int(x2.stride(0)) if M > 1 else w.K
-    key = (x2.data_ptr(), M, x_stride, out.data_ptr(), 0 if bias is None else bias.data_ptr())
+    if splits is not None and not (isinstance(splits, int) and splits >= 1):
+        raise ValueError(f"splits: expected an int >= 1, got {splits!r}")
+    key = (x2.data_ptr(), M, x_stride, out.data_ptr(), 0 if bias is None else bias.data_ptr(), config, splits)
     launch = w._bound.get(key)
     if launch is None:
-        launch = _bind(kernel, w, x2, x_stride, M, bias, out)
+        launch = _bind(kernel, w, x2, x_stride, M, bias, out, config, splits)
         if len(w._bound) >= 64:
             w._bound.clear()
         w._bound[key] = launch
@@ -265,19 +296,30 @@ def run(kernel: Kernel, x: Any, w: GemmWeight, *, bias: Any = None, out: Any = N
     return out
 
 
-def _bind(kernel: Kernel, w: GemmWeight, x2: Any, x_stride: int, M: int, bias: Any, out: Any) -> Any:
+def _bind(
+    kernel: Kernel,
+    w: GemmWeight,
+    x2: Any,
+    x_stride: int,
+    M: int,
+    bias: Any,
+    out: Any,
+    config: GemmConfig | None = None,
+    want_splits: int | None = None,
+) -> Any:
     torch = _torch()
-    cfg = choose_config(M)
+    cfg = config if config is not None else choose_config(M)
     entry = GemmEntry(cfg, w.gather or not x_aligned(x2.data_ptr(), x_stride, w.K))
     fn = _function(kernel, entry, w.device)
     smem = cfg.shared_bytes(kernel.spec.source.bits, has_zeros(kernel.spec))
     m_tiles, n_tiles = -(-M // cfg.bm), -(-w.N // TILE_N)
     tiles = m_tiles * n_tiles
     resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
-    splits = choose_splits(tiles, w.k_tiles, resident)
+    splits = want_splits if want_splits is not None else choose_splits(tiles, w.k_tiles, resident, cfg.bm)
+    splits = max(1, min(splits, w.k_tiles))
     per_split = -(-w.k_tiles // splits)
     splits = -(-w.k_tiles // per_split)  # no empty split
-    ws_key = (cfg.bm, tiles, splits)
+    ws_key = (cfg.bm, tiles, splits)  # by BM: configs of one BM share the workspace layout
     if splits > 1 and ws_key not in w._ws:
         cuda = torch.device("cuda", w.device)
         w._ws[ws_key] = (
