@@ -62,7 +62,9 @@ def test_every_spec_m_1_3_16_with_tails(spec: Spec) -> None:
     k = Kernel(spec)
     K, N, g = tail_shape(spec)
     (q, s, z, gi, gsc), W = matmul_inputs(spec, K, N, seed=K + N, group_size=g)
-    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc))
+    # the GEMV's layout alone: on a GPU whose dispatch rule gives M = 16 to the tensor-core GEMM, M = 16 would
+    # otherwise leave the GEMV's 16-token entries untested (the GEMM's own tests are tests/test_gpu_gemm.py)
+    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc), gemm=False)
     x_dtype = to_torch(np.zeros(1, W.dtype)).dtype
     for M in (1, 3, 16):
         x_np = random_x(spec, M, K, seed=M)
@@ -84,7 +86,9 @@ def test_grouped_weights_scale_each_group_sum(spec: Spec) -> None:
     K = 4096 + (mm.per_block if g is None else g)
     N = tail_shape(spec)[1]
     (q, s, z, gi, gsc), W = matmul_inputs(sp, K, N, seed=K + 1)
-    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc))
+    # the GEMV's layout alone: on a GPU whose dispatch rule gives M = 16 to the tensor-core GEMM, M = 16 would
+    # otherwise leave the GEMV's 16-token entries untested (the GEMM's own tests are tests/test_gpu_gemm.py)
+    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc), gemm=False)
     assert w.mode == GROUPED and w.splits > 1
     x_dtype = to_torch(np.zeros(1, W.dtype)).dtype
     for M in (1, 3, 16):
@@ -122,7 +126,7 @@ def test_act_order_and_groups_that_are_no_whole_blocks(name: str, group: int) ->
     k = Kernel(spec)
     K, N = group * 33, 48 + 8
     (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=5, group_size=group)
-    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
+    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), gemm=False)  # the GEMV alone
     assert w.gather
     for M in (1, 16):
         x_np = random_x(spec, M, K, seed=M)
