@@ -1,10 +1,10 @@
-"""One GPU call comparing the GEMV's variants on one build, AWQ int4 g128 fp16 at the issue's shapes, M = 1 and 16:
-PAIRED (the scale applied to each weight, split-K filling the resident blocks once: the kernel before GROUPED) and
-GROUPED (the scale applied to each group's fp32 partial sum, deeper loads in flight), each with both split-K rules.
-GROUPED weights launch the PAIRED entry for 1..8 tokens (dqgen.emit.matmul.launch_mode), so at M = 1 the GROUPED
-columns compare the split rules; the 2026-11-23 run (a GROUPED entry for 1..8 tokens too) is in
-docs/performance.md. Times: triton.testing.do_bench (L2 flushed before each call, median). ``--ncu``: one launch
-of each of three variants and nothing else (run under ``ncu -k regex:dqgen_mm``).
+"""One GPU call comparing the GEMV's code-shape variants (dqgen.emit.matmul.Tuning) on one build, AWQ int4 g128
+fp16 at the issue's shapes, M = 1 and 16, side by side: the kernel before this round (weights through __ldcs, x
+loaded per chunk), the weights through ld.global.nc.L1::no_allocate (alone, with x hoisted per batch, with an L2
+256-byte prefetch), x hoisted alone, a lighter kernel (2 chunks a batch, 6 blocks per SM), the GROUPED entry at
+M = 1, and the kept variant at every split-K count. Times: triton.testing.do_bench (L2 flushed before each call,
+median), two rounds, the second in reverse order; the table prints both. ``--ncu``: one launch of the kept
+variant at 8192x28672 and 4096x6144, M = 1 (run under ``ncu -k regex:dqgen_mm``).
 
 Usage on the GPU machine (dqgen on PYTHONPATH): python scripts/matmul_variants.py OUTDIR [--ncu]
 """
@@ -23,33 +23,63 @@ import triton.testing
 from dqgen.check.reference import random_inputs
 from dqgen.core.spec import load_spec, with_group_size
 from dqgen.emit import matmul as emit_mm
-from dqgen.emit.matmul import GROUPED, PAIRED, WARPS, MatmulEntry
+from dqgen.emit.matmul import GROUPED, PAIRED, WARPS, MatmulEntry, Tuning
 from dqgen.run import device as dev
 from dqgen.run import matmul as mm
 from dqgen.run.gpucheck import to_torch
 from dqgen.run.runtime import Kernel
 
 SHAPES = [(4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192)]
+BEFORE = Tuning(wload="cs", xhoist=False)
+KEPT = Tuning()
+#: name -> (tuning, entry mode at 1..8 tokens)
+VARIANTS: dict[str, tuple[Tuning, int]] = {
+    "before": (BEFORE, PAIRED),
+    "cs_x": (Tuning(wload="cs"), PAIRED),
+    "na": (Tuning(xhoist=False), PAIRED),
+    "na_x": (KEPT, PAIRED),
+    "na256_x": (Tuning(wload="na256"), PAIRED),
+    "na_x_u2mb6": (Tuning(unroll=2, min_blocks=6), PAIRED),
+    "na_grouped": (KEPT, GROUPED),
+}
+M16 = ("before", "na_x", "na256_x")  # 16 tokens run the GROUPED entry: only the weight load differs
 
 
-def old_splits(n_tiles: int, chunks: int, resident: int) -> int:
-    """The split rule before this change: the fewest splits that fill the resident blocks at least once."""
-    return max(1, min(-(-resident // n_tiles), chunks // (2 * WARPS)))
-
-
-def variant(k: Kernel, w: mm.MatmulWeight, mode: int, rule: str) -> mm.MatmulWeight:
-    fn = mm._function(k, MatmulEntry(False, mode), w.device)
+def variant(k: Kernel, w: mm.MatmulWeight, tuning: Tuning, mode: int, splits: int | None) -> mm.MatmulWeight:
+    """A copy of w whose launches run the kernel rendered with ``tuning`` (bound on its first call)."""
+    emit_mm.TUNING = tuning
+    emit_mm._SOURCES.clear()
+    fn = mm._function(k, MatmulEntry(False, PAIRED), w.device)  # every entry has the same register cap
     resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
-    pick = old_splits if rule == "old" else mm.choose_splits
-    splits = pick(w.n_tiles, w.chunks, resident)
+    s = splits if splits is not None else mm.choose_splits(w.n_tiles, w.chunks, resident)
     return dataclasses.replace(
         w,
-        mode=mode,
-        splits=splits,
-        workspace=torch.empty(w.n_tiles * splits * mm.PARTIAL, dtype=torch.float32, device=w.wq.device),
+        splits=s,
+        workspace=torch.empty(w.n_tiles * s * mm.PARTIAL, dtype=torch.float32, device=w.wq.device),
         counters=torch.zeros(w.n_tiles, dtype=torch.int32, device=w.wq.device),
         _bound={},
     )
+
+
+def bind(k: Kernel, v: mm.MatmulWeight, tuning: Tuning, mode: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    """The first call renders, compiles and binds the variant's launch (kept in v._bound for the timing)."""
+    emit_mm.TUNING = tuning
+    emit_mm._SOURCES.clear()
+    keep_entries, keep_launch = emit_mm.entries, mm.launch_mode
+    if mode == GROUPED:  # a GROUPED entry for 1..8 tokens too
+        emit_mm.entries = lambda spec: (*keep_entries(spec), MatmulEntry(False, GROUPED))
+        mm.launch_mode = lambda m, tok16: m
+    try:
+        k.matmul(x, v, out=y)
+        torch.cuda.synchronize()
+    finally:
+        emit_mm.entries, mm.launch_mode = keep_entries, keep_launch
+        emit_mm.TUNING = KEPT
+        emit_mm._SOURCES.clear()
+
+
+def time_us(k: Kernel, x: torch.Tensor, v: mm.MatmulWeight, y: torch.Tensor) -> float:
+    return float(triton.testing.do_bench(lambda: k.matmul(x, v, out=y), return_mode="median")) * 1e3
 
 
 def main() -> None:
@@ -59,57 +89,59 @@ def main() -> None:
     spec = with_group_size(load_spec("awq_int4_fp16"), 128)
     k = Kernel(spec)
     rows = []
-    shapes = [(8192, 28672), (4096, 6144)] if ncu else SHAPES
-    for K, N in shapes:
+    for K, N in [(8192, 28672), (4096, 6144)] if ncu else SHAPES:
         q, s, z, gi = random_inputs(spec, K, N, seed=0)
         floor_bytes = sum(a.nbytes for a in (q, s, z) if a is not None)
         w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
         assert w.mode == GROUPED, w.mode
-        variants = {
-            "paired_old": variant(k, w, PAIRED, "old"),
-            "grouped_new": variant(k, w, GROUPED, "new"),
-            "grouped_old": variant(k, w, GROUPED, "old"),
-        }
-        if ncu:  # one launch each: paired_old and grouped_new at the first shape, grouped_new at the second
+        if ncu:
             x = (torch.randn(1, K, device="cuda") / K**0.5).half()
-            names = ["paired_old", "grouped_new"] if shapes[0] == (K, N) else ["grouped_new"]
-            for name in names:
-                k.matmul(x, variants[name])
-            torch.cuda.synchronize()
+            v = variant(k, w, KEPT, PAIRED, None)
+            bind(k, v, KEPT, PAIRED, x, torch.empty(1, N, dtype=torch.float16, device="cuda"))
             continue
         for M in (1, 16):
             x = (torch.randn(M, K, device="cuda") / K**0.5).half()
-            ref = k.matmul(x, variants["paired_old"]).float()
+            cases: dict[str, tuple[mm.MatmulWeight, torch.Tensor]] = {}
+            names = list(VARIANTS) if M == 1 else list(M16)
+            for name in names:
+                tuning, mode = VARIANTS[name]
+                v = variant(k, w, tuning, mode, None)
+                y = torch.empty(M, N, dtype=torch.float16, device="cuda")
+                bind(k, v, tuning, mode, x, y)
+                cases[name] = (v, y)
+            if M == 1:  # the kept kernel at every split count (the rule's pick is the na_x row)
+                top = max(1, min(4, w.chunks // (2 * WARPS)))
+                for sp in range(1, top + 1):
+                    v = variant(k, w, KEPT, PAIRED, sp)
+                    y = torch.empty(M, N, dtype=torch.float16, device="cuda")
+                    bind(k, v, KEPT, PAIRED, x, y)
+                    cases[f"na_x_s{sp}"] = (v, y)
+            ref = cases["before"][1].float()
             row: dict = {"K": K, "N": N, "M": M, "floor_us": round(floor_bytes / 3005e3, 2)}
-            for name, v in variants.items():
-                y = k.matmul(x, v)
-                err = float((y.float() - ref).norm() / ref.norm())
-                us = float(triton.testing.do_bench(lambda x=x, v=v, y=y: k.matmul(x, v, out=y), return_mode="median"))
-                row[name] = round(us * 1e3, 2)
+            order = list(cases)
+            times: dict[str, list[float]] = {n: [] for n in order}
+            for rnd in (order, order[::-1]):
+                for name in rnd:
+                    v, y = cases[name]
+                    times[name].append(time_us(k, x, v, y))
+            for name in order:
+                v, y = cases[name]
+                row[name] = [round(t, 2) for t in times[name]]
                 row[name + "_splits"] = v.splits
-                row[name + "_err_vs_paired"] = float(f"{err:.2g}")
-            # the same GROUPED kernel with half the chunks in flight (ring 3): does the depth matter?
-            shallow = dataclasses.replace(variants["grouped_new"], _bound={})
-            emit_mm.ring, default_ring = (lambda spec: 3), emit_mm.ring
-            emit_mm._SOURCES.clear()
-            y = k.matmul(x, shallow)
-            us = float(triton.testing.do_bench(lambda x=x, v=shallow, y=y: k.matmul(x, v, out=y), return_mode="median"))
-            row["grouped_ring_half"] = round(us * 1e3, 2)
-            emit_mm.ring = default_ring
-            emit_mm._SOURCES.clear()
+                row[name + "_err"] = float(f"{float((y.float() - ref).norm() / ref.norm()):.2g}")
             rows.append(row)
             print(json.dumps(row), flush=True)
-        del variants, w
+            del cases
+        del w
         torch.cuda.empty_cache()
-    if not ncu:
-        (out / "variants.json").write_text(json.dumps(rows, indent=1))
-        print(f"{'K x N':>12} {'M':>3} {'floor':>6} {'paired_old':>11} {'grouped_new':>12} {'grouped_old':>12} ring/2")
-        for r in rows:
-            print(
-                f"{r['K']:>5}x{r['N']:<6} {r['M']:>3} {r['floor_us']:>6} {r['paired_old']:>8}/{r['paired_old_splits']}"
-                f" {r['grouped_new']:>9}/{r['grouped_new_splits']} {r['grouped_old']:>9}/{r['grouped_old_splits']}"
-                f" {r['grouped_ring_half']:>7}"
-            )
+    if ncu:
+        return
+    (out / "variants.json").write_text(json.dumps(rows, indent=1))
+    for r in rows:
+        print(f"{r['K']}x{r['N']} M={r['M']} floor {r['floor_us']}")
+        for name in [n for n in r if isinstance(r[n], list)]:
+            t = r[name]
+            print(f"   {name:12s} {t[0]:8.2f} {t[1]:8.2f}  splits {r[name + '_splits']}  err {r[name + '_err']}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,23 @@ from .render import context, template_env
 WARPS = 4
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """Code-shape choices of the kernel that scripts/matmul_variants.py times side by side (the defaults are the
+    ones kept; docs/performance.md has the measurements). ``wload``: how the streamed weights are read ("na":
+    ld.global.nc.L1::no_allocate, so x and the scales stay in L1; "na256": the same with an L2 256-byte prefetch;
+    "cs": __ldcs, which allocates in L1); ``xhoist``: 1..8 tokens load x of a whole batch of chunks before
+    converting any; ``unroll`` / ``min_blocks``: 0 for the spec's default."""
+
+    wload: str = "na"
+    xhoist: bool = True
+    unroll: int = 0
+    min_blocks: int = 0
+
+
+TUNING = Tuning()
+
+
 #: How an entry point finds x and a block's group: PAIRED (slot = k, a lane's two blocks of a chunk in one group:
 #: group_size -1 or a multiple of 2P), DIRECT (slot = k, a group per block), GATHER (x through perm, groups from
 #: block_group: act-order, or groups that are no whole blocks), GROUPED (slot = k, whole chunks per group, and a
@@ -92,10 +109,14 @@ def ring(spec: Spec) -> int:
 
 def unroll(spec: Spec) -> int:
     """Chunks whose weights a warp loads before converting any: 4 x 16 bytes per lane, 2 x 48 for 3-word blocks."""
+    if TUNING.unroll:
+        return TUNING.unroll
     return 4 if spec.words == 1 else 2
 
 
 def min_blocks(spec: Spec) -> int:
+    if TUNING.min_blocks:
+        return TUNING.min_blocks
     return 4 if spec.words == 1 and spec.per_word <= 8 else 2
 
 
@@ -138,5 +159,7 @@ def _render(spec: Spec, plan: Plan) -> str:
         entries=[{"tok16": e.tok16, "mode": e.mode, "entry": entry_name(spec, e)} for e in entries(spec)],
         grouped=grouped_spec(spec),
         ring=ring(spec),
+        wload=TUNING.wload,
+        xhoist=TUNING.xhoist,
     )
     return template_env().get_template("matmul.cu.j2").render(**ctx)
