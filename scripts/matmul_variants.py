@@ -1,12 +1,15 @@
 """One GPU call comparing the GEMV's code-shape variants (dqgen.emit.matmul.Tuning) on one build, AWQ int4 g128
 fp16 at the issue's shapes, M = 1 and 16, side by side: the kernel before this round (weights through __ldcs, x
-loaded per chunk), the weights through ld.global.nc.L1::no_allocate (alone, with x hoisted per batch, with an L2
-256-byte prefetch), x hoisted alone, a lighter kernel (2 chunks a batch, 6 blocks per SM), the GROUPED entry at
-M = 1, and the kept variant at every split-K count. Times: triton.testing.do_bench (L2 flushed before each call,
-median), two rounds, the second in reverse order; the table prints both. ``--ncu``: one launch of the kept
-variant at 8192x28672 and 4096x6144, M = 1 (run under ``ncu -k regex:dqgen_mm``).
+loaded per chunk, a scale per weight at 1..8 tokens), x hoisted per batch with the weights through
+ld.global.nc.L1::no_allocate (``na_x``), the batched GROUPED entry at 1..8 tokens (``sums8``, the defaults: each
+group's fp32 sum scaled once), the weights (and GROUPED scales) staged through shared memory by cp.async, 2..4
+batches deep (``st*``), 5 blocks per SM, and the kept variant at every split-K count. Each variant is also checked
+against the float64 reference at a shape with tails (M = 1, 3, 8, 16; the same bits twice). Times:
+triton.testing.do_bench (L2 flushed before each call, median), two rounds, the second in reverse order; the table
+prints both. ``--ncu``: one launch of the kept variant at 8192x28672 and 4096x6144, M = 1 (run under
+``ncu -k regex:dqgen_mm``). ``--only=A,B``: those variants alone, without the checks and the split sweep.
 
-Usage on the GPU machine (dqgen on PYTHONPATH): python scripts/matmul_variants.py OUTDIR [--ncu]
+Usage on the GPU machine (dqgen on PYTHONPATH): python scripts/matmul_variants.py OUTDIR [--ncu] [--only=A,B]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 import torch
 import triton.testing
 
+from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.check.reference import random_inputs
 from dqgen.core.spec import load_spec, with_group_size
 from dqgen.emit import matmul as emit_mm
@@ -30,27 +34,30 @@ from dqgen.run.gpucheck import to_torch
 from dqgen.run.runtime import Kernel
 
 SHAPES = [(4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192)]
-BEFORE = Tuning(wload="cs", xhoist=False)
 KEPT = Tuning()
-#: name -> (tuning, entry mode at 1..8 tokens)
-VARIANTS: dict[str, tuple[Tuning, int]] = {
-    "before": (BEFORE, PAIRED),
-    "cs_x": (Tuning(wload="cs"), PAIRED),
-    "na": (Tuning(xhoist=False), PAIRED),
-    "na_x": (KEPT, PAIRED),
-    "na256_x": (Tuning(wload="na256"), PAIRED),
-    "na_x_u2mb6": (Tuning(unroll=2, min_blocks=6), PAIRED),
-    "na_grouped": (KEPT, GROUPED),
+VARIANTS: dict[str, Tuning] = {
+    "before": Tuning(wload="cs", xhoist=False, sums8=False, stages=0),
+    "na_x": Tuning(sums8=False, stages=0),
+    "sums8": Tuning(stages=0),
+    "st4_paired": Tuning(sums8=False, stages=4),
+    "st2": Tuning(stages=2),
+    "st3": Tuning(stages=3),
+    "st4": Tuning(stages=4),
+    "st4_mb5": Tuning(stages=4, min_blocks=5),
 }
-M16 = ("before", "na_x", "na256_x")  # 16 tokens run the GROUPED entry: only the weight load differs
+M16 = ("before", "sums8")  # 16 tokens of a GROUPED weight run run_grouped: only the weight load differs
 
 
-def variant(k: Kernel, w: mm.MatmulWeight, tuning: Tuning, mode: int, splits: int | None) -> mm.MatmulWeight:
+def variant(k: Kernel, w: mm.MatmulWeight, tuning: Tuning, splits: int | None) -> mm.MatmulWeight:
     """A copy of w whose launches run the kernel rendered with ``tuning`` (bound on its first call)."""
     emit_mm.TUNING = tuning
     emit_mm._SOURCES.clear()
-    fn = mm._function(k, MatmulEntry(False, PAIRED), w.device)  # every entry has the same register cap
-    resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
+    try:
+        fn = mm._function(k, MatmulEntry(False, PAIRED), w.device)  # every entry has the same register cap
+        resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
+    finally:
+        emit_mm.TUNING = KEPT
+        emit_mm._SOURCES.clear()
     s = splits if splits is not None else mm.choose_splits(w.n_tiles, w.chunks, resident)
     return dataclasses.replace(
         w,
@@ -61,21 +68,41 @@ def variant(k: Kernel, w: mm.MatmulWeight, tuning: Tuning, mode: int, splits: in
     )
 
 
-def bind(k: Kernel, v: mm.MatmulWeight, tuning: Tuning, mode: int, x: torch.Tensor, y: torch.Tensor) -> None:
+def bind(k: Kernel, v: mm.MatmulWeight, tuning: Tuning, x: torch.Tensor, y: torch.Tensor) -> None:
     """The first call renders, compiles and binds the variant's launch (kept in v._bound for the timing)."""
     emit_mm.TUNING = tuning
     emit_mm._SOURCES.clear()
-    keep_entries, keep_launch = emit_mm.entries, mm.launch_mode
-    if mode == GROUPED:  # a GROUPED entry for 1..8 tokens too
-        emit_mm.entries = lambda spec: (*keep_entries(spec), MatmulEntry(False, GROUPED))
-        mm.launch_mode = lambda m, tok16: m
     try:
         k.matmul(x, v, out=y)
         torch.cuda.synchronize()
     finally:
-        emit_mm.entries, mm.launch_mode = keep_entries, keep_launch
         emit_mm.TUNING = KEPT
         emit_mm._SOURCES.clear()
+
+
+def check(spec_name: str, tuning: Tuning) -> dict:
+    """The variant against the float64 reference at K = 4096 + 128, N = 1448 (tails), M = 1, 3, 8, 16."""
+    spec = with_group_size(load_spec(spec_name), 128)
+    k = Kernel(spec)
+    K, N = 4096 + 128, 1448
+    (q, s, z, gi, gsc), W = matmul_inputs(spec, K, N, seed=K + N)
+    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc))
+    out: dict = {}
+    for splits in (None, 3):
+        v = variant(k, w, tuning, splits)
+        for M in (1, 3, 8, 16):
+            x_np = random_x(spec, M, K, seed=M)
+            x = to_torch(x_np)
+            ys = []
+            for _ in range(2):
+                y = torch.full((M, N), float("nan"), dtype=x.dtype, device="cuda")
+                bind(k, v, tuning, x, y)
+                ys.append(y)
+            same = bool(torch.equal(ys[0].view(torch.int16), ys[1].view(torch.int16)))
+            got = ys[0].float().cpu().numpy().astype(np.float64)
+            err = relative_error(got, matmul_reference(x_np, W)) if np.isfinite(got).all() else float("inf")
+            out[f"s{v.splits}_m{M}"] = (float(f"{err:.3g}"), same)
+    return out
 
 
 def time_us(k: Kernel, x: torch.Tensor, v: mm.MatmulWeight, y: torch.Tensor) -> float:
@@ -86,6 +113,16 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     ncu = "--ncu" in sys.argv
+    only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
+    if only:  # a shorter call: these variants, no checks, no split sweep
+        for name in [n for n in VARIANTS if n not in only]:
+            del VARIANTS[name]
+    if not ncu and not only:
+        checks = {name: check("awq_int4_fp16", t) for name, t in VARIANTS.items()}
+        checks["st4_bf16"] = check("awq_int4_bf16", KEPT)
+        (out / "variant_checks.json").write_text(json.dumps(checks, indent=1))
+        for name, c in checks.items():
+            print(f"check {name:12s} " + " ".join(f"{key}:{e}{'' if same else '!'}" for key, (e, same) in c.items()))
     spec = with_group_size(load_spec("awq_int4_fp16"), 128)
     k = Kernel(spec)
     rows = []
@@ -96,26 +133,25 @@ def main() -> None:
         assert w.mode == GROUPED, w.mode
         if ncu:
             x = (torch.randn(1, K, device="cuda") / K**0.5).half()
-            v = variant(k, w, KEPT, PAIRED, None)
-            bind(k, v, KEPT, PAIRED, x, torch.empty(1, N, dtype=torch.float16, device="cuda"))
+            v = variant(k, w, KEPT, None)
+            bind(k, v, KEPT, x, torch.empty(1, N, dtype=torch.float16, device="cuda"))
             continue
         for M in (1, 16):
             x = (torch.randn(M, K, device="cuda") / K**0.5).half()
             cases: dict[str, tuple[mm.MatmulWeight, torch.Tensor]] = {}
-            names = list(VARIANTS) if M == 1 else list(M16)
+            names = list(VARIANTS) if M == 1 else [n for n in M16 if n in VARIANTS]
             for name in names:
-                tuning, mode = VARIANTS[name]
-                v = variant(k, w, tuning, mode, None)
+                v = variant(k, w, VARIANTS[name], None)
                 y = torch.empty(M, N, dtype=torch.float16, device="cuda")
-                bind(k, v, tuning, mode, x, y)
+                bind(k, v, VARIANTS[name], x, y)
                 cases[name] = (v, y)
-            if M == 1:  # the kept kernel at every split count (the rule's pick is the na_x row)
-                top = max(1, min(4, w.chunks // (2 * WARPS)))
+            if M == 1 and not only:  # the kept kernel at every split count (the rule's pick is the sums8 row)
+                top = max(1, min(3, w.chunks // (2 * WARPS)))
                 for sp in range(1, top + 1):
-                    v = variant(k, w, KEPT, PAIRED, sp)
+                    v = variant(k, w, KEPT, sp)
                     y = torch.empty(M, N, dtype=torch.float16, device="cuda")
-                    bind(k, v, KEPT, PAIRED, x, y)
-                    cases[f"na_x_s{sp}"] = (v, y)
+                    bind(k, v, KEPT, x, y)
+                    cases[f"kept_s{sp}"] = (v, y)
             ref = cases["before"][1].float()
             row: dict = {"K": K, "N": N, "M": M, "floor_us": round(floor_bytes / 3005e3, 2)}
             order = list(cases)
