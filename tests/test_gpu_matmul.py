@@ -78,7 +78,7 @@ GROUPED_SPECS = [s for s in SPECS if grouped_spec(s) and not s.act_order]
 @pytest.mark.parametrize("spec", GROUPED_SPECS, ids=[s.name for s in GROUPED_SPECS])
 def test_grouped_weights_scale_each_group_sum(spec: Spec) -> None:
     """Groups of whole chunks (or one group, with a K tail inside the last chunk), split along K: M = 16 runs the
-    GROUPED entry (each group's fp32 partial sum times its scale), M = 1 and 3 the PAIRED one on the same weight."""
+    GROUPED entry (each group's fp32 partial sum times its scale), M = 1 and 3 its batched form for 1..8 tokens."""
     mm = MatmulLayout.of(spec)
     g = None if spec.scales.group_size == -1 else 2 * mm.chunk_k
     sp = spec if g is None else with_group_size(spec, g)

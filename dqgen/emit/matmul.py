@@ -15,6 +15,33 @@ from .render import context, template_env
 WARPS = 4
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """Code-shape choices of the kernel that scripts/matmul_variants.py times side by side; the defaults are the
+    ones kept (docs/performance.md, "Fused GEMV speed work, round 2", has the H100 figures).
+
+    ``wload``: how the streamed weights are read: "na" ld.global.nc.L1::no_allocate (x and the scales stay in L1),
+    "na256" the same with an L2 256-byte prefetch, "cs" __ldcs (allocates in L1); the three timed within 2%.
+    ``xhoist``: 1..8 tokens load x of a whole batch of chunks before converting any (one wait per batch, not one
+    per chunk: 8-25% faster at M = 1). ``sums8``: GROUPED weights run 1..8 tokens through the batched GROUPED
+    entry (each group's fp32 sum times its scale, the group from the magic reciprocal) instead of PAIRED (a
+    scale per weight): 7-13% faster at M = 1. ``scale_once``: that entry loads a group's scales once per batch.
+    ``stages``: batches of weights in flight per warp through shared memory by cp.async (0: registers, double
+    buffered); measured within 3% either way for the GROUPED entry and 4-20% slower for PAIRED, so not kept.
+    ``unroll`` / ``min_blocks``: 0 for the spec's default."""
+
+    wload: str = "na"
+    xhoist: bool = True
+    sums8: bool = True
+    scale_once: bool = True
+    stages: int = 0
+    unroll: int = 0
+    min_blocks: int = 0
+
+
+TUNING = Tuning()
+
+
 #: How an entry point finds x and a block's group: PAIRED (slot = k, a lane's two blocks of a chunk in one group:
 #: group_size -1 or a multiple of 2P), DIRECT (slot = k, a group per block), GATHER (x through perm, groups from
 #: block_group: act-order, or groups that are no whole blocks), GROUPED (slot = k, whole chunks per group, and a
@@ -54,8 +81,8 @@ def grouped_spec(spec: Spec) -> bool:
 
 
 def entries(spec: Spec) -> tuple[MatmulEntry, ...]:
-    """The entry points the spec's matmul source has (GROUPED only for 9..16 tokens: see launch_mode)."""
-    return ENTRIES + ((MatmulEntry(True, GROUPED),) if grouped_spec(spec) else ())
+    """The entry points the spec's matmul source has (GROUPED for 1..8 and for 9..16 tokens: see launch_mode)."""
+    return ENTRIES + ((MatmulEntry(False, GROUPED), MatmulEntry(True, GROUPED)) if grouped_spec(spec) else ())
 
 
 def entry_mode(spec: Spec, per_block: int, group_size: int, gather: bool, chunks: int) -> int:
@@ -70,9 +97,10 @@ def entry_mode(spec: Spec, per_block: int, group_size: int, gather: bool, chunks
 
 def launch_mode(mode: int, tok16: bool) -> int:
     """The entry a launch of a weight of ``mode`` uses: a GROUPED weight (its groups are whole chunks, so PAIRED
-    runs it too) takes the GROUPED entry for 9..16 tokens and PAIRED for 1..8, where a GROUPED entry measured up to
-    12% slower on the H100 (1% faster at two shapes; its per-chunk scale loads; docs/bench/gemv_speed.json)."""
-    return PAIRED if mode == GROUPED and not tok16 else mode
+    runs it too) takes run_grouped for 9..16 tokens and, with ``TUNING.sums8``, the batched GROUPED entry for 1..8
+    (otherwise PAIRED; the ring of run_grouped at 1..8 tokens measured up to 12% slower than PAIRED,
+    docs/bench/gemv_speed.json, where the batched entry is 7-13% faster, docs/bench/gemv_speed2.json)."""
+    return PAIRED if mode == GROUPED and not tok16 and not TUNING.sums8 else mode
 
 
 def group_magic(group_size: int, per_block: int) -> int:
@@ -92,10 +120,21 @@ def ring(spec: Spec) -> int:
 
 def unroll(spec: Spec) -> int:
     """Chunks whose weights a warp loads before converting any: 4 x 16 bytes per lane, 2 x 48 for 3-word blocks."""
+    if TUNING.unroll:
+        return TUNING.unroll
     return 4 if spec.words == 1 else 2
 
 
+def stages(spec: Spec) -> int:
+    """Batches of weights a warp keeps in flight through shared memory (cp.async; 0: in registers, double
+    buffered), at most 32 KB a block (4 warps: 4 batches of one-word chunks, 2 of three-word ones)."""
+    most = (32 << 10) // (WARPS * unroll(spec) * spec.words * 512)
+    return min(TUNING.stages, most) if TUNING.stages > 1 and most > 1 else 0
+
+
 def min_blocks(spec: Spec) -> int:
+    if TUNING.min_blocks:
+        return TUNING.min_blocks
     return 4 if spec.words == 1 and spec.per_word <= 8 else 2
 
 
@@ -138,5 +177,9 @@ def _render(spec: Spec, plan: Plan) -> str:
         entries=[{"tok16": e.tok16, "mode": e.mode, "entry": entry_name(spec, e)} for e in entries(spec)],
         grouped=grouped_spec(spec),
         ring=ring(spec),
+        wload=TUNING.wload,
+        xhoist=TUNING.xhoist,
+        scale_once=TUNING.scale_once,
+        stages=stages(spec),
     )
     return template_env().get_template("matmul.cu.j2").render(**ctx)
