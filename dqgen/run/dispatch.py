@@ -26,6 +26,7 @@ import numpy as np
 
 from ..emit.nvrtc import default_cache_dir
 from .gemm import GemmWeight, _check_call, _torch, pack, run
+from .packcache import PackCache, version
 
 if TYPE_CHECKING:
     from .runtime import Kernel
@@ -38,14 +39,7 @@ GEMV_MAX_M = 16
 DEFAULT_DENSE_MIN_M = 512
 
 
-@dataclass
-class _Packed:
-    weight: GemmWeight
-    refs: tuple[Callable[[], Any] | None, ...]
-
-
-_PACKED: dict[tuple, _Packed] = {}
-_PACKED_MAX = 256
+_PACKED: PackCache[GemmWeight] = PackCache()
 
 
 @dataclass
@@ -62,41 +56,19 @@ class _Beside:
 _BESIDE: weakref.WeakKeyDictionary[Any, _Beside] = weakref.WeakKeyDictionary()
 
 
-def _sig(t: Any) -> tuple | None:
-    if t is None:
-        return None
-    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, _version(t))
-
-
 def packed(kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None) -> GemmWeight:
     """The GemmWeight of these checkpoint tensors: packed on first use and again when any of them changes
     (torch's in-place version counter) or is freed."""
-    tensors = (qweight, scales, zeros, g_idx)
-    key = (kernel.op_key, *(_sig(t) for t in tensors))
-    hit = _PACKED.get(key)
-    if hit is not None and all(
-        (r is None) == (t is None) and (r is None or r() is not None) for r, t in zip(hit.refs, tensors, strict=True)
-    ):
-        return hit.weight
-    w = pack(kernel, qweight, scales, zeros, g_idx=g_idx)
-    if len(_PACKED) >= _PACKED_MAX:
-        _PACKED.clear()
-    _PACKED[key] = _Packed(w, tuple(None if t is None else weakref.ref(t) for t in tensors))
-    return w
-
-
-def _version(t: Any) -> int:
-    try:
-        return int(t._version)
-    except RuntimeError:  # an inference-mode tensor has no version counter
-        return -1
+    return _PACKED.get(
+        kernel.op_key, (qweight, scales, zeros, g_idx), lambda: pack(kernel, qweight, scales, zeros, g_idx=g_idx)
+    )
 
 
 def attach(kernel: Kernel, matmul_weight: Any, qweight: Any, scales: Any, zeros: Any, g_idx: Any, gemm: bool) -> None:
     """Beside a MatmulWeight (Kernel.pack_matmul): the GEMM layout (``gemm`` and specs the GEMM takes) and weak
     references to its checkpoint tensors."""
     weight = pack(kernel, qweight, scales, zeros, g_idx=g_idx) if gemm and kernel.gemm_ok else None
-    refs = tuple(None if t is None else (weakref.ref(t), _version(t)) for t in (qweight, scales, zeros, g_idx))
+    refs = tuple(None if t is None else (weakref.ref(t), version(t)) for t in (qweight, scales, zeros, g_idx))
     _BESIDE[matmul_weight] = _Beside(weight, refs)
 
 
@@ -118,7 +90,7 @@ def checkpoint_of(matmul_weight: Any) -> tuple[Any, ...] | None:
             out.append(None)
             continue
         t = ref[0]()
-        if t is None or _version(t) != ref[1]:
+        if t is None or version(t) != ref[1]:
             return None
         out.append(t)
     return tuple(out)

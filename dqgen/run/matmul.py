@@ -19,7 +19,6 @@ import hashlib
 import itertools
 import sys
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +39,7 @@ from ..emit.nvrtc import compile_source
 from ..layout.matmul import ROWS, MatmulLayout, Prepacked, prepack
 from . import device as dev
 from .errors import ShapeError
+from .packcache import PackCache
 
 if TYPE_CHECKING:
     from .runtime import Kernel
@@ -301,24 +301,7 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
 # -- the checkpoint form: pack once per weight tensor version ---------------------------------------------------
 
 
-@dataclass
-class _Packed:
-    weight: MatmulWeight
-    refs: tuple[Callable[[], Any] | None, ...]  # the tensors packed (alive: their memory is theirs)
-
-
-_PACKED: dict[tuple, _Packed] = {}
-_PACKED_MAX = 256
-
-
-def _sig(t: Any) -> tuple | None:
-    if t is None:
-        return None
-    try:
-        version = t._version
-    except RuntimeError:  # an inference-mode tensor has no version counter (and cannot be written in place)
-        version = -1
-    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, version)
+_PACKED: PackCache[MatmulWeight] = PackCache()
 
 
 def packed(
@@ -331,17 +314,9 @@ def packed(
     for name, t in zip(("qweight", "scales", "zeros", "g_idx", "global_scale"), tensors, strict=True):
         if t is not None:
             _check_tensor(torch, name, t)
-    key = (kernel.op_key, *(_sig(t) for t in tensors))
-    hit = _PACKED.get(key)
-    if hit is not None and all(
-        (r is None) == (t is None) and (r is None or r() is not None) for r, t in zip(hit.refs, tensors, strict=True)
-    ):
-        return hit.weight
-    w = pack(kernel, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
-    if len(_PACKED) >= _PACKED_MAX:
-        _PACKED.clear()
-    _PACKED[key] = _Packed(w, tuple(None if t is None else weakref.ref(t) for t in tensors))
-    return w
+    return _PACKED.get(
+        kernel.op_key, tensors, lambda: pack(kernel, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
+    )
 
 
 def matmul(
