@@ -244,6 +244,29 @@ def test_choose_swaps_small_m_only() -> None:
     assert not big.swap and (big.bm, big.bn) == (128, 128)
     for m in (1, 64, 65):  # every default fits sm_89's 99 KB of shared memory a block
         assert choose("s8", "f16", m).shared_bytes <= 99 * 1024
+    for m in (1, 16, 17, 64, 65, 4096):  # and so does every choice on a device of sm_89's limit
+        assert choose("s8", "f16", m, 28672, 8192, 128, 99 * 1024).shared_bytes <= 99 * 1024
+
+
+H100 = (132, 227 * 1024)  # SMs, shared memory a block may opt in to
+
+
+def test_choose_on_an_h100() -> None:
+    """The device-informed rules (docs/w8a8.md): 256 bytes of K a stage for int8 at M <= 16 (fp8 keeps 128); at
+    33..64 tokens, 32-token column tiles where the 128-channel strips occupy few SMs and 8-warp 64-token tiles
+    otherwise; above 64 tokens, 128 x 256 tiles where 128 x 128 tiles would need two rounds of blocks on an SM."""
+    for m in (1, 16):
+        assert choose("s8", "f16", m, 4096, 4096, *H100).bk == 256
+        assert choose("e4m3", "f16", m, 4096, 4096, *H100).bk == BK
+    assert choose("s8", "f16", 64, 6144, 4096, *H100).bn == 32  # 48 strips on 132 SMs
+    wide = choose("s8", "f16", 64, 28672, 8192, *H100)  # 224 strips
+    assert (wide.bn, wide.warps_m * wide.warps_n) == (64, 8)
+    for m, n, k in ((4096, 28672, 8192), (1024, 4096, 14336)):  # 7168 / 256 tiles of 128 x 128: 2+ an SM
+        assert (choose("s8", "f16", m, n, k, *H100).bn, choose("s8", "f16", m, n, k, 132, 99 * 1024).bn) == (256, 128)
+    # 384 tiles of 128 x 128 (3 an SM) against 192 of 128 x 256 (2 an SM, each twice as long): 128 x 128
+    assert choose("s8", "f16", 1024, 6144, 4096, *H100).bn == 128
+    for m in (65, 4096):  # every choice on an H100 fits its shared memory
+        assert choose("e4m3", "bf16", m, 28672, 8192, *H100).shared_bytes <= H100[1]
 
 
 @pytest.mark.parametrize(
@@ -275,7 +298,7 @@ def _mma_ops(cfg: Config, arch: str) -> Counter:
 def test_int8_compiles_to_imma(arch: str, m: int) -> None:
     cfg = choose("s8", "bf16" if m == 64 else "f16", m)
     ops = _mma_ops(cfg, arch)
-    mmas = (cfg.bm // cfg.warps_m // 16) * (cfg.bn // cfg.warps_n // 8) * (BK // 32)
+    mmas = (cfg.bm // cfg.warps_m // 16) * (cfg.bn // cfg.warps_n // 8) * (cfg.bk // 32)
     assert ops["IMMA.16832.S8.S8"] == mmas  # one per fragment pair and k-step: the main loop fully unrolled
     assert ops["LDSM.16.M88.4"] > 0 and any(op.startswith("LDGSTS") for op in ops)
 
@@ -288,6 +311,12 @@ def test_fp8_compiles_to_qmma_on_sm89(m: int) -> None:
     # sm_90 has no mma.sync for fp8 in hardware: ptxas converts to f16 and issues two HMMA.16816 per mma
     ops90 = _mma_ops(cfg, "sm_90")
     assert "QMMA.16832.F32.E4M3.E4M3" not in ops90 and ops90["HMMA.16816.F32"] == 2 * ops["QMMA.16832.F32.E4M3.E4M3"]
+    # each loaded fragment register (4 codes) is converted once: two e4m3x2 -> f16x2 conversions
+    from dqgen.emit.sass import disassemble
+
+    conversions = sum(op.startswith("F2FP.F16.E4M3") for op in disassemble(compile_config(cfg, "sm_90").cubin))
+    mi, ni = cfg.bm // cfg.warps_m // 16, cfg.bn // cfg.warps_n // 8
+    assert conversions == (mi * 4 + ni * 2) * 2 * (cfg.bk // 32)
 
 
 def test_fp8_refuses_archs_before_sm89() -> None:
@@ -316,11 +345,20 @@ def test_the_template_uses_the_modelled_index_math() -> None:
         "const int b_row = wn * kWN + (lane & 7) + (lane >> 4) * 8, b_half = (lane >> 3) & 1;",
         "ldsm_x4(a[mi], sp + swz(a_row + mi * 16, 2 * ks + a_half));",
         "ldsm_x4(t, sq + swz(b_row + nj * 16, 2 * ks + b_half));",
-        "const long long r = r0 + wm * kWM + mi * 16 + g + 8 * (j >> 1);",
-        "const long long c = c0 + wn * kWN + ni * 8 + 2 * t + (j & 1);",
         "const bool ok = row0 + r < rows && k < K;",
+        # the tiles' epilogue stores accumulators 2h and 2h + 1 (columns c and c + 1) together: c_index with j = 2h
+        "const long long c = c0 + wn * kWN + ni * 8 + 2 * t;",
+        "const long long r = r0 + wm * kWM + mi * 16 + g + 8 * h;",
+        "const u16 lo = epilogue(acc[mi][ni][2 * h], st, s0, bias, n);",
+        "const u16 hi = epilogue(acc[mi][ni][2 * h + 1], st, s1, bias, n + 1);",
     ):
         assert line in src, line
+    swapped = render(choose("s8", "f16", 8))
+    for line in (
+        "const long long r = r0 + wm * kWM + mi * 16 + g + 8 * (j >> 1);",
+        "const long long c = c0 + wn * kWN + ni * 8 + 2 * t + (j & 1);",
+    ):
+        assert line in swapped, line
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90"])
@@ -330,8 +368,8 @@ def test_default_configs_do_not_spill(arch: str) -> None:
     for elem in ("s8", "e4m3"):
         if elem == "e4m3" and arch == "sm_80":
             continue
-        for m in (1, 32, 64, 256):
-            cfg = choose(elem, "bf16", m)  # type: ignore[arg-type]
+        h100 = [choose(elem, "bf16", m, n, 8192, *H100) for m in (1, 64, 4096) for n in (4096, 28672)]  # type: ignore[arg-type]
+        for cfg in {choose(elem, "bf16", m) for m in (1, 32, 64, 256)} | (set(h100) if arch == "sm_90" else set()):  # type: ignore[arg-type]
             res = compile_source(render(cfg), arch=arch, want="cubin", name="w8a8_gemm.cu", options=["-Xptxas=-v"])
             spilled = re.findall(r"(\d+) bytes spill stores", res.log)
             assert spilled, res.log[-300:]

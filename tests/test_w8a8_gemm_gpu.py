@@ -42,16 +42,19 @@ def _int8(rows: int, k: int, seed: int) -> Any:
     return t.cuda()
 
 
-def _raw_acc(x: Any, w: Any, plan: tuple[int, int, int] | None = None) -> Any:
-    """The kernel's accumulators (the "acc" output variant) of x [M, K] @ w [N, K].T, with the default plan or a
-    forced one (tiles, splits, k-tiles a split)."""
+def _raw_acc(x: Any, w: Any, plan: tuple[int, int, int] | None = None, cfg: Any = None) -> Any:
+    """The kernel's accumulators (the "acc" output variant) of x [M, K] @ w [N, K].T, with the configuration
+    matmul would choose on this GPU or ``cfg``, and the default plan or a forced one (tiles, splits, k-tiles a
+    split)."""
     from dqgen.w8a8.gemm import choose, loaded
-    from dqgen.w8a8.matmul_op import _counters
+    from dqgen.w8a8.matmul_op import _counters, _device_limits
 
     m, k = x.shape
     n = w.shape[0]
     elem = "s8" if x.dtype == torch.int8 else "e4m3"
-    kern = loaded(choose(elem, "acc", m), torch.cuda.current_device())
+    ordinal = torch.cuda.current_device()
+    cfg = cfg or choose(elem, "acc", m, n, k, *_device_limits(ordinal))
+    kern = loaded(cfg, ordinal)
     plan = plan or kern.plan(m, n, k)
     tiles, splits, _ = plan
     acc_dtype = torch.int32 if elem == "s8" else torch.float32
@@ -94,16 +97,66 @@ def test_int32_accumulators_equal_the_int64_product(m: int, n: int, k: int) -> N
     assert bad.size == 0, f"{len(bad)} accumulators differ, first at {bad[0].tolist()}"
 
 
+#: Every configuration choose() can return (dqgen.w8a8.gemm.choose; the 128 x 256 ones need 192 KB of shared
+#: memory a block, sm_90): (elem, swap, bm, bn, warps_m, warps_n, stages, bk)
+CONFIGS = [
+    ("s8", True, 128, 16, 4, 1, 4, 128),
+    ("s8", True, 128, 16, 4, 1, 3, 256),
+    ("s8", True, 128, 32, 4, 1, 4, 128),
+    ("s8", True, 128, 64, 4, 2, 4, 128),
+    ("s8", False, 128, 128, 2, 4, 3, 128),
+    ("s8", False, 128, 256, 2, 4, 4, 128),
+    ("e4m3", True, 128, 64, 4, 1, 4, 128),
+    ("e4m3", False, 128, 128, 2, 4, 3, 128),
+    ("e4m3", False, 128, 256, 2, 4, 3, 128),
+]
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("fields", CONFIGS, ids=lambda f: "_".join(map(str, f)))
+def test_every_configuration_with_tails_and_splits(fields: tuple[Any, ...], splits: int) -> None:
+    """Each configuration on M, N and K tails (tokens over two column tiles where swapped), unsplit and split."""
+    from dqgen.w8a8.gemm import Config
+
+    elem, swap, bm, bn, wm, wn, stages, bk = fields
+    cfg = Config(elem, "acc", swap, bm, bn, wm, wn, stages, bk)
+    if elem == "e4m3":
+        _needs_fp8()
+    if cfg.shared_bytes > torch.cuda.get_device_properties(0).shared_memory_per_block_optin:
+        pytest.skip(f"{cfg.name} needs {cfg.shared_bytes} bytes of shared memory a block")
+    m = bn + 5 if swap else 300
+    n, k = 300, 24 * bk + 48  # a K tail inside the last k-tile
+    rows, cols = (n, m) if swap else (m, n)
+    tiles = -(-rows // bm) * -(-cols // bn)
+    kt = -(-k // bk)
+    per = -(-kt // splits)
+    plan = (tiles, -(-kt // per), per)
+    if elem == "s8":
+        x, w = _int8(m, k, seed=3), _int8(n, k, seed=4)
+        got = _raw_acc(x, w, plan, cfg).cpu().numpy()
+        assert (got == ref.int_product(x.cpu().numpy(), w.cpu().numpy())).all()
+    else:
+        from dqgen.w8a8.matmul_op import quantize_activations_fp8
+
+        g = torch.Generator().manual_seed(m)
+        xq, _ = quantize_activations_fp8(torch.randn(m, k, generator=g).half().cuda())
+        wq, _ = quantize_activations_fp8(torch.randn(n, k, generator=g).half().cuda())
+        acc = _raw_acc(xq, wq, plan, cfg).double().cpu().numpy()
+        acc64 = ref.fp8_product(_host(xq), _host(wq))
+        assert (np.abs(acc - acc64) <= 2e-3 * np.abs(acc64).max(axis=1, keepdims=True)).all()
+
+
 @pytest.mark.parametrize(("m", "splits"), [(5, 3), (5, 7), (200, 2), (200, 5)])
 def test_forced_split_k_plans_are_exact(m: int, splits: int) -> None:
-    from dqgen.w8a8.gemm import BK, choose
+    from dqgen.w8a8.gemm import choose
+    from dqgen.w8a8.matmul_op import _device_limits
 
-    n, k = 300, 40 * BK + 48  # a K tail inside the last k-tile
+    n, k = 300, 40 * 256 + 48  # a K tail inside the last k-tile
     x, w = _int8(m, k, seed=3), _int8(n, k, seed=4)
-    cfg = choose("s8", "acc", m)
+    cfg = choose("s8", "acc", m, n, k, *_device_limits(torch.cuda.current_device()))
     rows, cols = (n, m) if cfg.swap else (m, n)
     tiles = -(-rows // cfg.bm) * -(-cols // cfg.bn)
-    kt = -(-k // BK)
+    kt = -(-k // cfg.bk)
     per = -(-kt // splits)
     got = _raw_acc(x, w, (tiles, -(-kt // per), per)).cpu().numpy()
     assert (got == ref.int_product(x.cpu().numpy(), w.cpu().numpy())).all()
@@ -126,9 +179,15 @@ def _want_f16(x: Any, w: Any, xs: Any, wsc: Any) -> np.ndarray:
     return ref.epilogue(acc, xs.cpu().numpy(), wsc.cpu().numpy(), None, "f16")
 
 
+# on the H100: 16-token swap tiles (256 bytes of K a stage), 32-token ones (N small), 64-token ones (N large),
+# 128 x 128 tiles, 128 x 256 tiles (where 128 x 128 would take two rounds of blocks)
+EPILOGUE_SHAPES = [(1, 4096, 4096), (9, 1000, 4112), (64, 300, 2048), (64, 8000, 1024), (65, 257, 1024)]
+EPILOGUE_SHAPES += [(1100, 2200, 144)]
+
+
 @pytest.mark.parametrize("out", ["float16", "bfloat16"])
 @pytest.mark.parametrize("with_bias", [False, True])
-@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (9, 1000, 4112), (64, 300, 2048), (65, 257, 1024)])
+@pytest.mark.parametrize(("m", "n", "k"), EPILOGUE_SHAPES)
 def test_epilogue_bit_exact_against_numpy_float32(m: int, n: int, k: int, out: str, with_bias: bool) -> None:
     from dqgen.w8a8 import matmul
 

@@ -1,10 +1,11 @@
 """Render the W8A8 GEMM (templates/w8a8_gemm.cu.j2) for one (element type, output type, tile configuration),
 compile it with NVRTC and launch it through dqgen.run.device on raw device pointers.
 
-Two tile shapes: ``tiles`` (M > SWAP_MAX_M: 128 tokens x 128 channels a block, 8 warps) and ``swap`` (small M,
-swap-AB as in the GEMV: the weight is the mma's A operand, 128 channels x 16/32/64 tokens a block, 4 warps), so a
+Two kinds of tiles: ``tiles`` (M > SWAP_MAX_M: 128 tokens x 128 or 256 channels a block, 8 warps) and ``swap``
+(small M, swap-AB as in the GEMV: the weight is the mma's A operand, 128 channels x 16/32/64 tokens a block), so a
 block reads its strip of the weight once for every token. Both split K over blocks when the tiles alone leave SMs
-idle (a deterministic reduction: partials stored, added in split order by the last block of a tile)."""
+idle (a deterministic reduction: partials stored, added by the last block of a tile). ``choose`` picks the
+configuration from M, N, K and the device's SMs and shared memory (rules fit to H100 timings, docs/w8a8.md)."""
 
 from __future__ import annotations
 
@@ -43,12 +44,14 @@ class Config:
     warps_m: int
     warps_n: int
     stages: int
+    bk: int = BK  # bytes of K a stage (a multiple of 128)
 
     @property
     def name(self) -> str:
         kind = "swap" if self.swap else "tiles"
         warps = f"w{self.warps_m}x{self.warps_n}"
-        return f"dqgen_w8a8_{self.elem}_{self.out}_{kind}_{self.bm}x{self.bn}_{warps}_s{self.stages}"
+        extra = f"_k{self.bk}" if self.bk != BK else ""
+        return f"dqgen_w8a8_{self.elem}_{self.out}_{kind}_{self.bm}x{self.bn}_{warps}_s{self.stages}{extra}"
 
     @property
     def threads(self) -> int:
@@ -56,13 +59,16 @@ class Config:
 
     @property
     def shared_bytes(self) -> int:
-        return self.stages * (self.bm + self.bn) * BK
+        return self.stages * (self.bm + self.bn) * self.bk
 
     @property
     def min_blocks(self) -> int:
-        """Resident blocks an SM must fit (caps the registers): two int8 128 x 128 blocks fit in 127 registers
-        without spills (96 KB of shared memory each); fp8 on sm_90 (emulated through f16 mma) would spill."""
-        return 2 if not self.swap and self.elem == "s8" else 1
+        """Resident blocks an SM must fit (caps the registers): two int8 blocks of 64 accumulators a thread fit in
+        127 registers without spills, two of 4 warps in 255; larger int8 tiles (128 accumulators a thread in 8
+        warps) and fp8 on sm_90 (emulated through f16 mma) need more than two would leave them."""
+        if self.swap or self.elem != "s8":
+            return 1
+        return 2 if self.accs <= 64 or self.threads <= 128 else 1
 
     @property
     def accs(self) -> int:
@@ -70,18 +76,57 @@ class Config:
         return (self.bm // self.warps_m // 16) * (self.bn // self.warps_n // 8) * 4
 
 
-def choose(elem: Elem, out: Out, m: int) -> Config:
-    """The tile configuration a call with ``m`` tokens runs."""
+#: Dynamic shared memory a block may opt in to on sm_89 (the least of sm_80 / 89 / 90): the configurations chosen
+#: without the device's figure fit it.
+SHARED_SM89 = 99 * 1024
+
+
+def _cost(cfg: Config, m: int, n: int, k: int, sms: int, per_sm: int, shared_time: float, alone_time: float) -> float:
+    """Time of a launch in k-tiles of a 128 x 256 block alone on an SM: the blocks the busiest SM runs (``per_sm``
+    resident at once) times a block's k-tiles, each block taking ``shared_time``, or ``alone_time`` where it has
+    its SM to itself (a single round)."""
+    rows, cols = (n, m) if cfg.swap else (m, n)
+    tiles = -(-rows // cfg.bm) * -(-cols // cfg.bn)
+    splits, per = choose_splits(tiles, k, sms * per_sm, cfg.bk)
+    rounds = -(-tiles * splits // sms)
+    return per * (alone_time if rounds == 1 else rounds * shared_time)
+
+
+def choose(elem: Elem, out: Out, m: int, n: int = 0, k: int = 0, sms: int = 0, shared: int = SHARED_SM89) -> Config:
+    """The tile configuration a call with ``m`` tokens runs; ``n``, ``k``, the GPU's SM count ``sms`` and the
+    dynamic shared memory a block may opt in to (``shared``) refine it (0: unknown, the defaults that fit any
+    sm_80+ GPU). Rules fit to the H100 timings in docs/performance.md (notes)."""
+    deep = shared >= 192 * 1024  # sm_90: 227 KB a block
+    if m <= 16:
+        if elem == "s8" and shared >= 108 * 1024:
+            # 256 bytes of K a stage: twice the contiguous bytes of each weight row per copy (2-15% faster at M <= 16)
+            return Config(elem, out, True, 128, 16, 4, 1, 3, 2 * BK)
+        return Config(elem, out, True, 128, 16, 4, 1, 4)
+    if m <= 32:
+        return Config(elem, out, True, 128, 32, 4, 1, 4)
     if m <= SWAP_MAX_M:
-        bn = 16 if m <= 16 else 32 if m <= 32 else 64
+        if elem == "s8" and n and sms and 8 * -(-n // 128) <= 3 * sms:
+            # channel strips for at most 3/8 of the SMs (N <= 6272 on 132): two 32-token column tiles a strip
+            return Config(elem, out, True, 128, 32, 4, 1, 4)
         # 4 stages: 3 in flight while one is multiplied; (128 + 64) x 128 x 4 = 96 KB fits sm_89's 99 KB too
-        return Config(elem, out, True, 128, bn, 4, 1, 4)
-    return Config(elem, out, False, 128, 128, 2, 4, 3)
+        return Config(elem, out, True, 128, 64, 4, 2 if elem == "s8" else 1, 4)
+    small = Config(elem, out, False, 128, 128, 2, 4, 3)
+    if not (deep and n and k and sms):
+        return small
+    # 128 x 256 tiles (warps of 64 x 64: half the shared-memory reads an mma) where they fill the SMs as well
+    big = Config(elem, out, False, 128, 256, 2, 4, 4 if elem == "s8" else 3)
+    # measured on the H100 (docs/performance.md, notes): two 128 x 128 blocks sharing an SM take 1.1 times one
+    # 128 x 256 block's time, a 128 x 128 block alone 0.6 of it
+    cost_big = _cost(big, m, n, k, sms, 1, 1.0, 1.0)
+    cost_small = _cost(small, m, n, k, sms, 2, 0.55, 0.6)
+    return big if cost_big <= cost_small else small
 
 
 def render(cfg: Config) -> str:
     if cfg.bm % (16 * cfg.warps_m) or cfg.bn % (16 * cfg.warps_n):
         raise ValueError(f"config {cfg.name}: warp tiles must be multiples of 16 x 16")
+    if cfg.bk < BK or cfg.bk % BK:
+        raise ValueError(f"config {cfg.name}: bk must be a multiple of {BK} bytes, got {cfg.bk}")
     if cfg.stages < 2:
         raise ValueError(f"config {cfg.name}: the pipeline needs at least 2 stages, got {cfg.stages}")
     kind = "swap-AB" if cfg.swap else "tiles"
@@ -97,7 +142,7 @@ def render(cfg: Config) -> str:
             swap=cfg.swap,
             bm=cfg.bm,
             bn=cfg.bn,
-            bk=BK,
+            bk=cfg.bk,
             warps_m=cfg.warps_m,
             warps_n=cfg.warps_n,
             stages=cfg.stages,
@@ -116,15 +161,15 @@ def compile_config(cfg: Config, arch: str = "sm_90", want: Any = "cubin") -> Any
     return compile_source(render(cfg), arch=arch, want=want, name="w8a8_gemm.cu")
 
 
-def ktiles(k: int) -> int:
-    return -(-k // BK)
+def ktiles(k: int, bk: int = BK) -> int:
+    return -(-k // bk)
 
 
-def choose_splits(tiles: int, k: int, resident_blocks: int) -> tuple[int, int]:
+def choose_splits(tiles: int, k: int, resident_blocks: int, bk: int = BK) -> tuple[int, int]:
     """(splits, k-tiles a split) for ``tiles`` output tiles: as many splits as fit the GPU's resident blocks in one
     wave (a second, partial wave would leave most SMs idle while it runs), each split keeping at least
     MIN_KTILES_PER_SPLIT stages; no split is left empty."""
-    kt = ktiles(k)
+    kt = ktiles(k, bk)
     want = resident_blocks // max(tiles, 1)
     splits = max(1, min(want, kt // MIN_KTILES_PER_SPLIT))
     per = -(-kt // splits)
@@ -165,10 +210,10 @@ def launch_args(
             raise ValueError(f"{name}: expected a multiple of 16 (cp.async copies 16-byte chunks), got {value}")
     rows, cols = (n, m) if cfg.swap else (m, n)
     want_tiles = -(-rows // cfg.bm) * -(-cols // cfg.bn)
-    if tiles != want_tiles or not 1 <= splits <= MAX_SPLITS or per < 1 or splits * per < ktiles(k):
+    if tiles != want_tiles or not 1 <= splits <= MAX_SPLITS or per < 1 or splits * per < ktiles(k, cfg.bk):
         raise ValueError(
             f"plan: expected ({want_tiles} tiles, 1..{MAX_SPLITS} splits, k-tiles a split) covering "
-            f"{ktiles(k)} k-tiles, got {plan}"
+            f"{ktiles(k, cfg.bk)} k-tiles, got {plan}"
         )
     if splits > 1 and not (ws_ptr and counters_ptr):
         raise ValueError(f"ws_ptr, counters_ptr: a plan of {splits} splits needs both buffers, got null")
@@ -212,7 +257,7 @@ class GemmKernel:
         """(tiles, splits, k-tiles a split) of a call."""
         rows, cols = (n, m) if self.cfg.swap else (m, n)
         tiles = -(-rows // self.cfg.bm) * -(-cols // self.cfg.bn)
-        splits, per = choose_splits(tiles, k, self.resident)
+        splits, per = choose_splits(tiles, k, self.resident, self.cfg.bk)
         return tiles, splits, per
 
     def workspace_elems(self, tiles: int, splits: int) -> int:

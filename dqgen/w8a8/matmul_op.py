@@ -6,11 +6,12 @@ int32 (int8) or in fp32 (e4m3); the order of the float32 operations is the templ
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 
-from .gemm import MAX_K_S8, Elem, Out, choose, loaded
+from .gemm import MAX_K_S8, Elem, GemmKernel, Out, choose, loaded
 from .gemm_reference import QMAX, WeightKind
 
 _ELEMS: dict[torch.dtype, Elem] = {torch.int8: "s8", torch.float8_e4m3fn: "e4m3"}
@@ -68,6 +69,25 @@ def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
     return padded
 
 
+@functools.cache
+def _device_limits(ordinal: int) -> tuple[int, int]:
+    """(SMs, dynamic shared memory a block may opt in to) of a device: what the tile choice depends on."""
+    from ..run import device as dev
+
+    return dev.sm_count(ordinal), dev.max_shared_optin(ordinal)
+
+
+@functools.lru_cache(maxsize=1024)
+def _prepared(
+    elem: Elem, out: Out, m: int, n: int, k: int, ordinal: int
+) -> tuple[GemmKernel, tuple[int, int, int], int]:
+    """(kernel, plan, workspace elements) of a call's shape, decided once: the host time of a call sits in front of
+    a short kernel (a few microseconds of choice and plan per call measured as such in L2-flushed timings)."""
+    kern = loaded(choose(elem, out, m, n, k, *_device_limits(ordinal)), ordinal)
+    plan = kern.plan(m, n, k)
+    return kern, plan, kern.workspace_elems(plan[0], plan[1])
+
+
 def _counters(device: torch.device, tiles: int) -> torch.Tensor:
     ordinal = device.index if device.index is not None else torch.cuda.current_device()
     c = _COUNTERS.get(ordinal)
@@ -92,12 +112,9 @@ def _launch(
     xk, wk = _kernel_ready(x_q), _kernel_ready(w)  # both padded to the same K, or neither's K changes
     kp = xk.shape[1]
     ordinal = x_q.device.index if x_q.device.index is not None else torch.cuda.current_device()
-    kern = loaded(choose(_ELEMS[x_q.dtype], _OUTS[out_dtype], m), ordinal)
-    plan = kern.plan(m, n, kp)
-    tiles, splits, _ = plan
-    ws_elems = kern.workspace_elems(tiles, splits)
-    ws = torch.empty(max(ws_elems, 1), dtype=torch.int32 if x_q.dtype == torch.int8 else torch.float32, device=y.device)
-    counters = _counters(y.device, tiles)
+    kern, plan, ws_elems = _prepared(_ELEMS[x_q.dtype], _OUTS[out_dtype], m, n, kp, ordinal)
+    ws = torch.empty(ws_elems, dtype=torch.int32 if x_q.dtype == torch.int8 else torch.float32, device=y.device)
+    counters = _counters(y.device, plan[0])
     xs, ws_ = x_scale.contiguous(), w_scale.contiguous()
     b = None if bias is None else bias.contiguous()
     stream = torch.cuda.current_stream(y.device).cuda_stream
@@ -113,7 +130,7 @@ def _launch(
         ws_.data_ptr(),
         0 if b is None else b.data_ptr(),
         y.data_ptr(),
-        ws.data_ptr(),
+        ws.data_ptr() if ws_elems else 0,
         counters.data_ptr(),
         plan,
         stream,
