@@ -17,11 +17,18 @@ H100 = "NVIDIA H100 80GB HBM3"
 @pytest.fixture
 def gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """rule_for on a pretend GPU whose name the test sets, with this machine's rule file under tmp_path."""
-    name = {"value": H100}
-    monkeypatch.setattr(dispatch, "dev_name", lambda device: name["value"])
+    names = {0: H100}
+    asked: list[int] = []
+
+    def dev_name(device: int) -> str:
+        asked.append(device)
+        return names[device]
+
+    monkeypatch.setattr(dispatch, "dev_name", dev_name)
     monkeypatch.setattr(dispatch, "rule_path", lambda: tmp_path / "dispatch.json")
     monkeypatch.setattr(dispatch, "_RULES", {})
-    return name
+    monkeypatch.setattr(dispatch, "_NAMES", {})
+    return names, asked
 
 
 def test_the_shipped_h100_rule_is_the_committed_measurement(gpu) -> None:
@@ -34,8 +41,11 @@ def test_the_shipped_h100_rule_is_the_committed_measurement(gpu) -> None:
 def test_this_machines_measurement_wins_and_unknown_gpus_get_the_defaults(gpu, tmp_path: Path) -> None:
     (tmp_path / "dispatch.json").write_text(json.dumps({H100: {"gemm_min_m": 17, "dense_min_m": None}}))
     assert dispatch.rule_for(0) == DispatchRule(17, None)
-    gpu["value"] = "Some Future GPU"
-    assert dispatch.rule_for(0) == DispatchRule()
+    names, asked = gpu
+    names[1] = "Some Future GPU"
+    assert dispatch.rule_for(1) == DispatchRule()
+    assert dispatch.rule_for(0) == DispatchRule(17, None) and dispatch.rule_for(1) == DispatchRule()
+    assert asked == [0, 1]  # the driver is asked each device's name once
 
 
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]", json.dumps({H100: "fast"})])

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import weakref
 from collections.abc import Callable
@@ -22,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from ..core.formats import torch_dtype
 from ..emit.nvrtc import default_cache_dir
 from .gemm import GemmWeight, _check_call, _torch, pack, run
 from .packcache import PackCache, version
@@ -115,6 +115,8 @@ def rule_path() -> Path:
 SHIPPED_RULES = Path(__file__).with_name("dispatch_rules.json")
 
 _RULES: dict[str, DispatchRule] = {}
+#: Device ordinal -> GPU name.
+_NAMES: dict[int, str] = {}
 
 
 def _stored(path: Path, name: str) -> DispatchRule | None:
@@ -131,7 +133,9 @@ def _stored(path: Path, name: str) -> DispatchRule | None:
 def rule_for(device: int) -> DispatchRule:
     """The dispatch rule of this GPU (by name), looked up once: this machine's measurement (rule_path()), else
     the release's (SHIPPED_RULES), else the defaults."""
-    name = dev_name(device)
+    name = _NAMES.get(device)
+    if name is None:  # asking the driver for the name costs more than a launch: once per device
+        name = _NAMES[device] = dev_name(device)
     hit = _RULES.get(name)
     if hit is None:
         hit = _stored(rule_path(), name) or _stored(SHIPPED_RULES, name) or DispatchRule()
@@ -170,7 +174,7 @@ def pick(M: int, rule: DispatchRule, *, gemm_ok: bool, dense_ok: bool) -> str:
 
 
 def _rows(x: Any) -> int:
-    return int(np.prod(x.shape[:-1])) if x.dim() > 1 else 1
+    return math.prod(x.shape[:-1]) if x.dim() > 1 else 1
 
 
 def dispatch(
@@ -228,8 +232,15 @@ def dispatch(
     if way == "dense":
         assert checkpoint is not None
         q, s, z, gi = checkpoint
-        W = kernel(q, s, z, g_idx=gi)  # the dequantize call's checks name the bad tensor
-        K, N = (int(d) for d in W.shape)
+        K, N = kernel.output_shape(tuple(q.shape))
+        # into a given out: the dequantize call's per-call fast path (its checks name a bad tensor)
+        W = kernel(
+            q,
+            s,
+            z,
+            g_idx=gi,
+            out=torch.empty((K, N), dtype=torch_dtype(kernel.spec.target_type, torch), device=q.device),
+        )
         x2, y = _check_call(torch, kernel.spec, x, K, N, x.device.index or 0, bias, out)
         y2 = y.view(-1, N)
         if bias is not None:
