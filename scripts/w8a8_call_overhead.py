@@ -1,6 +1,6 @@
-"""Host time of an eager `dqgen.w8a8.matmul` call (the checks, plan and launch the caller waits for), beside
-torch.mul and torch._int_mm on tensors of the same tiny shape, so that GPU time is negligible: the median of
-10^4 calls per implementation on a CPU timer, with the GPU synchronized once after each batch of 100."""
+"""Host time of an eager `dqgen.w8a8.matmul` and `quantize_activations` call (the checks, plan and launch the
+caller waits for), beside torch.mul and torch._int_mm on tensors of the same tiny shape, so that GPU time is
+negligible: the median of 10^4 calls per implementation on a CPU timer, the GPU synchronized after each batch of 100."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from dqgen.w8a8 import matmul
+from dqgen.w8a8 import matmul, quantize_activations
 
 
 def host_us(fn, calls: int = 10_000, batch: int = 100) -> float:
@@ -35,6 +35,7 @@ def main() -> None:
     rows = {
         "dqgen.w8a8.matmul": host_us(lambda: matmul(x, xs, w, ws)),
         "torch._int_mm": host_us(lambda: torch._int_mm(x, w.t())),
+        "quantize_activations": host_us(lambda: quantize_activations(a)),
         "torch.mul": host_us(lambda: torch.mul(a, b)),
     }
     for name, us in rows.items():
