@@ -48,7 +48,9 @@ def test_this_machines_measurement_wins_and_unknown_gpus_get_the_defaults(gpu, t
     assert asked == [0, 1]  # the driver is asked each device's name once
 
 
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", json.dumps({H100: "fast"})])
+@pytest.mark.parametrize(
+    "text", ["{not json", "[1, 2]", json.dumps({H100: "fast"}), json.dumps({H100: {"dense_min_m": "soon"}})]
+)
 def test_a_damaged_machine_rule_falls_back_to_the_shipped_one(gpu, tmp_path: Path, text: str) -> None:
     (tmp_path / "dispatch.json").write_text(text)
     shipped = json.loads(dispatch.SHIPPED_RULES.read_text())[H100]

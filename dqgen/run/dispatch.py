@@ -99,7 +99,7 @@ def checkpoint_of(matmul_weight: Any) -> tuple[Any, ...] | None:
 @dataclass(frozen=True)
 class DispatchRule:
     """Per GPU: from which M the GEMM replaces the GEMV, and from which M (None: never) dequantize + cuBLAS
-    replaces the GEMM on checkpoint tensors."""
+    replaces the GEMM where the checkpoint tensors are at hand (passed, or alive beside a packed weight)."""
 
     gemm_min_m: int = GEMV_MAX_M + 1
     dense_min_m: int | None = DEFAULT_DENSE_MIN_M
@@ -127,7 +127,10 @@ def _stored(path: Path, name: str) -> DispatchRule | None:
     if not isinstance(entry, dict):
         return None
     dense = entry.get("dense_min_m")
-    return DispatchRule(int(entry.get("gemm_min_m", GEMV_MAX_M + 1)), None if dense is None else int(dense))
+    try:
+        return DispatchRule(int(entry.get("gemm_min_m", GEMV_MAX_M + 1)), None if dense is None else int(dense))
+    except (TypeError, ValueError):  # a hand-edited value that is no number: as if there were no entry
+        return None
 
 
 def rule_for(device: int) -> DispatchRule:
