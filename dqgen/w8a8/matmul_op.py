@@ -6,50 +6,18 @@ int32 (int8) or in fp32 (e4m3); the order of the float32 operations is the templ
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
 import torch
 
-from ..run import device as dev
-from .gemm import MAX_K_S8, Elem, GemmKernel, Out, choose, launch_args, loaded
+from .gemm import MAX_K_S8, Elem, GemmKernel, Out, choose, loaded
 from .gemm_reference import QMAX, WeightKind
 
 _ELEMS: dict[torch.dtype, Elem] = {torch.int8: "s8", torch.float8_e4m3fn: "e4m3"}
 _OUTS: dict[torch.dtype, Out] = {torch.float16: "f16", torch.bfloat16: "bf16"}
 #: Per device: uint32 counters of the split-K tiles, zero between launches (the kernel resets the ones it uses).
 _COUNTERS: dict[int, torch.Tensor] = {}
-
-
-@dataclasses.dataclass
-class _Call:
-    """What a call's tensor signature fixes, decided once (the checks passed, the kernel, its plan, the split-K
-    workspace) and the launches bound per output pointer: a repeated call costs a signature, one allocation of y
-    and one cuLaunchKernel, like the dequantize call's fast path."""
-
-    kern: GemmKernel
-    plan: tuple[int, int, int]
-    ws: torch.Tensor | None
-    counters: torch.Tensor
-    ordinal: int
-    bound: dict[int, dev.BoundLaunch] = dataclasses.field(default_factory=dict)
-
-
-_CALLS: dict[tuple, _Call] = {}
-_CALLS_MAX = 1024
-
-
-def _signature(x_q: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, bias: Any) -> tuple:
-    """Pointers, shapes, strides, dtypes and devices of the inputs: equal signatures pass the same checks and take
-    the same kernel, plan and argument values (only y's pointer is new per call)."""
-    return (
-        x_q.data_ptr(), x_q.shape, x_q.stride(), x_q.dtype, x_q.get_device(),
-        x_scale.data_ptr(), x_scale.shape, x_scale.stride(), x_scale.dtype, x_scale.get_device(),
-        w.data_ptr(), w.shape, w.stride(), w.dtype, w.get_device(),
-        w_scale.data_ptr(), w_scale.shape, w_scale.stride(), w_scale.dtype, w_scale.get_device(),
-        None if bias is None else (bias.data_ptr(), bias.shape, bias.stride(), bias.dtype, bias.get_device()),
-    )  # fmt: skip
 
 
 def check_inputs(x_q: Any, x_scale: Any, w: Any, w_scale: Any, bias: Any, out_dtype: Any) -> None:
@@ -179,7 +147,8 @@ def w8a8_matmul_op(
     bias: torch.Tensor | None,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    return _call(x_q, x_scale, w, w_scale, bias, out_dtype)  # checks a new signature: direct torch.ops calls too
+    check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)  # also here: a direct torch.ops call skips the wrapper
+    return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
 
 
 @w8a8_matmul_op.register_fake
@@ -205,75 +174,10 @@ def matmul(
     """y [M, N] (out_dtype) = (x_q [M, K] @ w [N, K].T) * x_scale[:, None] * w_scale[None, :] (+ bias), x_q and w
     both int8 (int32 accumulation, exact) or both float8_e4m3fn (sm_89+). x_q, x_scale: quantize_activations'
     outputs; w, w_scale: quantize_weight's."""
+    check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)
     if torch.compiler.is_compiling():  # traced: one custom op in the graph
-        check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)
         return torch.ops.dqgen.w8a8_matmul(x_q, x_scale, w, w_scale, bias, out_dtype)
-    return _call(x_q, x_scale, w, w_scale, bias, out_dtype)
-
-
-def _call(
-    x_q: torch.Tensor,
-    x_scale: torch.Tensor,
-    w: torch.Tensor,
-    w_scale: torch.Tensor,
-    bias: torch.Tensor | None,
-    out_dtype: torch.dtype,
-) -> torch.Tensor:
-    """An eager call: the inputs' signature finds the checked, planned, bound launch (_Call); a new signature is
-    checked (one-line errors) and planned first; inputs the kernel cannot read in place (padded copies) take
-    _launch every time."""
-    try:
-        key = (_signature(x_q, x_scale, w, w_scale, bias), out_dtype)
-    except AttributeError:  # not tensors: check_inputs names the argument
-        check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)
-        raise
-    hit = _CALLS.get(key)
-    if hit is None:
-        check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)
-        hit = _prepare_call(x_q, x_scale, w, w_scale, bias, out_dtype)
-        if hit is None:
-            return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
-        if len(_CALLS) >= _CALLS_MAX:
-            _CALLS.clear()
-        _CALLS[key] = hit
-    m, n = x_q.shape[0], w.shape[0]
-    y = torch.empty((m, n), dtype=out_dtype, device=x_q.device)
-    launch = hit.bound.get(y.data_ptr())
-    if launch is None:
-        k = x_q.shape[1]
-        args = launch_args(
-            hit.kern.cfg, m, n, k, x_q.data_ptr(), x_q.stride(0) if m > 1 else k, w.data_ptr(),
-            w.stride(0) if n > 1 else k, x_scale.data_ptr(), w_scale.data_ptr(), 0 if bias is None else bias.data_ptr(),
-            y.data_ptr(), 0 if hit.ws is None else hit.ws.data_ptr(), hit.counters.data_ptr(), hit.plan,
-        )  # fmt: skip
-        launch = hit.kern.bind(hit.plan, args)
-        if len(hit.bound) >= 16:  # y comes from torch's caching allocator: a few addresses recur
-            hit.bound.clear()
-        hit.bound[y.data_ptr()] = launch
-    launch(dev.torch_raw_stream(torch, hit.ordinal))
-    return y
-
-
-def _prepare_call(
-    x_q: torch.Tensor,
-    x_scale: torch.Tensor,
-    w: torch.Tensor,
-    w_scale: torch.Tensor,
-    bias: torch.Tensor | None,
-    out_dtype: torch.dtype,
-) -> _Call | None:
-    """The _Call of checked inputs the kernel reads in place (None: a padded copy or a contiguous scale is needed
-    per call). Its workspace is its own: like a packed weight's, one stream (or graph) at a time."""
-    m, n = x_q.shape[0], w.shape[0]
-    if m == 0 or n == 0 or _kernel_ready(x_q) is not x_q or _kernel_ready(w) is not w:
-        return None
-    if not (x_scale.is_contiguous() and w_scale.is_contiguous() and (bias is None or bias.is_contiguous())):
-        return None
-    ordinal = x_q.device.index if x_q.device.index is not None else torch.cuda.current_device()
-    kern, plan, ws_elems = _prepared(_ELEMS[x_q.dtype], _OUTS[out_dtype], m, n, x_q.shape[1], ordinal)
-    dtype = torch.int32 if x_q.dtype == torch.int8 else torch.float32
-    ws = torch.empty(ws_elems, dtype=dtype, device=x_q.device) if ws_elems else None
-    return _Call(kern, plan, ws, _counters(x_q.device, plan[0]), ordinal)
+    return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
 
 
 def quantize_weight(w: torch.Tensor, kind: WeightKind = "int8") -> tuple[torch.Tensor, torch.Tensor]:
