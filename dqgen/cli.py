@@ -297,6 +297,11 @@ def bench(
         except (ValueError, OSError, UnicodeDecodeError) as e:
             _fail(f"--docs: {e}")
     if w8a8:
+        other = [f for f, on in (("--matmul", matmul), ("--gru", gru), ("--m", m is not None), ("--merge", merge),
+                                 ("--plot", plot is not None), ("--json", as_json), ("specs", bool(specs)),
+                                 ("--shapes", shapes is not None), ("--impls", impls is not None)) if on]  # fmt: skip
+        if other:
+            _fail(f"--w8a8 times its own shapes and implementations; it takes --docs and --record only, got {other[0]}")
         if not dev.gpu_available():
             _fail("dqgen bench --w8a8 needs an NVIDIA GPU (none found)")
         from .tools import bench_w8a8
@@ -447,6 +452,8 @@ def _bench_matmul(
         _fail("dqgen bench --matmul needs an NVIDIA GPU (none found)")
     import torch
 
+    if old is not None and old["gpu"] != torch.cuda.get_device_name(0):
+        _fail(f"--merge: {record_path} is from {old['gpu']!r}, this GPU is {torch.cuda.get_device_name(0)!r}")
     from .run.timing import method
     from .tools.bench import copy_bandwidth
 

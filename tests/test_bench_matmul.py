@@ -134,47 +134,58 @@ def test_markdown_section_keeps_other_sections(tmp_path) -> None:
     assert "issue 14" not in text  # no row past M = 16: no GEMM target
 
 
-def test_gemm_targets_met_and_missed_with_figures() -> None:
+def test_gemm_targets_judge_the_gemm_and_the_dispatcher_apart() -> None:
     rows = [
-        _row("dqgen", 64, 80.0),
+        _row("dqgen gemm", 64, 80.0),
         _row("cublas dense", 64, 170.0),
-        _row("dqgen", 128, 180.0),  # 1.06x cuBLAS: the worst of M <= 128, missed
+        _row("dqgen gemm", 128, 180.0),  # 1.06x cuBLAS: the worst of M <= 128, missed
         _row("cublas dense", 128, 170.0),
-        _row("dqgen", 256, 199.0),  # <= cuBLAS at 256: fine
+        _row("dqgen gemm", 256, 199.0),  # <= cuBLAS at 256: fine
         _row("cublas dense", 256, 200.0),
         _row("dequant + cublas", 256, 380.0),
-        _row("dqgen", 1024, 780.0),  # 1.0955x cuBLAS at 1024: within 1.1x
+        _row("dqgen gemm", 1024, 780.0),  # 1.0955x cuBLAS at 1024: within 1.1x
         _row("cublas dense", 1024, 712.0),
         _row("dequant + cublas", 1024, 840.0),
-        _row("dqgen", 4096, 2780.0),  # the dispatch picked a path 2.8% slower than the best: within 3%
+        _row("dqgen", 1024, 840.0),  # the dispatch took dequantize + cuBLAS: not a GEMM row, not judged as one
+        _row("dqgen", 4096, 2780.0),  # the dispatch's path is 2.8% slower than the best: within 3%
         _row("dqgen gemm", 4096, 9600.0),
         _row("dequant + cublas", 4096, 2704.0),
     ]
     lines = bm.gemm_targets(_doc(rows))
     where = "awq_int4_fp16 8192x28672"
-    assert f"- M = 17..128, {where}: faster than cuBLAS dense: MISSED (worst M = 128: 180.0 us = 1.06x cuBLAS)" in lines
-    assert f"- M = 256..1024, {where}: <= cuBLAS dense at M = 256, <= 1.1x it beyond: met (worst M = 1024: 1.10x" in (
-        "\n".join(lines)
+    assert (
+        f"- M = 64..128, {where}: the GEMM faster than cuBLAS dense: MISSED (worst M = 128: 180.0 us = 1.06x cuBLAS)"
+        in lines
     )
-    assert f"- M = 256..1024, {where}: faster than dequantize + cuBLAS: met (worst M = 1024: 0.93x)" in lines
+    text = "\n".join(lines)
+    assert (
+        f"- M = 256..1024, {where}: the GEMM <= cuBLAS dense at M = 256, <= 1.1x it beyond: met (worst M = 1024: 1.10x"
+        in (text)
+    )
+    assert f"- M = 256..1024, {where}: the GEMM faster than dequantize + cuBLAS: met (worst M = 1024: 0.93x)" in lines
     assert f"- M = 4096, {where}: the dispatcher within 3% of the best path: met (2780.0 us, best 2704.0 us)" in lines
-    assert f"- M = 64, {where}: ahead of humming's 87.6 us (the issue's H100 figure): met (80.0 us)" in lines
-    rows[4] = _row("dqgen", 256, 201.0)  # above cuBLAS at M = 256 (no 10% slack there)
-    rows[10] = _row("dqgen", 4096, 2800.0)  # 3.6% over the best
-    lines = "\n".join(bm.gemm_targets(_doc(rows)))
-    assert "<= 1.1x it beyond: MISSED (worst M = 256: 1.00x cuBLAS)" in lines
-    assert "within 3% of the best path: MISSED (2800.0 us, best 2704.0 us)" in lines
+    assert f"- M = 64, {where}: the GEMM ahead of humming's 87.6 us (the issue's H100 figure): met (80.0 us)" in lines
+    rows[4] = _row("dqgen gemm", 256, 201.0)  # above cuBLAS at M = 256 (no 10% slack there)
+    rows[11] = _row("dqgen", 4096, 2800.0)  # 3.6% over the best
+    text = "\n".join(bm.gemm_targets(_doc(rows)))
+    assert "<= 1.1x it beyond: MISSED (worst M = 256: 1.00x cuBLAS)" in text
+    assert "within 3% of the best path: MISSED (2800.0 us, best 2704.0 us)" in text
     assert bm.gemm_targets(_doc([_row("dqgen", 16, 50.0), _row("cublas dense", 16, 170.0)])) == []
 
 
 def test_merge_keeps_rows_the_new_run_did_not_measure() -> None:
     old = _doc([_row("dqgen", 1, 50.0), _row("dqgen", 64, 90.0)])
-    new = bm.matmul_document("H100", 3010.0, [_row("dqgen", 64, 80.0)], "do_bench", when="2026-11-24 02:00 UTC")
+    new = bm.matmul_document(
+        "NVIDIA H100 80GB HBM3", 3010.0, [_row("dqgen", 64, 80.0)], "do_bench", when="2026-11-24 02:00 UTC"
+    )
     merged = bm.merge_documents(old, new)
     assert sorted((r["M"], r["us"]) for r in merged["rows"]) == [(1, 50.0), (64, 80.0)]  # M = 64 re-measured
     assert merged["copy_gbps"] == 3010.0 and merged["date"] == "2026-11-24 02:00 UTC"
     assert "1 rows from the run of 2026-11-23 23:00 UTC (copy 3000 GB/s)" in merged["method"]
     assert bm.merge_documents(_doc([_row("dqgen", 64, 90.0)]), new) == new  # nothing left of the old run
+    other_gpu = bm.matmul_document("NVIDIA H200", 4000.0, [_row("dqgen", 64, 70.0)], "do_bench")
+    with pytest.raises(ValueError, match="the record is from 'NVIDIA H100 80GB HBM3', this run from 'NVIDIA H200'"):
+        bm.merge_documents(new, other_gpu)
 
 
 FIXTURE = {
@@ -215,6 +226,11 @@ def test_plot_from_fixture_json(tmp_path) -> None:
         (["--matmul", "--m", "1,x"], "error: [--m] got '1,x'"),
         (["--m", "1"], "error: [--m] and [--merge] apply to --matmul only"),
         (["--merge"], "error: [--m] and [--merge] apply to --matmul only"),
+        (
+            ["--w8a8", "--matmul"],
+            "error: --w8a8 times its own shapes and implementations; it takes --docs and --record",
+        ),
+        (["--w8a8", "awq_int4_fp16"], "error: --w8a8 times its own shapes and implementations"),
         (["--matmul", "--merge"], "error: --merge: docs/bench/matmul.json: cannot read the matmul record"),
         (["--matmul", "--gru"], "error: --matmul and --gru are separate benches"),
         (["--matmul", "--shapes", "4096x4096:64"], "error: [--shapes] with --matmul takes KxN only"),

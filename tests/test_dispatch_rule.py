@@ -55,3 +55,34 @@ def test_a_damaged_machine_rule_falls_back_to_the_shipped_one(gpu, tmp_path: Pat
     (tmp_path / "dispatch.json").write_text(text)
     shipped = json.loads(dispatch.SHIPPED_RULES.read_text())[H100]
     assert dispatch.rule_for(0) == DispatchRule(shipped["gemm_min_m"], shipped["dense_min_m"])
+
+
+def test_a_packed_weights_checkpoint_counts_only_while_alive_and_unchanged() -> None:
+    """dispatch.checkpoint_of: the dense path may dequantize the tensors a weight was packed from only while they
+    are alive and at the version packed; an inference-mode tensor (no version counter) never counts as unchanged."""
+    import gc
+    import weakref
+
+    from .test_packcache import FakeTensor
+
+    class Packed:  # stands in for a MatmulWeight (weak-referenceable, hashable)
+        pass
+
+    def beside(*tensors: FakeTensor | None) -> Packed:
+        w = Packed()
+        refs = tuple(None if t is None else (weakref.ref(t), dispatch.version(t)) for t in tensors)
+        dispatch._BESIDE[w] = dispatch._Beside(None, refs)
+        return w
+
+    q, s = FakeTensor(0x1000), FakeTensor(0x2000)
+    w = beside(q, s, None, None)
+    assert dispatch.checkpoint_of(w) == (q, s, None, None)
+    s.writes += 1  # written after packing
+    assert dispatch.checkpoint_of(w) is None
+    z = FakeTensor(0x3000)
+    w2 = beside(q, z, None, None)
+    del z
+    gc.collect()
+    assert dispatch.checkpoint_of(w2) is None  # freed
+    assert dispatch.checkpoint_of(beside(q, FakeTensor(0x4000, inference=True), None, None)) is None
+    assert dispatch.checkpoint_of(Packed()) is None  # packed with no record beside it

@@ -70,3 +70,24 @@ def test_limit_clears_and_inference_tensors_have_version_minus_one() -> None:
     assert signature(None) is None
     with pytest.raises(AttributeError):
         signature(object())
+
+
+def test_no_stale_packed_copy_stays_resident() -> None:
+    """A new version of the same tensors replaces their entry, and an entry whose tensors were freed goes at the
+    next miss: repeated in-place updates of one weight keep one packed copy, not one per version."""
+    cache: PackCache[int] = PackCache()
+    q, s = FakeTensor(0x1000), FakeTensor(0x2000)
+    for write in range(10):
+        q.writes = write
+        assert cache.get("k", (q, s), lambda write=write: write) == write
+    assert len(cache) == 1
+    other = FakeTensor(0x3000)
+    cache.get("k", (other, s), lambda: 100)
+    assert len(cache) == 2
+    del other
+    gc.collect()
+    cache.get("k2", (q, s), lambda: 200)  # a miss: the freed tensor's entry goes
+    assert len(cache) == 2  # ("k", q, s) and ("k2", q, s)
+    view = FakeTensor(0x1000)  # another object with q's signature (a view of the same memory): a hit
+    view.writes = q.writes
+    assert cache.get("k", (view, s), lambda: 300) == 9

@@ -1,15 +1,19 @@
-"""``Kernel.matmul``: y = x @ dequant(W) by the fastest path for M.
+"""``Kernel.matmul``: y = x @ dequant(W) by the fastest path for M, by a per-GPU ``DispatchRule``.
 
-- M <= 16 (decode): the fused GEMV (dqgen.run.matmul), unchanged;
-- else, for 4- and 8-bit integer specs: the tensor-core GEMM (dqgen.run.gemm), on the GemmWeight packed beside the
-  MatmulWeight by ``Kernel.pack_matmul`` or, for checkpoint tensors, packed once per tensor version (cached like
-  the GEMV's);
-- for checkpoint tensors and M at or past the GPU's ``dense_min_m`` (``DispatchRule``): dequantize into a dense
-  weight and ``torch.matmul`` (cuBLAS), where a compute-bound GEMM of fp16 weights beats mma.sync with a
-  conversion in its loop. The rule is read once per GPU name from ``<cache>/dispatch.json`` (written by
-  ``scripts/gemm_dispatch_rule.py --write-rule`` after timing the three paths on that GPU); without an entry the
-  defaults below apply. Other specs (floats, codebooks, 2/3-bit) keep the GEMV for every M;
+- M below the rule's ``gemm_min_m`` (17 by default; 16 on the H100, whose measured GEMM beats the GEMV at 16
+  tokens): the fused GEMV (dqgen.run.matmul), up to 16 tokens a launch;
+- from there, for 4- and 8-bit integer specs: the tensor-core GEMM (dqgen.run.gemm), on the GemmWeight packed
+  beside the MatmulWeight by ``Kernel.pack_matmul`` or, for checkpoint tensors, packed once per tensor version
+  (cached like the GEMV's);
+- from the rule's ``dense_min_m`` on, where the checkpoint tensors are at hand (passed in the call, or alive and
+  unchanged beside a packed weight): dequantize into a dense weight and ``torch.matmul`` (cuBLAS), where a
+  compute-bound GEMM of fp16 weights beats mma.sync with a conversion in its loop;
+- other specs (floats, codebooks, 2/3-bit) keep the GEMV for every M;
 - under torch.compile, the custom ops of dqgen.run.gemm_op, which make the same choice when they run.
+
+The rule of a GPU (by name, looked up once per device): this machine's measurement in ``<cache>/dispatch.json``
+(``scripts/gemm_dispatch_rule.py --write-rule``), else the release's (``dispatch_rules.json`` beside this module,
+measured on an H100), else the defaults below.
 """
 
 from __future__ import annotations
@@ -80,7 +84,8 @@ def beside(matmul_weight: Any) -> GemmWeight | None:
 
 def checkpoint_of(matmul_weight: Any) -> tuple[Any, ...] | None:
     """(qweight, scales, zeros, g_idx) a MatmulWeight was packed from, if every one is still alive and unchanged
-    (torch's version counter); else None (the packed layouts are then the only truth)."""
+    (torch's version counter; an inference-mode tensor has none, so it never counts as unchanged); else None (the
+    packed layouts are then the only truth)."""
     hit = _BESIDE.get(matmul_weight)
     if hit is None:
         return None
@@ -90,7 +95,7 @@ def checkpoint_of(matmul_weight: Any) -> tuple[Any, ...] | None:
             out.append(None)
             continue
         t = ref[0]()
-        if t is None or version(t) != ref[1]:
+        if t is None or ref[1] < 0 or version(t) != ref[1]:  # an inference-mode tensor's writes are not counted
             return None
         out.append(t)
     return tuple(out)
@@ -235,15 +240,14 @@ def dispatch(
     if way == "dense":
         assert checkpoint is not None
         q, s, z, gi = checkpoint
-        K, N = kernel.output_shape(tuple(q.shape))
-        # into a given out: the dequantize call's per-call fast path (its checks name a bad tensor)
-        W = kernel(
-            q,
-            s,
-            z,
-            g_idx=gi,
-            out=torch.empty((K, N), dtype=torch_dtype(kernel.spec.target_type, torch), device=q.device),
-        )
+        if gi is None:  # into a given out: the dequantize call's per-call fast path (its checks name a bad tensor)
+            K, N = kernel.output_shape(tuple(q.shape))
+            W = kernel(
+                q, s, z, out=torch.empty((K, N), dtype=torch_dtype(kernel.spec.target_type, torch), device=q.device)
+            )
+        else:  # act-order: no out, so that the g_idx check is not redone for every new out address
+            W = kernel(q, s, z, g_idx=gi)
+            K, N = (int(d) for d in W.shape)
         x2, y = _check_call(torch, kernel.spec, x, K, N, x.device.index or 0, bias, out)
         y2 = y.view(-1, N)
         if bias is not None:

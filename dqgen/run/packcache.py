@@ -14,7 +14,8 @@ T = TypeVar("T")
 
 
 def version(t: Any) -> int:
-    """torch's in-place version counter of ``t`` (-1 for an inference-mode tensor, which cannot be written)."""
+    """torch's in-place version counter of ``t``; -1 for an inference-mode tensor, which has none (its in-place
+    writes inside inference_mode are not counted: -1 means unknown, not unchanged)."""
     try:
         return int(t._version)
     except RuntimeError:
@@ -35,23 +36,52 @@ class _Entry(Generic[T]):
 
 
 class PackCache(Generic[T]):
-    """Packed forms by (kernel key, tensor signatures); an entry whose tensors were freed is packed anew (a new
-    tensor may reuse the freed memory and version). Cleared whole past ``limit`` entries."""
+    """Packed forms by (kernel key, tensor signatures). One entry per (kernel key, tensor objects): a new version
+    of the same tensors replaces their entry, and entries whose tensors were freed are dropped on the next miss
+    (a new tensor may reuse the freed memory and version), so no stale packed copy stays resident. Cleared whole
+    past ``limit`` entries."""
 
     def __init__(self, limit: int = 256) -> None:
         self._entries: dict[tuple, _Entry[T]] = {}
+        self._by_tensors: dict[tuple, tuple] = {}  # (owner, ids of the tensors) -> the key of their entry
         self.limit = limit
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def get(self, owner: str, tensors: Sequence[Any], pack: Callable[[], T]) -> T:
         key = (owner, *(signature(t) for t in tensors))
         hit = self._entries.get(key)
-        if hit is not None and all(
-            (r is None) == (t is None) and (r is None or r() is not None)
-            for r, t in zip(hit.refs, tensors, strict=True)
-        ):
+        if hit is not None and self._alive(hit, tensors):
             return hit.packed
         packed = pack()
+        ident = (owner, *(id(t) for t in tensors))
+        self._drop_stale(ident)
         if len(self._entries) >= self.limit:
             self._entries.clear()
+            self._by_tensors.clear()
         self._entries[key] = _Entry(packed, tuple(None if t is None else weakref.ref(t) for t in tensors))
+        self._by_tensors[ident] = key
         return packed
+
+    @staticmethod
+    def _alive(entry: _Entry[Any], tensors: Sequence[Any]) -> bool:
+        """The tensors packed are still alive (then equal signatures mean the same memory and contents; a view of
+        them, another object with the same signature, hits too)."""
+        return all(
+            (r is None) == (t is None) and (r is None or r() is not None)
+            for r, t in zip(entry.refs, tensors, strict=True)
+        )
+
+    def _drop_stale(self, ident: tuple) -> None:
+        """Before adding an entry: drop the older entry of the same tensor objects, and every entry whose tensors
+        were freed."""
+        old = self._by_tensors.pop(ident, None)
+        if old is not None:
+            self._entries.pop(old, None)
+        dead = [k for k, e in self._entries.items() if any(r is not None and r() is None for r in e.refs)]
+        for k in dead:
+            self._entries.pop(k)
+        if dead:
+            keep = set(self._entries)
+            self._by_tensors = {i: k for i, k in self._by_tensors.items() if k in keep}

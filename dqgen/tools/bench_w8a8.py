@@ -118,7 +118,8 @@ def markdown_section(gemm: dict[str, Any], act: dict[str, Any] | None) -> str:
                 r = _at(rows, impl, m, k, n)
                 cells.append("n/a" if r is None else f"{r['us']:.1f} ({r['pct_floor']:.0f}%)")
             exact = [r["exact"] for i in (DQ_INT8, DQ_FP8) if (r := _at(rows, i, m, k, n)) is not None]
-            out.append(f"| {k}x{n} | {m} | " + " | ".join(cells) + f" | {'yes' if all(exact) else 'NO'} |")
+            verdict = "n/a" if not exact else "yes" if all(exact) else "NO"
+            out.append(f"| {k}x{n} | {m} | " + " | ".join(cells) + f" | {verdict} |")
     if act is not None:
         out += [
             "",

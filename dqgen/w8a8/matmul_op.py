@@ -41,7 +41,7 @@ def check_inputs(x_q: Any, x_scale: Any, w: Any, w_scale: Any, bias: Any, out_dt
         raise ValueError(f"x_scale: expected float32 [M={m}], got {x_scale.dtype} {list(x_scale.shape)}")
     if w_scale.dtype != torch.float32 or tuple(w_scale.shape) != (n,):
         raise ValueError(f"w_scale: expected float32 [N={n}], got {w_scale.dtype} {list(w_scale.shape)}")
-    if out_dtype not in _OUTS:
+    if not isinstance(out_dtype, torch.dtype) or out_dtype not in _OUTS:
         raise ValueError(f"out_dtype: expected torch.float16 or torch.bfloat16, got {out_dtype}")
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
