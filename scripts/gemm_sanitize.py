@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
+from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import load_spec
 from dqgen.emit.gemm import ENTRIES
 from dqgen.run import gemm
@@ -23,7 +23,6 @@ CASES = (
     ("gptq_int4_asym_act_order_fp16", 128 * 5, 200, 128, (9, 17, 40)),  # act-order: the gather entries
     ("int8_bf16", 64 * 3 + 8, 128 * 40 + 4, None, (5, 33, 290)),  # K tail inside a tile; 41 x 3 tiles: no split
 )
-TOL = {"fp16": 2e-3, "bf16": 1e-2}
 
 
 def main() -> int:
@@ -46,7 +45,7 @@ def main() -> int:
             splits.add(split)
             err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
             print(f"{name} K={K} N={N} M={M} tile={cfg.bm} gather={gw.gather} split={split}: rel err {err:.2e}")
-            if not err <= TOL[spec.target.value]:
+            if not err <= TOLERANCE[spec.target.value]:
                 bad.append(f"{name} M={M}")
     missing = {(e.config.bm, e.gather) for e in ENTRIES} - entries
     if missing or splits != {True, False} or bad:

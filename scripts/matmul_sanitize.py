@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
+from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import load_spec
 from dqgen.emit.matmul import DIRECT, GATHER, PAIRED
 from dqgen.run.gpucheck import to_numpy, to_torch
@@ -25,7 +25,6 @@ CASES = (
     ("nvfp4_fp16", 16 * 70, 40, None),  # block scales and the global scale
     ("gptq_int3_fp16", 32 * 36, 8200, 32),  # 3-word blocks; 513 tiles: no split
 )
-TOL = {"fp16": 2e-3, "bf16": 1e-2}
 
 
 def main() -> int:
@@ -44,7 +43,7 @@ def main() -> int:
             y = k.matmul(to_torch(x), w)
             torch.cuda.synchronize()
             err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
-            ok = err <= TOL[spec.target.value]
+            ok = err <= TOLERANCE[spec.target.value]
             print(f"{name} K={K} N={N} G={group} mode={w.mode} splits={w.splits} M={M}: rel err {err:.2e}")
             if not ok:
                 bad.append(f"{name} M={M}")

@@ -448,3 +448,12 @@ def test_emulated_kernel_on_a_quantized_real_format_layer(name: str, act_order: 
     y = emulate(spec, pk, x, _cfg(64), gather=pk.slots.gather)
     ref = matmul_reference(x, W)
     assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+def test_pack_refuses_scales_and_zeros_that_are_not_16_bit() -> None:
+    spec = _variant("awq_int4_bf16", "float", "bf16")  # 16-bit float zeros
+    q, s, z, gi, _, gs = _inputs(spec, 256, 64, 128)
+    with pytest.raises(ValueError, match=r"^scales: expected 16-bit values \(fp16/bf16\), got float32$"):
+        pack_gemm(spec, q, s.astype(np.float32), z, gi, gs)
+    with pytest.raises(ValueError, match=r"^zeros: expected 16-bit values \(fp16/bf16\), got float32$"):
+        pack_gemm(spec, q, s, z.astype(np.float32), gi, gs)

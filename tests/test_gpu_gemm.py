@@ -10,40 +10,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
+from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.run import dispatch, gemm
 from dqgen.run.gpucheck import to_numpy, to_torch
 from dqgen.run.runtime import Kernel, ShapeError
 
+from .matmul_checks import check, twice
+
 pytestmark = pytest.mark.gpu
 
 SPECS = [s for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))) if gemm.supports(s)]
 IDS = [s.name for s in SPECS]
-TOL = {"fp16": 2e-3, "bf16": 1e-2}
-
-
-def _twice(call, y_shape, dtype):
-    """Two runs into NaN-poisoned outputs; the same bits both times."""
-    import torch
-
-    outs = []
-    for _ in range(2):
-        out = torch.full(y_shape, float("nan"), dtype=dtype, device="cuda")
-        r = call(out)
-        assert r is out
-        outs.append(out)
-    torch.cuda.synchronize()
-    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)), "not the same bits twice"
-    return outs[0]
-
-
-def _check(spec: Spec, y, ref: np.ndarray) -> float:
-    got = to_numpy(y).astype(np.float64)
-    assert np.isfinite(got).all(), f"{int((~np.isfinite(got)).sum())} non-finite outputs"
-    err = relative_error(got, ref)
-    assert err <= TOL[spec.target.value], f"relative error {err:.3g}"
-    return err
 
 
 def _dtype(W: np.ndarray):
@@ -68,13 +46,13 @@ def test_every_spec_m_17_64_200_with_tails(spec: Spec, group: int) -> None:
     for M in (17, 64, 200):
         x_np = random_x(spec, M, K, seed=M)
         x = to_torch(x_np)
-        y = _twice(lambda out: k.matmul(x, w, out=out), (M, N), _dtype(W))  # noqa: B023
-        _check(spec, y, matmul_reference(x_np, W))
+        y = twice(lambda out: k.matmul(x, w, out=out), (M, N), _dtype(W))  # noqa: B023
+        check(spec, y, matmul_reference(x_np, W))
     for M in (1, 16):  # the GEMM itself takes any M (the dispatch sends these to the GEMV)
         x_np = random_x(spec, M, K, seed=M)
         x = to_torch(x_np)
-        y = _twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
-        _check(spec, y, matmul_reference(x_np, W))
+        y = twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        check(spec, y, matmul_reference(x_np, W))
 
 
 def test_split_k_is_deterministic() -> None:
@@ -86,10 +64,10 @@ def test_split_k_is_deterministic() -> None:
     for M in (17, 130):
         x_np = random_x(spec, M, K, seed=M)
         x = to_torch(x_np)
-        first = _twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
-        again = _twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        first = twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        again = twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
         assert np.array_equal(to_numpy(first).view(np.uint16), to_numpy(again).view(np.uint16))
-        _check(spec, first, matmul_reference(x_np, W))
+        check(spec, first, matmul_reference(x_np, W))
     assert any(key[2] > 1 for key in gw._ws), "no launch was split along K"
 
 
@@ -104,8 +82,8 @@ def test_act_order_and_groups_that_are_no_whole_tiles(name: str, group: int) -> 
     for M in (17, 100, 300):
         x_np = random_x(spec, M, K, seed=M)
         x = to_torch(x_np)
-        y = _twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
-        _check(spec, y, matmul_reference(x_np, W))
+        y = twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        check(spec, y, matmul_reference(x_np, W))
 
 
 def test_an_in_order_g_idx_takes_the_direct_entry() -> None:
@@ -122,8 +100,8 @@ def test_an_in_order_g_idx_takes_the_direct_entry() -> None:
     assert not gw.gather
     for M in (17, 300):
         x_np = random_x(spec, M, K, seed=M)
-        y = _twice(lambda out: gemm.run(k, to_torch(x_np), gw, out=out), (M, N), _dtype(W))  # noqa: B023
-        _check(spec, y, matmul_reference(x_np, W))
+        y = twice(lambda out: gemm.run(k, to_torch(x_np), gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        check(spec, y, matmul_reference(x_np, W))
 
 
 def test_bias_leading_dims_and_unaligned_x() -> None:
@@ -138,16 +116,16 @@ def test_bias_leading_dims_and_unaligned_x() -> None:
     bias_np = rng.standard_normal(N).astype(np.float32).astype(W.dtype)
     bias = to_torch(bias_np)
     x_np = random_x(spec, 40, K, seed=4)
-    y = _twice(lambda out: gemm.run(k, to_torch(x_np), gw, bias=bias, out=out), (40, N), torch.bfloat16)
-    _check(spec, y, matmul_reference(x_np, W, bias_np))
+    y = twice(lambda out: gemm.run(k, to_torch(x_np), gw, bias=bias, out=out), (40, N), torch.bfloat16)
+    check(spec, y, matmul_reference(x_np, W, bias_np))
     y3 = gemm.run(k, to_torch(x_np).reshape(2, 20, K), gw)
     assert tuple(y3.shape) == (2, 20, N)
-    _check(spec, y3.reshape(40, N), matmul_reference(x_np, W))
+    check(spec, y3.reshape(40, N), matmul_reference(x_np, W))
     # rows K + 1 apart: no 16-byte copies of x, the gather entry with perm = identity
     big = torch.zeros((40, K + 1), dtype=torch.bfloat16, device="cuda")
     big[:, 1:] = to_torch(x_np)
-    y4 = _twice(lambda out: gemm.run(k, big[:, 1:], gw, out=out), (40, N), torch.bfloat16)
-    _check(spec, y4, matmul_reference(x_np, W))
+    y4 = twice(lambda out: gemm.run(k, big[:, 1:], gw, out=out), (40, N), torch.bfloat16)
+    check(spec, y4, matmul_reference(x_np, W))
 
 
 def test_dispatch_takes_each_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,23 +148,23 @@ def test_dispatch_takes_each_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dispatch, "pick", spy)
     for M in (16, 17, 64):
         x_np = random_x(spec, M, K, seed=M)
-        _check(spec, k.matmul(to_torch(x_np), qt, st), matmul_reference(x_np, W))
+        check(spec, k.matmul(to_torch(x_np), qt, st), matmul_reference(x_np, W))
     assert seen == ["gemv", "gemm", "dense"]
     x_np = random_x(spec, 64, K, seed=64)
     w = k.pack_matmul(qt, st)  # packed from tensors the caller keeps: M = 64 dequantizes them for cuBLAS
-    _check(spec, k.matmul(to_torch(x_np), w), matmul_reference(x_np, W))
+    check(spec, k.matmul(to_torch(x_np), w), matmul_reference(x_np, W))
     assert seen[-1] == "dense"
     st_copy = st.clone()
     w = k.pack_matmul(qt, st_copy)
     st_copy.mul_(2)  # changed after packing: the packed layouts are the truth, so the GEMM runs
-    _check(spec, k.matmul(to_torch(x_np), w), matmul_reference(x_np, W))
+    check(spec, k.matmul(to_torch(x_np), w), matmul_reference(x_np, W))
     assert seen[-1] == "gemm"
     w = k.pack_matmul(qt.clone(), st.clone())  # the checkpoint is gone once packed: the GEMM
-    _check(spec, k.matmul(to_torch(x_np), w), matmul_reference(x_np, W))
+    check(spec, k.matmul(to_torch(x_np), w), matmul_reference(x_np, W))
     assert seen[-1] == "gemm"
     w_gemv = k.pack_matmul(qt, st, gemm=False)  # the GEMV's layout alone: M = 64 runs the GEMV
     assert dispatch.beside(w_gemv) is None
-    _check(spec, k.matmul(to_torch(x_np), w_gemv), matmul_reference(x_np, W))
+    check(spec, k.matmul(to_torch(x_np), w_gemv), matmul_reference(x_np, W))
     assert seen[-1] == "gemv"
 
 
@@ -217,7 +195,6 @@ def test_real_format_checkpoint_layer_equals_x_at_dequantize(fmt: str, tmp_path)
     then Kernel.matmul on the read tensors against x @ (the dequantize kernel's W), for prefill-sized M."""
     import json
 
-    import torch
     from safetensors.numpy import save_file
 
     from dqgen.io.checkpoint import read_layers
@@ -248,9 +225,7 @@ def test_real_format_checkpoint_layer_equals_x_at_dequantize(fmt: str, tmp_path)
         x = to_torch(random_x(layer.spec, M, K, seed=M))
         y = k.matmul(x, q, s, z, g_idx=gi)
         ref = x.double() @ W.double()
-        err = relative_error(to_numpy(y).astype(np.float64), to_numpy(ref))
-        assert err <= TOL[layer.spec.target.value], f"M={M}: relative error {err:.3g}"
-        assert torch.isfinite(y).all()
+        check(layer.spec, y, to_numpy(ref))
 
 
 def test_errors_before_launch() -> None:
@@ -303,7 +278,7 @@ def test_torch_compile_and_cuda_graph_at_prefill_sizes() -> None:
             y = torch.compile(fn, fullgraph=True, dynamic=True)(x)
             torch.cuda.synchronize()
             assert torch.equal(y, eager)
-            _check(spec, y / 2, matmul_reference(x_np, W))
+            check(spec, y / 2, matmul_reference(x_np, W))
     static_x = to_torch(random_x(spec, 64, K, seed=1))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -317,4 +292,4 @@ def test_torch_compile_and_cuda_graph_at_prefill_sizes() -> None:
     static_x.copy_(to_torch(x2_np))
     g.replay()
     torch.cuda.synchronize()
-    _check(spec, ya, matmul_reference(x2_np, W))
+    check(spec, ya, matmul_reference(x2_np, W))

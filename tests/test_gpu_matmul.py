@@ -8,18 +8,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
+from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec, with_group_size
 from dqgen.emit.matmul import GROUPED, grouped_spec
 from dqgen.layout.layout import Layout
 from dqgen.layout.matmul import MatmulLayout
-from dqgen.run.gpucheck import to_numpy, to_torch
+from dqgen.run.gpucheck import to_torch
 from dqgen.run.runtime import Kernel, ShapeError
+
+from .matmul_checks import check, twice
 
 pytestmark = pytest.mark.gpu
 
 SPECS = [load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))]
-TOL = {"fp16": 2e-3, "bf16": 1e-2}
 
 
 def tail_shape(spec: Spec) -> tuple[int, int, int | None]:
@@ -35,25 +36,7 @@ def tail_shape(spec: Spec) -> tuple[int, int, int | None]:
 
 
 def _run(k: Kernel, x, w, y_shape, dtype, bias=None):
-    import torch
-
-    outs = []
-    for _ in range(2):
-        out = torch.full(y_shape, float("nan"), dtype=dtype, device="cuda")
-        r = k.matmul(x, w, bias=bias, out=out)
-        assert r is out
-        outs.append(out)
-    torch.cuda.synchronize()
-    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)), "not the same bits twice"
-    return outs[0]
-
-
-def _check(spec: Spec, y, ref: np.ndarray) -> float:
-    got = to_numpy(y).astype(np.float64)
-    assert np.isfinite(got).all(), f"{int((~np.isfinite(got)).sum())} non-finite outputs"
-    err = relative_error(got, ref)
-    assert err <= TOL[spec.target.value], f"relative error {err:.3g}"
-    return err
+    return twice(lambda out: k.matmul(x, w, bias=bias, out=out), y_shape, dtype)
 
 
 @pytest.mark.quick
@@ -69,7 +52,7 @@ def test_every_spec_m_1_3_16_with_tails(spec: Spec) -> None:
     for M in (1, 3, 16):
         x_np = random_x(spec, M, K, seed=M)
         y = _run(k, to_torch(x_np), w, (M, N), x_dtype)
-        _check(spec, y, matmul_reference(x_np, W))
+        check(spec, y, matmul_reference(x_np, W))
 
 
 GROUPED_SPECS = [s for s in SPECS if grouped_spec(s) and not s.act_order]
@@ -94,7 +77,7 @@ def test_grouped_weights_scale_each_group_sum(spec: Spec) -> None:
     for M in (1, 3, 16):
         x_np = random_x(sp, M, K, seed=M + 100)
         y = _run(k, to_torch(x_np), w, (M, N), x_dtype)
-        _check(sp, y, matmul_reference(x_np, W))
+        check(sp, y, matmul_reference(x_np, W))
 
 
 def test_bias_and_many_tokens_and_leading_dims() -> None:
@@ -113,11 +96,11 @@ def test_bias_and_many_tokens_and_leading_dims() -> None:
         x_np = random_x(spec, M, K, seed=M)
         x = to_torch(x_np)
         y = _run(k, x, w, (M, N), torch.bfloat16, bias=to_torch(bias_np))
-        _check(spec, y, matmul_reference(x_np, W, bias_np))
+        check(spec, y, matmul_reference(x_np, W, bias_np))
     x_np = random_x(spec, 6, K, seed=6)
     y = k.matmul(to_torch(x_np).reshape(2, 3, K), w)
     assert tuple(y.shape) == (2, 3, N)
-    _check(spec, y.reshape(6, N), matmul_reference(x_np, W))
+    check(spec, y.reshape(6, N), matmul_reference(x_np, W))
 
 
 @pytest.mark.parametrize("name,group", [("gptq_int4_asym_act_order_fp16", 128), ("awq_int4_fp16", 36)])
@@ -131,7 +114,7 @@ def test_act_order_and_groups_that_are_no_whole_blocks(name: str, group: int) ->
     for M in (1, 16):
         x_np = random_x(spec, M, K, seed=M)
         y = _run(k, to_torch(x_np), w, (M, N), to_torch(np.zeros(1, W.dtype)).dtype)
-        _check(spec, y, matmul_reference(x_np, W))
+        check(spec, y, matmul_reference(x_np, W))
 
 
 def test_checkpoint_form_packs_once_per_version_and_errors_name_the_tensor() -> None:
@@ -143,7 +126,7 @@ def test_checkpoint_form_packs_once_per_version_and_errors_name_the_tensor() -> 
     x_np = random_x(spec, 2, K, seed=2)
     x = to_torch(x_np)
     y1 = k.matmul(x, qt, st)
-    _check(spec, y1, matmul_reference(x_np, W))
+    check(spec, y1, matmul_reference(x_np, W))
     from dqgen.run import matmul as mm
 
     w1 = mm.packed(k, qt, st)
@@ -152,7 +135,7 @@ def test_checkpoint_form_packs_once_per_version_and_errors_name_the_tensor() -> 
     qt.copy_(to_torch(q2))  # in place: a new version, packed again
     st.copy_(to_torch(s2))
     y2 = k.matmul(x, qt, st)
-    _check(spec, y2, matmul_reference(x_np, W2))
+    check(spec, y2, matmul_reference(x_np, W2))
     with pytest.raises(ShapeError, match=r"^x: expected shape \[\.\.\., 1024\]"):
         k.matmul(x[:, :512], qt, st)
     with pytest.raises(ShapeError, match=r"^scales: "):
@@ -188,7 +171,7 @@ def test_torch_compile_and_cuda_graph() -> None:
         y = compiled(x)
         torch.cuda.synchronize()
         assert torch.equal(y, eager)
-        _check(spec, y / 2, ref)
+        check(spec, y / 2, ref)
     # graph capture of the packed call (the checkpoint form packed above, so it captures too)
     static_x = x.clone()
     k.matmul(static_x, w)
@@ -207,5 +190,5 @@ def test_torch_compile_and_cuda_graph() -> None:
     g.replay()
     torch.cuda.synchronize()
     ref2 = matmul_reference(x2_np, W)
-    _check(spec, ya, ref2)
+    check(spec, ya, ref2)
     assert torch.equal(ya, yb)

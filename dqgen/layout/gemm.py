@@ -103,19 +103,6 @@ def _trt_fields(spec: Spec, stored: np.ndarray) -> np.ndarray:
     return stored
 
 
-def _raw16(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a)
-    if a.dtype.itemsize != 2:
-        raise ValueError(f"scales: expected 16-bit values (fp16/bf16), got {a.dtype}")
-    return a.view(np.uint16)
-
-
-def _pad_n(a: np.ndarray, Ns: int) -> np.ndarray:
-    out = np.zeros((a.shape[0], Ns), dtype=a.dtype)
-    out[:, : a.shape[1]] = a
-    return out
-
-
 def pack_gemm(
     spec: Spec,
     qweight: np.ndarray,
@@ -139,12 +126,11 @@ def pack_gemm(
     valid = np.nonzero(sl.perm >= 0)[0]
     slot_codes[valid, :N] = codes[sl.perm[valid]]
     wq = to_trt_layout(slot_codes, bits)
-    z: np.ndarray | None = None
-    if zeros is not None and spec.zeros.packed:
-        z = _pad_n(lay.unpack_fields(np.ascontiguousarray(zeros).view(np.uint32), lay.zero_order, "N"), Ns)
-    elif zeros is not None:
-        z = _pad_n(_raw16(zeros), Ns)
-    return GemmPacked(wq, _pad_n(_raw16(scales), Ns), z, sl, N, Nw, int(scales.shape[0]))
+    for name, t in (("scales", scales), ("zeros", None if spec.zeros.packed else zeros)):
+        if t is not None and np.asarray(t).dtype.itemsize != 2:
+            raise ValueError(f"{name}: expected 16-bit values (fp16/bf16), got {np.asarray(t).dtype}")
+    s, z = lay.group_columns(scales, zeros, Ns)
+    return GemmPacked(wq, s, z, sl, N, Nw, int(scales.shape[0]))
 
 
 def unpack_gemm(spec: Spec, packed: GemmPacked) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

@@ -166,6 +166,29 @@ class Layout:
     ) -> np.ndarray:
         return unpack_fields(words, self.bits, self.order if order is None else order, axis or self.axis)
 
+    def group_columns(
+        self, scales: np.ndarray, zeros: np.ndarray | None, columns: int
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Scales and zeros as one value per (group, column), zero-padded to ``columns`` columns (the prepacked
+        layouts' tails): scales as their raw bits (uint16, or uint8 for 1-byte block-scale codes), packed zero
+        words unpacked to their fields, dense zeros as raw 16-bit bits."""
+
+        def padded(a: np.ndarray) -> np.ndarray:
+            out = np.zeros((a.shape[0], columns), dtype=a.dtype)
+            out[:, : a.shape[1]] = a
+            return out
+
+        def raw(a: np.ndarray) -> np.ndarray:
+            a = np.ascontiguousarray(a)
+            return a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint8)
+
+        z = None
+        if zeros is not None and self.zeros == "packed":
+            z = padded(self.unpack_fields(np.ascontiguousarray(zeros).view(np.uint32), self.zero_order, "N"))
+        elif zeros is not None:
+            z = padded(raw(zeros))
+        return padded(raw(scales)), z
+
 
 @cache
 def _layout(

@@ -174,18 +174,6 @@ class Prepacked:
     group_size: int  # -1: one group over all of K
 
 
-def _raw(a: np.ndarray) -> np.ndarray:
-    """The bits of a 1- or 2-byte array as unsigned integers (float16 / bfloat16 / float8 views included)."""
-    a = np.ascontiguousarray(a)
-    return a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint8)
-
-
-def _pad_n(a: np.ndarray, Np: int) -> np.ndarray:
-    out = np.zeros((a.shape[0], Np), dtype=a.dtype)
-    out[:, : a.shape[1]] = a
-    return out
-
-
 def prepack(
     spec: Spec,
     qweight: np.ndarray,
@@ -201,12 +189,7 @@ def prepack(
     K, N = codes.shape
     Np = mm.n_padded(N)
     sl = mm.slots(K, group_size, g_idx)
-    z: np.ndarray | None = None
-    if zeros is not None and lay.zeros == "packed":
-        z = _pad_n(lay.unpack_fields(np.ascontiguousarray(zeros).view(np.uint32), lay.zero_order, "N"), Np)
-    elif zeros is not None:
-        z = _pad_n(_raw(zeros), Np)
-    s = _pad_n(_raw(scales), Np)
+    s, z = lay.group_columns(scales, zeros, Np)
     return Prepacked(mm.pack(codes, sl), s, z, sl, N, int(scales.shape[0]), group_size)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ from ..layout.gemm import TILE_K, TILE_N, pack_gemm
 from ..layout.gemm_trt import WEIGHT_BITS
 from . import device as dev
 from .errors import ShapeError
+from .errors import imported_torch as _torch
 
 if TYPE_CHECKING:
     from .runtime import Kernel
@@ -86,13 +86,6 @@ class GemmWeight:
     def nbytes(self) -> int:
         """Bytes a launch reads of the weight (codes, scales, zeros)."""
         return sum(int(t.numel() * t.element_size()) for t in (self.wq, self.scales, self.zeros) if t is not None)
-
-
-def _torch() -> Any:
-    torch = sys.modules.get("torch")
-    if torch is None:
-        raise TypeError("matmul: expects torch tensors (import torch first)")
-    return torch
 
 
 def _check_tensor(torch: Any, name: str, t: Any) -> None:

@@ -39,6 +39,7 @@ from ..emit.nvrtc import compile_source
 from ..layout.matmul import ROWS, MatmulLayout, Prepacked, prepack
 from . import device as dev
 from .errors import ShapeError
+from .errors import imported_torch as _torch
 from .packcache import PackCache
 
 if TYPE_CHECKING:
@@ -87,13 +88,6 @@ class MatmulWeight:
     def nbytes(self) -> int:
         """Bytes a launch reads of the weight (words, scales, zeros)."""
         return sum(int(t.numel() * t.element_size()) for t in (self.wq, self.scales, self.zeros) if t is not None)
-
-
-def _torch() -> Any:
-    torch = sys.modules.get("torch")
-    if torch is None:
-        raise TypeError("matmul: expects torch tensors (import torch first)")
-    return torch
 
 
 def _function(kernel: Kernel, e: MatmulEntry, device: int) -> dev.LoadedKernel:
