@@ -24,6 +24,15 @@ def _block_scale_codes(spec: Spec, shape: tuple[int, ...], rng: np.random.Genera
     return ((rng.integers(3, 11, size=shape) << 3) | rng.integers(0, 8, size=shape)).astype(np.uint8)
 
 
+def zero_codes_where(spec: Spec, qweight: np.ndarray, bad: np.ndarray) -> np.ndarray:
+    """``qweight`` (packed words, int32 or uint32) with the code of every weight where ``bad[K, N]`` is set to 0,
+    which is +0 in every minifloat format: how the matmul's inputs (here and in the bench) drop NaN/Inf weights."""
+    lay = Layout.of(spec)
+    codes = lay.unpack_fields(np.ascontiguousarray(qweight).view(np.uint32))
+    codes[bad] = 0
+    return lay.pack_fields(codes).view(qweight.dtype)
+
+
 def matmul_inputs(spec: Spec, K: int, N: int, seed: int, group_size: int | None = None) -> tuple[Inputs, np.ndarray]:
     """((qweight, scales, zeros, g_idx, global_scale), W) for W[K, N] with every weight finite; W in the target
     dtype. ``group_size`` overrides the spec's (``auto`` specs, tests of odd group sizes)."""
@@ -36,10 +45,7 @@ def matmul_inputs(spec: Spec, K: int, N: int, seed: int, group_size: int | None 
     w = dequantize_reference(sp, q, s, z, gi, gs)
     bad = ~np.isfinite(w.astype(np.float64))
     if bad.any():
-        lay = Layout.of(sp)
-        codes = lay.unpack_fields(np.ascontiguousarray(q).view(np.uint32))
-        codes[bad] = 0  # +0 in every minifloat format
-        q = lay.pack_fields(codes)
+        q = zero_codes_where(sp, q, bad)
         w = dequantize_reference(sp, q, s, z, gi, gs)
     assert np.isfinite(w.astype(np.float64)).all()
     return (q, s, z, gi, gs), w
