@@ -12,6 +12,9 @@ minimum over rounds:
 - ``dqgen_bound_launch``: dqgen's BoundLaunch (cuda.core ParamHolder packed once, cuda-bindings cuLaunchKernel);
 - ``cuda_bindings_direct``: ``driver.cuLaunchKernel`` with all eleven arguments spelled out per call;
 - ``cuda_core_launch``: cuda.core ``launch(stream, config, kernel, *args)`` (it packs the arguments every call);
+- ``ctypes_cdll_prebound`` / ``ctypes_pydll_prebound``: libcuda's cuLaunchKernel through ctypes, every argument a
+  ready ctypes object (CDLL releases the GIL around the call, PyDLL does not); ``key_lookup_ctypes_launch``: the
+  call's fast path (signature key, dict lookup) with that launch;
 - ``part_*``: pieces of the fast path alone: the signature key as Kernel.__call__ builds it, single tensor
   accessors, torch.compiler.is_compiling, torch's raw-stream accessor, an empty lambda (the timer's own cost);
 - ``cuda_bindings_custream_object``: the same with the stream as a ready CUstream object (no conversion per call);
@@ -124,6 +127,16 @@ double launch_loop(CUfunction f, unsigned grid, unsigned block, CUstream st, voi
 """
 
 
+def _key(q: Any, s: Any, z: Any, w: Any) -> tuple:
+    """The signature key Kernel.__call__ builds inline for ``k(q, s, z, out=w)`` (a function here: one more call)."""
+    return (
+        q.data_ptr(), q.shape, q.is_contiguous(), q.dtype,
+        s.data_ptr(), s.shape, s.is_contiguous(), s.dtype,
+        (z.data_ptr(), z.shape, z.is_contiguous(), z.dtype), None, None,
+        w.data_ptr(), w.shape, w.is_contiguous(), w.dtype, None,
+    )  # fmt: skip
+
+
 def c_loop_in_process(bound: Any, stream: int) -> float:
     """The same C loop of cuLaunchKernel, run inside this Python process (torch loaded, its context and streams
     live) on dqgen's own loaded function and packed arguments: the driver's cost here, without Python's."""
@@ -213,6 +226,28 @@ def main() -> dict:
         }
         if cs is not None:
             paths[f"cuda_core_launch_{label}"] = (tstream, lambda cs=cs: launch(cs, config, ckernel, *values))
+        # libcuda's cuLaunchKernel through ctypes with every argument a ready ctypes object (no conversion per call):
+        # CDLL releases the GIL around the call, PyDLL keeps it
+        cargs = (
+            ctypes.c_void_p(int(fn)),
+            *(ctypes.c_uint(v) for v in (*grid, *block)),
+            ctypes.c_uint(0),
+            ctypes.c_void_p(h),
+            ctypes.c_void_p(params),
+            ctypes.c_void_p(0),
+        )
+        for lib_name, lib_type in (("cdll", ctypes.CDLL), ("pydll", ctypes.PyDLL)):
+            cu_launch = lib_type("libcuda.so.1").cuLaunchKernel
+            cu_launch.restype = ctypes.c_int
+            paths[f"ctypes_{lib_name}_prebound_{label}"] = (tstream, lambda f=cu_launch, a=cargs: f(*a))
+        # the call's whole fast path with that launch: the signature key, one dict lookup, the ctypes launch
+        table = {_key(q, s, z, w): cargs}
+        cdll_launch = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+        cdll_launch.restype = ctypes.c_int
+        paths[f"key_lookup_ctypes_launch_{label}"] = (
+            tstream,
+            lambda f=cdll_launch, t=table: f(*t[_key(q, s, z, w)]),
+        )
     # the parts of the fast path, timed alone (each includes the timer's own cost: part_empty_lambda)
     qs, ss, zs, ws = q, s, z, w
     paths |= {
