@@ -185,3 +185,27 @@ def test_bad_input_is_one_line_naming_the_tensor(make: Any, match: str) -> None:
     with pytest.raises(ValueError, match=match) as info:
         quantize_activations(x, s, scale=scale)
     assert "\n" not in str(info.value)
+
+
+def test_repeated_calls_take_the_bound_launch_and_read_new_contents() -> None:
+    """An eager call is checked and planned once per input signature: the same tensors again launch at once and
+    still quantize their current contents; the same address with another dtype or a bad scale is checked anew."""
+    from dqgen.w8a8 import quantize_activations
+    from dqgen.w8a8.op import _CALLS
+
+    x = _inputs(40, 4096, torch.float16, seed=5)
+    s = _smooth("fp32", 4096, torch.float16, seed=5)
+    _CALLS.clear()
+    _compare(x, s, None)
+    assert len(_CALLS) == 1
+    x.copy_(_inputs(40, 4096, torch.float16, seed=6))  # new contents at the same address
+    s.mul_(3)
+    _compare(x, s, None)
+    assert len(_CALLS) == 1  # no new check or plan
+    _compare(x, s, 0.05)  # a static scale: another signature
+    assert len(_CALLS) == 2
+    with pytest.raises(ValueError, match=r"^x: expected float16 or bfloat16, got torch\.int16"):
+        quantize_activations(x.view(torch.int16), s)
+    with pytest.raises(ValueError, match=r"^scale: expected a positive finite float32"):
+        quantize_activations(x, s, scale=float("nan"))
+    assert len(_CALLS) == 2
