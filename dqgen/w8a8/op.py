@@ -5,6 +5,7 @@ one picks the kernel variant (alignment is a property of the real pointers) and 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -134,39 +135,52 @@ def quantize_activations(
     return _call(x, smooth, scale)  # eager: the dispatcher's overhead skipped, the same implementation
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Call:
     """What a call's input signature fixes, decided once (the checks passed, the variant, its kernel), and its
     launches bound per pair of output pointers: a repeated call costs a signature, two allocations and one
-    cuLaunchKernel."""
+    cuLaunchKernel (the pattern of dqgen.run.runtime.Kernel's fast path)."""
 
     kern: ActQuantKernel
     aligned: bool
     ordinal: int
+    device: torch.device
+    shape: tuple[int, int]
+    x_stride: int
+    smooth_ptr: int | None
+    scale: float | None
     bound: dict[tuple[int, int], dev.BoundLaunch] = dataclasses.field(default_factory=dict)
 
 
 _CALLS: dict[tuple, _Call] = {}
 _CALLS_MAX = 1024
+#: Bound launches kept per signature: the outputs come from torch's caching allocator, where a few addresses recur.
+_BOUND_MAX = 16
+#: torch's current raw CUstream of a device, without a Stream object (dqgen.run.device.torch_raw_stream)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or functools.partial(dev.torch_raw_stream, torch)
 
 
 def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """An eager call through the signature cache; a new signature is checked (one-line errors) and planned first;
-    empty inputs and the bench's overrides take _launch."""
+    """An eager call through the signature cache. The key holds everything the checks and the bound launch depend
+    on: x's and smooth's data pointers, shapes, strides, dtypes and devices, and the static scale's value (the
+    stream is read per call). A new signature is checked (the one-line errors) and planned first; empty inputs,
+    and anything the key cannot be built from, take the checked _launch every time."""
+    if scale is not None and type(scale) is not float:  # an int, or no number: checked, then keyed as the float
+        check_inputs(x, smooth, scale)
+        scale = float(scale)
     try:
         key = (
             x.data_ptr(), x.shape, x.stride(), x.dtype, x.get_device(),
             None if smooth is None else (smooth.data_ptr(), smooth.shape, smooth.stride(), smooth.dtype,
                                          smooth.get_device()),
-            scale if scale is None or isinstance(scale, float) else ("not a float", type(scale), scale),
+            scale,
         )  # fmt: skip
-    except AttributeError:  # not tensors: check_inputs names the argument
+        hit = _CALLS.get(key)
+    except (AttributeError, TypeError, RuntimeError):  # no tensors (or no storage): check_inputs names them
         check_inputs(x, smooth, scale)
-        raise
-    hit = _CALLS.get(key)
+        return _launch(x, smooth, scale)
     if hit is None:
         check_inputs(x, smooth, scale)
-        scale = None if scale is None else float(scale)
         rows, k = x.shape
         if rows == 0 or k == 0:
             return _launch(x, smooth, scale)
@@ -174,24 +188,23 @@ def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> 
         v = choose(_X_DTYPES[x.dtype], k, None if smooth is None else _S_DTYPES[smooth.dtype], scale is not None,
                    aligned, rows)  # fmt: skip
         ordinal = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        hit = _Call(loaded(v, ordinal), aligned, ordinal)
+        hit = _Call(
+            loaded(v, ordinal), aligned, ordinal, x.device, (rows, k), x.stride(0) if rows > 1 else k,
+            None if smooth is None else smooth.data_ptr(), scale,
+        )  # fmt: skip
         if len(_CALLS) >= _CALLS_MAX:
             _CALLS.clear()
         _CALLS[key] = hit
-    rows, k = x.shape
-    q = torch.empty((rows, k), dtype=torch.int8, device=x.device)
-    row_scale = torch.empty((rows,), dtype=torch.float32, device=x.device)
+    q = torch.empty(hit.shape, dtype=torch.int8, device=hit.device)
+    row_scale = torch.empty(hit.shape[:1], dtype=torch.float32, device=hit.device)
     where = (q.data_ptr(), row_scale.data_ptr())
     launch = hit.bound.get(where)
     if launch is None:
-        if hit.aligned and q.data_ptr() % 16:  # never from torch's allocator; the general variant then
-            return _launch(x, smooth, None if scale is None else float(scale))
-        launch = hit.kern.bind(
-            x.data_ptr(), x.stride(0) if rows > 1 else k, rows, None if smooth is None else smooth.data_ptr(),
-            None if scale is None else float(scale), q.data_ptr(), row_scale.data_ptr(),
-        )  # fmt: skip
-        if len(hit.bound) >= 16:  # the outputs come from torch's caching allocator: a few addresses recur
+        if hit.aligned and where[0] % 16:  # never from torch's allocator; the general variant then
+            return _launch(x, smooth, scale)
+        launch = hit.kern.bind(x.data_ptr(), hit.x_stride, hit.shape[0], hit.smooth_ptr, hit.scale, *where)
+        if len(hit.bound) >= _BOUND_MAX:
             hit.bound.clear()
         hit.bound[where] = launch
-    launch(dev.torch_raw_stream(torch, hit.ordinal))
+    launch(_raw_stream(hit.ordinal))
     return q, row_scale
