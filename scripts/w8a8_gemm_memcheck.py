@@ -1,6 +1,7 @@
 """Launch the W8A8 GEMM (both tile shapes, split and unsplit, tails, bias, fp8 where the GPU has it) on exactly
 sized driver-API buffers, without torch, for `compute-sanitizer --tool memcheck` / `racecheck`; checks every
-result against the references too (raw accumulators bit-exact, the fp16 epilogue bit-exact)."""
+result against the references too (raw accumulators bit-exact, the fp16 epilogue bit-exact). Each case launches
+twice, into a new y: through GemmKernel's call and through the launch the matmul's signature cache binds."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from dqgen.run import device as dev
 from dqgen.w8a8 import gemm_reference as ref
-from dqgen.w8a8.gemm import Config, GemmKernel, choose
+from dqgen.w8a8.gemm import Config, GemmKernel, choose, launch_args
 
 rng = np.random.default_rng(0)
 major_minor = int(dev.device_arch(0)[3:].rstrip("af"))
@@ -62,39 +63,28 @@ for m, n, k, elem, out, forced, cfg in ALL:
     y_item = 4 if out == "acc" else 2
     bx, bw, bxs, bws = _buf(x.view(np.int8)), _buf(w.view(np.int8)), _buf(xs), _buf(ws)
     bb = _buf(bias.view(np.int16)) if bias is not None else None
-    by = dev.DeviceBuffer(m * n * y_item)
     bws_ = dev.DeviceBuffer(4 * kern.workspace_elems(tiles, splits))
     bc = _buf(np.zeros(tiles, np.uint32))
-    kern(
-        m,
-        n,
-        k,
-        bx.ptr,
-        k,
-        bw.ptr,
-        k,
-        bxs.ptr,
-        bws.ptr,
-        0 if bb is None else bb.ptr,
-        by.ptr,
-        bws_.ptr,
-        bc.ptr,
-        (tiles, splits, per),
-        0,
-    )
-    dev.synchronize()
-    if out == "acc":
-        got = dev.to_host(by.as_array((m, n), np.int32 if elem == "s8" else np.float32))
-        ok = (got == acc).all() if elem == "s8" else np.allclose(got, acc, rtol=0, atol=2e-3 * np.abs(acc).max())
-    else:
-        got = dev.to_host(by.as_array((m, n), np.int16))
-        want = ref.epilogue(acc.astype(np.float32) if elem == "e4m3" else acc, xs, ws, bias, out)
-        if elem == "s8":
-            ok = bool((got == want.view(np.int16)).all())
-        else:  # fp8: within 2e-3 of the largest |y| (the GPU test's tolerance), plus a bf16 step where rounded to bf16
-            y, y_want = got.view(ref.out_dtype(out)).astype(np.float64), want.astype(np.float64)
-            slack = 2e-3 + (2.0**-8 if out == "bf16" else 0.0)
-            ok = bool((np.abs(y - y_want) <= slack * np.abs(y_want).max()).all())
-    counters_back = dev.to_host(bc.as_array((tiles,), np.uint32))
-    assert ok and (counters_back == 0).all(), (m, n, k, elem, out, forced)
-    print(f"memcheck launch {kern.cfg.name} m={m} n={n} k={k} splits={splits}: correct, counters reset")
+    for via in ("call", "bound"):
+        by = dev.DeviceBuffer(m * n * y_item)  # new and unwritten: a launch that writes nothing fails the check
+        ptrs = (bx.ptr, k, bw.ptr, k, bxs.ptr, bws.ptr, 0 if bb is None else bb.ptr, by.ptr, bws_.ptr, bc.ptr)
+        if via == "call":
+            kern(m, n, k, *ptrs, (tiles, splits, per), 0)
+        else:
+            kern.bind((tiles, splits, per), launch_args(cfg, m, n, k, *ptrs, (tiles, splits, per)))(0)
+        dev.synchronize()
+        if out == "acc":
+            got = dev.to_host(by.as_array((m, n), np.int32 if elem == "s8" else np.float32))
+            ok = (got == acc).all() if elem == "s8" else np.allclose(got, acc, rtol=0, atol=2e-3 * np.abs(acc).max())
+        else:
+            got = dev.to_host(by.as_array((m, n), np.int16))
+            want = ref.epilogue(acc.astype(np.float32) if elem == "e4m3" else acc, xs, ws, bias, out)
+            if elem == "s8":
+                ok = bool((got == want.view(np.int16)).all())
+            else:  # fp8: within 2e-3 of the largest |y| (the GPU test's tolerance), plus a bf16 step in bf16
+                y, y_want = got.view(ref.out_dtype(out)).astype(np.float64), want.astype(np.float64)
+                slack = 2e-3 + (2.0**-8 if out == "bf16" else 0.0)
+                ok = bool((np.abs(y - y_want) <= slack * np.abs(y_want).max()).all())
+        counters_back = dev.to_host(bc.as_array((tiles,), np.uint32))
+        assert ok and (counters_back == 0).all(), (m, n, k, elem, out, forced)
+        print(f"memcheck launch ({via}) {kern.cfg.name} m={m} n={n} k={k} splits={splits}: correct, counters reset")

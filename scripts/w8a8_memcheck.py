@@ -1,5 +1,7 @@
 """Launch the activation-quantization kernel (aligned and general variants) on exactly sized driver-API buffers,
-without torch, for `compute-sanitizer --tool memcheck`; checks the results against the reference too."""
+without torch, for `compute-sanitizer --tool memcheck`; checks the results against the reference too. Each case
+launches twice, into new outputs: through ActQuantKernel's call and through the launch quantize_activations'
+signature cache binds (ActQuantKernel.bind)."""
 
 from __future__ import annotations
 
@@ -25,10 +27,15 @@ for k, aligned, static, hold, smooth_in in CASES:
     scale = 0.02 if static else None
     kern = ActQuantKernel(Variant("fp16", k, "fp32", static, aligned, hold, smooth_in))
     xb, sb = dev.DeviceBuffer.from_host(x), dev.DeviceBuffer.from_host(s)
-    qb, rb = dev.DeviceBuffer(rows * k), dev.DeviceBuffer(4 * rows)
-    kern(xb.ptr, k, rows, sb.ptr, scale, qb.ptr, rb.ptr, 0)
-    dev.synchronize()
-    q, r = dev.to_host(qb.as_array((rows, k), np.int8)), dev.to_host(rb.as_array((rows,), np.float32))
-    wq, wr = reference.quantize(x, s, scale)
-    assert (q == wq).all() and (r.view(np.int32) == wr.view(np.int32)).all(), (k, aligned, static, hold, smooth_in)
-    print(f"memcheck launch {kern.variant.name}: bit-exact")
+    for via in ("call", "bound"):
+        qb, rb = dev.DeviceBuffer(rows * k), dev.DeviceBuffer(4 * rows)  # new and unwritten
+        if via == "call":
+            kern(xb.ptr, k, rows, sb.ptr, scale, qb.ptr, rb.ptr, 0)
+        else:
+            kern.bind(xb.ptr, k, rows, sb.ptr, scale, qb.ptr, rb.ptr)(0)
+        dev.synchronize()
+        q, r = dev.to_host(qb.as_array((rows, k), np.int8)), dev.to_host(rb.as_array((rows,), np.float32))
+        wq, wr = reference.quantize(x, s, scale)
+        ok = (q == wq).all() and (r.view(np.int32) == wr.view(np.int32)).all()
+        assert ok, (via, k, aligned, static, hold, smooth_in)
+        print(f"memcheck launch ({via}) {kern.variant.name}: bit-exact")

@@ -373,6 +373,9 @@ def test_fp8_layer_within_tolerance_of_fp16() -> None:
         (lambda a: {**a, "w_scale": a["w_scale"].half()}, r"w_scale: expected float32 \[N=8\]"),
         (lambda a: {**a, "bias": torch.zeros(8, device="cuda")}, "bias: expected torch.float16"),
         (lambda a: {**a, "out_dtype": torch.float32}, "out_dtype: expected"),
+        (lambda a: {**a, "out_dtype": [torch.float16]}, "out_dtype: expected"),  # unhashable: no signature key
+        (lambda a: {**a, "bias": 1.0}, "bias: expected a tensor"),
+        (lambda a: {**a, "x_scale": [1.0] * 4}, "x_scale: expected a CUDA torch.Tensor"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_tensor(change: Any, match: str) -> None:
@@ -389,3 +392,110 @@ def test_bad_input_is_one_line_naming_the_tensor(change: Any, match: str) -> Non
     with pytest.raises(ValueError, match=match) as info:
         matmul(**change(args))
     assert "\n" not in str(info.value)
+
+
+def _split_case(m: int, n: int, k: int, seed: int) -> tuple[Any, Any, Any, Any]:
+    """int8 inputs of a shape whose plan on this GPU splits K (asserted), and scales."""
+    from dqgen.w8a8.matmul_op import _prepared
+
+    _, plan, ws_elems = _prepared("s8", "f16", m, n, k, torch.cuda.current_device())
+    assert plan[1] > 1 and ws_elems > 0, (m, n, k, plan)
+    g = torch.Generator().manual_seed(seed)
+    xs = (torch.rand(m, generator=g) * 1e-3 + 1e-5).cuda()
+    wsc = (torch.rand(n, generator=g) * 1e-3 + 1e-5).cuda()
+    return _int8(m, k, seed=seed), xs, _int8(n, k, seed=seed + 1), wsc
+
+
+def test_repeated_calls_take_the_bound_launch_and_read_new_contents() -> None:
+    """An eager call's inputs are checked and planned once per signature (pointers, shapes, strides, dtypes,
+    devices, out_dtype): the next call with the same tensors launches at once, still on their current contents; any
+    other signature (a wrong dtype at the same address, a bias, bf16 out, fp8) is checked and planned anew."""
+    from dqgen.w8a8.matmul_op import _CALLS, matmul
+
+    m, n, k = 40, 300, 2048
+    x, w = _int8(m, k, seed=11), _int8(n, k, seed=12)
+    xs = torch.rand(m, device="cuda") * 0.01
+    wsc = torch.rand(n, device="cuda") * 0.01
+    _CALLS.clear()
+    y1 = matmul(x, xs, w, wsc)
+    assert len(_CALLS) == 1
+    assert (_host(y1) == _want_f16(x, w, xs, wsc)).all()
+    x.copy_(_int8(m, k, seed=13))  # new contents at the same address
+    xs.mul_(2)
+    y2 = matmul(x, xs, w, wsc)
+    assert len(_CALLS) == 1  # the same signature: no new check or plan
+    assert (_host(y2) == _want_f16(x, w, xs, wsc)).all()
+    with pytest.raises(ValueError, match=r"^x_scale: expected float32 \[M=40\]"):
+        matmul(x, xs.view(torch.int32), w, wsc)  # the same address, another dtype: checked again
+    with pytest.raises(ValueError, match=r"^w_scale: expected float32 \[N=300\]"):
+        matmul(x, xs, w, torch.rand(n + 1, device="cuda"))  # the scales' shape is checked per signature
+    bias = torch.randn(n, device="cuda").half()
+    y3 = matmul(x, xs, w, wsc, bias)
+    acc = ref.int_product(x.cpu().numpy(), w.cpu().numpy())
+    want = ref.epilogue(acc, xs.cpu().numpy(), wsc.cpu().numpy(), bias.cpu().numpy(), "f16")
+    assert (_host(y3) == want).all() and len(_CALLS) == 2
+    y4 = matmul(x, xs, w, wsc, None, torch.bfloat16)  # out_dtype is part of the key
+    want4 = ref.epilogue(acc, xs.cpu().numpy(), wsc.cpu().numpy(), None, "bf16")
+    assert (_host(y4).view(np.int16) == want4.view(np.int16)).all() and len(_CALLS) == 3
+    x_odd = x[:, : k - 8]  # K % 16 != 0: a padded copy per call, never cached
+    y5 = matmul(x_odd, xs, w[:, : k - 8], wsc)
+    assert (_host(y5) == _want_f16(x_odd, w[:, : k - 8], xs, wsc)).all() and len(_CALLS) == 3
+    xs_strided = (torch.rand(2 * m, device="cuda") * 0.01)[::2]  # strided: a contiguous copy per call
+    assert not xs_strided.is_contiguous()
+    y6 = matmul(x, xs_strided, w, wsc)
+    assert (_host(y6) == _want_f16(x, w, xs_strided, wsc)).all() and len(_CALLS) == 3
+    # a split-K signature, called many times: every output right (the workspace is taken per call)
+    xk, xsk, wk, wsk = _split_case(16, 512, 8192, seed=14)
+    want_k = _want_f16(xk, wk, xsk, wsk)
+    ys = [matmul(xk, xsk, wk, wsk) for _ in range(20)]
+    assert all((_host(y) == want_k).all() for y in ys)
+    if torch.cuda.get_device_capability() >= (8, 9):  # fp8: another dtype, its own signature
+        from dqgen.w8a8.matmul_op import quantize_activations_fp8
+
+        g = torch.Generator().manual_seed(3)
+        xq, xq_s = quantize_activations_fp8(torch.randn(m, k, generator=g).half().cuda())
+        wq, wq_s = quantize_activations_fp8(torch.randn(n, k, generator=g).half().cuda())
+        first = matmul(xq, xq_s, wq, wq_s)
+        assert torch.equal(matmul(xq, xq_s, wq, wq_s), first) and len(_CALLS) == 5
+
+
+def test_cuda_graph_replays_after_the_caches_move_on() -> None:
+    """A CUDA graph captured after warm-up (a split-K plan: workspace and counters) still replays right after the
+    signature cache is cleared, the counters grow to a new buffer and other split-K signatures (larger
+    workspaces) have run, with the memory they freed filled by live tensors: the replay reads the inputs' new
+    contents, writes the right y and touches none of those tensors (the workspace is the graph's own, from
+    torch's caching allocator; an outgrown counters buffer is kept)."""
+    from dqgen.w8a8.matmul_op import _CALLS, _COUNTERS, _counters, _prepared, matmul
+
+    ordinal = torch.cuda.current_device()
+    x, xs, w, wsc = _split_case(16, 512, 8192, seed=21)
+    matmul(x, xs, w, wsc)  # warm-up: checked, planned, bound
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_graph = matmul(x, xs, w, wsc)
+    old_counters = _counters(x.device, 0)
+    _CALLS.clear()
+    grown = _counters(x.device, old_counters.numel() * 4)
+    assert grown.data_ptr() != old_counters.data_ptr() and any(c is old_counters for c in _COUNTERS.outgrown)
+    fills = []
+    for m2, n2, k2, seed in ((32, 1024, 16384, 31), (1, 2048, 16384, 33), (16, 512, 8192, 35)):
+        x2, xs2, w2, wsc2 = _split_case(m2, n2, k2, seed)
+        for _ in range(3):
+            y2 = matmul(x2, xs2, w2, wsc2)
+        assert (_host(y2) == _want_f16(x2, w2, xs2, wsc2)).all()
+        ws_elems = _prepared("s8", "f16", m2, n2, k2, ordinal)[2]
+        del x2, w2, y2
+        # live tensors where freed blocks of the workspaces' and the counters' sizes were: a replay into freed
+        # memory would change them
+        fills += [torch.full((ws_elems,), 0x5A5A5A5A, dtype=torch.int32, device="cuda") for _ in range(4)]
+    fills += [torch.full((old_counters.numel(),), 0x5A5A5A5A, dtype=torch.int32, device="cuda") for _ in range(8)]
+    x.copy_(_int8(16, 8192, seed=22))  # new contents: the replay must read them
+    xs.mul_(3)
+    torch.cuda.synchronize()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert (_host(y_graph) == _want_f16(x, w, xs, wsc)).all()
+    assert all(bool((f == 0x5A5A5A5A).all()) for f in fills)
+    assert bool((old_counters == 0).all()) and bool((grown == 0).all())  # every launch left its counters at zero

@@ -185,3 +185,63 @@ def test_bad_input_is_one_line_naming_the_tensor(make: Any, match: str) -> None:
     with pytest.raises(ValueError, match=match) as info:
         quantize_activations(x, s, scale=scale)
     assert "\n" not in str(info.value)
+
+
+def test_repeated_calls_take_the_bound_launch_and_read_new_contents() -> None:
+    """An eager call is checked and planned once per input signature: the same tensors again launch at once and
+    still quantize their current contents; the same address with another dtype, a static scale (an int one is
+    keyed as its float), another smoothing vector, or a bad scale is checked anew."""
+    from dqgen.w8a8 import quantize_activations
+    from dqgen.w8a8.op import _CALLS
+
+    x = _inputs(40, 4096, torch.float16, seed=5)
+    s = _smooth("fp32", 4096, torch.float16, seed=5)
+    _CALLS.clear()
+    _compare(x, s, None)
+    assert len(_CALLS) == 1
+    x.copy_(_inputs(40, 4096, torch.float16, seed=6))  # new contents at the same address
+    s.mul_(3)
+    _compare(x, s, None)
+    assert len(_CALLS) == 1  # no new check or plan
+    _compare(x, s, 0.05)  # a static scale: another signature
+    assert len(_CALLS) == 2
+    _compare(x, s, 2)  # an int scale: checked, then keyed as 2.0
+    _compare(x, s, 2.0)
+    assert len(_CALLS) == 3
+    _compare(x, None, None)  # no smoothing: another signature
+    _compare(x[1:], s, None)  # rows from another address, another shape
+    assert len(_CALLS) == 5
+    with pytest.raises(ValueError, match=r"^x: expected float16 or bfloat16, got torch\.int16"):
+        quantize_activations(x.view(torch.int16), s)
+    with pytest.raises(ValueError, match=r"^scale: expected a positive finite float32"):
+        quantize_activations(x, s, scale=float("nan"))
+    with pytest.raises(ValueError, match=r"^scale: expected a Python float"):
+        quantize_activations(x, s, scale=[0.5])  # type: ignore[arg-type]  # unhashable: no signature key
+    with pytest.raises(ValueError, match=r"^smooth: expected a tensor"):
+        quantize_activations(x, [1.0] * 4096)  # type: ignore[arg-type]
+    assert len(_CALLS) == 5
+
+
+def test_cuda_graph_replays_after_the_cache_is_cleared() -> None:
+    """A CUDA graph captured after warm-up replays on the inputs' new contents after the signature cache has been
+    cleared and other signatures have run (the outputs are the graph's, from torch's caching allocator)."""
+    from dqgen.w8a8 import quantize_activations
+    from dqgen.w8a8.op import _CALLS
+
+    x = _inputs(16, 4096, torch.float16, seed=7)
+    s = _smooth("fp32", 4096, torch.float16, seed=7)
+    quantize_activations(x, s)  # warm-up: checked, planned, bound
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q_graph, scale_graph = quantize_activations(x, s)
+    _CALLS.clear()
+    for rows in (1, 300, 4096):
+        _compare(_inputs(rows, 4096, torch.float16, seed=rows), s, None)
+    x.copy_(_inputs(16, 4096, torch.float16, seed=8))
+    torch.cuda.synchronize()
+    graph.replay()
+    torch.cuda.synchronize()
+    want_q, want_s = reference.quantize(_host(x), _host(s), None)
+    assert (q_graph.cpu().numpy() == want_q).all()
+    assert (scale_graph.cpu().numpy().view(np.int32) == want_s.view(np.int32)).all()

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from ..emit.nvrtc import compile_source
 from ..emit.render import template_env
+
+if TYPE_CHECKING:
+    from ..run import device as dev
 
 Elem = Literal["s8", "e4m3"]
 #: "acc": the raw accumulators (int32 / fp32) instead of the epilogue: the hook of the bit-exact integer test.
@@ -304,6 +307,11 @@ class GemmKernel:
             plan,
         )
         self._kernel((tiles, splits), (self.cfg.threads,), args, stream=stream, shared_mem=self.cfg.shared_bytes)
+
+    def bind(self, plan: tuple[int, int, int], args: list[Any]) -> dev.BoundLaunch:
+        """The launch of ``plan`` with ``args`` (from launch_args) packed once: calling it costs one cuLaunchKernel."""
+        tiles, splits, _ = plan
+        return self._kernel.bind((tiles, splits), (self.cfg.threads,), args, shared_mem=self.cfg.shared_bytes)
 
 
 @functools.lru_cache(maxsize=64)

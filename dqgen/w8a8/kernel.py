@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from ..core.formats import integer
 from ..emit.nvrtc import compile_source
 from ..emit.render import template_env
+
+if TYPE_CHECKING:
+    from ..run import device as dev
 
 XDtype = Literal["fp16", "bf16"]
 SmoothDtype = Literal["fp32", "fp16", "bf16"] | None
@@ -199,6 +202,33 @@ class ActQuantKernel:
         scale_ptr: int,
         stream: int,
     ) -> None:
+        blocks, args = self._args(x_ptr, x_stride, rows, smooth_ptr, scale, q_ptr, scale_ptr)
+        self._kernel((blocks,), (self.variant.threads,), args, stream=stream, shared_mem=self.variant.shared_bytes)
+
+    def bind(
+        self,
+        x_ptr: int,
+        x_stride: int,
+        rows: int,
+        smooth_ptr: int | None,
+        scale: float | None,
+        q_ptr: int,
+        scale_ptr: int,
+    ) -> dev.BoundLaunch:
+        """The launch with these arguments packed once: calling it (with a stream) costs one cuLaunchKernel."""
+        blocks, args = self._args(x_ptr, x_stride, rows, smooth_ptr, scale, q_ptr, scale_ptr)
+        return self._kernel.bind((blocks,), (self.variant.threads,), args, shared_mem=self.variant.shared_bytes)
+
+    def _args(
+        self,
+        x_ptr: int,
+        x_stride: int,
+        rows: int,
+        smooth_ptr: int | None,
+        scale: float | None,
+        q_ptr: int,
+        scale_ptr: int,
+    ) -> tuple[int, list[Any]]:
         v = self.variant
         values: list[Any] = [x_ptr, x_stride]
         if v.smooth:
@@ -210,9 +240,8 @@ class ActQuantKernel:
                 raise ValueError("scale: this kernel variant was compiled for a static scale, got None")
             values.append(scale)
         values += [q_ptr, scale_ptr, rows]
-        blocks = min(rows, self.max_blocks)
         args = [t(val) for t, val in zip(self._types, values, strict=True)]
-        self._kernel((blocks,), (v.threads,), args, stream=stream, shared_mem=v.shared_bytes)
+        return min(rows, self.max_blocks), args
 
 
 @functools.lru_cache(maxsize=256)

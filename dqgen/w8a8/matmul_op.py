@@ -6,18 +6,30 @@ int32 (int8) or in fp32 (e4m3); the order of the float32 operations is the templ
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 import torch
 
-from .gemm import MAX_K_S8, Elem, GemmKernel, Out, choose, loaded
+from ..run import device as dev
+from .counters import GrowOnlyCounters
+from .gemm import MAX_K_S8, Elem, GemmKernel, Out, choose, launch_args, loaded
 from .gemm_reference import QMAX, WeightKind
 
 _ELEMS: dict[torch.dtype, Elem] = {torch.int8: "s8", torch.float8_e4m3fn: "e4m3"}
 _OUTS: dict[torch.dtype, Out] = {torch.float16: "f16", torch.bfloat16: "bf16"}
-#: Per device: uint32 counters of the split-K tiles, zero between launches (the kernel resets the ones it uses).
-_COUNTERS: dict[int, torch.Tensor] = {}
+
+
+def _zeroed_counters(ordinal: int, n: int) -> torch.Tensor:
+    c = torch.zeros(n, dtype=torch.int32, device=torch.device("cuda", ordinal))
+    torch.cuda.current_stream(ordinal).synchronize()  # zero before a launch on any stream reads them (once a size)
+    return c
+
+
+#: Per device: uint32 counters of the split-K tiles, zero between launches (the kernel resets the ones it uses);
+#: grown only, and an outgrown buffer is kept, because bound launches and captured CUDA graphs hold its address.
+_COUNTERS: GrowOnlyCounters[torch.Tensor] = GrowOnlyCounters(_zeroed_counters, torch.cuda.is_current_stream_capturing)
 
 
 def check_inputs(x_q: Any, x_scale: Any, w: Any, w_scale: Any, bias: Any, out_dtype: Any) -> None:
@@ -89,11 +101,9 @@ def _prepared(
 
 
 def _counters(device: torch.device, tiles: int) -> torch.Tensor:
-    ordinal = device.index if device.index is not None else torch.cuda.current_device()
-    c = _COUNTERS.get(ordinal)
-    if c is None or c.numel() < tiles:
-        c = _COUNTERS[ordinal] = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
-    return c
+    """The device's split-K counters, at least ``tiles`` of them (allocated on a device's first call, never inside
+    a CUDA graph capture: a one-line RuntimeError there)."""
+    return _COUNTERS.get(device.index if device.index is not None else torch.cuda.current_device(), tiles)
 
 
 def _launch(
@@ -114,7 +124,7 @@ def _launch(
     ordinal = x_q.device.index if x_q.device.index is not None else torch.cuda.current_device()
     kern, plan, ws_elems = _prepared(_ELEMS[x_q.dtype], _OUTS[out_dtype], m, n, kp, ordinal)
     ws = torch.empty(ws_elems, dtype=torch.int32 if x_q.dtype == torch.int8 else torch.float32, device=y.device)
-    counters = _counters(y.device, plan[0])
+    counters = _counters(y.device, plan[0] if plan[1] > 1 else 0)
     xs, ws_ = x_scale.contiguous(), w_scale.contiguous()
     b = None if bias is None else bias.contiguous()
     stream = torch.cuda.current_stream(y.device).cuda_stream
@@ -147,8 +157,7 @@ def w8a8_matmul_op(
     bias: torch.Tensor | None,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)  # also here: a direct torch.ops call skips the wrapper
-    return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
+    return _call(x_q, x_scale, w, w_scale, bias, out_dtype)  # checks a new signature: direct torch.ops calls too
 
 
 @w8a8_matmul_op.register_fake
@@ -174,10 +183,119 @@ def matmul(
     """y [M, N] (out_dtype) = (x_q [M, K] @ w [N, K].T) * x_scale[:, None] * w_scale[None, :] (+ bias), x_q and w
     both int8 (int32 accumulation, exact) or both float8_e4m3fn (sm_89+). x_q, x_scale: quantize_activations'
     outputs; w, w_scale: quantize_weight's."""
-    check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)
     if torch.compiler.is_compiling():  # traced: one custom op in the graph
+        check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)
         return torch.ops.dqgen.w8a8_matmul(x_q, x_scale, w, w_scale, bias, out_dtype)
-    return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
+    return _call(x_q, x_scale, w, w_scale, bias, out_dtype)  # eager: the dispatcher's overhead skipped
+
+
+@dataclasses.dataclass(slots=True)
+class _Call:
+    """What a call's input signature fixes, decided once: the checks passed, the kernel, its plan, the workspace's
+    size, the arguments but y's and the workspace's pointers; launches bound per (y, workspace) pointer pair. The
+    workspace is no part of it: each call takes its own from torch's caching allocator (stream-ordered, and kept
+    alive by a CUDA graph that captured it), so nothing a launch reads is freed by clearing this cache."""
+
+    kern: GemmKernel
+    plan: tuple[int, int, int]
+    mnk: tuple[int, int, int]
+    ptrs: tuple[int, int, int, int, int, int, int]  # x_q, x_q's row stride, w, w's, x_scale, w_scale, bias (or 0)
+    ws_elems: int
+    ws_dtype: torch.dtype
+    counters: torch.Tensor  # this signature's counters (the device's buffer when first seen; never freed)
+    ordinal: int
+    device: torch.device
+    out_dtype: torch.dtype
+    bound: dict[tuple[int, int], dev.BoundLaunch] = dataclasses.field(default_factory=dict)
+
+
+_CALLS: dict[tuple, _Call] = {}
+_CALLS_MAX = 1024
+#: Bound launches kept per signature: y and the workspace come from torch's caching allocator, where a few
+#: addresses recur.
+_BOUND_MAX = 16
+#: torch's current raw CUstream of a device, without a Stream object (dqgen.run.device.torch_raw_stream)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or functools.partial(dev.torch_raw_stream, torch)
+
+
+def _call(
+    x_q: torch.Tensor,
+    x_scale: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    """An eager call through the signature cache (the pattern of dqgen.run.runtime.Kernel's fast path). The key
+    holds everything the checks, the plan and the bound arguments depend on: every input's data pointer, shape,
+    strides, dtype and device, and out_dtype (the stream is read per call). A new signature is checked (the
+    one-line errors) and planned first; inputs the kernel cannot read in place (padded copies), and anything the
+    key cannot be built from, take the checked _launch every time."""
+    try:
+        key = (
+            x_q.data_ptr(), x_q.shape, x_q.stride(), x_q.dtype, x_q.get_device(),
+            x_scale.data_ptr(), x_scale.shape, x_scale.stride(), x_scale.dtype, x_scale.get_device(),
+            w.data_ptr(), w.shape, w.stride(), w.dtype, w.get_device(),
+            w_scale.data_ptr(), w_scale.shape, w_scale.stride(), w_scale.dtype, w_scale.get_device(),
+            None if bias is None else (bias.data_ptr(), bias.shape, bias.stride(), bias.dtype, bias.get_device()),
+            out_dtype,
+        )  # fmt: skip
+        hit = _CALLS.get(key)
+    except (AttributeError, TypeError, RuntimeError):  # no tensors (or no storage): check_inputs names them
+        check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)
+        return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
+    if hit is None:
+        check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)
+        hit = _prepare_call(x_q, x_scale, w, w_scale, bias, out_dtype)
+        if hit is None:
+            return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
+        if len(_CALLS) >= _CALLS_MAX:
+            _CALLS.clear()
+        _CALLS[key] = hit
+    m, n, k = hit.mnk
+    y = torch.empty((m, n), dtype=hit.out_dtype, device=hit.device)
+    ws = torch.empty(hit.ws_elems, dtype=hit.ws_dtype, device=hit.device) if hit.ws_elems else None
+    where = (y.data_ptr(), 0 if ws is None else ws.data_ptr())
+    launch = hit.bound.get(where)
+    if launch is None:
+        xp, xld, wp, wld, xsp, wsp, bp = hit.ptrs
+        args = launch_args(
+            hit.kern.cfg, m, n, k, xp, xld, wp, wld, xsp, wsp, bp, where[0], where[1], hit.counters.data_ptr(),
+            hit.plan,
+        )  # fmt: skip
+        launch = hit.kern.bind(hit.plan, args)
+        if len(hit.bound) >= _BOUND_MAX:
+            hit.bound.clear()
+        hit.bound[where] = launch
+    launch(_raw_stream(hit.ordinal))
+    return y  # ws goes back to the caching allocator after the launch, stream-ordered
+
+
+def _prepare_call(
+    x_q: torch.Tensor,
+    x_scale: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype,
+) -> _Call | None:
+    """The _Call of checked inputs the kernel reads in place (None: empty, or a padded copy or a contiguous scale
+    is needed per call)."""
+    m, n = x_q.shape[0], w.shape[0]
+    if m == 0 or n == 0 or _kernel_ready(x_q) is not x_q or _kernel_ready(w) is not w:
+        return None
+    if not (x_scale.is_contiguous() and w_scale.is_contiguous() and (bias is None or bias.is_contiguous())):
+        return None
+    k = x_q.shape[1]
+    ordinal = x_q.device.index if x_q.device.index is not None else torch.cuda.current_device()
+    kern, plan, ws_elems = _prepared(_ELEMS[x_q.dtype], _OUTS[out_dtype], m, n, k, ordinal)
+    counters = _counters(x_q.device, plan[0] if plan[1] > 1 else 0)
+    ptrs = (
+        x_q.data_ptr(), x_q.stride(0) if m > 1 else k, w.data_ptr(), w.stride(0) if n > 1 else k,
+        x_scale.data_ptr(), w_scale.data_ptr(), 0 if bias is None else bias.data_ptr(),
+    )  # fmt: skip
+    ws_dtype = torch.int32 if x_q.dtype == torch.int8 else torch.float32
+    return _Call(kern, plan, (m, n, k), ptrs, ws_elems, ws_dtype, counters, ordinal, x_q.device, out_dtype)
 
 
 def quantize_weight(w: torch.Tensor, kind: WeightKind = "int8") -> tuple[torch.Tensor, torch.Tensor]:

@@ -4,12 +4,15 @@ one picks the kernel variant (alignment is a property of the real pointers) and 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 
 import numpy as np
 import torch
 
-from .kernel import Hold, SmoothDtype, SmoothIn, XDtype, choose, loaded
+from ..run import device as dev
+from .kernel import ActQuantKernel, Hold, SmoothDtype, SmoothIn, XDtype, choose, loaded
 
 _X_DTYPES: dict[torch.dtype, XDtype] = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _S_DTYPES: dict[torch.dtype, SmoothDtype] = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -53,12 +56,15 @@ def check_inputs(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | No
             raise ValueError(f"scale: expected a positive finite float32 with a finite reciprocal, got {scale!r}")
 
 
-def _aligned(x: torch.Tensor, smooth: torch.Tensor | None, q: torch.Tensor) -> bool:
-    """All of x's rows, q and smooth start on 16-byte boundaries and K is a whole number of 8-element vectors."""
-    k = x.shape[1]
-    ok = k % 8 == 0 and x.data_ptr() % 16 == 0 and (x.shape[0] <= 1 or x.stride(0) % 8 == 0)
-    ok = ok and q.data_ptr() % 16 == 0
+def _inputs_aligned(x: torch.Tensor, smooth: torch.Tensor | None) -> bool:
+    """All of x's rows and smooth start on 16-byte boundaries and K is a whole number of 8-element vectors."""
+    ok = x.shape[1] % 8 == 0 and x.data_ptr() % 16 == 0 and (x.shape[0] <= 1 or x.stride(0) % 8 == 0)
     return ok and (smooth is None or smooth.data_ptr() % 16 == 0)
+
+
+def _aligned(x: torch.Tensor, smooth: torch.Tensor | None, q: torch.Tensor) -> bool:
+    """_inputs_aligned, and q starts on a 16-byte boundary: the aligned variant's condition."""
+    return _inputs_aligned(x, smooth) and q.data_ptr() % 16 == 0
 
 
 def _launch(
@@ -108,8 +114,7 @@ def _launch(
 def quantize_activations_op(
     x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    check_inputs(x, smooth, scale)  # also here: a direct torch.ops call skips the wrapper
-    return _launch(x, smooth, scale)
+    return _call(x, smooth, scale)  # checks a new signature: direct torch.ops calls too
 
 
 @quantize_activations_op.register_fake
@@ -124,8 +129,82 @@ def quantize_activations(
     (times smooth when given). ``smooth`` [K] (float32 or x's dtype): SmoothQuant's factors, x / smooth is what is
     quantized (as x * rcp(smooth), see dqgen.w8a8.reference). ``scale``: a static scale for the whole tensor
     (x_scale is then that scale in every row); by default a dynamic per-row scale max|x| / 127."""
-    check_inputs(x, smooth, scale)
-    scale = None if scale is None else float(scale)
     if torch.compiler.is_compiling():  # traced: one custom op in the graph
-        return torch.ops.dqgen.quantize_activations(x, smooth, scale)
-    return _launch(x, smooth, scale)  # eager: the dispatcher's overhead skipped, the same implementation
+        check_inputs(x, smooth, scale)
+        return torch.ops.dqgen.quantize_activations(x, smooth, None if scale is None else float(scale))
+    return _call(x, smooth, scale)  # eager: the dispatcher's overhead skipped, the same implementation
+
+
+@dataclasses.dataclass(slots=True)
+class _Call:
+    """What a call's input signature fixes, decided once (the checks passed, the variant, its kernel), and its
+    launches bound per pair of output pointers: a repeated call costs a signature, two allocations and one
+    cuLaunchKernel (the pattern of dqgen.run.runtime.Kernel's fast path)."""
+
+    kern: ActQuantKernel
+    aligned: bool
+    ordinal: int
+    device: torch.device
+    shape: tuple[int, int]
+    x_stride: int
+    smooth_ptr: int | None
+    scale: float | None
+    bound: dict[tuple[int, int], dev.BoundLaunch] = dataclasses.field(default_factory=dict)
+
+
+_CALLS: dict[tuple, _Call] = {}
+_CALLS_MAX = 1024
+#: Bound launches kept per signature: the outputs come from torch's caching allocator, where a few addresses recur.
+_BOUND_MAX = 16
+#: torch's current raw CUstream of a device, without a Stream object (dqgen.run.device.torch_raw_stream)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or functools.partial(dev.torch_raw_stream, torch)
+
+
+def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """An eager call through the signature cache. The key holds everything the checks and the bound launch depend
+    on: x's and smooth's data pointers, shapes, strides, dtypes and devices, and the static scale's value (the
+    stream is read per call). A new signature is checked (the one-line errors) and planned first; empty inputs,
+    and anything the key cannot be built from, take the checked _launch every time."""
+    if scale is not None and type(scale) is not float:  # an int, or no number: checked, then keyed as the float
+        check_inputs(x, smooth, scale)
+        scale = float(scale)
+    try:
+        key = (
+            x.data_ptr(), x.shape, x.stride(), x.dtype, x.get_device(),
+            None if smooth is None else (smooth.data_ptr(), smooth.shape, smooth.stride(), smooth.dtype,
+                                         smooth.get_device()),
+            scale,
+        )  # fmt: skip
+        hit = _CALLS.get(key)
+    except (AttributeError, TypeError, RuntimeError):  # no tensors (or no storage): check_inputs names them
+        check_inputs(x, smooth, scale)
+        return _launch(x, smooth, scale)
+    if hit is None:
+        check_inputs(x, smooth, scale)
+        rows, k = x.shape
+        if rows == 0 or k == 0:
+            return _launch(x, smooth, scale)
+        aligned = _inputs_aligned(x, smooth)  # as _launch picks it for a 16-byte aligned q (torch's allocations are)
+        v = choose(_X_DTYPES[x.dtype], k, None if smooth is None else _S_DTYPES[smooth.dtype], scale is not None,
+                   aligned, rows)  # fmt: skip
+        ordinal = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        hit = _Call(
+            loaded(v, ordinal), aligned, ordinal, x.device, (rows, k), x.stride(0) if rows > 1 else k,
+            None if smooth is None else smooth.data_ptr(), scale,
+        )  # fmt: skip
+        if len(_CALLS) >= _CALLS_MAX:
+            _CALLS.clear()
+        _CALLS[key] = hit
+    q = torch.empty(hit.shape, dtype=torch.int8, device=hit.device)
+    row_scale = torch.empty(hit.shape[:1], dtype=torch.float32, device=hit.device)
+    where = (q.data_ptr(), row_scale.data_ptr())
+    launch = hit.bound.get(where)
+    if launch is None:
+        if hit.aligned and where[0] % 16:  # never from torch's allocator; the general variant then
+            return _launch(x, smooth, scale)
+        launch = hit.kern.bind(x.data_ptr(), hit.x_stride, hit.shape[0], hit.smooth_ptr, hit.scale, *where)
+        if len(hit.bound) >= _BOUND_MAX:
+            hit.bound.clear()
+        hit.bound[where] = launch
+    launch(_raw_stream(hit.ordinal))
+    return q, row_scale
