@@ -180,7 +180,7 @@ def _rel_err(y: Any, ref: Any) -> float:
 
 
 def _finite_weights(spec: Spec, q: Any, W: Any) -> Any:
-    """``q`` with the codes of W's non-finite weights set to +0 (check.matmul_reference.zero_codes_where), on the GPU."""
+    """``q`` with the codes of W's non-finite weights set to +0 (check.matmul_reference.zero_codes_where)."""
     from ..check.matmul_reference import zero_codes_where
 
     torch = _torch()
