@@ -32,8 +32,9 @@ class Tuning:
     Round 3, the GROUPED entry ``run_lean`` (the same sums with ~40% fewer SASS instructions per batch: whole
     batches without guards, a group switch as one compare, scales ``ahead`` groups in flight, ``accs`` partial
     sums): ``lean16`` runs 9..16 tokens through it (1.3-1.7x faster than run_grouped), ``xu16`` chunks' x at once
-    there; ``lean8`` runs 1..8 tokens through it too (not kept: 0-7% slower than run<_, 3> at M = 1, the issue rate
-    is not what limits that case); ``prefetch``: batches of weights fetched into L2 ahead (slower at every depth)."""
+    there; ``lean8`` runs 1..8 tokens through it too (not kept: up to 8% slower than run<_, 3> at M = 1, the issue
+    rate is not what limits that case); ``prefetch``: batches of weights fetched into L2 ahead (slower at any depth).
+    """
 
     wload: str = "na"
     xhoist: bool = True
