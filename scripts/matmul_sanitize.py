@@ -1,4 +1,4 @@
-"""Every entry point of the fused matmul (dqgen.run.matmul: the PAIRED, DIRECT and GATHER modes, M <= 8 and
+"""Every entry point of the fused matmul (dqgen.run.matmul: the PAIRED, DIRECT, GATHER and GROUPED modes, M <= 8 and
 9..16 tokens, split-K with its workspace and the unsplit grid) launched once on a shape with tails, for
 `compute-sanitizer --tool memcheck` and `--tool racecheck` (the warps' partial sums meet in shared memory); each
 output is also checked against the float64 reference, so a launch that the sanitizer passes but computes wrongly
@@ -12,13 +12,14 @@ import numpy as np
 
 from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import load_spec
-from dqgen.emit.matmul import DIRECT, GATHER, PAIRED
+from dqgen.emit.matmul import DIRECT, GATHER, GROUPED, PAIRED
 from dqgen.run.gpucheck import to_numpy, to_torch
 from dqgen.run.runtime import Kernel
 
 #: (spec, K, N, group size): K and N with tails; the group sizes pick the mode (see dqgen.emit.matmul.entry_mode)
 CASES = (
-    ("awq_int4_fp16", 128 * 9, 56, 128),  # groups of two whole blocks per lane: PAIRED; 4 tiles -> split-K
+    ("awq_int4_fp16", 128 * 9, 56, 128),  # groups of two whole chunks: GROUPED; 4 tiles -> split-K
+    ("awq_int4_fp16", 4096 + 8, 56, -1),  # one group, K inside the last chunk (the lean entry's guarded tail)
     ("awq_int4_bf16", 24 * 45, 56, 24),  # whole blocks, not pairs: DIRECT
     ("awq_int4_fp16", 36 * 30, 56, 36),  # groups that are no whole blocks: GATHER
     ("gptq_int4_asym_act_order_fp16", 128 * 9, 56, 128),  # act-order: GATHER through perm
@@ -47,7 +48,7 @@ def main() -> int:
             print(f"{name} K={K} N={N} G={group} mode={w.mode} splits={w.splits} M={M}: rel err {err:.2e}")
             if not ok:
                 bad.append(f"{name} M={M}")
-    missing = {PAIRED, DIRECT, GATHER} - modes
+    missing = {PAIRED, DIRECT, GATHER, GROUPED} - modes
     if missing or splits != {True, False} or bad:
         print(f"FAILED: modes not covered {sorted(missing)}, split/unsplit covered {sorted(splits)}, off: {bad}")
         return 1

@@ -1,13 +1,12 @@
 """One GPU call comparing the GEMV's code-shape variants (dqgen.emit.matmul.Tuning) on one build, AWQ int4 g128
-fp16 at the issue's shapes, M = 1 and 16, side by side: the kernel before this round (weights through __ldcs, x
-loaded per chunk, a scale per weight at 1..8 tokens), x hoisted per batch with the weights through
-ld.global.nc.L1::no_allocate (``na_x``), the batched GROUPED entry at 1..8 tokens (``sums8``, the defaults: each
-group's fp32 sum scaled once), the weights (and GROUPED scales) staged through shared memory by cp.async, 2..4
-batches deep (``st*``), 5 blocks per SM, and the kept variant at every split-K count. Each variant is also checked
-against the float64 reference at a shape with tails (M = 1, 3, 8, 16; the same bits twice). Times:
-triton.testing.do_bench (L2 flushed before each call, median), two rounds, the second in reverse order; the table
-prints both. ``--ncu``: one launch of the kept variant at 8192x28672 and 4096x6144, M = 1 (run under
-``ncu -k regex:dqgen_mm``). ``--only=A,B``: those variants alone, without the checks and the split sweep.
+fp16 at the issue's shapes, M = 1 and 16, side by side: round 2's kernel (``before``: the batched GROUPED entry
+run<_, 3> at 1..8 tokens, run_grouped at 9..16), the kept one (run_lean at 9..16 tokens), run_lean at 1..8 tokens
+with one or two partial sums and with 1, 2 or 4 batches of weights fetched into L2 ahead (``lean*``), and the kept
+kernel at every split-K count. Each variant is also checked against the float64 reference at a shape with tails
+(M = 1, 3, 8, 16; the same bits twice). Times: triton.testing.do_bench (L2 flushed before each call, median), two
+rounds, the second in reverse order; the table prints both. ``--ncu``: one launch of the kept variant at 8192x28672
+and 4096x6144, M = 1 (run under ``ncu -k regex:dqgen_mm``). ``--only=A,B``: those variants alone, without the checks
+and the split sweep.
 
 Usage on the GPU machine (dqgen on PYTHONPATH): python scripts/matmul_variants.py OUTDIR [--ncu] [--only=A,B]
 """
@@ -36,16 +35,17 @@ from dqgen.run.runtime import Kernel
 SHAPES = [(4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192)]
 KEPT = Tuning()
 VARIANTS: dict[str, Tuning] = {
-    "before": Tuning(wload="cs", xhoist=False, sums8=False, stages=0),
-    "na_x": Tuning(sums8=False, stages=0),
-    "sums8": Tuning(stages=0),
-    "st4_paired": Tuning(sums8=False, stages=4),
-    "st2": Tuning(stages=2),
-    "st3": Tuning(stages=3),
-    "st4": Tuning(stages=4),
-    "st4_mb5": Tuning(stages=4, min_blocks=5),
+    "before": Tuning(lean16=False),  # round 2's kernel: run<_, 3> at 1..8 tokens, run_grouped at 9..16
+    "kept": KEPT,  # run<_, 3> at 1..8 tokens, run_lean at 9..16
+    "lean": Tuning(lean8=True, prefetch=0),  # run_lean at 1..8 too: 2 partial sums, scales 2 groups ahead
+    "lean_a1": Tuning(lean8=True, accs=1),
+    "lean_pf1": Tuning(lean8=True, prefetch=1),  # ... and the weights of 1, 2, 4 batches beyond the next in L2
+    "lean_pf2": Tuning(lean8=True, prefetch=2),
+    "lean_pf4": Tuning(lean8=True, prefetch=4),
+    "lean16_pf2": Tuning(prefetch=2),
 }
-M16 = ("before", "sums8")  # 16 tokens of a GROUPED weight run run_grouped: only the weight load differs
+M1 = ("before", "kept", "lean", "lean_a1", "lean_pf1", "lean_pf2", "lean_pf4")
+M16 = ("before", "kept", "lean16_pf2")
 
 
 def variant(k: Kernel, w: mm.MatmulWeight, tuning: Tuning, splits: int | None) -> mm.MatmulWeight:
@@ -119,7 +119,7 @@ def main() -> None:
             del VARIANTS[name]
     if not ncu and not only:
         checks = {name: check("awq_int4_fp16", t) for name, t in VARIANTS.items()}
-        checks["st4_bf16"] = check("awq_int4_bf16", KEPT)
+        checks["kept_bf16"] = check("awq_int4_bf16", KEPT)
         (out / "variant_checks.json").write_text(json.dumps(checks, indent=1))
         for name, c in checks.items():
             print(f"check {name:12s} " + " ".join(f"{key}:{e}{'' if same else '!'}" for key, (e, same) in c.items()))
@@ -139,7 +139,7 @@ def main() -> None:
         for M in (1, 16):
             x = (torch.randn(M, K, device="cuda") / K**0.5).half()
             cases: dict[str, tuple[mm.MatmulWeight, torch.Tensor]] = {}
-            names = list(VARIANTS) if M == 1 else [n for n in M16 if n in VARIANTS]
+            names = [n for n in (M1 if M == 1 else M16) if n in VARIANTS]
             for name in names:
                 v = variant(k, w, VARIANTS[name], None)
                 y = torch.empty(M, N, dtype=torch.float16, device="cuda")

@@ -27,6 +27,7 @@ import numpy as np
 from ..core.formats import torch_dtype
 from ..emit.matmul import (
     GROUPED,
+    PAD_GROUPS,
     WARPS,
     MatmulEntry,
     entry_mode,
@@ -167,6 +168,13 @@ def pack(
     resident = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
     splits = choose_splits(n_tiles, chunks, resident)
     zdtype = np.uint8 if pre.zeros is not None and pre.zeros.dtype == np.uint8 else np.int16
+
+    def group_rows(a: np.ndarray | None) -> np.ndarray | None:
+        """GROUPED: PAD_GROUPS rows of zeros after the last group (read ahead by the kernel, unused)."""
+        if a is None or mode != GROUPED:
+            return a
+        return np.concatenate([a, np.zeros((PAD_GROUPS, *a.shape[1:]), a.dtype)])
+
     w = MatmulWeight(
         spec_name=spec.name,
         K=prob.K,
@@ -181,8 +189,8 @@ def pack(
         splits=splits,
         device=device,
         wq=up(np.concatenate([pre.wq.reshape(-1), np.zeros(PAD_CHUNKS * pre.wq[0, 0].size, np.uint32)]), np.int32),
-        scales=up(pre.scales, np.uint8 if pre.scales.dtype == np.uint8 else np.int16),
-        zeros=up(pre.zeros, zdtype),
+        scales=up(group_rows(pre.scales), np.uint8 if pre.scales.dtype == np.uint8 else np.int16),
+        zeros=up(group_rows(pre.zeros), zdtype),
         global_scale=global_scale.detach().clone().reshape(1) if global_scale is not None else None,
         perm=up(sl.perm, np.int32) if sl.gather else None,
         # the kernel's loads run up to PAD_CHUNKS chunks past a warp's last one (unused): pad both tables
@@ -262,6 +270,10 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
     xvec = int(x2.data_ptr() % 16 == 0 and x_stride % 8 == 0 and w.K % 8 == 0)
     launches = []
     esize = x2.element_size()
+    per_warp = -(-w.chunks // (w.splits * WARPS))
+    # GROUPED: chunks per group (one group: a count past every chunk, so that no chunk starts another)
+    one_group = w.groups <= 1 or w.group_size <= 0
+    group_chunks = 1 << 30 if one_group else w.group_size // MatmulLayout.of(kernel.spec).chunk_k
     for m0 in range(0, M, TOKENS):
         mt = min(TOKENS, M - m0)
         fn = _function(kernel, MatmulEntry(mt > 8, launch_mode(w.mode, mt > 8)), w.device)
@@ -282,11 +294,12 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
             np.int64(w.N),
             np.int64(w.n_tiles * ROWS),
             np.int64(w.chunks),
-            np.int64(-(-w.chunks // (w.splits * WARPS))),  # chunks per warp
+            np.int64(per_warp),  # chunks per warp
             np.int64(w.groups),
             np.int64(x_stride),
             np.int32(xvec),
             np.uint64(w.group_magic),
+            np.int32(group_chunks),
         ]
         launches.append(fn.bind((w.n_tiles, w.splits, 1), (WARPS * 32,), args))
     return launches
