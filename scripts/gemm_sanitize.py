@@ -14,8 +14,10 @@ from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_refere
 from dqgen.core.spec import load_spec
 from dqgen.emit.gemm import ENTRIES
 from dqgen.run import gemm
-from dqgen.run.gpucheck import to_numpy, to_torch
+from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 from dqgen.run.runtime import Kernel
+
+exact_allocations()  # before torch's first allocation: memcheck then sees each tensor's own end
 
 #: (spec, K, N, group size, M values): tails in K, N and M; the launches below cover every entry, split and not
 CASES = (

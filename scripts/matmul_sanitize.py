@@ -13,8 +13,10 @@ import numpy as np
 from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import load_spec
 from dqgen.emit.matmul import DIRECT, GATHER, GROUPED, PAIRED
-from dqgen.run.gpucheck import to_numpy, to_torch
+from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 from dqgen.run.runtime import Kernel
+
+exact_allocations()  # before torch's first allocation: memcheck then sees each tensor's own end
 
 #: (spec, K, N, group size): K and N with tails; the group sizes pick the mode (see dqgen.emit.matmul.entry_mode)
 CASES = (

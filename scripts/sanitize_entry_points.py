@@ -14,8 +14,10 @@ import numpy as np
 from dqgen.check.reference import dequantize_reference, random_global_scale, random_inputs
 from dqgen.core.spec import Spec, load_spec
 from dqgen.emit.render import kernel_name, variants
-from dqgen.run.gpucheck import nan_equal_mismatches, to_numpy, to_torch
+from dqgen.run.gpucheck import exact_allocations, nan_equal_mismatches, to_numpy, to_torch
 from dqgen.run.runtime import Kernel
+
+exact_allocations()  # before torch's first allocation: memcheck then sees each tensor's own end
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,6 +6,8 @@ The reference (numba), the runtime and the driver bindings are imported where th
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,17 @@ def build_shapes(spec: Spec) -> list[tuple[int, int]]:
     n_unit = lay.per_block if (lay.axis == "N" or lay.zeros == "packed") else 1
     # 1024 x 4096 fills an H100 several times over (hundreds of blocks) at a quarter of 4096^2's reference time
     return [(1024, 4096), (k_unit, n_unit), (2 * max(k_unit, 64), 1440 if 1440 % n_unit == 0 else 8 * n_unit)]
+
+
+def exact_allocations() -> None:
+    """torch's caching allocator off for this process (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each tensor is then a
+    cudaMalloc of its own size, so compute-sanitizer memcheck reports a read or write past a tensor's end; inside the
+    caching allocator's 2 MiB segments such an access lands on another tensor's valid address and passes unseen.
+    For the sanitizer scripts that allocate through torch; torch reads the variable once, at its first allocation."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        raise RuntimeError("exact_allocations: torch has initialized CUDA already; call it before any CUDA tensor")
+    os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
 
 
 def to_torch(a: np.ndarray | None, device: int = 0) -> Any:
