@@ -314,7 +314,9 @@ class GemmKernel:
         return self._kernel.bind((tiles, splits), (self.cfg.threads,), args, shared_mem=self.cfg.shared_bytes)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.cache
 def loaded(cfg: Config, device: int) -> GemmKernel:
-    """The configuration compiled (NVRTC's disk cache makes a second process cheap) and loaded once per device."""
+    """The configuration compiled (NVRTC's disk cache makes a second process cheap) and loaded once per device, for the
+    process: a CUDA graph that captured its launch keeps the function, not this object, so it is never dropped
+    (a bounded cache unloaded it once the signature caches let go, under a graph that still replays it)."""
     return GemmKernel(cfg, device)

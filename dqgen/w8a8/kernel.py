@@ -244,7 +244,9 @@ class ActQuantKernel:
         return min(rows, self.max_blocks), args
 
 
-@functools.lru_cache(maxsize=256)
+@functools.cache
 def loaded(v: Variant, device: int) -> ActQuantKernel:
-    """The variant compiled (NVRTC's disk cache makes a second process cheap) and loaded once per device."""
+    """The variant compiled (NVRTC's disk cache makes a second process cheap) and loaded once per device, for the
+    process: a CUDA graph that captured its launch keeps the function, not this object, so it is never dropped
+    (a bounded cache unloaded it once the signature caches let go, under a graph that still replays it)."""
     return ActQuantKernel(v, device)
