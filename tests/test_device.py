@@ -21,3 +21,29 @@ def test_primary_context_first_in_a_process_does_not_deadlock():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(("ok", "error:")), r.stdout
+
+
+def test_torch_raw_stream_fn_is_the_accessor_or_the_stream_object_path():
+    """The per-call fast paths (Kernel.__call__, the w8a8 ops) keep this callable: torch's C accessor itself where
+    torch has one, else the current Stream object's handle; both give the raw CUstream of the device asked for."""
+    import types
+
+    from dqgen.run.device import torch_raw_stream_fn
+
+    def accessor(device: int) -> int:
+        return 0x1000 + device
+
+    with_accessor = types.SimpleNamespace(_C=types.SimpleNamespace(_cuda_getCurrentRawStream=accessor))
+    assert torch_raw_stream_fn(with_accessor) is accessor
+
+    asked: list[int] = []
+
+    def current_stream(device: int) -> types.SimpleNamespace:
+        asked.append(device)
+        return types.SimpleNamespace(cuda_stream=0x2000 + device)
+
+    without = types.SimpleNamespace(
+        _C=types.SimpleNamespace(), cuda=types.SimpleNamespace(current_stream=current_stream)
+    )
+    fn = torch_raw_stream_fn(without)
+    assert fn(3) == 0x2003 and asked == [3]

@@ -12,7 +12,7 @@ import ctypes
 import functools
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -685,6 +685,13 @@ def torch_raw_stream(torch: Any, device: int) -> int:
     if raw is not None:
         return int(raw(device))
     return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def torch_raw_stream_fn(torch: Any) -> Callable[[int], int]:
+    """``torch_raw_stream`` with the accessor looked up once: the callable (device -> raw CUstream) that a per-call
+    fast path keeps (torch's C accessor itself where this torch has one)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw if raw is not None else functools.partial(torch_raw_stream, torch)
 
 
 def stream_handle(stream: Any) -> int:

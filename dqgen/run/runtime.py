@@ -8,7 +8,6 @@ only used, when present, to accept their tensors, allocate outputs and find the 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import sys
 import weakref
@@ -231,8 +230,7 @@ def _hook_torch() -> None:
 def _use_torch(torch: Any, traced_call: Callable[..., Any], compiling: Callable[[], bool]) -> None:
     """What the call path takes from torch, looked up once."""
     global _compiling, _traced_call, _torch_tensor, _raw_stream
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    _raw_stream = raw if raw is not None else functools.partial(dev.torch_raw_stream, torch)
+    _raw_stream = dev.torch_raw_stream_fn(torch)
     _traced_call, _compiling, _torch_tensor = traced_call, compiling, torch.Tensor
 
 

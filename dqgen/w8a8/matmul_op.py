@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..run import device as dev
+from .calls import BOUND_MAX, CALLS_MAX, remember
 from .counters import GrowOnlyCounters
 from .gemm import MAX_K_S8, Elem, GemmKernel, Out, choose, launch_args, loaded
 from .gemm_reference import QMAX, WeightKind
@@ -210,12 +211,7 @@ class _Call:
 
 
 _CALLS: dict[tuple, _Call] = {}
-_CALLS_MAX = 1024
-#: Bound launches kept per signature: y and the workspace come from torch's caching allocator, where a few
-#: addresses recur.
-_BOUND_MAX = 16
-#: torch's current raw CUstream of a device, without a Stream object (dqgen.run.device.torch_raw_stream)
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or functools.partial(dev.torch_raw_stream, torch)
+_raw_stream = dev.torch_raw_stream_fn(torch)
 
 
 def _call(
@@ -249,9 +245,7 @@ def _call(
         hit = _prepare_call(x_q, x_scale, w, w_scale, bias, out_dtype)
         if hit is None:
             return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
-        if len(_CALLS) >= _CALLS_MAX:
-            _CALLS.clear()
-        _CALLS[key] = hit
+        remember(_CALLS, key, hit, CALLS_MAX)
     m, n, k = hit.mnk
     y = torch.empty((m, n), dtype=hit.out_dtype, device=hit.device)
     ws = torch.empty(hit.ws_elems, dtype=hit.ws_dtype, device=hit.device) if hit.ws_elems else None
@@ -263,10 +257,7 @@ def _call(
             hit.kern.cfg, m, n, k, xp, xld, wp, wld, xsp, wsp, bp, where[0], where[1], hit.counters.data_ptr(),
             hit.plan,
         )  # fmt: skip
-        launch = hit.kern.bind(hit.plan, args)
-        if len(hit.bound) >= _BOUND_MAX:
-            hit.bound.clear()
-        hit.bound[where] = launch
+        launch = remember(hit.bound, where, hit.kern.bind(hit.plan, args), BOUND_MAX)
     launch(_raw_stream(hit.ordinal))
     return y  # ws goes back to the caching allocator after the launch, stream-ordered
 

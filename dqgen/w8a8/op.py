@@ -5,13 +5,13 @@ one picks the kernel variant (alignment is a property of the real pointers) and 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
 import numpy as np
 import torch
 
 from ..run import device as dev
+from .calls import BOUND_MAX, CALLS_MAX, remember
 from .kernel import ActQuantKernel, Hold, SmoothDtype, SmoothIn, XDtype, choose, loaded
 
 _X_DTYPES: dict[torch.dtype, XDtype] = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -153,11 +153,7 @@ class _Call:
 
 
 _CALLS: dict[tuple, _Call] = {}
-_CALLS_MAX = 1024
-#: Bound launches kept per signature: the outputs come from torch's caching allocator, where a few addresses recur.
-_BOUND_MAX = 16
-#: torch's current raw CUstream of a device, without a Stream object (dqgen.run.device.torch_raw_stream)
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or functools.partial(dev.torch_raw_stream, torch)
+_raw_stream = dev.torch_raw_stream_fn(torch)
 
 
 def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,9 +188,7 @@ def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> 
             loaded(v, ordinal), aligned, ordinal, x.device, (rows, k), x.stride(0) if rows > 1 else k,
             None if smooth is None else smooth.data_ptr(), scale,
         )  # fmt: skip
-        if len(_CALLS) >= _CALLS_MAX:
-            _CALLS.clear()
-        _CALLS[key] = hit
+        remember(_CALLS, key, hit, CALLS_MAX)
     q = torch.empty(hit.shape, dtype=torch.int8, device=hit.device)
     row_scale = torch.empty(hit.shape[:1], dtype=torch.float32, device=hit.device)
     where = (q.data_ptr(), row_scale.data_ptr())
@@ -203,8 +197,6 @@ def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> 
         if hit.aligned and where[0] % 16:  # never from torch's allocator; the general variant then
             return _launch(x, smooth, scale)
         launch = hit.kern.bind(x.data_ptr(), hit.x_stride, hit.shape[0], hit.smooth_ptr, hit.scale, *where)
-        if len(hit.bound) >= _BOUND_MAX:
-            hit.bound.clear()
-        hit.bound[where] = launch
+        remember(hit.bound, where, launch, BOUND_MAX)
     launch(_raw_stream(hit.ordinal))
     return q, row_scale
