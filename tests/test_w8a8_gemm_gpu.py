@@ -499,3 +499,29 @@ def test_cuda_graph_replays_after_the_caches_move_on() -> None:
     assert (_host(y_graph) == _want_f16(x, w, xs, wsc)).all()
     assert all(bool((f == 0x5A5A5A5A).all()) for f in fills)
     assert bool((old_counters == 0).all()) and bool((grown == 0).all())  # every launch left its counters at zero
+
+
+def test_inputs_that_must_be_padded_are_copied_once_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """x_q and w the kernel cannot read in place (K % 16 != 0) are each padded once per call: the signature cache
+    asks whether they can be read in place, it does not make a padded copy (of the whole weight) to find out."""
+    from dqgen.w8a8 import matmul_op
+
+    m, n, k = 8, 64, 2040
+    x, w = _int8(m, k, seed=41), _int8(n, k, seed=42)
+    xs = torch.rand(m, device="cuda") * 0.01
+    wsc = torch.rand(n, device="cuda") * 0.01
+    real = matmul_op._kernel_ready
+    copied: list[int] = []
+
+    def counting(t: Any) -> Any:
+        ready = real(t)
+        if ready is not t:
+            copied.append(t.data_ptr())
+        return ready
+
+    monkeypatch.setattr(matmul_op, "_kernel_ready", counting)
+    for _ in range(2):
+        copied.clear()
+        y = matmul_op.matmul(x, xs, w, wsc)
+        assert sorted(copied) == sorted([x.data_ptr(), w.data_ptr()])
+        assert (_host(y) == _want_f16(x, w, xs, wsc)).all()

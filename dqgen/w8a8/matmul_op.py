@@ -68,14 +68,20 @@ def check_inputs(x_q: Any, x_scale: Any, w: Any, w_scale: Any, bias: Any, out_dt
             raise ValueError(f"{name}: expected x_q's device {x_q.device}, got {t.device}")
 
 
-def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
-    """t [rows, K] as the kernel reads it: unit inner stride, K, the row stride and the pointer 16-byte multiples;
-    otherwise a zero-padded copy [rows, ceil16(K)] (zeros add nothing to the product)."""
+def _in_place(t: torch.Tensor) -> bool:
+    """Whether the kernel reads t [rows, K] in place: unit inner stride, K, the row stride and the pointer 16-byte
+    multiples."""
     rows, k = t.shape
     ok = k % 16 == 0 and k > 0 and t.stride(1) == 1 and t.data_ptr() % 16 == 0
-    ok = ok and (rows <= 1 or t.stride(0) % 16 == 0)
-    if ok:
+    return ok and (rows <= 1 or t.stride(0) % 16 == 0)
+
+
+def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
+    """t [rows, K] as the kernel reads it: t itself where _in_place, otherwise a zero-padded copy [rows, ceil16(K)]
+    (zeros add nothing to the product)."""
+    if _in_place(t):
         return t
+    rows, k = t.shape
     kp = max(16, -(-k // 16) * 16)
     padded = torch.zeros((rows, kp), dtype=t.dtype, device=t.device)
     padded[:, :k] = t
@@ -273,7 +279,7 @@ def _prepare_call(
     """The _Call of checked inputs the kernel reads in place (None: empty, or a padded copy or a contiguous scale
     is needed per call)."""
     m, n = x_q.shape[0], w.shape[0]
-    if m == 0 or n == 0 or _kernel_ready(x_q) is not x_q or _kernel_ready(w) is not w:
+    if m == 0 or n == 0 or not (_in_place(x_q) and _in_place(w)):  # asked, not copied: _launch pads them once
         return None
     if not (x_scale.is_contiguous() and w_scale.is_contiguous() and (bias is None or bias.is_contiguous())):
         return None
