@@ -80,6 +80,29 @@ def test_grouped_weights_scale_each_group_sum(spec: Spec) -> None:
         check(sp, y, matmul_reference(x_np, W))
 
 
+@pytest.mark.parametrize("spec", GROUPED_SPECS, ids=[s.name for s in GROUPED_SPECS])
+def test_grouped_weights_with_x_rows_not_16_byte_aligned(spec: Spec) -> None:
+    """x one element into a wider tensor (no row 16-byte aligned): every GROUPED entry takes its guarded x loads;
+    the lean 9..16-token entry (run_lean) then runs its whole range through the guarded tail (xvec = 0), a path no
+    aligned input reaches (every GROUPED spec's K is whole 8-element vectors)."""
+    mm = MatmulLayout.of(spec)
+    g = None if spec.scales.group_size == -1 else 2 * mm.chunk_k
+    sp = spec if g is None else with_group_size(spec, g)
+    k = Kernel(sp)
+    K = 4096 + (mm.per_block if g is None else g)
+    N = tail_shape(spec)[1]
+    (q, s, z, gi, gsc), W = matmul_inputs(sp, K, N, seed=K + 2)
+    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc), gemm=False)
+    assert w.mode == GROUPED
+    x_dtype = to_torch(np.zeros(1, W.dtype)).dtype
+    for M in (1, 13, 16):
+        wide = random_x(sp, M, K + 8, seed=M + 200)
+        x = to_torch(wide)[:, 1 : K + 1]
+        assert x.data_ptr() % 16 != 0 and x.stride(1) == 1
+        y = _run(k, x, w, (M, N), x_dtype)
+        check(sp, y, matmul_reference(np.ascontiguousarray(wide[:, 1 : K + 1]), W))
+
+
 def test_bias_and_many_tokens_and_leading_dims() -> None:
     import torch
 
