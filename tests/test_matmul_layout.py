@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
-from dqgen.check.reference import dequantize_reference, random_inputs
+from dqgen.check.reference import dequantize_reference, random_global_scale, random_inputs
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec, with_group_size
 from dqgen.layout.layout import Layout
 from dqgen.layout.matmul import MatmulLayout, prepack, unprepack
@@ -134,6 +134,29 @@ def test_matmul_reference_is_x_at_w() -> None:
 def test_matmul_inputs_are_finite(name: str) -> None:
     (_, _, _, _, _), W = matmul_inputs(load_spec(name), 256, 64, seed=2)
     assert np.isfinite(W.astype(np.float64)).all()
+
+
+@pytest.mark.parametrize("name", ["fp8_e4m3_fp16", "fp8_e5m2_fp16", "fp6_e3m2_bf16"])
+def test_zero_codes_where_zeroes_exactly_the_flagged_weights(name: str) -> None:
+    """check.matmul_reference.zero_codes_where (the tests' and the bench's way of dropping a minifloat's NaN / Inf
+    weights): the weights it flags dequantize to zero afterwards (code +0 times the scale: -0 under a negative
+    scale), every other weight to the same bits as before (NaN included), judged by the independent reference; the
+    words keep their dtype and shape."""
+    from dqgen.check.matmul_reference import zero_codes_where
+
+    spec = load_spec(name)
+    K, N = 96, 32
+    q, s, z, gi = random_inputs(spec, K, N, seed=7)
+    gs = random_global_scale(spec, 5)
+    before = dequantize_reference(spec, q, s, z, gi, gs)
+    bad = ~np.isfinite(before.astype(np.float64))
+    assert bad.any() == name.startswith("fp8")  # e4m3 / e5m2 have NaN (and Inf) codes; fp6 none
+    bad[[0, 5, 95], [0, 17, 31]] = True  # finite ones too: any flagged weight goes
+    out = zero_codes_where(spec, q, bad)
+    assert out.dtype == q.dtype and out.shape == q.shape
+    after = dequantize_reference(spec, out, s, z, gi, gs)
+    assert (after[bad].astype(np.float64) == 0).all()
+    assert (after.view(np.uint16)[~bad] == before.view(np.uint16)[~bad]).all()
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
