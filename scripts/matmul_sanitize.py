@@ -1,11 +1,12 @@
 """Every entry point of the fused matmul (dqgen.run.matmul: the PAIRED, DIRECT, GATHER and GROUPED modes, M <= 8 and
-9..16 tokens, split-K with its workspace and the unsplit grid) launched once on a shape with tails, for
-`compute-sanitizer --tool memcheck` and `--tool racecheck` (the warps' partial sums meet in shared memory); each
-output is also checked against the float64 reference, so a launch that the sanitizer passes but computes wrongly
-fails here. Exit 1 when a mode is not covered or an output is off."""
+9..16 tokens, split-K with its workspace and the unsplit grid; x rows 16-byte aligned and not) launched once on a
+shape with tails, for `compute-sanitizer --tool memcheck` and `--tool racecheck` (the warps' partial sums meet in
+shared memory); each output is also checked against the float64 reference, so a launch that the sanitizer passes but
+computes wrongly fails here. Exit 1 when a mode is not covered or an output is off."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import numpy as np
@@ -41,15 +42,18 @@ def main() -> int:
         w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc))
         modes.add(w.mode)
         splits.add(w.splits > 1)
-        for M in (3, 13):
-            x = random_x(spec, M, K, seed=M)
-            y = k.matmul(to_torch(x), w)
+        for M, offset in itertools.product((3, 13), (0, 1)):
+            # offset 1: x one element into a wider tensor, no row 16-byte aligned: the guarded x loads throughout
+            wide = random_x(spec, M, K + 8, seed=M)
+            x = np.ascontiguousarray(wide[:, offset : offset + K])
+            y = k.matmul(to_torch(wide)[:, offset : offset + K], w)
             torch.cuda.synchronize()
             err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
             ok = err <= TOLERANCE[spec.target.value]
-            print(f"{name} K={K} N={N} G={group} mode={w.mode} splits={w.splits} M={M}: rel err {err:.2e}")
+            where = f"M={M}" + (" x unaligned" if offset else "")
+            print(f"{name} K={K} N={N} G={group} mode={w.mode} splits={w.splits} {where}: rel err {err:.2e}")
             if not ok:
-                bad.append(f"{name} M={M}")
+                bad.append(f"{name} {where}")
     missing = {PAIRED, DIRECT, GATHER, GROUPED} - modes
     if missing or splits != {True, False} or bad:
         print(f"FAILED: modes not covered {sorted(missing)}, split/unsplit covered {sorted(splits)}, off: {bad}")
