@@ -1,17 +1,20 @@
 """Every entry point of the fused matmul (dqgen.run.matmul: the PAIRED, DIRECT, GATHER and GROUPED modes, M <= 8 and
-9..16 tokens, split-K with its workspace and the unsplit grid) launched once on a shape with tails, for
-`compute-sanitizer --tool memcheck` and `--tool racecheck` (the warps' partial sums meet in shared memory); each
-output is also checked against the float64 reference, so a launch that the sanitizer passes but computes wrongly
-fails here. Exit 1 when a mode is not covered or an output is off."""
+9..16 tokens, split-K with its workspace, the unsplit grid and the flat grid of GROUPED weights) launched once on a
+shape with tails, for `compute-sanitizer --tool memcheck` and `--tool racecheck` (the warps' partial sums meet in
+shared memory; on the flat grid, in the workspace); each output is also checked against the float64 reference, so a
+launch that the sanitizer passes but computes wrongly fails here. Exit 1 when a mode is not covered or an output is
+off."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
 
 from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import load_spec
+from dqgen.emit import matmul as emit_matmul
 from dqgen.emit.matmul import DIRECT, GATHER, GROUPED, PAIRED
 from dqgen.run.gpucheck import to_numpy, to_torch
 from dqgen.run.runtime import Kernel
@@ -26,31 +29,45 @@ CASES = (
     ("nvfp4_fp16", 16 * 70, 40, None),  # block scales and the global scale
     ("gptq_int3_fp16", 32 * 36, 8200, 32),  # 3-word blocks; 513 tiles: no split
 )
+#: GROUPED weights again on the flat grid (run_flat, forced: the default takes it only past one wave of tiles):
+#: warps whose ranges cross tiles, several warps a tile meeting in the workspace
+FLAT_CASES = (("awq_int4_fp16", 128 * 10, 56, 128), ("awq_int4_fp16", 4096 + 8, 40, -1))
 
 
 def main() -> int:
     import torch
 
-    modes, splits, bad = set(), set(), []
-    for name, K, N, group in CASES:
+    modes, splits, bad, flat = set(), set(), [], 0
+    kept = emit_matmul.TUNING
+    for name, K, N, group in CASES + FLAT_CASES:
+        forced = (name, K, N, group) in FLAT_CASES
+        emit_matmul.TUNING = dataclasses.replace(kept, flat="on") if forced else kept
         spec = load_spec(name)
         k = Kernel(spec)
         (q, s, z, gi, gsc), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
-        w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc))
+        w = k.pack_matmul(
+            to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc), gemm=False
+        )
+        emit_matmul.TUNING = kept
         modes.add(w.mode)
         splits.add(w.splits > 1)
+        flat += forced and all(f is not None for f in w.flat)
         for M in (3, 13):
             x = random_x(spec, M, K, seed=M)
             y = k.matmul(to_torch(x), w)
             torch.cuda.synchronize()
             err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
             ok = err <= TOLERANCE[spec.target.value]
-            print(f"{name} K={K} N={N} G={group} mode={w.mode} splits={w.splits} M={M}: rel err {err:.2e}")
+            grid = "flat" if forced else f"splits={w.splits}"
+            print(f"{name} K={K} N={N} G={group} mode={w.mode} {grid} M={M}: rel err {err:.2e}")
             if not ok:
                 bad.append(f"{name} M={M}")
     missing = {PAIRED, DIRECT, GATHER, GROUPED} - modes
-    if missing or splits != {True, False} or bad:
-        print(f"FAILED: modes not covered {sorted(missing)}, split/unsplit covered {sorted(splits)}, off: {bad}")
+    if missing or splits != {True, False} or bad or flat != len(FLAT_CASES):
+        print(
+            f"FAILED: modes not covered {sorted(missing)}, split/unsplit covered {sorted(splits)}, off: {bad}, "
+            f"flat grids {flat} of {len(FLAT_CASES)}"
+        )
         return 1
     print("every matmul entry point launched, every output within tolerance")
     return 0

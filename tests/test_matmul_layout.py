@@ -169,3 +169,29 @@ def test_grouped_magic_reciprocal_is_exact_up_to_the_chunk_limit() -> None:
         magic = np.uint64(group_magic(per_group * 8 * per_block, per_block))
         assert np.array_equal((c * magic) >> np.uint64(32), c // np.uint64(per_group)), per_group
     assert group_magic(-1, per_block) == 0
+
+
+@pytest.mark.parametrize(
+    ("n_tiles", "chunks", "resident"),
+    [(1792, 128, 528), (1792, 64, 528), (91, 66, 528), (4, 18, 528), (3, 65, 7), (1, 1, 528), (5000, 448, 396)],
+)
+def test_flat_grid_gives_every_chunk_to_one_warp(n_tiles: int, chunks: int, resident: int) -> None:
+    """run_flat's partition (dqgen.run.matmul.flat_grid): warp i takes chunks [i * per, (i + 1) * per) of the tiles'
+    chunks laid end to end, whole 4-chunk batches, within one wave of blocks; the kernel's magic reciprocals give
+    each range's first tile and each tile's first and last warp; slots is the most warps on one tile."""
+    from dqgen.run.matmul import WARPS, flat_grid
+
+    f = flat_grid(n_tiles, chunks, resident, 4)
+    assert f is not None
+    total = n_tiles * chunks
+    assert f.per_worker % 4 == 0 and f.blocks <= resident
+    assert f.blocks * WARPS * f.per_worker >= total > (f.blocks * WARPS - WARPS) * f.per_worker
+    owner = np.arange(total) // f.per_worker  # the warp of each chunk
+    tiles = np.arange(total) // chunks
+    on_tile = [len(set(owner[tiles == t].tolist())) for t in range(n_tiles)]
+    assert f.slots == max(on_tile)
+    starts = np.arange(0, total, f.per_worker, dtype=np.int64)
+    assert np.array_equal((starts * f.tile_magic) >> 32, starts // chunks)
+    for t in range(n_tiles):
+        first, last = t * chunks, (t + 1) * chunks - 1
+        assert (first * f.warp_magic) >> 32 == owner[first] and (last * f.warp_magic) >> 32 == owner[last]

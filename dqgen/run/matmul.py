@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core.formats import torch_dtype
+from ..emit import matmul as emit_matmul
 from ..emit.matmul import (
     GROUPED,
     PAD_GROUPS,
@@ -35,6 +36,7 @@ from ..emit.matmul import (
     group_magic,
     launch_mode,
     render_matmul,
+    unroll,
 )
 from ..emit.nvrtc import compile_source
 from ..layout.matmul import ROWS, MatmulLayout, Prepacked, prepack
@@ -82,6 +84,7 @@ class MatmulWeight:
     block_group: Any  # int32 [slots / P + padding]: each block's group
     workspace: Any  # fp32 [n_tiles * splits * 256]
     counters: Any  # int32 [n_tiles], zero between launches
+    flat: tuple[FlatGrid | None, FlatGrid | None] = (None, None)  # GROUPED on a flat grid: 1..8, 9..16 tokens
     key: str = ""
     _bound: dict[tuple, list[dev.BoundLaunch]] = field(default_factory=dict, repr=False)
 
@@ -113,6 +116,55 @@ def choose_splits(n_tiles: int, chunks: int, resident_blocks: int) -> int:
     sums cost a workspace round trip)."""
     want = resident_blocks // max(n_tiles, 1)
     return max(1, min(want, chunks // (2 * WARPS)))
+
+
+@dataclass(frozen=True)
+class FlatGrid:
+    """A GROUPED weight's flat grid (run_flat): the tiles' chunks end to end, per_worker of them a warp."""
+
+    blocks: int
+    per_worker: int
+    slots: int  # workspace partials per tile: the most warps that share one tile
+    tile_magic: int  # ceil(2**32 / chunks): chunk -> tile
+    warp_magic: int  # ceil(2**32 / per_worker): chunk -> warp
+
+
+def _magic(d: int) -> int:
+    return -(-(1 << 32) // d)
+
+
+def flat_grid(n_tiles: int, chunks: int, resident_blocks: int, unroll: int) -> FlatGrid | None:
+    """The flat grid of one wave of ``resident_blocks`` (each warp a whole number of ``unroll``-chunk batches), or
+    None where the kernel's magic reciprocals would not be exact for these counts."""
+    total = n_tiles * chunks
+    per = -(-total // (resident_blocks * WARPS))
+    per = -(-per // unroll) * unroll
+    used = -(-total // per)
+    tm, wm = _magic(chunks), _magic(per)
+    starts = np.arange(used, dtype=np.int64) * per
+    t = np.arange(n_tiles, dtype=np.int64)
+    firsts, lasts = t * chunks, (t + 1) * chunks - 1
+    if total >= 1 << 31 or not (
+        np.array_equal((starts * tm) >> 32, starts // chunks)
+        and np.array_equal((firsts * wm) >> 32, firsts // per)
+        and np.array_equal((lasts * wm) >> 32, lasts // per)
+    ):
+        return None
+    slots = int((lasts // per - firsts // per).max()) + 1
+    return FlatGrid(-(-used // WARPS), per, slots, tm, wm)
+
+
+def _flat_grids(kernel: Kernel, mode: int, n_tiles: int, chunks: int, splits: int, resident: int, device: int) -> tuple:
+    """GROUPED weights whose tile grid is more than one wave (Tuning.flat "waves"; "on": every one) run flat."""
+    rule = emit_matmul.TUNING.flat  # read at pack time (scripts/matmul_variants.py swaps the module's TUNING)
+    if mode != GROUPED or rule == "off" or (rule == "waves" and n_tiles * splits <= resident):
+        return (None, None)
+    grids = []
+    for tok16 in (False, True):
+        fn = _function(kernel, MatmulEntry(tok16, GROUPED, True), device)
+        blocks = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
+        grids.append(flat_grid(n_tiles, chunks, blocks, unroll(kernel.spec)))
+    return (grids[0], grids[1])
 
 
 def _check_tensor(torch: Any, name: str, t: Any) -> None:
@@ -167,6 +219,8 @@ def pack(
     fn = _function(kernel, MatmulEntry(False, launch_mode(mode, False)), device)
     resident = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
     splits = choose_splits(n_tiles, chunks, resident)
+    flat = _flat_grids(kernel, mode, n_tiles, chunks, splits, resident, device)
+    partials = max([n_tiles * splits] + [n_tiles * f.slots for f in flat if f is not None])
     zdtype = np.uint8 if pre.zeros is not None and pre.zeros.dtype == np.uint8 else np.int16
 
     def group_rows(a: np.ndarray | None) -> np.ndarray | None:
@@ -195,8 +249,9 @@ def pack(
         perm=up(sl.perm, np.int32) if sl.gather else None,
         # the kernel's loads run up to PAD_CHUNKS chunks past a warp's last one (unused): pad both tables
         block_group=up(np.concatenate([sl.block_group, np.zeros(PAD_CHUNKS * 8, np.int32)]), np.int32),
-        workspace=torch.empty(n_tiles * splits * PARTIAL, dtype=torch.float32, device=cuda),
+        workspace=torch.empty(partials * PARTIAL, dtype=torch.float32, device=cuda),
         counters=torch.zeros(n_tiles, dtype=torch.int32, device=cuda),
+        flat=flat,
     )
     w.key = f"{spec.name}-{next(_ids)}"
     _WEIGHTS[w.key] = w
@@ -276,7 +331,8 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
     group_chunks = 1 << 30 if one_group else w.group_size // MatmulLayout.of(kernel.spec).chunk_k
     for m0 in range(0, M, TOKENS):
         mt = min(TOKENS, M - m0)
-        fn = _function(kernel, MatmulEntry(mt > 8, launch_mode(w.mode, mt > 8)), w.device)
+        fg = w.flat[mt > 8]
+        fn = _function(kernel, MatmulEntry(mt > 8, launch_mode(w.mode, mt > 8), fg is not None), w.device)
         args = [
             _ptr(w.wq),
             _ptr(w.scales),
@@ -294,14 +350,18 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
             np.int64(w.N),
             np.int64(w.n_tiles * ROWS),
             np.int64(w.chunks),
-            np.int64(per_warp),  # chunks per warp
+            np.int64(per_warp if fg is None else fg.per_worker),  # chunks per warp
             np.int64(w.groups),
             np.int64(x_stride),
             np.int32(xvec),
             np.uint64(w.group_magic),
             np.int32(group_chunks),
+            np.int32(0 if fg is None else fg.slots),
+            np.uint64(0 if fg is None else fg.tile_magic),
+            np.uint64(0 if fg is None else fg.warp_magic),
         ]
-        launches.append(fn.bind((w.n_tiles, w.splits, 1), (WARPS * 32,), args))
+        grid = (w.n_tiles, w.splits, 1) if fg is None else (fg.blocks, 1, 1)
+        launches.append(fn.bind(grid, (WARPS * 32,), args))
     return launches
 
 
