@@ -5,11 +5,14 @@ checkpoint form, errors before launch, torch.compile(fullgraph) and CUDA-graph c
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec, with_group_size
+from dqgen.emit import matmul as emit_matmul
 from dqgen.emit.matmul import GROUPED, grouped_spec
 from dqgen.layout.layout import Layout
 from dqgen.layout.matmul import MatmulLayout
@@ -101,6 +104,34 @@ def test_grouped_weights_with_x_rows_not_16_byte_aligned(spec: Spec) -> None:
         assert x.data_ptr() % 16 != 0 and x.stride(1) == 1
         y = _run(k, x, w, (M, N), x_dtype)
         check(sp, y, matmul_reference(np.ascontiguousarray(wide[:, 1 : K + 1]), W))
+
+
+@pytest.mark.parametrize(
+    ("name", "K", "group"),
+    [("awq_int4_fp16", 4096 + 128, 128), ("awq_int4_bf16", 4096 + 128, 128), ("awq_int4_fp16", 4096 + 8, -1)],
+)
+def test_flat_grid(name: str, K: int, group: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GROUPED weights on the flat grid (run_flat; the default takes it only where the tile grid is more than one
+    wave, so it is forced here): warp ranges that cross tiles, up to 18 warps a tile summed through the workspace,
+    K and N tails (one group: K inside the last chunk, the guarded path), bias, 1..8, 9..16 and 17 tokens."""
+    import torch
+
+    monkeypatch.setattr(emit_matmul, "TUNING", dataclasses.replace(emit_matmul.TUNING, flat="on"))
+    spec = load_spec(name)
+    k = Kernel(spec)
+    N = 1448
+    (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=K + 7, group_size=group)
+    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), gemm=False)
+    assert w.mode == GROUPED and w.flat[0] is not None and w.flat[1] is not None
+    assert max(f.slots for f in w.flat if f is not None) > 2  # tiles shared by several warps
+    rng = np.random.default_rng(K)
+    bias_np = rng.standard_normal(N).astype(np.float32).astype(W.dtype)
+    x_dtype = to_torch(np.zeros(1, W.dtype)).dtype
+    for M in (1, 3, 9, 16, 17):
+        x_np = random_x(spec, M, K, seed=M + 200)
+        y = _run(k, to_torch(x_np), w, (M, N), x_dtype, bias=to_torch(bias_np))
+        check(spec, y, matmul_reference(x_np, W, bias_np))
+    assert int(w.counters.abs().sum()) == 0 and w.counters.dtype == torch.int32  # left ready for the next launch
 
 
 def test_bias_and_many_tokens_and_leading_dims() -> None:

@@ -192,3 +192,63 @@ def test_grouped_magic_reciprocal_is_exact_up_to_the_chunk_limit() -> None:
         magic = np.uint64(group_magic(per_group * 8 * per_block, per_block))
         assert np.array_equal((c * magic) >> np.uint64(32), c // np.uint64(per_group)), per_group
     assert group_magic(-1, per_block) == 0
+
+
+def test_group_chunks_is_the_magic_s_divisor_and_one_group_starts_no_other() -> None:
+    """The kernel's group_chunks argument (the lean entry's group switch) and the magic reciprocal (the other
+    GROUPED entries) describe the same groups: chunk c starts a group exactly when c is a multiple of group_chunks,
+    and the magic maps c to c // group_chunks; one group never switches."""
+    import numpy as np
+
+    from dqgen.emit.matmul import MAX_GROUPED_CHUNKS, ONE_GROUP_CHUNKS, group_chunks, group_magic
+
+    per_block = 8
+    c = np.arange(MAX_GROUPED_CHUNKS, dtype=np.uint64)
+    for group_size in (64, 128, 192, 4096):
+        per_group = group_chunks(group_size, per_block, groups=3)
+        assert per_group * 8 * per_block == group_size
+        magic = np.uint64(group_magic(group_size, per_block))
+        assert np.array_equal((c * magic) >> np.uint64(32), c // np.uint64(per_group)), group_size
+    assert group_chunks(-1, per_block, groups=1) == ONE_GROUP_CHUNKS > MAX_GROUPED_CHUNKS
+    assert group_chunks(128, per_block, groups=1) == ONE_GROUP_CHUNKS  # K within one group of 128
+
+
+@pytest.mark.parametrize("ahead", [0, 5])
+def test_lean_read_ahead_beyond_the_padded_rows_is_refused(ahead: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_lean loads the scale and zero rows of the next ``Tuning.ahead`` groups: more than the pack's PAD_GROUPS
+    rows would read past the pack (and 0 makes a zero-size array), so rendering refuses it by name."""
+    import dataclasses
+
+    from dqgen.emit import matmul as emit_matmul
+    from dqgen.emit.pipeline import compile_artifact
+
+    art = compile_artifact(load_spec("awq_int4_fp16"))
+    monkeypatch.setattr(emit_matmul, "TUNING", dataclasses.replace(emit_matmul.TUNING, ahead=ahead))
+    with pytest.raises(ValueError, match=r"^Tuning\.ahead: expected 1\.\.4 .*got " + str(ahead) + "$"):
+        emit_matmul.render_matmul(art)
+
+
+@pytest.mark.parametrize(
+    ("n_tiles", "chunks", "resident"),
+    [(1792, 128, 528), (1792, 64, 528), (91, 66, 528), (4, 18, 528), (3, 65, 7), (1, 1, 528), (5000, 448, 396)],
+)
+def test_flat_grid_gives_every_chunk_to_one_warp(n_tiles: int, chunks: int, resident: int) -> None:
+    """run_flat's partition (dqgen.run.matmul.flat_grid): warp i takes chunks [i * per, (i + 1) * per) of the tiles'
+    chunks laid end to end, whole 4-chunk batches, within one wave of blocks; the kernel's magic reciprocals give
+    each range's first tile and each tile's first and last warp; slots is the most warps on one tile."""
+    from dqgen.run.matmul import WARPS, flat_grid
+
+    f = flat_grid(n_tiles, chunks, resident, 4)
+    assert f is not None
+    total = n_tiles * chunks
+    assert f.per_worker % 4 == 0 and f.blocks <= resident
+    assert f.blocks * WARPS * f.per_worker >= total > (f.blocks * WARPS - WARPS) * f.per_worker
+    owner = np.arange(total) // f.per_worker  # the warp of each chunk
+    tiles = np.arange(total) // chunks
+    on_tile = [len(set(owner[tiles == t].tolist())) for t in range(n_tiles)]
+    assert f.slots == max(on_tile)
+    starts = np.arange(0, total, f.per_worker, dtype=np.int64)
+    assert np.array_equal((starts * f.tile_magic) >> 32, starts // chunks)
+    for t in range(n_tiles):
+        first, last = t * chunks, (t + 1) * chunks - 1
+        assert (first * f.warp_magic) >> 32 == owner[first] and (last * f.warp_magic) >> 32 == owner[last]

@@ -34,6 +34,11 @@ class Tuning:
     sums): ``lean16`` runs 9..16 tokens through it (1.3-1.7x faster than run_grouped), ``xu16`` chunks' x at once
     there; ``lean8`` runs 1..8 tokens through it too (not kept: up to 8% slower than run<_, 3> at M = 1, the issue
     rate is not what limits that case); ``prefetch``: batches of weights fetched into L2 ahead (slower at any depth).
+    Round 4: ``flat`` puts GROUPED weights on the flat grid of run_flat (each warp a range of the tiles' chunks laid
+    end to end, one wave of blocks): "waves" where the tile grid is more than one wave (8192x28672 and 4096x28672:
+    5-6% faster at 8..16 tokens, equal at 1), "on" everywhere (slower at the one-wave shapes), "off". ``mb16``: blocks
+    an SM for the 16-token lean entries (0: min_blocks; 3 gives them 168 registers and no spill, but was 8-47% slower
+    on the tile grid, fewer resident blocks, and 4% slower on the flat grid).
     """
 
     wload: str = "na"
@@ -49,6 +54,8 @@ class Tuning:
     ahead: int = 2
     xu16: int = 1
     prefetch: int = 0
+    mb16: int = 0
+    flat: str = "waves"
 
 
 TUNING = Tuning()
@@ -67,6 +74,7 @@ MAX_GROUPED_CHUNKS = 1 << 16
 class MatmulEntry:
     tok16: bool  # 9..16 tokens: two mmas per A fragment
     mode: int  # PAIRED, DIRECT, GATHER or GROUPED
+    flat: bool = False  # GROUPED on a flat grid: each warp a range of the tiles' chunks laid end to end (run_flat)
 
     @property
     def gather(self) -> bool:
@@ -94,7 +102,9 @@ def grouped_spec(spec: Spec) -> bool:
 
 def entries(spec: Spec) -> tuple[MatmulEntry, ...]:
     """The entry points the spec's matmul source has (GROUPED for 1..8 and for 9..16 tokens: see launch_mode)."""
-    return ENTRIES + ((MatmulEntry(False, GROUPED), MatmulEntry(True, GROUPED)) if grouped_spec(spec) else ())
+    if not grouped_spec(spec):
+        return ENTRIES
+    return ENTRIES + tuple(MatmulEntry(t, GROUPED, f) for f in (False, True) for t in (False, True))
 
 
 def entry_mode(spec: Spec, per_block: int, group_size: int, gather: bool, chunks: int) -> int:
@@ -109,10 +119,23 @@ def entry_mode(spec: Spec, per_block: int, group_size: int, gather: bool, chunks
 
 def launch_mode(mode: int, tok16: bool) -> int:
     """The entry a launch of a weight of ``mode`` uses: a GROUPED weight (its groups are whole chunks, so PAIRED
-    runs it too) takes run_grouped for 9..16 tokens and, with ``TUNING.sums8``, the batched GROUPED entry for 1..8
+    runs it too) takes the GROUPED entries for 9..16 tokens (run_lean with ``TUNING.lean16``, the default, else
+    run_grouped) and, with ``TUNING.sums8``, the batched GROUPED entry for 1..8
     (otherwise PAIRED; the ring of run_grouped at 1..8 tokens measured up to 12% slower than PAIRED,
     docs/bench/gemv_speed.json, where the batched entry is 7-13% faster, docs/bench/gemv_speed2.json)."""
     return PAIRED if mode == GROUPED and not tok16 and not TUNING.sums8 else mode
+
+
+#: GROUPED, one group (group size -1, or K within one group): chunks per group past any chunk count, so that no
+#: chunk starts another group.
+ONE_GROUP_CHUNKS = 1 << 30
+
+
+def group_chunks(group_size: int, per_block: int, groups: int) -> int:
+    """GROUPED: chunks (8 blocks of ``per_block`` codes) per group, the kernel's ``group_chunks`` argument."""
+    if group_size <= 0 or groups <= 1:
+        return ONE_GROUP_CHUNKS
+    return group_size // (8 * per_block)
 
 
 def group_magic(group_size: int, per_block: int) -> int:
@@ -120,8 +143,7 @@ def group_magic(group_size: int, per_block: int) -> int:
     size -1: one group, magic 0)."""
     if group_size <= 0:
         return 0
-    per_group = group_size // (8 * per_block)
-    return -(-(1 << 32) // per_group)
+    return -(-(1 << 32) // group_chunks(group_size, per_block, 2))
 
 
 #: GROUPED: rows of zeros after the last group's scales (and zero fields): the lean entry's loads of the next
@@ -155,8 +177,16 @@ def min_blocks(spec: Spec) -> int:
     return 4 if spec.words == 1 and spec.per_word <= 8 else 2
 
 
+def entry_min_blocks(spec: Spec, e: MatmulEntry) -> int:
+    """The register cap of an entry point: ``Tuning.mb16`` for run_lean at 9..16 tokens (and its flat grid), whose
+    16-token sums spill at 128 registers, min_blocks(spec) elsewhere."""
+    lean16 = e.mode == GROUPED and e.tok16 and (TUNING.lean16 or e.flat)
+    return TUNING.mb16 if lean16 and TUNING.mb16 else min_blocks(spec)
+
+
 def entry_name(spec: Spec, e: MatmulEntry) -> str:
-    return f"dqgen_mm_{spec.name}_m{16 if e.tok16 else 8}_{('paired', 'direct', 'gather', 'grouped')[e.mode]}"
+    mode = ("paired", "direct", "gather", "grouped")[e.mode]
+    return f"dqgen_mm_{spec.name}_m{16 if e.tok16 else 8}_{mode}{'_flat' if e.flat else ''}"
 
 
 _SOURCES: dict[str, str] = {}
@@ -164,6 +194,8 @@ _SOURCES: dict[str, str] = {}
 
 def render_matmul(artifact: Artifact) -> str:
     """The matmul kernel source of a compiled spec with every entry point (memoized on the artifact's key)."""
+    if not 1 <= TUNING.ahead <= PAD_GROUPS:  # run_lean reads scale and zero rows up to G - 1 + ahead
+        raise ValueError(f"Tuning.ahead: expected 1..{PAD_GROUPS} (the pack's padded group rows), got {TUNING.ahead}")
     hit = _SOURCES.get(artifact.key)
     if hit is None:
         hit = _SOURCES[artifact.key] = _render(artifact.spec, artifact.plan)
@@ -191,7 +223,16 @@ def _render(spec: Spec, plan: Plan) -> str:
         # 2-bit (16 codes a block) and 3-word blocks hold more per chunk and would spill at 4
         min_blocks=min_blocks(spec),
         mma_type="bf16" if spec.target.value == "bf16" else "f16",
-        entries=[{"tok16": e.tok16, "mode": e.mode, "entry": entry_name(spec, e)} for e in entries(spec)],
+        entries=[
+            {
+                "tok16": e.tok16,
+                "mode": e.mode,
+                "flat": e.flat,
+                "entry": entry_name(spec, e),
+                "min_blocks": entry_min_blocks(spec, e),
+            }
+            for e in entries(spec)
+        ],
         grouped=grouped_spec(spec),
         ring=ring(spec),
         wload=TUNING.wload,

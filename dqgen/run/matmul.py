@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core.formats import torch_dtype
+from ..emit import matmul as emit_matmul
 from ..emit.matmul import (
     GROUPED,
     PAD_GROUPS,
@@ -32,9 +33,11 @@ from ..emit.matmul import (
     MatmulEntry,
     entry_mode,
     entry_name,
+    group_chunks,
     group_magic,
     launch_mode,
     render_matmul,
+    unroll,
 )
 from ..emit.nvrtc import compile_source
 from ..layout.matmul import ROWS, MatmulLayout, Prepacked, prepack
@@ -75,19 +78,20 @@ class MatmulWeight:
     splits: int  # blocks per n-tile along K (the split-K of small shapes)
     device: int
     wq: Any  # int32 words [n_tiles, chunks, words, 32, 4]
-    scales: Any  # [G, Np] raw 16-bit (int16) or block-scale codes (uint8)
-    zeros: Any  # [G, Np] zero fields (uint8) / raw 16-bit zeros (int16), or None
+    scales: Any  # [G, Np] raw 16-bit (int16) or block-scale codes (uint8); GROUPED: [G + PAD_GROUPS, Np]
+    zeros: Any  # [G, Np] zero fields (uint8) / raw 16-bit zeros (int16), or None; GROUPED: [G + PAD_GROUPS, Np]
     global_scale: Any  # fp32 [1] or None
     perm: Any  # int32 [slots]: slot -> row of x (-1 padding); gather mode only
     block_group: Any  # int32 [slots / P + padding]: each block's group
     workspace: Any  # fp32 [n_tiles * splits * 256]
     counters: Any  # int32 [n_tiles], zero between launches
+    flat: tuple[FlatGrid | None, FlatGrid | None] = (None, None)  # GROUPED on a flat grid: 1..8, 9..16 tokens
     key: str = ""
     _bound: dict[tuple, list[dev.BoundLaunch]] = field(default_factory=dict, repr=False)
 
     @property
     def nbytes(self) -> int:
-        """Bytes a launch reads of the weight (words, scales, zeros)."""
+        """Bytes the prepacked weight holds (words, scales, zeros, with their padding chunks and rows)."""
         return sum(int(t.numel() * t.element_size()) for t in (self.wq, self.scales, self.zeros) if t is not None)
 
 
@@ -113,6 +117,55 @@ def choose_splits(n_tiles: int, chunks: int, resident_blocks: int) -> int:
     sums cost a workspace round trip)."""
     want = resident_blocks // max(n_tiles, 1)
     return max(1, min(want, chunks // (2 * WARPS)))
+
+
+@dataclass(frozen=True)
+class FlatGrid:
+    """A GROUPED weight's flat grid (run_flat): the tiles' chunks end to end, per_worker of them a warp."""
+
+    blocks: int
+    per_worker: int
+    slots: int  # workspace partials per tile: the most warps that share one tile
+    tile_magic: int  # ceil(2**32 / chunks): chunk -> tile
+    warp_magic: int  # ceil(2**32 / per_worker): chunk -> warp
+
+
+def _magic(d: int) -> int:
+    return -(-(1 << 32) // d)
+
+
+def flat_grid(n_tiles: int, chunks: int, resident_blocks: int, unroll: int) -> FlatGrid | None:
+    """The flat grid of one wave of ``resident_blocks`` (each warp a whole number of ``unroll``-chunk batches), or
+    None where the kernel's magic reciprocals would not be exact for these counts."""
+    total = n_tiles * chunks
+    per = -(-total // (resident_blocks * WARPS))
+    per = -(-per // unroll) * unroll
+    used = -(-total // per)
+    tm, wm = _magic(chunks), _magic(per)
+    starts = np.arange(used, dtype=np.int64) * per
+    t = np.arange(n_tiles, dtype=np.int64)
+    firsts, lasts = t * chunks, (t + 1) * chunks - 1
+    if total >= 1 << 31 or not (
+        np.array_equal((starts * tm) >> 32, starts // chunks)
+        and np.array_equal((firsts * wm) >> 32, firsts // per)
+        and np.array_equal((lasts * wm) >> 32, lasts // per)
+    ):
+        return None
+    slots = int((lasts // per - firsts // per).max()) + 1
+    return FlatGrid(-(-used // WARPS), per, slots, tm, wm)
+
+
+def _flat_grids(kernel: Kernel, mode: int, n_tiles: int, chunks: int, splits: int, resident: int, device: int) -> tuple:
+    """GROUPED weights whose tile grid is more than one wave (Tuning.flat "waves"; "on": every one) run flat."""
+    rule = emit_matmul.TUNING.flat  # read at pack time (scripts/matmul_variants.py swaps the module's TUNING)
+    if mode != GROUPED or rule == "off" or (rule == "waves" and n_tiles * splits <= resident):
+        return (None, None)
+    grids = []
+    for tok16 in (False, True):
+        fn = _function(kernel, MatmulEntry(tok16, GROUPED, True), device)
+        blocks = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
+        grids.append(flat_grid(n_tiles, chunks, blocks, unroll(kernel.spec)))
+    return (grids[0], grids[1])
 
 
 def _check_tensor(torch: Any, name: str, t: Any) -> None:
@@ -167,6 +220,8 @@ def pack(
     fn = _function(kernel, MatmulEntry(False, launch_mode(mode, False)), device)
     resident = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
     splits = choose_splits(n_tiles, chunks, resident)
+    flat = _flat_grids(kernel, mode, n_tiles, chunks, splits, resident, device)
+    partials = max([n_tiles * splits] + [n_tiles * f.slots for f in flat if f is not None])
     zdtype = np.uint8 if pre.zeros is not None and pre.zeros.dtype == np.uint8 else np.int16
 
     def group_rows(a: np.ndarray | None) -> np.ndarray | None:
@@ -195,8 +250,9 @@ def pack(
         perm=up(sl.perm, np.int32) if sl.gather else None,
         # the kernel's loads run up to PAD_CHUNKS chunks past a warp's last one (unused): pad both tables
         block_group=up(np.concatenate([sl.block_group, np.zeros(PAD_CHUNKS * 8, np.int32)]), np.int32),
-        workspace=torch.empty(n_tiles * splits * PARTIAL, dtype=torch.float32, device=cuda),
+        workspace=torch.empty(partials * PARTIAL, dtype=torch.float32, device=cuda),
         counters=torch.zeros(n_tiles, dtype=torch.int32, device=cuda),
+        flat=flat,
     )
     w.key = f"{spec.name}-{next(_ids)}"
     _WEIGHTS[w.key] = w
@@ -271,12 +327,11 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
     launches = []
     esize = x2.element_size()
     per_warp = -(-w.chunks // (w.splits * WARPS))
-    # GROUPED: chunks per group (one group: a count past every chunk, so that no chunk starts another)
-    one_group = w.groups <= 1 or w.group_size <= 0
-    group_chunks = 1 << 30 if one_group else w.group_size // MatmulLayout.of(kernel.spec).chunk_k
+    chunks_per_group = group_chunks(w.group_size, MatmulLayout.of(kernel.spec).per_block, w.groups)
     for m0 in range(0, M, TOKENS):
         mt = min(TOKENS, M - m0)
-        fn = _function(kernel, MatmulEntry(mt > 8, launch_mode(w.mode, mt > 8)), w.device)
+        fg = w.flat[mt > 8]
+        fn = _function(kernel, MatmulEntry(mt > 8, launch_mode(w.mode, mt > 8), fg is not None), w.device)
         args = [
             _ptr(w.wq),
             _ptr(w.scales),
@@ -294,14 +349,18 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
             np.int64(w.N),
             np.int64(w.n_tiles * ROWS),
             np.int64(w.chunks),
-            np.int64(per_warp),  # chunks per warp
+            np.int64(per_warp if fg is None else fg.per_worker),  # chunks per warp
             np.int64(w.groups),
             np.int64(x_stride),
             np.int32(xvec),
             np.uint64(w.group_magic),
-            np.int32(group_chunks),
+            np.int32(chunks_per_group),
+            np.int32(0 if fg is None else fg.slots),
+            np.uint64(0 if fg is None else fg.tile_magic),
+            np.uint64(0 if fg is None else fg.warp_magic),
         ]
-        launches.append(fn.bind((w.n_tiles, w.splits, 1), (WARPS * 32,), args))
+        grid = (w.n_tiles, w.splits, 1) if fg is None else (fg.blocks, 1, 1)
+        launches.append(fn.bind(grid, (WARPS * 32,), args))
     return launches
 
 
