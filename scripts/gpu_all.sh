@@ -73,8 +73,11 @@ if [[ " $STEPS " == *" quick "* ]]; then
   bg_pytest quick-gemm -m gpu tests/test_gpu_gemm.py -k "not test_every_spec or awq_int4_fp16-128 or int8_bf16-128"
   # the W8A8 GEMM: bit-exact int32 and epilogue, fp8 tolerance, SmoothQuant MLP, W8A8Linear under torch.compile
   bg_pytest quick-w8a8gemm -m gpu tests/test_w8a8_gemm_gpu.py
-  collect quick-tests quick-matmul quick-entry quick-gemm quick-w8a8gemm
-  echo "test step: $(( $(date +%s) - t0 )) s"
+  quick_jobs=(quick-tests quick-matmul quick-entry quick-gemm quick-w8a8gemm)
+  if [[ " $STEPS " != *" sanitize "* ]]; then
+    collect "${quick_jobs[@]}"
+    echo "test step: $(( $(date +%s) - t0 )) s"
+  fi  # else the sanitizer jobs start beside the tests (both are mostly CPU: references, NVRTC, instrumentation)
 fi
 if [[ " $STEPS " == *" sanitize "* ]]; then
   t0=$(date +%s)
@@ -103,8 +106,8 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
   sanitize racecheck scripts/gemm_sanitize.py
   sanitize memcheck scripts/w8a8_gemm_memcheck.py
   sanitize racecheck scripts/w8a8_gemm_memcheck.py
-  collect "${jobs[@]}"
-  echo "sanitizer step: $(( $(date +%s) - t0 )) s"
+  collect "${jobs[@]}" ${quick_jobs[@]+"${quick_jobs[@]}"}
+  echo "sanitizer step (with the quick tests beside it, when both run): $(( $(date +%s) - t0 )) s"
 fi
 if [[ " $STEPS " == *" full1 "* ]]; then
   pytest_gpu full1 -m gpu tests/test_gpu.py -k "bit_exact_all_shapes or unaligned_fallback"
