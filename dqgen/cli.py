@@ -460,7 +460,8 @@ def _bench_matmul(
     log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
     copy = copy_bandwidth()
     rows = bm.bench_matmul(loaded, kn, ms, copy, impls=wanted, log=log)
-    doc = bm.matmul_document(torch.cuda.get_device_name(0), copy, rows, method())
+    rounds = f"; the lowest of {bm.ROUNDS} rounds' medians (every other round in reverse order; each in us_rounds)"
+    doc = bm.matmul_document(torch.cuda.get_device_name(0), copy, rows, method() + rounds)
     if old is not None:
         doc = bm.merge_documents(old, doc)
     bm.write_json(record_path, doc)
