@@ -61,22 +61,29 @@ def test_every_spec_m_1_3_16_with_tails(spec: Spec) -> None:
 GROUPED_SPECS = [s for s in SPECS if grouped_spec(s) and not s.act_order]
 
 
-@pytest.mark.parametrize("spec", GROUPED_SPECS, ids=[s.name for s in GROUPED_SPECS])
-def test_grouped_weights_scale_each_group_sum(spec: Spec) -> None:
-    """Groups of whole chunks (or one group, with a K tail inside the last chunk), split along K: M = 16 runs the
-    GROUPED entry (each group's fp32 partial sum times its scale), M = 1 and 3 its batched form for 1..8 tokens."""
+def _grouped_case(spec: Spec, seed_offset: int) -> tuple:
+    """A GROUPED weight with a K tail (groups of two whole chunks, or one group with K inside the last chunk):
+    ``(spec at that group size, kernel, K, N, W, the packed weight, x's torch dtype)``. The GEMV's layout alone: on
+    a GPU whose dispatch rule gives M = 16 to the tensor-core GEMM, M = 16 would otherwise leave the GEMV's 16-token
+    entries untested (the GEMM's own tests are tests/test_gpu_gemm.py)."""
     mm = MatmulLayout.of(spec)
     g = None if spec.scales.group_size == -1 else 2 * mm.chunk_k
     sp = spec if g is None else with_group_size(spec, g)
     k = Kernel(sp)
     K = 4096 + (mm.per_block if g is None else g)
     N = tail_shape(spec)[1]
-    (q, s, z, gi, gsc), W = matmul_inputs(sp, K, N, seed=K + 1)
-    # the GEMV's layout alone: on a GPU whose dispatch rule gives M = 16 to the tensor-core GEMM, M = 16 would
-    # otherwise leave the GEMV's 16-token entries untested (the GEMM's own tests are tests/test_gpu_gemm.py)
+    (q, s, z, gi, gsc), W = matmul_inputs(sp, K, N, seed=K + seed_offset)
     w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc), gemm=False)
-    assert w.mode == GROUPED and w.splits > 1
-    x_dtype = to_torch(np.zeros(1, W.dtype)).dtype
+    assert w.mode == GROUPED
+    return sp, k, K, N, W, w, to_torch(np.zeros(1, W.dtype)).dtype
+
+
+@pytest.mark.parametrize("spec", GROUPED_SPECS, ids=[s.name for s in GROUPED_SPECS])
+def test_grouped_weights_scale_each_group_sum(spec: Spec) -> None:
+    """Groups of whole chunks (or one group, with a K tail inside the last chunk), split along K: M = 16 runs the
+    GROUPED entry (each group's fp32 partial sum times its scale), M = 1 and 3 its batched form for 1..8 tokens."""
+    sp, k, K, N, W, w, x_dtype = _grouped_case(spec, seed_offset=1)
+    assert w.splits > 1
     for M in (1, 3, 16):
         x_np = random_x(sp, M, K, seed=M + 100)
         y = _run(k, to_torch(x_np), w, (M, N), x_dtype)
@@ -88,16 +95,7 @@ def test_grouped_weights_with_x_rows_not_16_byte_aligned(spec: Spec) -> None:
     """x one element into a wider tensor (no row 16-byte aligned): every GROUPED entry takes its guarded x loads;
     the lean 9..16-token entry (run_lean) then runs its whole range through the guarded tail (xvec = 0), a path no
     aligned input reaches (every GROUPED spec's K is whole 8-element vectors)."""
-    mm = MatmulLayout.of(spec)
-    g = None if spec.scales.group_size == -1 else 2 * mm.chunk_k
-    sp = spec if g is None else with_group_size(spec, g)
-    k = Kernel(sp)
-    K = 4096 + (mm.per_block if g is None else g)
-    N = tail_shape(spec)[1]
-    (q, s, z, gi, gsc), W = matmul_inputs(sp, K, N, seed=K + 2)
-    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc), gemm=False)
-    assert w.mode == GROUPED
-    x_dtype = to_torch(np.zeros(1, W.dtype)).dtype
+    sp, k, K, N, W, w, x_dtype = _grouped_case(spec, seed_offset=2)
     for M in (1, 13, 16):
         wide = random_x(sp, M, K + 8, seed=M + 200)
         x = to_torch(wide)[:, 1 : K + 1]
