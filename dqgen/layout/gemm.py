@@ -25,6 +25,7 @@ import numpy as np
 from ..core.spec import SourceKind, Spec
 from .gemm_trt import bias, columns_interleaved, converter_spec, from_trt_layout, threadblock_k, to_trt_layout
 from .layout import Layout
+from .slots import in_order, sorted_by_group
 
 __all__ = ["TILE_K", "TILE_N", "GemmPacked", "GemmSlots", "gemm_slots", "pack_gemm", "unpack_gemm"]
 
@@ -51,36 +52,18 @@ def gemm_slots(K: int, group_size: int, g_idx: np.ndarray | None = None) -> Gemm
         raise ValueError(f"K: expected a positive number of rows, got {K}")
     if g_idx is None and (group_size <= 0 or group_size % TILE_K == 0):
         slots = -(-K // TILE_K) * TILE_K
-        perm = np.full(slots, -1, dtype=np.int32)
-        perm[:K] = np.arange(K, dtype=np.int32)
-        first = np.arange(0, slots, TILE_K, dtype=np.int64)
-        if group_size > 0:
-            groups = np.minimum(first // group_size, (K - 1) // group_size)  # padding joins the last group
-        else:
-            groups = np.zeros_like(first)
-        return GemmSlots(K, slots, False, perm, groups.astype(np.int32))
+        return GemmSlots(K, slots, False, *in_order(K, slots, TILE_K, group_size))
     if g_idx is not None:
         row_group = np.asarray(g_idx, dtype=np.int64).reshape(-1)
         if row_group.size != K:
             raise ValueError(f"g_idx: expected {K} entries (one per row of W), got {row_group.size}")
     else:
         row_group = np.arange(K, dtype=np.int64) // group_size
-    rows = np.argsort(row_group, kind="stable")
-    groups, counts = np.unique(row_group[rows], return_counts=True)
-    padded = -(-counts // TILE_K) * TILE_K
-    slots = int(padded.sum())
-    perm = np.full(slots, -1, dtype=np.int32)
-    tile_group = np.zeros(slots // TILE_K, dtype=np.int32)
-    at = start = 0
-    for grp, n, pn in zip(groups.tolist(), counts.tolist(), padded.tolist(), strict=True):
-        perm[at : at + n] = rows[start : start + n]
-        tile_group[at // TILE_K : (at + pn) // TILE_K] = grp
-        at += pn
-        start += n
+    perm, tile_group = sorted_by_group(row_group, TILE_K, TILE_K)
     # rows in order with no padding before the last: the direct slots (GPTQ's desc_act=False g_idx), which the
     # kernel reads with 16-byte copies instead of a gather through perm
-    in_order = bool(np.array_equal(perm[:K], np.arange(K, dtype=np.int32)))
-    return GemmSlots(K, slots, not in_order, perm, tile_group)
+    ordered = bool(np.array_equal(perm[:K], np.arange(K, dtype=np.int32)))
+    return GemmSlots(K, perm.size, not ordered, perm, tile_group)
 
 
 @dataclass(frozen=True)

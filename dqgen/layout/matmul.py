@@ -36,6 +36,7 @@ import numpy as np
 
 from ..core.spec import Spec
 from .layout import Layout, pack_fields, unpack_fields
+from .slots import in_order, sorted_by_group
 
 #: Output channels per tile: the M of mma.m16n8k16 (A's rows; swap AB).
 ROWS = 16
@@ -96,29 +97,13 @@ class MatmulLayout:
         P, C = self.per_block, self.chunk_k
         if g_idx is None and self.direct(group_size, False):
             slots = max(C, -(-K // C) * C)
-            perm = np.full(slots, -1, dtype=np.int32)
-            perm[:K] = np.arange(K, dtype=np.int32)
-            first = np.arange(0, slots, P, dtype=np.int64)  # first slot of each block; padding joins the last group
-            last_group = (K - 1) // group_size if group_size > 0 and K > 0 else 0
-            groups = np.minimum(first // group_size, last_group) if group_size > 0 else np.zeros_like(first)
-            return Slots(K, slots, False, perm, groups.astype(np.int32))
+            return Slots(K, slots, False, *in_order(K, slots, P, group_size))
         if g_idx is not None:
             row_group = np.asarray(g_idx, dtype=np.int64)
         else:
             row_group = np.arange(K, dtype=np.int64) // group_size
-        rows = np.argsort(row_group, kind="stable")
-        groups, counts = np.unique(row_group[rows], return_counts=True)
-        padded = -(-counts // P) * P
-        slots = max(C, -(-int(padded.sum()) // C) * C)
-        perm = np.full(slots, -1, dtype=np.int32)
-        block_group = np.zeros(slots // P, dtype=np.int32)
-        at = start = 0
-        for grp, n, pn in zip(groups.tolist(), counts.tolist(), padded.tolist(), strict=True):
-            perm[at : at + n] = rows[start : start + n]
-            block_group[at // P : (at + pn) // P] = grp
-            at += pn
-            start += n
-        return Slots(K, slots, True, perm, block_group)
+        perm, block_group = sorted_by_group(row_group, P, C)
+        return Slots(K, perm.size, True, perm, block_group)
 
     # -- codes <-> prepacked words ------------------------------------------------------------------------
 
