@@ -277,6 +277,7 @@ def bench(
     """Time SPEC's kernel on the GPU (one call after an L2 flush, median) against copy bandwidth, its
     default launch, torch eager, a static_cast CUDA kernel and Triton; or, with --matmul, the fused matmul."""
     from .check.reference import example_group_size
+    from .core.files import write_json
     from .run import device as dev
     from .tools.bench import (
         DEFAULT_SHAPES,
@@ -285,7 +286,6 @@ def bench(
         call_overhead,
         compile_times,
         copy_bandwidth,
-        write_json,
         write_markdown,
     )
 
@@ -454,6 +454,7 @@ def _bench_matmul(
 
     if old is not None and old["gpu"] != torch.cuda.get_device_name(0):
         _fail(f"--merge: {record_path} is from {old['gpu']!r}, this GPU is {torch.cuda.get_device_name(0)!r}")
+    from .core.files import write_json
     from .run.timing import method
     from .tools.bench import copy_bandwidth
 
@@ -464,7 +465,7 @@ def _bench_matmul(
     doc = bm.matmul_document(torch.cuda.get_device_name(0), copy, rows, method() + rounds)
     if old is not None:
         doc = bm.merge_documents(old, doc)
-    bm.write_json(record_path, doc)
+    write_json(record_path, doc)
     if docs:
         bm.write_markdown(Path(docs), doc)
     png = record_path.with_suffix(".png")

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dqgen.cli import app
+from dqgen.core.files import write_json
 from dqgen.core.spec import load_spec
 from dqgen.tools import bench_matmul as bm
 from dqgen.tools.report import write_section
@@ -46,7 +47,7 @@ def test_json_record_keys_and_round_trip(tmp_path) -> None:
     assert doc["rows"][0]["pct_floor"] == pytest.approx(80.0)  # 40 us floor / 50 us
     assert doc["rows"][1]["pct_floor"] == pytest.approx(100 * 40 / 170)
     path = tmp_path / "bench" / "matmul.json"
-    bm.write_json(path, doc)
+    write_json(path, doc)
     assert bm.load_document(path) == json.loads(json.dumps(doc))
 
 

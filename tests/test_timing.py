@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dqgen.core.files import write_json
 from dqgen.core.spec import load_spec
 from dqgen.run.timing import EventBackend, Timed, do_bench_us, keep_tuned, method
 from dqgen.tools.baselines import field_shifts
@@ -18,7 +19,6 @@ from dqgen.tools.bench import (
     behind_triton,
     bench_document,
     rows_json,
-    write_json,
     write_markdown,
 )
 

@@ -3,6 +3,7 @@ entry or a partial output (two writers of one path: the last complete one wins).
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -24,3 +25,9 @@ def write_whole_bytes(path: Path, data: bytes) -> None:
 def write_whole(path: Path, text: str) -> None:
     """write_whole_bytes for text (UTF-8)."""
     write_whole_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: Path, doc: object) -> None:
+    """A JSON record (indent 1, a final newline), written whole or not at all; json.dumps fails first on a value
+    JSON cannot hold, before the file is touched."""
+    write_whole(path, json.dumps(doc, indent=1) + "\n")

@@ -694,12 +694,3 @@ def bench_document(
         "call_overhead": overhead or {},
         "compile_time": compile_s or {},
     }
-
-
-def write_json(path: Path, doc: dict) -> None:
-    """The JSON record, written whole or not at all."""
-    import json
-
-    from ..core.files import write_whole
-
-    write_whole(path, json.dumps(doc, indent=1) + "\n")  # dumps fails first on a value JSON cannot hold

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import io
-import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -372,12 +371,6 @@ def load_document(path: Path) -> dict:
         if missing:
             raise ValueError(f"{path}: row {i} lacks {', '.join(missing)}")
     return doc
-
-
-def write_json(path: Path, doc: dict) -> None:
-    from ..core.files import write_whole
-
-    write_whole(path, json.dumps(doc, indent=1) + "\n")
 
 
 # ----------------------------------------------------------------------------------------------- markdown

@@ -8,12 +8,12 @@ Each time is one call after an L2 flush, median (dqgen.run.timing.single_call_us
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core.files import write_json
 from .kernel import Hold, SmoothIn, Variant
 
 SHAPES: tuple[tuple[int, int], ...] = ((1, 4096), (16, 4096), (4096, 4096), (8192, 8192), (16384, 14336))
@@ -144,8 +144,7 @@ def run(shapes: Sequence[tuple[int, int]] = SHAPES, out: Path | None = DEFAULT_O
         "rows": rows,
     }
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1) + "\n")
+        write_json(out, result)
     return result
 
 

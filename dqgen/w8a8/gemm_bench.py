@@ -9,11 +9,12 @@ product, bit for bit (int8); fp8 rows: max |y - y64| / max |y64| <= 2e-3 against
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from ..core.files import write_json
 
 KN: tuple[tuple[int, int], ...] = ((4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192))
 MS: tuple[int, ...] = (1, 16, 64, 256, 1024, 4096)
@@ -114,8 +115,7 @@ def run(kn: Sequence[tuple[int, int]] = KN, ms: Sequence[int] = MS, out: Path | 
         "rows": rows,
     }
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1) + "\n")
+        write_json(out, result)
     return result
 
 
