@@ -1,0 +1,165 @@
+"""Hash the generated code of every entry point of every kernel family: the rendered CUDA source and the PTX that
+NVRTC makes of it (sm_90 and sm_80), per entry point.
+
+A change that should not move generated code (a refactor of the Python that renders it, templates split into
+shared blocks) shows it here: ``--save before.json`` on the old tree, ``--compare before.json`` on the new one
+prints every entry point whose PTX changed. Sources may differ (comments, helper names) while the PTX stays the
+same; PTX is what the GPU runs.
+
+Families and the configurations enumerated (what the product can launch):
+- dequant: every shipped spec's artifact source (every launch variant);
+- gemv: every shipped spec's fused GEMV source (every entry point);
+- gemm: every shipped spec the tensor-core GEMM takes (every tile config, plain and gather);
+- w8a8_gemm: every configuration ``choose`` returns for s8 / e4m3 x f16 / bf16 / acc over the M, N, K, SM counts and
+  shared-memory sizes of the benches;
+- act_quant: every variant ``choose`` returns over fp16 / bf16, K in the benches' sizes (and an unaligned one),
+  smoothing, static / dynamic, aligned or not, few and many rows;
+- gru: the per-step cell and the persistent kernel (every units-per-thread) of a small calibrated model.
+
+Run: ``python devtools/ptx_hashes.py --save hashes.json`` (about 10 minutes on two cores; NVRTC's disk cache
+makes a second run over unchanged sources fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ARCHES = ("sm_90", "sm_80")
+_ENTRY = re.compile(r"^\.(?:visible|weak)?\s*\.entry\s+(\w+)\(", re.M)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def sources() -> Iterator[tuple[str, str, str, int]]:
+    """(family, source name, source text, minimum sm) of every source to hash."""
+    import numpy as np
+
+    from dqgen.core.spec import load_spec, shipped_specs
+    from dqgen.emit.pipeline import compile_artifact
+
+    for name in shipped_specs():
+        spec = load_spec(name)
+        art = compile_artifact(spec)
+        yield "dequant", name, art.source, spec.sm
+        from dqgen.emit.matmul import render_matmul
+
+        yield "gemv", name, render_matmul(art), spec.sm
+        from dqgen.run.gemm import supports
+
+        if supports(spec):
+            from dqgen.emit.gemm import render_gemm
+
+            yield "gemm", name, render_gemm(spec), spec.sm
+
+    from dqgen.w8a8 import gemm as wg
+
+    configs = set()
+    for elem in ("s8", "e4m3"):
+        for out in ("f16", "bf16", "acc"):
+            for m in (1, 16, 17, 32, 33, 64, 65, 128, 256, 1024, 4096):
+                for n, k in ((6144, 4096), (28672, 8192), (4096, 14336), (256, 256)):
+                    for sms, shared in ((0, wg.SHARED_SM89), (132, 227 * 1024), (108, 163 * 1024)):
+                        configs.add(wg.choose(elem, out, m, n, k, sms, shared))  # type: ignore[arg-type]
+    for cfg in sorted(configs, key=lambda c: c.name):
+        yield "w8a8_gemm", cfg.name, wg.render(cfg), 89 if cfg.elem == "e4m3" else 80
+
+    from dqgen.w8a8 import kernel as ak
+
+    variants = set()
+    for dtype in ("fp16", "bf16"):
+        for k in (4096, 8192, 14336, 4100, 256):
+            for smooth in (None, "fp32", "fp16"):
+                for static in (False, True):
+                    for aligned in (True, False):
+                        if aligned and k % 8:
+                            continue
+                        for rows in (1, 4096):
+                            variants.add(ak.choose(dtype, k, smooth, static, aligned, rows))  # type: ignore[arg-type]
+    for v in sorted(variants, key=lambda v: v.name):
+        yield "act_quant", v.name, ak.render(v), 80
+
+    from dqgen.gru import calibrate
+    from dqgen.gru import kernel as gk
+    from dqgen.gru import persist as gp
+
+    rng = np.random.default_rng(3)
+    c, h = 16, 32
+    w = rng.standard_normal((3 * h, c)) * 0.3
+    r = rng.standard_normal((3 * h, h)) * 0.3
+    p = calibrate(w, r, rng.standard_normal(3 * h) * 0.1, rng.standard_normal(3 * h) * 0.1,
+                  [(rng.standard_normal((20, 4, c)), np.zeros((4, h)))])
+    yield "gru", "cell", gk.render(p), 80
+    for jt in range(1, gp.MAX_UNITS_PER_THREAD + 1):
+        yield "gru", f"persist_jt{jt}", gp.render(p, jt), 80
+
+
+def _compile(item: tuple[str, str, str, int]) -> list[dict[str, object]]:
+    from dqgen.emit.nvrtc import compile_source
+
+    family, name, source, sm = item
+    rows = []
+    for arch in ARCHES:
+        if int(arch[3:]) < sm:
+            continue
+        ptx = compile_source(source, arch=arch, want="ptx", name=f"{family}_{name}.cu").ptx or ""
+        starts = [(m.start(), m.group(1)) for m in _ENTRY.finditer(ptx)]
+        # an entry's PTX: from its .entry line to the next one (the module header is hashed with the source's)
+        for i, (pos, entry) in enumerate(starts):
+            end = starts[i + 1][0] if i + 1 < len(starts) else len(ptx)
+            rows.append({"family": family, "source": name, "arch": arch, "entry": entry, "ptx": _sha(ptx[pos:end])})
+        rows.append({"family": family, "source": name, "arch": arch, "entry": "<module>", "ptx": _sha(ptx),
+                     "src": _sha(source)})
+    return rows
+
+
+def table(jobs: int) -> list[dict[str, object]]:
+    items = list(sources())
+    print(f"{len(items)} sources", file=sys.stderr)
+    with ProcessPoolExecutor(jobs) as pool:
+        rows = [r for rs in pool.map(_compile, items) for r in rs]
+    return sorted(rows, key=lambda r: (str(r["family"]), str(r["source"]), str(r["arch"]), str(r["entry"])))
+
+
+def compare(before: list[dict[str, object]], after: list[dict[str, object]]) -> list[str]:
+    def key(r: dict[str, object]) -> tuple[object, ...]:
+        return (r["family"], r["source"], r["arch"], r["entry"])
+
+    b = {key(r): r for r in before}
+    a = {key(r): r for r in after}
+    diffs = [f"gone: {k}" for k in sorted(b.keys() - a.keys(), key=str)]
+    diffs += [f"new: {k}" for k in sorted(a.keys() - b.keys(), key=str)]
+    diffs += [f"ptx changed: {k}" for k in sorted(b.keys() & a.keys(), key=str) if b[k]["ptx"] != a[k]["ptx"]]
+    return diffs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--save", type=Path, help="write the hash table (JSON) here")
+    ap.add_argument("--compare", type=Path, help="compare against a saved table; exit 1 on any PTX difference")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    rows = table(args.jobs)
+    entries = [r for r in rows if r["entry"] != "<module>"]
+    print(f"{len(entries)} entry points x arch, {len(rows) - len(entries)} modules", file=sys.stderr)
+    if args.save:
+        args.save.write_text(json.dumps(rows, indent=0) + "\n")
+    if args.compare:
+        diffs = compare(json.loads(args.compare.read_text()), rows)
+        for d in diffs:
+            print(d)
+        print(f"{len(diffs)} differences", file=sys.stderr)
+        return 1 if diffs else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
