@@ -10,7 +10,7 @@ GEMV launches 16 rows at a time; smaller M is not timed here); ``dense_min_m`` =
 which dequantize + cuBLAS is faster than the GEMM by more than 3% on every shape (None: never). Prints a table;
 writes the rows as JSON to --json.
 
-    python scripts/gemm_dispatch_rule.py [--spec awq_int4_fp16] [--json out.json] [--write-rule]
+    python devtools/gemm_dispatch_rule.py [--spec awq_int4_fp16] [--json out.json] [--write-rule]
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # GPU tests, sanitizer runs, GPU build checks and benchmarks, for one call on a lent GPU machine (at most
 # 10 minutes each); a summary table last. Usage from the repo root on the GPU machine (dqgen on PYTHONPATH):
-#   TIER=quick bash scripts/gpu_all.sh [OUTDIR]    the quick tier: run after every change to a kernel,
+#   TIER=quick bash devtools/gpu_all.sh [OUTDIR]    the quick tier: run after every change to a kernel,
 #       template, solver or runtime (jobs run side by side; the time of the last run is in the closing lines): tests marked `quick` (every shipped spec
 #       at two shapes, one with tails; every entry point; every zero mode once), then one launch of every
 #       kernel entry point under compute-sanitizer memcheck (and racecheck where a kernel uses shared memory).
-#   TIER=full PART=1|2|3|4 bash scripts/gpu_all.sh [OUTDIR]    the full tier, one part per call:
+#   TIER=full PART=1|2|3|4 bash devtools/gpu_all.sh [OUTDIR]    the full tier, one part per call:
 #       1: test_gpu.py, every spec at every shape and the unaligned path; 2: the rest of the GPU tests;
 #       3: `dqgen build` of every shipped spec; 4: the benchmark (writes OUTDIR/performance.md and
 #       OUTDIR/bench/dequant.json).
@@ -84,28 +84,28 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
   jobs=(sanitize_entry_points-memcheck gru_persist_sanitize-racecheck gru_persist_sanitize-synccheck
         matmul_sanitize-memcheck matmul_sanitize-racecheck w8a8_memcheck-memcheck w8a8_memcheck-racecheck
         gemm_sanitize-memcheck gemm_sanitize-racecheck w8a8_gemm_memcheck-memcheck w8a8_gemm_memcheck-racecheck)
-  sanitize memcheck scripts/sanitize_entry_points.py
-  shared=$(python scripts/sanitize_entry_points.py --shared)
+  sanitize memcheck devtools/sanitize_entry_points.py
+  shared=$(python devtools/sanitize_entry_points.py --shared)
   if [[ -n "$shared" ]]; then
-    sanitize racecheck scripts/sanitize_entry_points.py $shared
+    sanitize racecheck devtools/sanitize_entry_points.py $shared
     jobs+=(sanitize_entry_points-racecheck)
   else
     echo "racecheck: no dequantize kernel uses shared memory"
   fi
   # the persistent GRU kernel stages h in shared memory and has its own grid barrier
-  sanitize racecheck scripts/gru_persist_sanitize.py
-  sanitize synccheck scripts/gru_persist_sanitize.py
+  sanitize racecheck devtools/gru_persist_sanitize.py
+  sanitize synccheck devtools/gru_persist_sanitize.py
   # the fused matmul reduces its warps' partial sums in shared memory
-  sanitize memcheck scripts/matmul_sanitize.py
-  sanitize racecheck scripts/matmul_sanitize.py
+  sanitize memcheck devtools/matmul_sanitize.py
+  sanitize racecheck devtools/matmul_sanitize.py
   # the activation quantizer (dqgen.w8a8) keeps 1/s in shared memory in some variants
-  sanitize memcheck scripts/w8a8_memcheck.py
-  sanitize racecheck scripts/w8a8_memcheck.py
+  sanitize memcheck devtools/w8a8_memcheck.py
+  sanitize racecheck devtools/w8a8_memcheck.py
   # the two GEMMs stage A and B through shared memory in cp.async pipelines: every entry point once
-  sanitize memcheck scripts/gemm_sanitize.py
-  sanitize racecheck scripts/gemm_sanitize.py
-  sanitize memcheck scripts/w8a8_gemm_memcheck.py
-  sanitize racecheck scripts/w8a8_gemm_memcheck.py
+  sanitize memcheck devtools/gemm_sanitize.py
+  sanitize racecheck devtools/gemm_sanitize.py
+  sanitize memcheck devtools/w8a8_gemm_memcheck.py
+  sanitize racecheck devtools/w8a8_gemm_memcheck.py
   collect "${jobs[@]}" ${quick_jobs[@]+"${quick_jobs[@]}"}
   echo "sanitizer step (with the quick tests beside it, when both run): $(( $(date +%s) - t0 )) s"
 fi
@@ -140,6 +140,6 @@ if [[ " $STEPS " == *" bench "* ]]; then
     ${BENCH_ARGS:-} --docs "$OUT/performance.md" > "$OUT/bench.txt" 2> "$OUT/bench.log" || rc=1
   tail -5 "$OUT/bench.log"
 fi
-python scripts/gpu_table.py "$OUT"
+python devtools/gpu_table.py "$OUT"
 echo "gpu_all.sh TIER=${TIER:-none} PART=${PART:-none} STEPS='$STEPS': $(( $(date +%s) - start )) s, rc=$rc"
 exit $rc

@@ -3,7 +3,7 @@
 # cached, the quick GPU tier (tests + compute-sanitizer), the dequantize bench (docs/performance.md's dequant section
 # and docs/bench/dequant.json) and the launch-overhead comparison of docs/architecture.md. Everything lands in
 # OUTDIR (default $OUT), also packed as OUTDIR/all.tgz for a caller that can fetch only a few files.
-# Usage from the repo root on the GPU machine (dqgen on PYTHONPATH): bash scripts/gpu_release.sh [OUTDIR]
+# Usage from the repo root on the GPU machine (dqgen on PYTHONPATH): bash devtools/gpu_release.sh [OUTDIR]
 set -uo pipefail
 OUTDIR=${1:-${OUT:-/tmp/dqgen-release}}
 res=$(mktemp -d)
@@ -24,9 +24,9 @@ step build_cold 60 env DQGEN_CACHE_DIR="$cold/dqgen" NUMBA_CACHE_DIR="$cold/numb
   python -m dqgen build awq_int4_fp16 --json --out "$cold/gen"
 step build_cached 60 env DQGEN_CACHE_DIR="$cold/dqgen" NUMBA_CACHE_DIR="$cold/numba" \
   python -m dqgen build awq_int4_fp16 --json --out "$cold/gen"
-step quick 300 env TIER=quick bash scripts/gpu_all.sh "$res/quick"
+step quick 300 env TIER=quick bash devtools/gpu_all.sh "$res/quick"
 cp docs/performance.md "$res/performance.md"
 step bench 200 python -m dqgen bench awq_int4_fp16 awq_int4_bf16 gptq_int4_fp16 int8_fp16 \
   --docs "$res/performance.md" --record "$res/dequant.json"
-step launch 40 python scripts/cuda_core_overhead.py
+step launch 40 python devtools/cuda_core_overhead.py
 cat "$res/steps.txt"

@@ -2,7 +2,7 @@
 numba reference at every step; meant to run under `compute-sanitizer --tool racecheck` / `--tool synccheck`
 (shared-memory staging between steps, the grid barrier's __syncthreads) on a GPU machine. Two batch chunks
 (40 rows staged 32 at a time), a tail hidden size (72: the last CTA owns fewer units), 4 steps.
-Usage: python scripts/gru_persist_sanitize.py"""
+Usage: python devtools/gru_persist_sanitize.py"""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """One launch of every kernel entry point (every variant of every shipped spec) on a shape with partial
 tiles, each output checked bit-exact against the numba reference; meant to run under
-`compute-sanitizer --tool memcheck` (scripts/gpu_all.sh, quick tier). `--shared` prints the specs whose
+`compute-sanitizer --tool memcheck` (devtools/gpu_all.sh, quick tier). `--shared` prints the specs whose
 kernel source uses shared memory (those also need `--tool racecheck`) and exits.
-Usage on a GPU machine: python scripts/sanitize_entry_points.py [SPEC.yaml ...] (default: every shipped spec)"""
+Usage on a GPU machine: python devtools/sanitize_entry_points.py [SPEC.yaml ...] (default: every shipped spec)"""
 
 from __future__ import annotations
 

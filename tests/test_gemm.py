@@ -30,7 +30,7 @@ IDS = [s.name for s in SPECS]
 
 
 #: A tile of two warp rows (WM = 2): no longer shipped (slower on the H100 than 64-row tiles), kept in the model
-#: so that the template's WM > 1 indexing (which scripts/gemm_sweep.py can still time) stays right.
+#: so that the template's WM > 1 indexing (which docs/experiments/gemm_sweep.py can still time) stays right.
 TWO_WARP_ROWS = GemmConfig(128, 2, 4, 3, 1)
 
 

@@ -1,5 +1,5 @@
 """GPU tests: every spec x the shapes users hit, bit-exact against the numba reference.
-Skipped without a GPU; `scripts/gpu_all.sh` runs them (and the benchmarks) in one device call."""
+Skipped without a GPU; `devtools/gpu_all.sh` runs them (and the benchmarks) in one device call."""
 
 from __future__ import annotations
 

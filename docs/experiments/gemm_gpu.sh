@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The tensor-core GEMM (issue 14) on a lent GPU, one step per call (each well inside the 10-minute limit):
-#   bash scripts/gemm_gpu.sh tests    [OUTDIR]  GPU tests: tests/test_gpu_gemm.py, and tests/test_gpu_matmul.py
+#   bash docs/experiments/gemm_gpu.sh tests    [OUTDIR]  GPU tests: tests/test_gpu_gemm.py, and tests/test_gpu_matmul.py
 #                                               (its M > 16 cases now go through the GEMM's dispatch)
-#   bash scripts/gemm_gpu.sh sanitize [OUTDIR]  one launch of every GEMM entry point (every tile, direct and
+#   bash docs/experiments/gemm_gpu.sh sanitize [OUTDIR]  one launch of every GEMM entry point (every tile, direct and
 #                                               gather A, split and unsplit) under compute-sanitizer memcheck and
 #                                               racecheck, outputs checked against the reference
-#   bash scripts/gemm_gpu.sh rule     [OUTDIR]  GEMM vs dequantize + cuBLAS vs cuBLAS dense at the issue's shapes,
+#   bash docs/experiments/gemm_gpu.sh rule     [OUTDIR]  GEMM vs dequantize + cuBLAS vs cuBLAS dense at the issue's shapes,
 #                                               M = 16..4096: the timing table and the measured dispatch rule
 #                                               (written to the NVRTC cache dir's dispatch.json and OUTDIR)
-#   bash scripts/gemm_gpu.sh bench    [OUTDIR]  `dqgen bench --matmul` (Kernel.matmul through the dispatch, beside
+#   bash docs/experiments/gemm_gpu.sh bench    [OUTDIR]  `dqgen bench --matmul` (Kernel.matmul through the dispatch, beside
 #                                               cuBLAS dense, dequantize + cuBLAS, torch int4) at M = 16..4096:
 #                                               OUTDIR/matmul_gemm.json and OUTDIR/performance_gemm.md
-#   bash scripts/gemm_gpu.sh all      [OUTDIR]  tests, sanitize, rule (not bench: it would pass 10 minutes)
+#   bash docs/experiments/gemm_gpu.sh all      [OUTDIR]  tests, sanitize, rule (not bench: it would pass 10 minutes)
 # Run from the repo root with dqgen on PYTHONPATH. Exit 1 when any step failed; a summary last.
 set -uo pipefail
 STEP=${1:-all}
@@ -36,11 +36,11 @@ fi
 if [[ $STEP == sanitize || $STEP == all ]]; then
   for tool in memcheck racecheck; do
     step "gemm-sanitize-$tool" compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 99 \
-      python scripts/gemm_sanitize.py
+      python devtools/gemm_sanitize.py
   done
 fi
 if [[ $STEP == rule || $STEP == all ]]; then
-  step gemm-rule python scripts/gemm_dispatch_rule.py --json "$OUT/gemm_dispatch.json" --write-rule
+  step gemm-rule python devtools/gemm_dispatch_rule.py --json "$OUT/gemm_dispatch.json" --write-rule
   grep -A 12 '^| M |' "$OUT/gemm-rule.log" || true
 fi
 if [[ $STEP == bench ]]; then

@@ -3,7 +3,7 @@ choose_splits): for each shape and M, every candidate tile with the automatic sp
 forced split counts, and cuBLAS on the dense weight; one call after an L2 flush, median
 (dqgen.run.timing.single_call_us). Every output is checked against float64 x @ W first.
 
-    python scripts/gemm_sweep.py [--spec awq_int4_fp16] [--json out.json] [--shapes 4096x6144,...] [--ms 16,64]
+    python docs/experiments/gemm_sweep.py [--spec awq_int4_fp16] [--json out.json] [--shapes 4096x6144,...] [--ms 16,64]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ layout wq[n_tile][chunk] gives it); ``interleaved``, batch j of every warp of th
 GEMV's per-batch instruction count of dependent ALU work, so that the loads are spaced as the GEMV spaces them.
 Times: triton.testing.do_bench (L2 flushed, median); GB/s of bytes read.
 
-Usage on the GPU machine: python scripts/gemv_read_pattern.py OUTDIR
+Usage on the GPU machine: python docs/experiments/gemv_read_pattern.py OUTDIR
 """
 
 from __future__ import annotations

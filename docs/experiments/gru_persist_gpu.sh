@@ -6,7 +6,7 @@ set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-timeout 90 python scripts/gru_persist_sanitize.py
+timeout 90 python devtools/gru_persist_sanitize.py
 smoke=$?
 echo "smoke rc $smoke"
 if [ "$smoke" -ne 0 ]; then  # a wrong or hanging kernel: keep the per-step tests, skip what would hang
@@ -19,6 +19,6 @@ echo "bench rc $?"
 cp docs/performance.md docs/bench/gru.json "$OUT/" 2>/dev/null
 grep -E "persistent|cudnn_fp16|per-step \(float" "$OUT/bench.log" | head -40
 for tool in racecheck synccheck; do
-    timeout 35 compute-sanitizer --tool $tool --error-exitcode 3 python scripts/gru_persist_sanitize.py > "$OUT/$tool.log" 2>&1
+    timeout 35 compute-sanitizer --tool $tool --error-exitcode 3 python devtools/gru_persist_sanitize.py > "$OUT/$tool.log" 2>&1
     echo "$tool rc $?"; tail -3 "$OUT/$tool.log"
 done

@@ -1,6 +1,6 @@
 """One GPU call for the fused GEMV: its GPU tests, then the speed table (JSON) at the issue's shapes.
 
-Usage on the GPU machine (dqgen on PYTHONPATH): python scripts/matmul_gpu.py OUTDIR [--no-tests] [--quick]
+Usage on the GPU machine (dqgen on PYTHONPATH): python docs/experiments/matmul_gpu.py OUTDIR [--no-tests] [--quick]
 Times: triton.testing.do_bench (L2 flushed before each call, median); the floor is the checkpoint's packed
 weights + scales + zeros bytes at the copy bandwidth measured in the same run (a 1 GiB torch copy: read + write).
 """

@@ -3,7 +3,7 @@ configurations (tile shapes, warps, stages, stage depth in K, tile order, forced
 template's sources rendered beforehand (``OLD_DIR/manifest.json``: label -> config fields and source file), and
 torch's _int_mm / _scaled_mm / fp16 GEMMs, each checked against the exact reference before it is timed.
 
-    python scripts/w8a8_gemm_explore.py OUT.json [OLD_DIR]
+    python docs/experiments/w8a8_gemm_explore.py OUT.json [OLD_DIR]
 
 Times: one call after an L2 flush, median (dqgen.run.timing.single_call_us, shorter budgets than the bench)."""
 

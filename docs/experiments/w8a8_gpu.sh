@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The W8A8 GEMM on a GPU (issue 15 items 2-4), for one call on a lent GPU machine (each step well inside 10 min):
-#   bash scripts/w8a8_gpu.sh [OUTDIR]                    all steps: tests, sanitize, bench
-#   STEPS="tests sanitize" bash scripts/w8a8_gpu.sh OUT  a subset
+#   bash docs/experiments/w8a8_gpu.sh [OUTDIR]                    all steps: tests, sanitize, bench
+#   STEPS="tests sanitize" bash docs/experiments/w8a8_gpu.sh OUT  a subset
 # tests:    tests/test_w8a8_gemm_gpu.py (bit-exact integer GEMM and epilogue, fp8 tolerance, SmoothQuant MLP,
 #           torch.compile, errors) and the CPU tests tests/test_w8a8_gemm.py; junit XML and logs in OUTDIR.
-# sanitize: scripts/w8a8_gemm_memcheck.py under compute-sanitizer memcheck and racecheck (every tile shape, split
+# sanitize: devtools/w8a8_gemm_memcheck.py under compute-sanitizer memcheck and racecheck (every tile shape, split
 #           and unsplit, tails; results checked against the references too).
 # bench:    python -m dqgen.w8a8.gemm_bench OUTDIR/w8a8.json (the timing table; copy it to docs/bench/w8a8.json).
 set -uo pipefail
@@ -28,7 +28,7 @@ fi
 if [[ " $STEPS " == *" sanitize "* ]]; then
   for tool in memcheck racecheck; do
     step "sanitize-$tool" compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 99 \
-      python scripts/w8a8_gemm_memcheck.py
+      python devtools/w8a8_gemm_memcheck.py
   done
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
