@@ -95,8 +95,13 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
     c, h = 16, 32
     w = rng.standard_normal((3 * h, c)) * 0.3
     r = rng.standard_normal((3 * h, h)) * 0.3
-    p = calibrate(w, r, rng.standard_normal(3 * h) * 0.1, rng.standard_normal(3 * h) * 0.1,
-                  [(rng.standard_normal((20, 4, c)), np.zeros((4, h)))])
+    p = calibrate(
+        w,
+        r,
+        rng.standard_normal(3 * h) * 0.1,
+        rng.standard_normal(3 * h) * 0.1,
+        [(rng.standard_normal((20, 4, c)), np.zeros((4, h)))],
+    )
     yield "gru", "cell", gk.render(p), 80
     for jt in range(1, gp.MAX_UNITS_PER_THREAD + 1):
         yield "gru", f"persist_jt{jt}", gp.render(p, jt), 80
@@ -116,8 +121,9 @@ def _compile(item: tuple[str, str, str, int]) -> list[dict[str, object]]:
         for i, (pos, entry) in enumerate(starts):
             end = starts[i + 1][0] if i + 1 < len(starts) else len(ptx)
             rows.append({"family": family, "source": name, "arch": arch, "entry": entry, "ptx": _sha(ptx[pos:end])})
-        rows.append({"family": family, "source": name, "arch": arch, "entry": "<module>", "ptx": _sha(ptx),
-                     "src": _sha(source)})
+        rows.append(
+            {"family": family, "source": name, "arch": arch, "entry": "<module>", "ptx": _sha(ptx), "src": _sha(source)}
+        )
     return rows
 
 
