@@ -1,5 +1,5 @@
-"""docs/experiments/w8a8_host_gpu.sh (the W8A8 call path's GPU checks and host-time figures in one call) exits non-zero when
-a check fails, as the other GPU runners do. CPU: python, compute-sanitizer and nvidia-smi are stand-ins on PATH."""
+"""docs/experiments/w8a8_host_gpu.sh (the W8A8 call path's GPU checks and host-time figures in one call) exits non-zero
+when a check fails, as the other GPU runners do. CPU: python, compute-sanitizer and nvidia-smi are stand-ins on PATH."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ float64 reference at a shape with tails (M = 1, 3, 8, 9, 16; the same bits twice
 ``--only=A,B``: those variants alone, no checks (with a tree whose Tuning lacks round 4's fields, ``kept`` is its
 default: how the lead's main is timed in the same call). ``--ms=1,2,...``: the token counts (default 1, 8, 9, 16).
 
-Usage on the GPU machine (dqgen on PYTHONPATH): python docs/experiments/matmul_variants.py OUTDIR [--only=A,B] [--ms=...]
+Usage on the GPU machine (dqgen on PYTHONPATH):
+python docs/experiments/matmul_variants.py OUTDIR [--only=A,B] [--ms=...]
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ caller waits for), beside torch.mul and torch._int_mm on tensors of the same tin
 negligible: the median of 10^4 calls per implementation on a CPU timer, the GPU synchronized after each batch of 100
 (fewer launches than the driver's queue holds, so a kernel longer than the host time does not stall the host).
 
-`python docs/experiments/w8a8_call_overhead.py [OUT.json]`: the rows printed and, with OUT.json, recorded. Only the public
-API is called, so the same script times another tree (PYTHONPATH) for a before / after pair."""
+`python docs/experiments/w8a8_call_overhead.py [OUT.json]`: the rows printed and, with OUT.json, recorded. Only the
+public API is called, so the same script times another tree (PYTHONPATH) for a before / after pair."""
 
 from __future__ import annotations
 
