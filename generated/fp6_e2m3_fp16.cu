@@ -279,15 +279,22 @@ __device__ __forceinline__ void load_words(unsigned* dst, const unsigned* __rest
     }
 }
 
+__device__ __forceinline__ void st_cs_v4(unsigned* dst, unsigned a, unsigned b, unsigned c, unsigned d) {
+    asm volatile("st.global.cs.v4.u32 [%0], {" "%1, %2, %3, %4};" :: "l"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+__device__ __forceinline__ void st_cs_v2(unsigned* dst, unsigned a, unsigned b) {
+    asm volatile("st.global.cs.v2.u32 [%0], {" "%1, %2};" :: "l"(dst), "r"(a), "r"(b) : "memory");
+}
+
 // STREAM: st.global.cs, the evict-first hint for data this kernel never reads again.
 template <int n, bool ALIGNED, bool STREAM = false>
 __device__ __forceinline__ void store_words(unsigned* __restrict__ dst, const unsigned* src) {
     if constexpr (ALIGNED && STREAM && n % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < n; i += 4)
-            asm volatile("st.global.cs.v4.u32 [%0], {" "%1, %2, %3, %4};" :: "l"(dst + i), "r"(src[i]), "r"(src[i + 1]), "r"(src[i + 2]), "r"(src[i + 3]) : "memory");
+            st_cs_v4(dst + i, src[i], src[i + 1], src[i + 2], src[i + 3]);
     } else if constexpr (ALIGNED && STREAM && n == 2) {
-        asm volatile("st.global.cs.v2.u32 [%0], {" "%1, %2};" :: "l"(dst), "r"(src[0]), "r"(src[1]) : "memory");
+        st_cs_v2(dst, src[0], src[1]);
     } else if constexpr (ALIGNED && n % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < n; i += 4) *reinterpret_cast<uint4*>(dst + i) = make_uint4(src[i], src[i + 1], src[i + 2], src[i + 3]);
