@@ -9,7 +9,7 @@ import sys
 import torch
 
 from dqgen.core.spec import load_spec
-from dqgen.emit.render import kernel_name, variants
+from dqgen.kernels.dequant import kernel_name, variants
 from dqgen.run.inputs import make_inputs
 from dqgen.run.runtime import Kernel
 from dqgen.run.timing import single_call_us
