@@ -59,6 +59,14 @@ class ActQuantConfig(KernelConfig):
     hold: Hold = "raw"
     smooth_in: SmoothIn = "rcp"
 
+    def __post_init__(self) -> None:
+        # one config per kernel: a static scale holds no row between a max and its codes, and without smoothing
+        # there are no reciprocals to place, so those fields take one value (the source and the name ignore them)
+        if self.static:
+            object.__setattr__(self, "hold", "raw")
+        if not self.smooth:
+            object.__setattr__(self, "smooth_in", "rcp")
+
     @property
     def name(self) -> str:
         sm = f"_s{self.smooth}{self.smooth_in}" if self.smooth else ""
