@@ -380,3 +380,22 @@ def test_a_spec_is_no_config_key() -> None:
     assert dequant.DequantConfig(art).key == art.key
     assert gemm.GemmKernelConfig(spec) == gemm.GemmKernelConfig(load_spec(AWQ))
     assert gemm.GemmKernelConfig(spec) != gemm.GemmKernelConfig(load_spec("awq_int4_bf16"))
+
+
+@pytest.mark.gpu
+def test_every_family_loads_through_the_loader_on_the_gpu() -> None:
+    """On a real GPU: one config of each family loads once per process (an equal config is the same function),
+    entry points of one source share a module, and configs past 48 KB of shared memory are opted in (the
+    occupancy API counts a block of that size resident)."""
+    if loader.arch_sm(dev.device_arch(0)) < 80:
+        pytest.skip("the families need sm_80")
+    for cfg in _one_of_each():
+        fn = loader.load(cfg, 0)
+        assert fn.name == cfg.name and loader.load(dataclasses.replace(cfg), 0) is fn
+    art = compile_artifact(load_spec(AWQ))
+    e0, e1 = gemv.entries(art.spec)[:2]
+    first, second = loader.load(gemv.GemvConfig(art, e0), 0), loader.load(gemv.GemvConfig(art, e1), 0)
+    assert second._owner is first or first._owner is second or second._owner is first._owner is not None
+    deep = w8a8_gemm.choose("s8", "f16", 4096, 6144, 4096, dev.sm_count(0), dev.max_shared_optin(0))
+    if deep.shared_bytes > 48 * 1024 and deep.shared_bytes <= dev.max_shared_optin(0):
+        assert loader.load(deep, 0).max_active_blocks(deep.threads, deep.shared_bytes) >= 1

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from ..emit.nvrtc import compile_source
 from ..kernels.gru_cell import CELL_BLOCK as BLOCK
 from ..kernels.gru_cell import GruCellConfig
 from .params import GATES, SIGMOID_OUT, TANH_OUT, QuantGRUParams
@@ -99,8 +98,9 @@ def render(p: QuantGRUParams) -> str:
 def compile_cell(p: QuantGRUParams, arch: str = "sm_90", want: Any = "cubin") -> Any:
     """NVRTC result (PTX or cubin) of the cell for ``arch``, for the tests that read its PTX without a GPU; a
     launch loads through dqgen.run.loader."""
-    cfg = cell_config(p)
-    return compile_source(cfg.source(), arch=arch, want=want, name=cfg.source_name)
+    from ..run.loader import compile_config
+
+    return compile_config(cell_config(p), arch, want)
 
 
 class CellKernel:

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from ..emit.nvrtc import compile_source
 from ..kernels.gru_cell import MAX_UNITS_PER_THREAD, GruPersistConfig, padded_hidden
 from ..kernels.gru_cell import PERSIST_BLOCK as BLOCK
 from .kernel import cell_context
@@ -64,8 +63,9 @@ def render(p: QuantGRUParams, jt: int) -> str:
 
 def compile_persist(p: QuantGRUParams, jt: int, arch: str = "sm_90", want: Any = "cubin") -> Any:
     """NVRTC result of the persistent kernel for ``arch``, for the tests that read its PTX without a GPU."""
-    cfg = persist_config(p, jt)
-    return compile_source(cfg.source(), arch=arch, want=want, name=cfg.source_name)
+    from ..run.loader import compile_config
+
+    return compile_config(persist_config(p, jt), arch, want)
 
 
 class PersistentKernel:

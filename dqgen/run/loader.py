@@ -8,6 +8,8 @@ module under a graph that still replayed it). Entry points compiled from one sou
 
 from __future__ import annotations
 
+from typing import Literal
+
 from ..emit.nvrtc import CompileResult, cache_lookup, compile_source
 from ..kernels.family import SHARED_DEFAULT_MAX, SHARED_OPTIN, KernelConfig
 from . import device as dev
@@ -43,12 +45,20 @@ def _cubin(config: KernelConfig, arch: str) -> CompileResult:
     return res
 
 
+def compile_config(config: KernelConfig, arch: str, want: Literal["ptx", "cubin"] = "cubin") -> CompileResult:
+    """``config``'s source compiled for ``arch`` (through NVRTC's disk cache; no GPU needed): what the tests read
+    the PTX or SASS of, and what ``load`` finds in the cache."""
+    if arch_sm(arch) < config.min_sm:
+        raise ValueError(f"arch: {config.what} needs sm_{config.min_sm} or newer, got {arch}")
+    return compile_source(config.source(), arch=arch, want=want, name=config.source_name)
+
+
 def compile_for(config: KernelConfig, device: int = 0) -> CompileResult:
     """``config``'s source compiled for ``device``'s architecture into NVRTC's disk cache (nothing is loaded):
     what a source holding several entry points needs before ``load`` finds each of them in it."""
     arch = dev.device_arch(device)
     check_arch_of(config, device, arch)
-    return compile_source(config.source(), arch=arch, want="cubin", name=config.source_name)
+    return compile_config(config, arch)
 
 
 def load(config: KernelConfig, device: int = 0) -> dev.LoadedKernel:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..emit.nvrtc import compile_source
 from ..kernels.w8a8_gemm import W8A8GemmConfig, choose_splits, ktiles
 
 if TYPE_CHECKING:
@@ -18,10 +17,13 @@ if TYPE_CHECKING:
 def compile_config(cfg: W8A8GemmConfig, arch: str = "sm_90", want: Any = "cubin") -> Any:
     """NVRTC result (PTX or cubin) of one configuration for ``arch`` (e4m3 needs sm_89 or newer), for the tests
     that read its PTX or SASS without a GPU; a launch loads through dqgen.run.loader."""
-    if int(arch[3:].rstrip("af")) < cfg.min_sm:
+    from ..run.loader import arch_sm
+    from ..run.loader import compile_config as compile_any
+
+    if arch_sm(arch) < cfg.min_sm:
         what = "fp8 (e4m3) mma" if cfg.elem == "e4m3" else cfg.name
         raise ValueError(f"arch: {what} needs sm_{cfg.min_sm} or newer, got {arch}")
-    return compile_source(cfg.source(), arch=arch, want=want, name=cfg.source_name)
+    return compile_any(cfg, arch, want)
 
 
 #: gridDim.y's limit (the splits of a launch).

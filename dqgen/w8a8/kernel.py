@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..emit.nvrtc import compile_source
 from ..kernels.act_quant import ActQuantConfig
 
 if TYPE_CHECKING:
@@ -18,7 +17,9 @@ if TYPE_CHECKING:
 def compile_variant(v: ActQuantConfig, arch: str = "sm_90", want: Any = "cubin") -> Any:
     """NVRTC result (PTX or cubin) of one variant for ``arch``, for the tests that read its PTX or SASS without a
     GPU; a launch loads through dqgen.run.loader."""
-    return compile_source(v.source(), arch=arch, want=want, name=v.source_name)
+    from ..run.loader import compile_config
+
+    return compile_config(v, arch, want)
 
 
 class ActQuantKernel:
