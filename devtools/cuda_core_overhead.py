@@ -352,9 +352,10 @@ def nvrtc_times(k: Any, dev: Any) -> dict:
     from cuda.core import Program, ProgramOptions
 
     from dqgen.emit.nvrtc import compile_source
+    from dqgen.kernels.dequant import variants
 
     res: dict = {}
-    source = k.variant_source(next(iter(k.artifact.variants)))
+    source = k.variant_source(variants(k.spec)[0])
     arch = dev.device_arch(0)
     t0 = time.perf_counter()
     compile_source(source, arch=arch, want="cubin", use_cache=False)

@@ -12,7 +12,7 @@ import numpy as np
 
 from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import load_spec
-from dqgen.emit.gemm import ENTRIES
+from dqgen.kernels.gemm import ENTRIES
 from dqgen.run import gemm
 from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 from dqgen.run.runtime import Kernel

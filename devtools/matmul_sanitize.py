@@ -7,7 +7,6 @@ mode is not covered or an output is off."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import sys
 
@@ -15,12 +14,12 @@ import numpy as np
 
 from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import load_spec
-from dqgen.emit import matmul as emit_matmul
-from dqgen.emit.matmul import DIRECT, GATHER, GROUPED, PAIRED
+from dqgen.kernels.gemv import DIRECT, GATHER, GROUPED, PAIRED, Tuning
+from dqgen.run import matmul as mm
 from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 from dqgen.run.runtime import Kernel
 
-#: (spec, K, N, group size): K and N with tails; the group sizes pick the mode (see dqgen.emit.matmul.entry_mode)
+#: (spec, K, N, group size): K and N with tails; the group sizes pick the mode (see dqgen.kernels.gemv.entry_mode)
 CASES = (
     ("awq_int4_fp16", 128 * 9, 56, 128),  # groups of two whole chunks: GROUPED; 4 tiles -> split-K
     ("awq_int4_fp16", 4096 + 8, 56, -1),  # one group, K inside the last chunk (the lean entry's guarded tail)
@@ -39,17 +38,16 @@ def main() -> int:
     import torch
 
     modes, splits, bad, flat = set(), set(), [], 0
-    kept = emit_matmul.TUNING
     for name, K, N, group in CASES + FLAT_CASES:
         forced = (name, K, N, group) in FLAT_CASES
-        emit_matmul.TUNING = dataclasses.replace(kept, flat="on") if forced else kept
         spec = load_spec(name)
         k = Kernel(spec)
         (q, s, z, gi, gsc), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
-        w = k.pack_matmul(
-            to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gsc), gemm=False
-        )
-        emit_matmul.TUNING = kept
+        tensors = (to_torch(q), to_torch(s), to_torch(z))
+        if forced:  # the flat grid everywhere: a weight packed for the GEMV of that tuning
+            w = mm.pack(k, *tensors, g_idx=to_torch(gi), global_scale=to_torch(gsc), tuning=Tuning(flat="on"))
+        else:
+            w = k.pack_matmul(*tensors, g_idx=to_torch(gi), global_scale=to_torch(gsc), gemm=False)
         modes.add(w.mode)
         splits.add(w.splits > 1)
         flat += forced and all(f is not None for f in w.flat)

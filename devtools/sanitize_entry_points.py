@@ -13,7 +13,7 @@ import numpy as np
 
 from dqgen.check.reference import dequantize_reference, random_global_scale, random_inputs
 from dqgen.core.spec import Spec, load_spec
-from dqgen.emit.render import kernel_name, variants
+from dqgen.kernels.dequant import kernel_name, variants
 from dqgen.run.gpucheck import exact_allocations, nan_equal_mismatches, to_numpy, to_torch
 from dqgen.run.runtime import Kernel
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from dqgen.kernels.w8a8_gemm import W8A8GemmConfig, choose
 from dqgen.run import device as dev
 from dqgen.w8a8 import gemm_reference as ref
-from dqgen.w8a8.gemm import Config, GemmKernel, choose, launch_args
+from dqgen.w8a8.gemm import GemmKernel, launch_args
 
 rng = np.random.default_rng(0)
 major_minor = int(dev.device_arch(0)[3:].rstrip("af"))
@@ -25,16 +26,16 @@ CASES: list[tuple[int, int, int, str, str, int]] = [
     (130, 257, 2064, "s8", "bf16", 4),
 ]
 # the 128 x 256 tiles, wherever the device fits them (shape-independent: forced)
-EXTRA: list[tuple[int, int, int, str, str, int, Config]] = []
+EXTRA: list[tuple[int, int, int, str, str, int, W8A8GemmConfig]] = []
 if SHARED >= 192 * 1024:
     EXTRA += [
-        (130, 300, 2064, "s8", "f16", 3, Config("s8", "f16", False, 128, 256, 2, 4, 4)),
-        (300, 520, 528, "s8", "acc", 0, Config("s8", "acc", False, 128, 256, 2, 4, 4)),
+        (130, 300, 2064, "s8", "f16", 3, W8A8GemmConfig("s8", "f16", False, 128, 256, 2, 4, 4)),
+        (300, 520, 528, "s8", "acc", 0, W8A8GemmConfig("s8", "acc", False, 128, 256, 2, 4, 4)),
     ]
 if major_minor >= 89:
     CASES += [(9, 200, 1024, "e4m3", "acc", 2), (100, 130, 512, "e4m3", "f16", 0)]
     if SHARED >= 192 * 1024:
-        EXTRA.append((130, 300, 1040, "e4m3", "bf16", 2, Config("e4m3", "bf16", False, 128, 256, 2, 4, 3)))
+        EXTRA.append((130, 300, 1040, "e4m3", "bf16", 2, W8A8GemmConfig("e4m3", "bf16", False, 128, 256, 2, 4, 3)))
 
 
 def _buf(a: np.ndarray) -> dev.DeviceBuffer:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from dqgen.kernels.act_quant import ActQuantConfig
 from dqgen.run import device as dev
 from dqgen.w8a8 import reference
-from dqgen.w8a8.kernel import ActQuantKernel, Variant
+from dqgen.w8a8.kernel import ActQuantKernel
 
 rng = np.random.default_rng(0)
 CASES = (
@@ -25,7 +26,7 @@ for k, aligned, static, hold, smooth_in in CASES:
     x = (rng.standard_normal((rows, k)) * 5).astype(np.float16)
     s = rng.uniform(0.5, 2, k).astype(np.float32)
     scale = 0.02 if static else None
-    kern = ActQuantKernel(Variant("fp16", k, "fp32", static, aligned, hold, smooth_in))
+    kern = ActQuantKernel(ActQuantConfig("fp16", k, "fp32", static, aligned, hold, smooth_in))
     xb, sb = dev.DeviceBuffer.from_host(x), dev.DeviceBuffer.from_host(s)
     for via in ("call", "bound"):
         qb, rb = dev.DeviceBuffer(rows * k), dev.DeviceBuffer(4 * rows)  # new and unwritten

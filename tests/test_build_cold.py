@@ -49,12 +49,12 @@ class FakeClock:
 
 
 def variant_costs() -> dict[str, float]:
-    from dqgen.emit.render import Variant, kernel_name, variants
+    from dqgen.kernels.dequant import DequantVariant, kernel_name, variants
     from dqgen.run.tune import default_variant
 
     spec = load_spec(SPEC)
     default = default_variant(spec, True)
-    fast = Variant(vec=default.vec, rows=2 * default.rows, aligned=True, stream=False)
+    fast = DequantVariant(vec=default.vec, rows=2 * default.rows, aligned=True, stream=False)
     assert fast in variants(spec)
     return {
         kernel_name(spec, v): DEFAULT_MS if v == default else FAST_MS if v == fast else SLOW_MS for v in variants(spec)
@@ -186,7 +186,7 @@ def test_build_with_a_gpu_imports_neither_torch_nor_triton(tmp_path: Path) -> No
     line = report["steps"]["gpu"]["line"]
     # the tuner ran (every aligned variant launched: the unaligned ones serve unaligned tensors only) and kept the
     # variant that is 10% faster than the default
-    from dqgen.emit.render import kernel_name, variants
+    from dqgen.kernels.dequant import kernel_name, variants
 
     spec = load_spec(SPEC)
     assert set(seen["launches"]) == {kernel_name(spec, v) for v in variants(spec) if v.aligned}

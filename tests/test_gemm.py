@@ -17,10 +17,10 @@ import pytest
 
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
-from dqgen.emit.gemm import CONFIGS, ENTRIES, GemmConfig, entry_name, render_gemm
+from dqgen.kernels.gemm import CONFIGS, ENTRIES, GemmConfig, entry_name, render_gemm, supports
 from dqgen.layout.gemm import TILE_K, gemm_slots, pack_gemm, unpack_gemm
 from dqgen.run.dispatch import DispatchRule, pick
-from dqgen.run.gemm import choose_config, choose_splits, supports
+from dqgen.run.gemm import choose_config, choose_splits
 
 from .gemm_emulator import emulate
 
@@ -276,7 +276,7 @@ def test_shared_memory_fits_and_the_launch_bounds_blocks_fit_an_h100_sm(spec: Sp
     kernel's stages) fits one block's opt-in limit at sm_80 and sm_90, needs the opt-in past 48 KB (run.gemm
     sets it on load), and __launch_bounds__' min blocks per SM fit an H100 SM's shared memory (else the register
     cap they force buys no occupancy)."""
-    from dqgen.emit.gemm import has_zeros
+    from dqgen.kernels.gemm import has_zeros
 
     for cfg in CONFIGS:
         smem = cfg.shared_bytes(spec.source.bits, has_zeros(spec)) + 16  # + the static split-K flag, aligned

@@ -15,7 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: What each layer may import besides itself. core <- ir <- check <- solve <- emit <- run <- io / tools / cli.
+#: What each layer may import besides itself. core <- ir <- check <- solve <- emit <- kernels <- run <- io / tools /
+#: cli.
 #: ``api`` is dqgen/__init__.py (the public names only); ``cli`` is cli.py and __main__.py.
 ALLOWED: dict[str, frozenset[str]] = {
     "core": frozenset(),
@@ -27,17 +28,19 @@ ALLOWED: dict[str, frozenset[str]] = {
     # layout: the Layout owns the tile and register permutations that the templates render (issue 12).
     # check: the pipeline (emit/pipeline.py) proves the plan it renders.
     "emit": frozenset({"core", "ir", "layout", "check", "solve"}),
-    "run": frozenset({"core", "ir", "check", "layout", "solve", "emit"}),
-    "io": frozenset({"core", "layout", "check", "run"}),
-    "tools": frozenset({"core", "ir", "check", "layout", "solve", "emit", "run"}),
-    "gru": frozenset({"core", "emit", "run"}),
+    # kernels: one typed config per kernel family over the emit layer's templates and converter (rendering only)
+    "kernels": frozenset({"core", "ir", "layout", "check", "solve", "emit"}),
+    "run": frozenset({"core", "ir", "check", "layout", "solve", "emit", "kernels"}),
+    "io": frozenset({"core", "layout", "check", "run", "kernels"}),
+    "tools": frozenset({"core", "ir", "check", "layout", "solve", "emit", "kernels", "run"}),
+    "gru": frozenset({"core", "emit", "kernels", "run"}),
     # nn: dqgen.quantize (numpy, on the Layout's packing) and QuantLinear (a Kernel's matmul)
     # w8a8: W8A8Linear (the W8A8 GEMM and the activation quantization)
-    "nn": frozenset({"core", "layout", "emit", "run", "w8a8"}),
-    "w8a8": frozenset({"core", "emit", "run"}),
-    "api": frozenset({"core", "layout", "emit", "run", "nn"}),  # dqgen.compile: the pipeline, then a Kernel
+    "nn": frozenset({"core", "layout", "emit", "kernels", "run", "w8a8"}),
+    "w8a8": frozenset({"core", "emit", "kernels", "run"}),
+    "api": frozenset({"core", "layout", "emit", "kernels", "run", "nn"}),  # dqgen.compile: the pipeline, a Kernel
     "cli": frozenset(
-        {"api", "core", "ir", "check", "layout", "solve", "emit", "run", "io", "tools", "gru", "nn", "w8a8"}
+        {"api", "core", "ir", "check", "layout", "solve", "emit", "kernels", "run", "io", "tools", "gru", "nn", "w8a8"}
     ),
 }
 #: Modules held to less than their layer: the independent reference shares nothing with the solver and the

@@ -18,6 +18,7 @@ import pytest
 
 from dqgen.check.reference import dequantize_reference
 from dqgen.core.spec import Spec, load_spec
+from dqgen.kernels.dequant import whole_source
 from dqgen.run.gpucheck import build_shapes, check_inputs
 from dqgen.run.refworker import Problem, ReferenceJob, ReferenceWorkerError
 
@@ -151,7 +152,7 @@ def _gpu_standins(monkeypatch: pytest.MonkeyPatch, corrupt: bool = False) -> Non
     class CpuKernel:
         def __init__(self, artifact: Any) -> None:  # dqgen.emit.pipeline.Artifact, as the build passes it
             self.spec = artifact.spec
-            self.source = artifact.source  # the tuning cache's key
+            self.source = whole_source(artifact)  # the tuning cache's key
             self._tuned: dict = {}
 
         def load_all(self, ordinal: int) -> None:
@@ -279,7 +280,7 @@ def test_build_tune_line_shows_the_kept_variants_time(tmp_path, monkeypatch: pyt
     default's time, not the faster screened time of the variant it did not keep."""
 
     import dqgen.run.tune as tune
-    from dqgen.emit.render import Variant, kernel_name
+    from dqgen.kernels.dequant import DequantVariant, kernel_name
     from dqgen.tools.build import build_spec
 
     spec = load_spec("awq_int4_fp16")
@@ -298,7 +299,7 @@ def test_build_tune_line_shows_the_kept_variants_time(tmp_path, monkeypatch: pyt
     monkeypatch.setattr(tune, "tune", lambda kernel, ordinal=0, **options: fake)
     report = build_spec(spec, "sm_90", tmp_path / "out", words=100, gpu=True)
     line = report["steps"]["gpu"]["line"]
-    assert Variant(**kept) == default
+    assert DequantVariant(**kept) == default
     assert line.count("(50 us at") == len(tune.TUNE_SHAPES) and "(40 us at" not in line
     # the build saved the tuner's result (after the proof and the check passed)
     (saved,) = (tmp_path / "cache" / "tune").glob("*.json")

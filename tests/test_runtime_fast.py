@@ -17,8 +17,9 @@ import dqgen.run.runtime as rt
 from dqgen.check.reference import dequantize_reference, random_inputs
 from dqgen.cli import app
 from dqgen.core.spec import SpecError, load_spec, with_group_size
-from dqgen.emit.render import kernel_name, variants
+from dqgen.kernels.dequant import kernel_name, variants
 from dqgen.run import device as dev
+from dqgen.run import loader
 from dqgen.run.runtime import Kernel, ShapeError, infer_problem
 from dqgen.run.tune import default_variant
 
@@ -439,15 +440,16 @@ def lazy(monkeypatch: pytest.MonkeyPatch, tmp_path):
     monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(dev, "device_arch", lambda ordinal=0: "sm_90")
     monkeypatch.setattr(dev, "LoadedKernel", _FakeLoaded)
-    monkeypatch.setattr(rt, "_MODULES", {})
+    monkeypatch.setattr(loader, "_LOADED", {})
+    monkeypatch.setattr(loader, "_MODULES", {})
     compiled: list[str] = []
-    real = rt.compile_source
+    real = loader.compile_source
 
     def counting(source: str, **kw):
         compiled.append(source)
         return real(source, **kw)
 
-    monkeypatch.setattr(rt, "compile_source", counting)
+    monkeypatch.setattr(loader, "compile_source", counting)
     return compiled
 
 
@@ -468,7 +470,7 @@ def test_only_the_needed_variant_is_compiled(lazy) -> None:
 
 def test_variant_taken_from_the_whole_sets_cached_cubin(lazy) -> None:
     k = Kernel(AWQ)
-    rt.compile_source(k.source, arch="sm_90", want="cubin", name=f"{AWQ.name}.cu")  # what `dqgen build` leaves
+    loader.compile_source(k.source, arch="sm_90", want="cubin", name=f"{AWQ.name}.cu")  # what `dqgen build` leaves
     lazy.clear()
     name = kernel_name(AWQ, default_variant(AWQ, False))
     fn = k._function(0, name)

@@ -12,21 +12,20 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from dqgen.w8a8 import fragments as fr
-from dqgen.w8a8 import gemm_reference as ref
-from dqgen.w8a8 import quantize_weight
-from dqgen.w8a8.gemm import (
+from dqgen.kernels.w8a8_gemm import (
     BK,
     MAX_K_S8,
     MIN_KTILES_PER_SPLIT,
     SWAP_MAX_M,
-    Config,
+    W8A8GemmConfig,
     choose,
     choose_splits,
-    compile_config,
-    launch_args,
     render,
 )
+from dqgen.w8a8 import fragments as fr
+from dqgen.w8a8 import gemm_reference as ref
+from dqgen.w8a8 import quantize_weight
+from dqgen.w8a8.gemm import compile_config, launch_args
 
 # -- references ---------------------------------------------------------------------------------------------------
 
@@ -286,7 +285,7 @@ def test_splits_fill_the_gpu_and_leave_no_split_empty(tiles: int, k: int, reside
 # -- rendering and NVRTC --------------------------------------------------------------------------------------------
 
 
-def _mma_ops(cfg: Config, arch: str) -> Counter:
+def _mma_ops(cfg: W8A8GemmConfig, arch: str) -> Counter:
     from dqgen.emit.sass import disassemble
 
     res = compile_config(cfg, arch)
@@ -330,9 +329,9 @@ def test_render_documents_the_epilogue_and_refuses_bad_tiles() -> None:
     assert "cvt.rn.bf16.f32" in src and "swap-AB" not in src
     assert "swap-AB" in render(choose("s8", "f16", 8))
     with pytest.raises(ValueError, match="warp tiles"):
-        render(Config("s8", "f16", False, 128, 24, 2, 1, 3))
+        render(W8A8GemmConfig("s8", "f16", False, 128, 24, 2, 1, 3))
     with pytest.raises(ValueError, match="at least 2 stages"):
-        render(Config("s8", "f16", False, 128, 128, 2, 4, 1))
+        render(W8A8GemmConfig("s8", "f16", False, 128, 128, 2, 4, 1))
 
 
 def test_the_template_uses_the_modelled_index_math() -> None:
@@ -385,7 +384,7 @@ _SIGNATURE = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+), (
 _WIDTH = {"long long": np.int64, "int": np.int32}
 
 
-def _signature(cfg: Config) -> tuple[int, int, str, list[tuple[type, str]]]:
+def _signature(cfg: W8A8GemmConfig) -> tuple[int, int, str, list[tuple[type, str]]]:
     m = _SIGNATURE.search(render(cfg))
     assert m is not None
     params = []

@@ -21,7 +21,7 @@ def main() -> int:
 
     from dqgen.core.formats import torch_dtype
     from dqgen.core.spec import load_spec
-    from dqgen.emit.gemm import CONFIGS, GemmConfig
+    from dqgen.kernels.gemm import CONFIGS, GemmConfig
     from dqgen.layout.gemm import TILE_N
     from dqgen.run import dispatch, gemm
     from dqgen.run.inputs import make_g_idx, make_inputs

@@ -1,4 +1,4 @@
-"""One GPU call comparing the GEMV's code-shape variants (dqgen.emit.matmul.Tuning) on one build, AWQ int4 g128
+"""One GPU call comparing the GEMV's code-shape variants (dqgen.kernels.gemv.Tuning) on one build, AWQ int4 g128
 fp16 at the issue's shapes, side by side. Round 4's variants: ``r3`` (round 3's kept choice on this build: the tile
 grid everywhere, 128 registers for the 16-token entry, which spills), ``mb3`` (the 16-token entries capped at 168
 registers, 3 blocks an SM: no spill), ``flat`` / ``flat_mb3`` (every GROUPED weight on the flat grid of
@@ -26,8 +26,7 @@ import triton.testing
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.check.reference import random_inputs
 from dqgen.core.spec import load_spec, with_group_size
-from dqgen.emit import matmul as emit_mm
-from dqgen.emit.matmul import GROUPED, PAIRED, WARPS, MatmulEntry, Tuning
+from dqgen.kernels.gemv import GROUPED, PAIRED, WARPS, MatmulEntry, Tuning
 from dqgen.run import device as dev
 from dqgen.run import matmul as mm
 from dqgen.run.gpucheck import to_torch
@@ -52,29 +51,21 @@ VARIANTS: dict[str, Tuning] = {
 
 
 def variant(k: Kernel, w: mm.MatmulWeight, tuning: Tuning) -> mm.MatmulWeight:
-    """A copy of w whose launches run the kernel rendered with ``tuning`` (bound on its first call)."""
-    emit_mm.TUNING = tuning
-    emit_mm._SOURCES.clear()
-    try:
-        fn = mm._function(k, MatmulEntry(False, PAIRED), w.device)
-        resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
-        s = mm.choose_splits(w.n_tiles, w.chunks, resident)
-        extra: dict = {}
-        partials = w.n_tiles * s
-        if hasattr(mm, "_flat_grids"):
-            flat = mm._flat_grids(k, w.mode, w.n_tiles, w.chunks, s, resident, w.device)
-            extra["flat"] = flat
-            partials = max([partials] + [w.n_tiles * f.slots for f in flat if f is not None])
-    finally:
-        emit_mm.TUNING = KEPT
-        emit_mm._SOURCES.clear()
+    """A copy of w whose launches run the kernel rendered with ``tuning`` (the GEMV config's tuning; bound on its
+    first call)."""
+    fn = mm._function(k, MatmulEntry(False, PAIRED), w.device, tuning)
+    resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
+    s = mm.choose_splits(w.n_tiles, w.chunks, resident)
+    flat = mm._flat_grids(k, w.mode, w.n_tiles, w.chunks, s, resident, w.device, tuning)
+    partials = max([w.n_tiles * s] + [w.n_tiles * f.slots for f in flat if f is not None])
     return dataclasses.replace(
         w,
         splits=s,
+        flat=flat,
+        tuning=tuning,
         workspace=torch.empty(partials * mm.PARTIAL, dtype=torch.float32, device=w.wq.device),
         counters=torch.zeros(w.n_tiles, dtype=torch.int32, device=w.wq.device),
         _bound={},
-        **extra,
     )
 
 
@@ -84,15 +75,11 @@ def grid_of(v: mm.MatmulWeight, M: int) -> str:
 
 
 def bind(k: Kernel, v: mm.MatmulWeight, tuning: Tuning, x: torch.Tensor, y: torch.Tensor) -> None:
-    """The first call renders, compiles and binds the variant's launch (kept in v._bound for the timing)."""
-    emit_mm.TUNING = tuning
-    emit_mm._SOURCES.clear()
-    try:
-        mm.run(k, x, v, out=y)
-        torch.cuda.synchronize()
-    finally:
-        emit_mm.TUNING = KEPT
-        emit_mm._SOURCES.clear()
+    """The first call renders, compiles and binds the variant's launch (kept in v._bound for the timing; v carries
+    ``tuning``)."""
+    assert v.tuning == tuning
+    mm.run(k, x, v, out=y)
+    torch.cuda.synchronize()
 
 
 def check(spec_name: str, tuning: Tuning) -> dict:

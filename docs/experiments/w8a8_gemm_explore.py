@@ -19,9 +19,10 @@ from typing import Any
 import torch
 
 from dqgen.emit.nvrtc import compile_source
+from dqgen.kernels.w8a8_gemm import W8A8GemmConfig, choose, choose_splits, ktiles, render
 from dqgen.run import device as dev
 from dqgen.run.timing import single_call_us
-from dqgen.w8a8.gemm import Config, choose, choose_splits, ktiles, launch_args, render
+from dqgen.w8a8.gemm import launch_args
 from dqgen.w8a8.gemm_bench import KN, _epilogue_torch
 from dqgen.w8a8.matmul_op import quantize_activations_fp8, quantize_weight
 
@@ -34,7 +35,7 @@ T0 = time.time()
 
 
 class Variant:
-    def __init__(self, cfg: Config, src: str | None = None) -> None:
+    def __init__(self, cfg: W8A8GemmConfig, src: str | None = None) -> None:
         self.cfg = cfg
         res = compile_source(src or render(cfg), arch=dev.device_arch(0), want="cubin", name="w8a8_gemm.cu")
         self.kern = dev.LoadedKernel(res.cubin, cfg.name, 0)
@@ -90,21 +91,21 @@ def record(impl: str, m: int, k: int, n: int, fn: Any, ok: Any, **extra: Any) ->
 _CACHE: dict[Any, Variant] = {}
 
 
-def variant(cfg: Config, src: str | None = None) -> Variant:
+def variant(cfg: W8A8GemmConfig, src: str | None = None) -> Variant:
     key = (cfg, src is not None)
     if key not in _CACHE:
         _CACHE[key] = Variant(cfg, src)
     return _CACHE[key]
 
 
-OLD: dict[str, tuple[Config, str]] = {}
+OLD: dict[str, tuple[W8A8GemmConfig, str]] = {}
 if OLD_DIR is not None and (OLD_DIR / "manifest.json").exists():
     for label, (fields, fname) in json.loads((OLD_DIR / "manifest.json").read_text()).items():
-        OLD[label] = (Config(*fields), (OLD_DIR / fname).read_text())
+        OLD[label] = (W8A8GemmConfig(*fields), (OLD_DIR / fname).read_text())
 
 
-def C(*a: Any, **kw: Any) -> Config:
-    return Config("s8", "f16", *a, **kw)
+def C(*a: Any, **kw: Any) -> W8A8GemmConfig:
+    return W8A8GemmConfig("s8", "f16", *a, **kw)
 
 
 SMALL = {
@@ -129,7 +130,7 @@ LARGE = {
 }
 
 
-def old_for(m: int) -> tuple[Config, str] | None:
+def old_for(m: int) -> tuple[W8A8GemmConfig, str] | None:
     label = "swap16" if m <= 16 else "swap32" if m <= 32 else "swap64" if m <= 64 else "tiles"
     return OLD.get(f"s8 {label}")
 
@@ -153,7 +154,7 @@ def bench_int8(k: int, n: int, ms: tuple[int, ...]) -> None:
             acc[r0 : r0 + 512] = (x[r0 : r0 + 512].double() @ wd.T).to(torch.int64)
         want = _epilogue_torch(acc, xs, ws, torch.float16)
         del acc
-        todo: list[tuple[str, Config, str | None, int | None]] = []
+        todo: list[tuple[str, W8A8GemmConfig, str | None, int | None]] = []
         old = old_for(m)
         if old is not None:
             todo.append(("old " + old[0].name, old[0], old[1], None))
@@ -203,9 +204,9 @@ def bench_fp8(k: int, n: int, ms: tuple[int, ...]) -> None:
         chosen = choose("e4m3", "bf16", m, n, k, SMS, SHARED)
         cfgs = {"fp8 chosen " + chosen.name: chosen}
         if not swap:
-            cfgs["fp8 128x256 s4"] = Config("e4m3", "bf16", False, 128, 256, 2, 4, 4)
-            cfgs["fp8 128x128 w2x2 s3"] = Config("e4m3", "bf16", False, 128, 128, 2, 2, 3)
-            cfgs["fp8 128x128 w2x4 s3"] = Config("e4m3", "bf16", False, 128, 128, 2, 4, 3)
+            cfgs["fp8 128x256 s4"] = W8A8GemmConfig("e4m3", "bf16", False, 128, 256, 2, 4, 4)
+            cfgs["fp8 128x128 w2x2 s3"] = W8A8GemmConfig("e4m3", "bf16", False, 128, 128, 2, 2, 3)
+            cfgs["fp8 128x128 w2x4 s3"] = W8A8GemmConfig("e4m3", "bf16", False, 128, 128, 2, 4, 3)
         todo = [(label, cfg, None) for label, cfg in cfgs.items()]
         old = OLD.get("e4m3 " + ("swap16" if m <= 16 else "swap64" if swap else "tiles"))
         if old is not None:

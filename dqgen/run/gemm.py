@@ -1,4 +1,4 @@
-"""``y = x @ dequant(W)`` for prefill and batches (M > 16): the tensor-core GEMM of dqgen.emit.gemm on weights
+"""``y = x @ dequant(W)`` for prefill and batches (M > 16): the tensor-core GEMM of dqgen.kernels.gemm on weights
 moved once into TensorRT-LLM's layout (dqgen.layout.gemm).
 
 ``pack(kernel, qweight, scales, zeros=None, *, g_idx=None)`` checks the checkpoint tensors (the dequantize
@@ -11,7 +11,6 @@ stream, or a graph), not run concurrently on two streams. Torch only.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,14 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core.formats import torch_dtype
-from ..core.spec import SourceKind, Spec
-from ..emit.gemm import CONFIGS, GemmConfig, GemmEntry, entry_name, has_zeros, render_gemm
-from ..emit.nvrtc import compile_source
+from ..core.spec import Spec
+from ..kernels.gemm import CONFIGS, GemmConfig, GemmEntry, GemmKernelConfig, has_zeros, supports
 from ..layout.gemm import TILE_K, TILE_N, pack_gemm
-from ..layout.gemm_trt import WEIGHT_BITS
 from . import device as dev
 from .errors import ShapeError
 from .errors import imported_torch as _torch
+from .loader import load
 
 if TYPE_CHECKING:
     from .runtime import Kernel
@@ -45,18 +43,7 @@ PARAMS: tuple[tuple[str, type[np.generic]], ...] = (
     ("w_line_bytes", np.int64),
 )
 
-_LOADED: dict[tuple[str, str, int], dev.LoadedKernel] = {}
 _ids = itertools.count()
-
-
-def supports(spec: Spec) -> bool:
-    """Whether the GEMM takes this spec: 4- or 8-bit integer codes without block scales (TensorRT-LLM's layout)."""
-    return (
-        spec.source.bits in WEIGHT_BITS
-        and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
-        and not spec.scales.block
-        and spec.words == 1
-    )
 
 
 @dataclass(eq=False)
@@ -96,21 +83,8 @@ def _check_tensor(torch: Any, name: str, t: Any) -> None:
 
 
 def _function(kernel: Kernel, e: GemmEntry, device: int) -> dev.LoadedKernel:
-    arch = dev.device_arch(device)
-    spec = kernel.spec
-    if int(arch[3:].rstrip("af")) < spec.sm:
-        raise RuntimeError(f"{spec.name}: spec targets {spec.arch} but GPU {device} is {arch}")
-    source = render_gemm(spec, (e,))  # one entry per module: a launch compiles only what it runs
-    name = entry_name(spec, e)
-    key = (hashlib.sha256(source.encode()).hexdigest(), name, device)
-    fn = _LOADED.get(key)
-    if fn is None:
-        res = compile_source(source, arch=arch, want="cubin", name=f"{spec.name}_gemm.cu")
-        assert res.cubin is not None
-        fn = dev.LoadedKernel(res.cubin, name, device)
-        fn.set_max_dynamic_shared(e.config.shared_bytes(spec.source.bits, has_zeros(spec)))
-        _LOADED[key] = fn
-    return fn
+    # one entry per module: a launch compiles only what it runs
+    return load(GemmKernelConfig.one(kernel.spec, e), device)
 
 
 def x_aligned(ptr: int, row_stride: int, K: int) -> bool:

@@ -1,4 +1,4 @@
-"""``y = x @ dequant(W)`` for decode: the fused GEMV of dqgen.emit.matmul on weights prepacked once.
+"""``y = x @ dequant(W)`` for decode: the fused GEMV of dqgen.kernels.gemv on weights prepacked once.
 
 ``kernel.pack_matmul(qweight, scales, zeros=None, *, g_idx=None, global_scale=None)`` checks the checkpoint
 tensors (the dequantize call's checks: one line naming the tensor) and prepacks them on the host, once, into the
@@ -15,7 +15,6 @@ Torch only (the ecosystem's tensors); the torch custom ops are in dqgen.run.matm
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import sys
 import weakref
@@ -25,25 +24,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core.formats import torch_dtype
-from ..emit import matmul as emit_matmul
-from ..emit.matmul import (
+from ..kernels.gemv import (
+    DEFAULT_TUNING,
     GROUPED,
     PAD_GROUPS,
     WARPS,
+    GemvConfig,
     MatmulEntry,
+    Tuning,
     entry_mode,
-    entry_name,
     group_chunks,
     group_magic,
     launch_mode,
-    render_matmul,
     unroll,
 )
-from ..emit.nvrtc import compile_source
 from ..layout.matmul import ROWS, MatmulLayout, Prepacked, prepack
 from . import device as dev
 from .errors import ShapeError
 from .errors import imported_torch as _torch
+from .loader import load
 from .packcache import PackCache
 
 if TYPE_CHECKING:
@@ -56,7 +55,6 @@ PAD_CHUNKS = 4
 #: Floats per (tile, split) partial in the workspace: 16 tokens x 16 channels.
 PARTIAL = 256
 
-_LOADED: dict[tuple[str, str, int], dev.LoadedKernel] = {}
 _WEIGHTS: weakref.WeakValueDictionary[str, MatmulWeight] = weakref.WeakValueDictionary()
 _ids = itertools.count()
 
@@ -71,7 +69,7 @@ class MatmulWeight:
     group_size: int  # -1: one group over K
     groups: int
     gather: bool  # act-order or groups that are no whole blocks: x gathered through perm
-    mode: int  # the entry points' mode (dqgen.emit.matmul: PAIRED, DIRECT, GATHER, GROUPED)
+    mode: int  # the entry points' mode (dqgen.kernels.gemv: PAIRED, DIRECT, GATHER, GROUPED)
     group_magic: int  # GROUPED: the reciprocal that maps a chunk to its group (0 otherwise)
     chunks: int
     n_tiles: int
@@ -86,6 +84,7 @@ class MatmulWeight:
     workspace: Any  # fp32 [n_tiles * splits * 256]
     counters: Any  # int32 [n_tiles], zero between launches
     flat: tuple[FlatGrid | None, FlatGrid | None] = (None, None)  # GROUPED on a flat grid: 1..8, 9..16 tokens
+    tuning: Tuning = DEFAULT_TUNING  # the kernel's code shape (part of its config): chosen at pack time
     key: str = ""
     _bound: dict[tuple, list[dev.BoundLaunch]] = field(default_factory=dict, repr=False)
 
@@ -95,20 +94,8 @@ class MatmulWeight:
         return sum(int(t.numel() * t.element_size()) for t in (self.wq, self.scales, self.zeros) if t is not None)
 
 
-def _function(kernel: Kernel, e: MatmulEntry, device: int) -> dev.LoadedKernel:
-    arch = dev.device_arch(device)
-    spec = kernel.spec
-    if int(arch[3:].rstrip("af")) < spec.sm:
-        raise RuntimeError(f"{spec.name}: spec targets {spec.arch} but GPU {device} is {arch}")
-    source = render_matmul(kernel.artifact)
-    name = entry_name(spec, e)
-    key = (hashlib.sha256(source.encode()).hexdigest(), name, device)
-    fn = _LOADED.get(key)
-    if fn is None:
-        res = compile_source(source, arch=arch, want="cubin", name=f"{spec.name}_matmul.cu")
-        assert res.cubin is not None
-        fn = _LOADED[key] = dev.LoadedKernel(res.cubin, name, device)
-    return fn
+def _function(kernel: Kernel, e: MatmulEntry, device: int, tuning: Tuning = DEFAULT_TUNING) -> dev.LoadedKernel:
+    return load(GemvConfig(kernel.artifact, e, tuning), device)
 
 
 def choose_splits(n_tiles: int, chunks: int, resident_blocks: int) -> int:
@@ -155,16 +142,18 @@ def flat_grid(n_tiles: int, chunks: int, resident_blocks: int, unroll: int) -> F
     return FlatGrid(-(-used // WARPS), per, slots, tm, wm)
 
 
-def _flat_grids(kernel: Kernel, mode: int, n_tiles: int, chunks: int, splits: int, resident: int, device: int) -> tuple:
+def _flat_grids(
+    kernel: Kernel, mode: int, n_tiles: int, chunks: int, splits: int, resident: int, device: int, tuning: Tuning
+) -> tuple:
     """GROUPED weights whose tile grid is more than one wave (Tuning.flat "waves"; "on": every one) run flat."""
-    rule = emit_matmul.TUNING.flat  # read at pack time (scripts/matmul_variants.py swaps the module's TUNING)
+    rule = tuning.flat
     if mode != GROUPED or rule == "off" or (rule == "waves" and n_tiles * splits <= resident):
         return (None, None)
     grids = []
     for tok16 in (False, True):
-        fn = _function(kernel, MatmulEntry(tok16, GROUPED, True), device)
+        fn = _function(kernel, MatmulEntry(tok16, GROUPED, True), device, tuning)
         blocks = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
-        grids.append(flat_grid(n_tiles, chunks, blocks, unroll(kernel.spec)))
+        grids.append(flat_grid(n_tiles, chunks, blocks, unroll(kernel.spec, tuning)))
     return (grids[0], grids[1])
 
 
@@ -176,9 +165,17 @@ def _check_tensor(torch: Any, name: str, t: Any) -> None:
 
 
 def pack(
-    kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None
+    kernel: Kernel,
+    qweight: Any,
+    scales: Any,
+    zeros: Any = None,
+    *,
+    g_idx: Any = None,
+    global_scale: Any = None,
+    tuning: Tuning = DEFAULT_TUNING,
 ) -> MatmulWeight:
-    """Check the checkpoint tensors and prepack them (on the host, once) into a MatmulWeight."""
+    """Check the checkpoint tensors and prepack them (on the host, once) into a MatmulWeight, run by the GEMV of
+    ``tuning`` (the kept code shape by default; scripts/matmul_variants.py times others)."""
     torch = _torch()
     spec = kernel.spec
     for name, t in (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("g_idx", g_idx)):
@@ -217,10 +214,10 @@ def pack(
     n_tiles = mm.n_padded(pre.N) // ROWS
     mode = entry_mode(spec, mm.per_block, pre.group_size, sl.gather, chunks)
     magic = group_magic(pre.group_size if pre.groups > 1 else -1, mm.per_block) if mode == GROUPED else 0
-    fn = _function(kernel, MatmulEntry(False, launch_mode(mode, False)), device)
+    fn = _function(kernel, MatmulEntry(False, launch_mode(mode, False, tuning)), device, tuning)
     resident = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
     splits = choose_splits(n_tiles, chunks, resident)
-    flat = _flat_grids(kernel, mode, n_tiles, chunks, splits, resident, device)
+    flat = _flat_grids(kernel, mode, n_tiles, chunks, splits, resident, device, tuning)
     partials = max([n_tiles * splits] + [n_tiles * f.slots for f in flat if f is not None])
     zdtype = np.uint8 if pre.zeros is not None and pre.zeros.dtype == np.uint8 else np.int16
 
@@ -253,6 +250,7 @@ def pack(
         workspace=torch.empty(partials * PARTIAL, dtype=torch.float32, device=cuda),
         counters=torch.zeros(n_tiles, dtype=torch.int32, device=cuda),
         flat=flat,
+        tuning=tuning,
     )
     w.key = f"{spec.name}-{next(_ids)}"
     _WEIGHTS[w.key] = w
@@ -331,7 +329,8 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
     for m0 in range(0, M, TOKENS):
         mt = min(TOKENS, M - m0)
         fg = w.flat[mt > 8]
-        fn = _function(kernel, MatmulEntry(mt > 8, launch_mode(w.mode, mt > 8), fg is not None), w.device)
+        entry = MatmulEntry(mt > 8, launch_mode(w.mode, mt > 8, w.tuning), fg is not None)
+        fn = _function(kernel, entry, w.device, w.tuning)
         args = [
             _ptr(w.wq),
             _ptr(w.scales),

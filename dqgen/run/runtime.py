@@ -19,13 +19,14 @@ import numpy as np
 
 from ..core.formats import BF16, numpy_dtype, scalar_type, torch_dtype, torch_dtype_name
 from ..core.spec import Spec, resolve_group_size
-from ..emit.nvrtc import cache_lookup, compile_source
 from ..emit.pipeline import Artifact, compile_artifact
-from ..emit.render import BLOCK, Variant, kernel_name
+from ..emit.render import BLOCK
+from ..kernels.dequant import DequantConfig, DequantVariant, kernel_name, variants
+from ..kernels.gemm import supports as gemm_supports
 from ..layout.layout import Layout
 from . import device as dev
 from .errors import ShapeError
-from .gemm import supports as gemm_supports
+from .loader import compile_for, load
 from .tune import default_variant, load_tuning, size_class
 
 _INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
@@ -193,9 +194,6 @@ def infer_problem(
     return Problem(K, N, G, aligned, gs)
 
 
-#: Loaded entry points of this process, by (sha256 of the variant's source, arch, entry name, device): a second
-#: Kernel of the same spec reuses the module, with no disk-cache read and no module load.
-_MODULES: dict[tuple[str, str, str, int], dev.LoadedKernel] = {}
 #: Checked launches kept per Kernel; past this many tensor signatures the table starts over.
 _SIGNATURES_MAX = 256
 
@@ -268,11 +266,9 @@ class Kernel:
         self.artifact = artifact
         self.spec = artifact.spec
         self.plan = artifact.plan
-        #: Every variant's entry point in one source: what `dqgen build` writes and the tuner's cache is keyed on.
-        self.source = artifact.source
         self._loaded: dict[tuple[int, str], dev.LoadedKernel] = {}
-        self._tuned: dict[int, dict[str, Variant] | None] = {}
-        self._by_name = {kernel_name(self.spec, v): v for v in artifact.variants}
+        self._tuned: dict[int, dict[str, DequantVariant] | None] = {}
+        self._by_name = {kernel_name(self.spec, v): v for v in variants(self.spec)}
         self._signatures: dict[tuple, _Checked] = {}
         self.compiled: list[str] = []  # entry points this Kernel compiled or loaded, in order
         self.op_key = f"{self.spec.name}-{hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]}"
@@ -284,50 +280,36 @@ class Kernel:
         # cuda.core (the argument packer) takes a few hundred ms to import: here, not in the first call
         dev.param_holder_type()
 
-    def variant_source(self, v: Variant) -> str:
+    @property
+    def source(self) -> str:
+        """Every variant's entry point in one source: what `dqgen build` writes and the tuner's cache is keyed on."""
+        return DequantConfig(self.artifact).source()
+
+    def variant_source(self, v: DequantVariant) -> str:
         """The source NVRTC compiles for variant ``v``: the kernel with ``v``'s entry point alone."""
-        return self.artifact.variant_source(v)
+        return DequantConfig(self.artifact, v).source()
 
     def _function(self, ordinal: int, name: str) -> dev.LoadedKernel:
+        """The entry point ``name`` on GPU ``ordinal`` (dqgen.run.loader: the variant's own cubin, else the whole
+        set's if `dqgen build` or load_all left it in the disk cache, else the variant compiled alone)."""
         key = (ordinal, name)
         if key not in self._loaded:
-            arch = dev.device_arch(ordinal)
-            if int(arch[3:].rstrip("af")) < self.spec.sm:
-                raise RuntimeError(f"{self.spec.name}: spec targets {self.spec.arch} but GPU {ordinal} is {arch}")
             v = self._by_name.get(name)
-            cu_name = f"{self.spec.name}.cu"
-            # The variant's own cubin; else the whole set's if `dqgen build` (or load_all) left it in the disk
-            # cache; else compile the variant alone (a fraction of the whole set's NVRTC time).
-            source = self.source if v is None else self.variant_source(v)
-            module_key = (hashlib.sha256(source.encode()).hexdigest(), arch, name, ordinal)
-            mod = _MODULES.get(module_key)
-            if mod is None:
-                res = cache_lookup(source, arch=arch, want="cubin", name=cu_name)
-                if res is None and v is not None:
-                    res = cache_lookup(self.source, arch=arch, want="cubin", name=cu_name)
-                if res is None:
-                    res = compile_source(source, arch=arch, want="cubin", name=cu_name)
-                assert res.cubin is not None
-                mod = _MODULES[module_key] = dev.LoadedKernel(res.cubin, name, ordinal)
-            self._loaded[key] = mod
+            if v is None:
+                raise ValueError(f"{name}: not an entry point of {self.spec.name}'s dequantize kernel")
+            self._loaded[key] = load(DequantConfig(self.artifact, v), ordinal)
             self.compiled.append(name)
         return self._loaded[key]
 
     def load_all(self, ordinal: int) -> None:
         """Compile (or take from the cache) the whole variant set in one source and load every entry point: one
-        NVRTC run for all, where the tuner would otherwise compile each variant apart."""
-        arch = dev.device_arch(ordinal)
-        res = compile_source(self.source, arch=arch, want="cubin", name=f"{self.spec.name}.cu")
-        assert res.cubin is not None
-        first: dev.LoadedKernel | None = None
+        NVRTC run for all, where the tuner would otherwise compile each variant apart (the loader then finds each
+        variant in the set's cached cubin and loads the module once)."""
+        compile_for(DequantConfig(self.artifact), ordinal)
         for name in self._by_name:
-            if (ordinal, name) not in self._loaded:
-                fn = first.sibling(name) if first is not None else dev.LoadedKernel(res.cubin, name, ordinal)
-                first = first or fn
-                self._loaded[(ordinal, name)] = fn
-                self.compiled.append(name)
+            self._function(ordinal, name)
 
-    def variant_for(self, ordinal: int, prob: Problem) -> Variant:
+    def variant_for(self, ordinal: int, prob: Problem) -> DequantVariant:
         """The variant tuned on this GPU for the problem's size class (`dqgen build` tunes once),
         else the default rule; unaligned tensors always take the 4-byte-access variant."""
         if ordinal not in self._tuned:
@@ -367,7 +349,7 @@ class Kernel:
         global_scale: Any = None,
         out: Any = None,
         stream: Any = None,
-        variant: Variant | None = None,
+        variant: DequantVariant | None = None,
         check_g_idx: bool = True,
     ) -> Launch:
         """Validate the tensors and bind a launch: ``launch()`` runs the kernel, ``launch.out`` is the output.
@@ -387,9 +369,10 @@ class Kernel:
             o = dev.as_device_array(out, "out")
         assert o is not None
         v = variant or self.variant_for(q.device, prob)
-        if v not in self.artifact.variants:
+        if v not in self._by_name.values():
             raise ValueError(
-                f"variant {v} is not instantiated for {self.spec.name}; choose one of dqgen.emit.render.variants(spec)"
+                f"variant {v} is not instantiated for {self.spec.name}; "
+                "choose one of dqgen.kernels.dequant.variants(spec)"
             )
         if v.aligned and not prob.aligned:
             raise ShapeError(f"qweight: variant {kernel_name(self.spec, v)} needs 16-byte aligned tensors")
@@ -632,7 +615,7 @@ class Launch:
     fn: dev.BoundLaunch | None  # None for an empty output
     stream: int
     out: Any
-    variant: Variant
+    variant: DequantVariant
     device: int = 0
 
     def __call__(self, stream: Any = None) -> None:

@@ -18,7 +18,7 @@ from ..core.files import write_whole
 from ..core.formats import numpy_dtype
 from ..core.spec import Spec
 from ..emit.nvrtc import default_cache_dir
-from ..emit.render import Variant, kernel_name, variants
+from ..kernels.dequant import DequantVariant, kernel_name, variants
 from . import device as dev
 from .inputs import host_inputs
 from .timing import (
@@ -49,7 +49,7 @@ SMALL_MAX_ELEMENTS = 1 << 24  # 4096 x 4096
 TUNE_METHOD = "do-bench-driver-events-rep15ms-keep-2pct-confirmed-x5-cut-10pct-after-10"
 
 
-def default_variant(spec: Spec, aligned: bool) -> Variant:
+def default_variant(spec: Spec, aligned: bool) -> DequantVariant:
     """The launch rule before tuning: 4 rows per thread along N (one zero/scale preparation for
     4 rows, 4 independent loads in flight), 2 word-rows (16 rows of K) along K, one block (32 rows
     of K, 3 word-rows) for multi-word blocks."""
@@ -79,12 +79,12 @@ def _path(kernel: Kernel, ordinal: int):
     return default_cache_dir() / "tune" / f"{key}.json", name
 
 
-def load_tuning(kernel: Kernel, ordinal: int) -> dict[str, Variant] | None:
+def load_tuning(kernel: Kernel, ordinal: int) -> dict[str, DequantVariant] | None:
     """{size class: variant} from the cache, or None if this GPU has not tuned this kernel."""
     try:
         path, _ = _path(kernel, ordinal)
         data = json.loads(path.read_text())
-        best = {cls: Variant(**v) for cls, v in data["best"].items()}
+        best = {cls: DequantVariant(**v) for cls, v in data["best"].items()}
         return (
             best if set(best) == set(TUNE_SHAPES) and all(v in variants(kernel.spec) for v in best.values()) else None
         )
@@ -103,7 +103,7 @@ class _Problem:
 
     def __init__(self, kernel: Kernel, K: int, N: int, ordinal: int) -> None:
         self.kernel = kernel
-        self._launches: dict[Variant, Callable[[], None]] = {}
+        self._launches: dict[DequantVariant, Callable[[], None]] = {}
         self._keep: list[dev.DeviceBuffer] = []
         host = host_inputs(kernel.spec, K, N, seed=0)  # one set: the flush makes every call cold
         q, s, z, gi, gsc = (None if a is None else self._upload(a, ordinal) for a in host)
@@ -118,7 +118,7 @@ class _Problem:
         self._keep.append(buf)
         return buf.as_array(a.shape, a.dtype)
 
-    def launch(self, v: Variant) -> Callable[[], None]:
+    def launch(self, v: DequantVariant) -> Callable[[], None]:
         if v not in self._launches:
             # act-order: host_inputs' g_idx is one tensor, so the launch's host-side check of it is done once
             launch = self.kernel.prepare(*self._args, **self._kwargs, variant=v, check_g_idx=not self._launches)
@@ -130,7 +130,7 @@ class _Problem:
             buf.close()
 
 
-def _time(problem: _Problem, v: Variant, backend: EventBackend, cut_above_us: float | None = None) -> Timed:
+def _time(problem: _Problem, v: DequantVariant, backend: EventBackend, cut_above_us: float | None = None) -> Timed:
     """Median microseconds of one launch after an L2 flush (the way a call happens in a model); with
     ``cut_above_us``, a launch already slower than that after PROBE_CALLS calls is not timed further."""
     return do_bench_us(problem.launch(v), backend, TUNE_WARMUP_MS, TUNE_REP_MS, cut_above_us)

@@ -307,7 +307,7 @@ def _bench_shape(
     reps: int,
     log: Callable[[str], None],
 ) -> list[Row]:
-    from ..emit.render import kernel_name
+    from ..kernels.dequant import kernel_name
     from ..run.tune import load_tuning, tune
 
     torch = _torch()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.spec import Spec
+from ..kernels.dequant import whole_source
 
 if TYPE_CHECKING:
     from ..emit.pipeline import Artifact
@@ -54,7 +55,7 @@ def ptx_problems(plan: Plan, ptx: str) -> list[str]:
 def write_sources(artifact: Artifact, out_dir: Path) -> tuple[Path, Path]:
     cu, cuh = source_paths(artifact.spec, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cu.write_text(artifact.source)
+    cu.write_text(whole_source(artifact))
     cuh.write_text(artifact.header)
     return cu, cuh
 
@@ -240,7 +241,7 @@ def _gpu_thread(
     tuned this kernel. Stops before the GPU work, or between two timings of the tuner, once ``stop`` is set."""
     done = _GpuThread()
     (done.compile_step, done.ptx), done.seconds["compile"] = _timed(
-        lambda: _compile_step(artifact.plan, artifact.spec, artifact.source, cu, arch)
+        lambda: _compile_step(artifact.plan, artifact.spec, whole_source(artifact), cu, arch)
     )
     if context is None or done.ptx is None or stop.is_set():
         return done
@@ -259,7 +260,7 @@ def _gpu_thread(
 
 def _tune(kernel: Kernel, spec: Spec, stop: threading.Event) -> tuple[dict | None, list[str], float]:
     """The tuner's result (unsaved), the build's lines about it, and its seconds."""
-    from ..emit.render import Variant, kernel_name
+    from ..kernels.dequant import DequantVariant, kernel_name
     from ..run import tune as tuner
 
     t0 = time.perf_counter()
@@ -274,7 +275,7 @@ def _tune(kernel: Kernel, spec: Spec, stop: threading.Event) -> tuple[dict | Non
         K, N = t["shapes"][cls]
         unit = "words" if spec.packing.axis == "N" else "columns"
         # the kept variant's time: the screen's fastest may be one that lost its confirmation to the default
-        kept_us = t["us"][cls][kernel_name(spec, Variant(**b))]
+        kept_us = t["us"][cls][kernel_name(spec, DequantVariant(**b))]
         lines.append(
             f"tuned launch ({cls}): {b['rows']} rows x {b['vec']} {unit} per thread"
             f"{', streaming stores' if b['stream'] else ''} ({kept_us:.0f} us at {K}x{N})"

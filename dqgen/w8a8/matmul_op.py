@@ -12,10 +12,11 @@ from typing import Any
 
 import torch
 
+from ..kernels.w8a8_gemm import MAX_K_S8, Elem, Out, choose
 from ..run import device as dev
 from .calls import BOUND_MAX, CALLS_MAX, remember
 from .counters import GrowOnlyCounters
-from .gemm import MAX_K_S8, Elem, GemmKernel, Out, choose, launch_args, loaded
+from .gemm import GemmKernel, launch_args, loaded
 from .gemm_reference import QMAX, WeightKind
 
 _ELEMS: dict[torch.dtype, Elem] = {torch.int8: "s8", torch.float8_e4m3fn: "e4m3"}

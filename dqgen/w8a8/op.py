@@ -10,9 +10,10 @@ import math
 import numpy as np
 import torch
 
+from ..kernels.act_quant import Hold, SmoothDtype, SmoothIn, XDtype, choose
 from ..run import device as dev
 from .calls import BOUND_MAX, CALLS_MAX, remember
-from .kernel import ActQuantKernel, Hold, SmoothDtype, SmoothIn, XDtype, choose, loaded
+from .kernel import ActQuantKernel, loaded
 
 _X_DTYPES: dict[torch.dtype, XDtype] = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _S_DTYPES: dict[torch.dtype, SmoothDtype] = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}

@@ -1,18 +1,23 @@
-"""Render the fused GEMV kernel (templates/matmul.cu.j2) of a spec: the spec's converter inside an mma.sync
-matmul over the prepacked weights of dqgen.layout.matmul."""
+"""The fused GEMV kernel (templates/matmul.cu.j2) of a spec: the spec's converter inside an mma.sync matmul over
+the prepacked weights of dqgen.layout.matmul, one source holding every entry point (modes x token counts)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 from ..core.spec import Spec
+from ..emit.pipeline import Artifact
+from ..emit.render import context
 from ..ir.plan import Plan
 from ..layout.layout import Layout
-from .pipeline import Artifact
-from .render import context, template_env
+from .family import KernelConfig, SplitK
 
 #: Warps per block (they split a tile's K range; reduced in shared memory).
 WARPS = 4
+#: GROUPED: rows of zeros after the last group's scales (and zero fields): the lean entry's loads of the next
+#: ``Tuning.ahead`` groups run past the last group (unused).
+PAD_GROUPS = 4
 
 
 @dataclass(frozen=True)
@@ -57,8 +62,15 @@ class Tuning:
     mb16: int = 0
     flat: str = "waves"
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.ahead <= PAD_GROUPS:  # run_lean reads scale and zero rows up to G - 1 + ahead
+            raise ValueError(f"Tuning.ahead: expected 1..{PAD_GROUPS} (the pack's padded group rows), got {self.ahead}")
+        if self.flat not in ("waves", "on", "off"):
+            raise ValueError(f"Tuning.flat: expected 'waves', 'on' or 'off', got {self.flat!r}")
 
-TUNING = Tuning()
+
+#: The kept code shape (a value: a config names its tuning; nothing reads a module-wide one).
+DEFAULT_TUNING = Tuning()
 
 
 #: How an entry point finds x and a block's group: PAIRED (slot = k, a lane's two blocks of a chunk in one group:
@@ -117,13 +129,13 @@ def entry_mode(spec: Spec, per_block: int, group_size: int, gather: bool, chunks
     return PAIRED if group_size <= 0 or group_size % (2 * per_block) == 0 else DIRECT
 
 
-def launch_mode(mode: int, tok16: bool) -> int:
+def launch_mode(mode: int, tok16: bool, tuning: Tuning = DEFAULT_TUNING) -> int:
     """The entry a launch of a weight of ``mode`` uses: a GROUPED weight (its groups are whole chunks, so PAIRED
-    runs it too) takes the GROUPED entries for 9..16 tokens (run_lean with ``TUNING.lean16``, the default, else
-    run_grouped) and, with ``TUNING.sums8``, the batched GROUPED entry for 1..8
+    runs it too) takes the GROUPED entries for 9..16 tokens (run_lean with ``Tuning.lean16``, the default, else
+    run_grouped) and, with ``Tuning.sums8``, the batched GROUPED entry for 1..8
     (otherwise PAIRED; the ring of run_grouped at 1..8 tokens measured up to 12% slower than PAIRED,
     docs/bench/gemv_speed.json, where the batched entry is 7-13% faster, docs/bench/gemv_speed2.json)."""
-    return PAIRED if mode == GROUPED and not tok16 and not TUNING.sums8 else mode
+    return PAIRED if mode == GROUPED and not tok16 and not tuning.sums8 else mode
 
 
 #: GROUPED, one group (group size -1, or K within one group): chunks per group past any chunk count, so that no
@@ -146,60 +158,42 @@ def group_magic(group_size: int, per_block: int) -> int:
     return -(-(1 << 32) // group_chunks(group_size, per_block, 2))
 
 
-#: GROUPED: rows of zeros after the last group's scales (and zero fields): the lean entry's loads of the next
-#: ``Tuning.ahead`` groups run past the last group (unused).
-PAD_GROUPS = 4
-
-
 def ring(spec: Spec) -> int:
     """GROUPED: chunks whose loads a warp keeps in flight (16 bytes per lane each); 6 fit 128 registers with
     16 tokens (a ring of 3 measured the same: bytes in flight are not what limits it)."""
     return 6
 
 
-def unroll(spec: Spec) -> int:
+def unroll(spec: Spec, tuning: Tuning = DEFAULT_TUNING) -> int:
     """Chunks whose weights a warp loads before converting any: 4 x 16 bytes per lane, 2 x 48 for 3-word blocks."""
-    if TUNING.unroll:
-        return TUNING.unroll
+    if tuning.unroll:
+        return tuning.unroll
     return 4 if spec.words == 1 else 2
 
 
-def stages(spec: Spec) -> int:
+def stages(spec: Spec, tuning: Tuning = DEFAULT_TUNING) -> int:
     """Batches of weights a warp keeps in flight through shared memory (cp.async; 0: in registers, double
     buffered), at most 32 KB a block (4 warps: 4 batches of one-word chunks, 2 of three-word ones)."""
-    most = (32 << 10) // (WARPS * unroll(spec) * spec.words * 512)
-    return min(TUNING.stages, most) if TUNING.stages > 1 and most > 1 else 0
+    most = (32 << 10) // (WARPS * unroll(spec, tuning) * spec.words * 512)
+    return min(tuning.stages, most) if tuning.stages > 1 and most > 1 else 0
 
 
-def min_blocks(spec: Spec) -> int:
-    if TUNING.min_blocks:
-        return TUNING.min_blocks
+def min_blocks(spec: Spec, tuning: Tuning = DEFAULT_TUNING) -> int:
+    if tuning.min_blocks:
+        return tuning.min_blocks
     return 4 if spec.words == 1 and spec.per_word <= 8 else 2
 
 
-def entry_min_blocks(spec: Spec, e: MatmulEntry) -> int:
+def entry_min_blocks(spec: Spec, e: MatmulEntry, tuning: Tuning = DEFAULT_TUNING) -> int:
     """The register cap of an entry point: ``Tuning.mb16`` for run_lean at 9..16 tokens (and its flat grid), whose
     16-token sums spill at 128 registers, min_blocks(spec) elsewhere."""
-    lean16 = e.mode == GROUPED and e.tok16 and (TUNING.lean16 or e.flat)
-    return TUNING.mb16 if lean16 and TUNING.mb16 else min_blocks(spec)
+    lean16 = e.mode == GROUPED and e.tok16 and (tuning.lean16 or e.flat)
+    return tuning.mb16 if lean16 and tuning.mb16 else min_blocks(spec, tuning)
 
 
 def entry_name(spec: Spec, e: MatmulEntry) -> str:
     mode = ("paired", "direct", "gather", "grouped")[e.mode]
     return f"dqgen_mm_{spec.name}_m{16 if e.tok16 else 8}_{mode}{'_flat' if e.flat else ''}"
-
-
-_SOURCES: dict[str, str] = {}
-
-
-def render_matmul(artifact: Artifact) -> str:
-    """The matmul kernel source of a compiled spec with every entry point (memoized on the artifact's key)."""
-    if not 1 <= TUNING.ahead <= PAD_GROUPS:  # run_lean reads scale and zero rows up to G - 1 + ahead
-        raise ValueError(f"Tuning.ahead: expected 1..{PAD_GROUPS} (the pack's padded group rows), got {TUNING.ahead}")
-    hit = _SOURCES.get(artifact.key)
-    if hit is None:
-        hit = _SOURCES[artifact.key] = _render(artifact.spec, artifact.plan)
-    return hit
 
 
 def _check_grouped(plan: Plan, diffs: list[str]) -> None:
@@ -212,16 +206,84 @@ def _check_grouped(plan: Plan, diffs: list[str]) -> None:
             raise ValueError(f"plan {plan.strategy}: output {out} is not d[{i}] * s[{i}]: GROUPED cannot scale sums")
 
 
-def _render(spec: Spec, plan: Plan) -> str:
-    ctx = context(spec, plan, only=[])
+@dataclass(frozen=True)
+class GemvConfig(KernelConfig):
+    """The fused GEMV of a compiled spec under one code-shape ``tuning``: ``entry``'s entry point (None: the source
+    alone, every entry point in it). Entries of one (artifact, tuning) share one source and module. Equal on (the
+    artifact's key, entry, tuning)."""
+
+    family: ClassVar[str] = "gemv"
+    template: ClassVar[str] = "matmul.cu.j2"
+
+    artifact: Artifact = field(compare=False, repr=False)
+    entry: MatmulEntry | None = None
+    tuning: Tuning = DEFAULT_TUNING
+    key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.artifact.key)
+        if self.entry is not None and self.entry not in entries(self.artifact.spec):
+            raise ValueError(f"entry {self.entry}: not an entry point of {self.artifact.spec.name}'s GEMV")
+
+    @property
+    def spec(self) -> Spec:
+        return self.artifact.spec
+
+    @property
+    def name(self) -> str:
+        if self.entry is None:
+            raise ValueError(f"{self.spec.name}: the GEMV source has several entry points; name one")
+        return entry_name(self.spec, self.entry)
+
+    @property
+    def threads(self) -> int:
+        return WARPS * 32
+
+    @property
+    def min_sm(self) -> int:
+        return self.spec.sm
+
+    @property
+    def split_k(self) -> SplitK:
+        """Blocks of one n-tile sum their partials through the workspace, the last to arrive adding them in order."""
+        return "flat" if self.entry is not None and self.entry.flat else "last_arriver"
+
+    @classmethod
+    def supports(cls, spec: Spec) -> bool:
+        return True  # every spec the pipeline solves (the converter runs on the weights the mma consumes)
+
+    @property
+    def render_key(self) -> GemvConfig:
+        return self if self.entry is None else replace(self, entry=None)
+
+    def context(self) -> dict[str, Any]:
+        return _context(self.spec, self.artifact.plan, self.tuning)
+
+    @property
+    def source_name(self) -> str:
+        return f"{self.spec.name}_matmul.cu"
+
+    @property
+    def what(self) -> str:
+        entry = "(every entry point)" if self.entry is None else self.name
+        return f"{self.spec.name} (spec targets {self.spec.arch}), {self.family} kernel {entry}"
+
+
+def render_matmul(artifact: Artifact, tuning: Tuning = DEFAULT_TUNING) -> str:
+    """The GEMV source of a compiled spec with every entry point (memoized on the config)."""
+    return GemvConfig(artifact, None, tuning).source()
+
+
+def _context(spec: Spec, plan: Plan, tuning: Tuning) -> dict[str, Any]:
+    ctx = context(spec, plan)
     if grouped_spec(spec):
         _check_grouped(plan, [str(d) for d in ctx["diffs"]])
     ctx.update(
         warps=WARPS,
-        unroll=unroll(spec),
+        unroll=unroll(spec, tuning),
         # resident blocks per SM the register allocation must allow (4 x 128 threads: at most 128 registers);
         # 2-bit (16 codes a block) and 3-word blocks hold more per chunk and would spill at 4
-        min_blocks=min_blocks(spec),
+        min_blocks=min_blocks(spec, tuning),
         mma_type="bf16" if spec.target.value == "bf16" else "f16",
         entries=[
             {
@@ -229,21 +291,21 @@ def _render(spec: Spec, plan: Plan) -> str:
                 "mode": e.mode,
                 "flat": e.flat,
                 "entry": entry_name(spec, e),
-                "min_blocks": entry_min_blocks(spec, e),
+                "min_blocks": entry_min_blocks(spec, e, tuning),
             }
             for e in entries(spec)
         ],
         grouped=grouped_spec(spec),
         ring=ring(spec),
-        wload=TUNING.wload,
-        xhoist=TUNING.xhoist,
-        scale_once=TUNING.scale_once,
-        stages=stages(spec),
-        lean8=TUNING.lean8,
-        lean16=TUNING.lean16,
-        lean_accs=TUNING.accs,
-        lean_ahead=TUNING.ahead,
-        lean_xu16=TUNING.xu16,
-        lean_prefetch=TUNING.prefetch,
+        wload=tuning.wload,
+        xhoist=tuning.xhoist,
+        scale_once=tuning.scale_once,
+        stages=stages(spec, tuning),
+        lean8=tuning.lean8,
+        lean16=tuning.lean16,
+        lean_accs=tuning.accs,
+        lean_ahead=tuning.ahead,
+        lean_xu16=tuning.xu16,
+        lean_prefetch=tuning.prefetch,
     )
-    return template_env().get_template("matmul.cu.j2").render(**ctx)
+    return ctx
