@@ -36,10 +36,6 @@ def doc_layers(text: str) -> dict[str, frozenset[str]]:
 
 def test_the_layer_table_is_allowed() -> None:
     doc = doc_layers(DOC.read_text())
-    if "kernels" not in ALLOWED:
-        # The page describes issue 22's kernels layer, which the branch that adds it puts into ALLOWED; until that
-        # merge, everything else must agree. (Remove this once ALLOWED has "kernels".)
-        doc = {name: imports - {"kernels"} for name, imports in doc.items() if name != "kernels"}
     assert doc == ALLOWED
 
 

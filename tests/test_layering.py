@@ -31,14 +31,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     # kernels: one typed config per kernel family over the emit layer's templates and converter (rendering only)
     "kernels": frozenset({"core", "ir", "layout", "check", "solve", "emit"}),
     "run": frozenset({"core", "ir", "check", "layout", "solve", "emit", "kernels"}),
-    "io": frozenset({"core", "layout", "check", "run", "kernels"}),
+    "io": frozenset({"core", "layout", "check", "run"}),
     "tools": frozenset({"core", "ir", "check", "layout", "solve", "emit", "kernels", "run"}),
     "gru": frozenset({"core", "emit", "kernels", "run"}),
     # nn: dqgen.quantize (numpy, on the Layout's packing) and QuantLinear (a Kernel's matmul)
     # w8a8: W8A8Linear (the W8A8 GEMM and the activation quantization)
-    "nn": frozenset({"core", "layout", "emit", "kernels", "run", "w8a8"}),
+    "nn": frozenset({"core", "layout", "emit", "run", "w8a8"}),
     "w8a8": frozenset({"core", "emit", "kernels", "run"}),
-    "api": frozenset({"core", "layout", "emit", "kernels", "run", "nn"}),  # dqgen.compile: the pipeline, a Kernel
+    "api": frozenset({"core", "layout", "emit", "run", "nn"}),  # dqgen.compile: the pipeline, a Kernel
     "cli": frozenset(
         {"api", "core", "ir", "check", "layout", "solve", "emit", "kernels", "run", "io", "tools", "gru", "nn", "w8a8"}
     ),
