@@ -20,7 +20,7 @@ from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.emit.gemm import CONFIGS, ENTRIES, GemmConfig, entry_name, render_gemm
 from dqgen.layout.gemm import TILE_K, gemm_slots, pack_gemm, unpack_gemm
 from dqgen.run.dispatch import DispatchRule, pick
-from dqgen.run.gemm import choose_config, choose_splits, supports
+from dqgen.run.gemm import choose_config, choose_gemm_splits, supports
 
 from .gemm_emulator import emulate
 
@@ -215,9 +215,9 @@ def test_split_k_partials_go_through_the_allocated_workspace_one_slot_each(monke
 
 def test_direct_entry_copies_x_only_in_whole_chunks_of_a_row() -> None:
     """The direct entry copies x in 16-byte cp.async chunks predicated per chunk (k < K): with K % 8 != 0 the last
-    chunk of a row would read the next row. The model refuses that copy, and run.gemm.x_aligned sends such x (and
+    chunk of a row would read the next row. The model refuses that copy, and run.operands.x_aligned sends such x (and
     x whose chunks are not 16-byte aligned: PTX aligns a cp.async source to cp-size) to the gather entry."""
-    from dqgen.run.gemm import x_aligned
+    from dqgen.run.operands import x_aligned
 
     spec = load_spec("int8_fp16")
     K, N, M = 196, 72, 5
@@ -304,16 +304,16 @@ def test_the_kernel_refuses_a_launch_size_that_is_not_its_pipeline() -> None:
 def test_choose_splits_fills_the_gpu_once_and_keeps_work_per_split() -> None:
     from dqgen.run.gemm import MAX_SPLITS, MIN_TILES_PER_SPLIT
 
-    assert choose_splits(tiles=792, k_tiles=128, resident=396) == 1  # two whole waves: a split only adds work
-    assert choose_splits(tiles=500, k_tiles=128, resident=396) > 1  # 1.26 waves: the second mostly idle unsplit
+    assert choose_gemm_splits(tiles=792, k_tiles=128, resident=396) == 1  # two whole waves: a split only adds work
+    assert choose_gemm_splits(tiles=500, k_tiles=128, resident=396) > 1  # 1.26 waves: the second mostly idle unsplit
     # 8192 x 28672 at M = 64 (224 tiles of 64 rows, 3 per SM): 2 splits make 448 CTAs, 1.13 waves, 2 rounds of
     # 64 K tiles: slower than unsplit (1 round of 128); 3 splits are 2 rounds of 43
-    assert choose_splits(tiles=224, k_tiles=128, resident=396) == 3
-    tiny = choose_splits(tiles=2, k_tiles=128, resident=396)  # splits until the reduction outweighs the K saved
+    assert choose_gemm_splits(tiles=224, k_tiles=128, resident=396) == 3
+    tiny = choose_gemm_splits(tiles=2, k_tiles=128, resident=396)  # splits until the reduction outweighs the K saved
     assert 1 < tiny < MAX_SPLITS and 128 // tiny >= MIN_TILES_PER_SPLIT
-    assert choose_splits(tiles=2, k_tiles=2 * MIN_TILES_PER_SPLIT - 1, resident=396) == 1  # too little K to share
+    assert choose_gemm_splits(tiles=2, k_tiles=2 * MIN_TILES_PER_SPLIT - 1, resident=396) == 1  # too little K to share
     # the same grid on 16-row tiles: partials an eighth of a 128-row tile's, so more splits pay
-    assert choose_splits(tiles=48, k_tiles=64, resident=660, bm=16) > choose_splits(48, 64, 660, bm=128) > 1
+    assert choose_gemm_splits(tiles=48, k_tiles=64, resident=660, bm=16) > choose_gemm_splits(48, 64, 660, bm=128) > 1
 
 
 def test_choose_config_by_m() -> None:

@@ -150,9 +150,11 @@ def _gpu_standins(monkeypatch: pytest.MonkeyPatch, corrupt: bool = False) -> Non
 
     class CpuKernel:
         def __init__(self, artifact: Any) -> None:  # dqgen.emit.pipeline.Artifact, as the build passes it
+            self.artifact = artifact  # the tuning cache's key (its source)
             self.spec = artifact.spec
-            self.source = artifact.source  # the tuning cache's key
-            self._tuned: dict = {}
+
+        def prepare(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the stand-in's tuning is cached: nothing is timed")
 
         def load_all(self, ordinal: int) -> None:
             pass
@@ -167,7 +169,7 @@ def _gpu_standins(monkeypatch: pytest.MonkeyPatch, corrupt: bool = False) -> Non
 
     monkeypatch.setattr(runtime, "Kernel", CpuKernel)
     monkeypatch.setattr(gpucheck, "run_shape", cpu_run)
-    monkeypatch.setattr(tune, "load_tuning", lambda kernel, ordinal: {"small": None, "large": None})
+    monkeypatch.setattr(tune, "load_tuning", lambda artifact, ordinal: {"small": None, "large": None})
     monkeypatch.setattr(dev, "device_arch", lambda ordinal=0: "sm_90")
     monkeypatch.setattr(dev, "primary_context", lambda ordinal=0: None)
     monkeypatch.setattr(tune, "gpu_name", lambda ordinal=0: "CPU stand-in")
@@ -294,8 +296,8 @@ def test_build_tune_line_shows_the_kept_variants_time(tmp_path, monkeypatch: pyt
     }
     monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
     _gpu_standins(monkeypatch)
-    monkeypatch.setattr(tune, "load_tuning", lambda kernel, ordinal: None)
-    monkeypatch.setattr(tune, "tune", lambda kernel, ordinal=0, **options: fake)
+    monkeypatch.setattr(tune, "load_tuning", lambda artifact, ordinal: None)
+    monkeypatch.setattr(tune, "tune", lambda artifact, ordinal=0, **options: fake)
     report = build_spec(spec, "sm_90", tmp_path / "out", words=100, gpu=True)
     line = report["steps"]["gpu"]["line"]
     assert Variant(**kept) == default

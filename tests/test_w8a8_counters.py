@@ -1,4 +1,4 @@
-"""CPU tests of the W8A8 GEMM's split-K counters (dqgen.w8a8.counters) with stand-in buffers: one buffer per device
+"""CPU tests of the W8A8 GEMM's split-K counters (dqgen.run.workspace) with stand-in buffers: one buffer per device
 that only grows, every outgrown buffer kept alive (bound launches and captured CUDA graphs hold its address), and
 no allocation while a graph is being captured."""
 
@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from dqgen.w8a8.counters import MIN_COUNTERS, GrowOnlyCounters
+from dqgen.run.workspace import MIN_COUNTERS, GrowOnlyCounters
 
 
 class Buf:

@@ -263,10 +263,10 @@ def _tune(kernel: Kernel, spec: Spec, stop: threading.Event) -> tuple[dict | Non
     from ..run import tune as tuner
 
     t0 = time.perf_counter()
-    if tuner.load_tuning(kernel, 0) is not None:
+    if tuner.load_tuning(kernel.artifact, 0) is not None:
         return None, ["launch parameters: tuned earlier (cached)"], round(time.perf_counter() - t0, 4)
     try:
-        t = tuner.tune(kernel, 0, save=False, stop=stop.is_set)
+        t = tuner.tune(kernel.artifact, 0, prepare=kernel.prepare, save=False, stop=stop.is_set)
     except tuner.TuningStopped:
         return None, ["launch parameters: not tuned (the build stopped)"], round(time.perf_counter() - t0, 4)
     lines = []
@@ -344,7 +344,7 @@ def _build_steps(
         if steps["gpu"]["ok"] and done.tuning is not None:
             from ..run.tune import save_tuning
 
-            save_tuning(done.kernel, 0, done.tuning)
+            save_tuning(done.kernel.artifact, 0, done.tuning)
     report["files"] = [str(p) for p in write_sources(artifact, out_dir)]
     if done.ptx is not None:
         ptx_path = out_dir / f"{spec.name}.{arch}.ptx"

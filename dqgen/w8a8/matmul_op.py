@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from ..run import device as dev
-from .calls import BOUND_MAX, CALLS_MAX, remember
-from .counters import GrowOnlyCounters
+from ..run.calls import BOUND_MAX, CALLS_MAX, remember
+from ..run.workspace import GrowOnlyCounters
 from .gemm import MAX_K_S8, Elem, GemmKernel, Out, choose, launch_args, loaded
 from .gemm_reference import QMAX, WeightKind
 

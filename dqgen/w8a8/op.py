@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..run import device as dev
-from .calls import BOUND_MAX, CALLS_MAX, remember
+from ..run.calls import BOUND_MAX, CALLS_MAX, remember
 from .kernel import ActQuantKernel, Hold, SmoothDtype, SmoothIn, XDtype, choose, loaded
 
 _X_DTYPES: dict[torch.dtype, XDtype] = {torch.float16: "fp16", torch.bfloat16: "bf16"}
