@@ -55,13 +55,13 @@ def variant(k: Kernel, w: mm.MatmulWeight, tuning: Tuning) -> mm.MatmulWeight:
     emit_mm.TUNING = tuning
     emit_mm._SOURCES.clear()
     try:
-        fn = mm._function(k, MatmulEntry(False, PAIRED), w.device)
+        fn = mm._function(k.artifact, MatmulEntry(False, PAIRED), w.device)
         resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
-        s = mm.choose_splits(w.n_tiles, w.chunks, resident)
+        s = mm.choose_gemv_splits(w.n_tiles, w.chunks, resident)
         extra: dict = {}
         partials = w.n_tiles * s
         if hasattr(mm, "_flat_grids"):
-            flat = mm._flat_grids(k, w.mode, w.n_tiles, w.chunks, s, resident, w.device)
+            flat = mm._flat_grids(k.artifact, w.mode, w.n_tiles, w.chunks, s, resident, w.device)
             extra["flat"] = flat
             partials = max([partials] + [w.n_tiles * f.slots for f in flat if f is not None])
     finally:
@@ -87,7 +87,7 @@ def bind(k: Kernel, v: mm.MatmulWeight, tuning: Tuning, x: torch.Tensor, y: torc
     emit_mm.TUNING = tuning
     emit_mm._SOURCES.clear()
     try:
-        mm.run(k, x, v, out=y)
+        mm.run_gemv(k.artifact, x, v, out=y)
         torch.cuda.synchronize()
     finally:
         emit_mm.TUNING = KEPT
@@ -119,7 +119,7 @@ def check(spec_name: str, tuning: Tuning) -> dict:
 
 
 def time_us(k: Kernel, x: torch.Tensor, v: mm.MatmulWeight, y: torch.Tensor) -> float:
-    return float(triton.testing.do_bench(lambda: mm.run(k, x, v, out=y), return_mode="median")) * 1e3
+    return float(triton.testing.do_bench(lambda: mm.run_gemv(k.artifact, x, v, out=y), return_mode="median")) * 1e3
 
 
 def main() -> None:

@@ -19,10 +19,10 @@ import pytest
 from dqgen.check.reference import dequantize_reference
 from dqgen.core.spec import Spec, load_spec
 from dqgen.run.gpucheck import build_shapes, check_inputs
-from dqgen.run.refworker import Problem, ReferenceJob, ReferenceWorkerError
+from dqgen.run.refworker import CheckShape, ReferenceJob, ReferenceWorkerError
 
 
-def _problems(spec: Spec) -> list[Problem]:
+def _problems(spec: Spec) -> list[CheckShape]:
     return [(K, N, seed) for seed, (K, N) in enumerate(build_shapes(spec))]
 
 
@@ -50,15 +50,15 @@ def test_worker_error_from_the_reference_is_one_line() -> None:
     assert "\n" not in msg and msg.startswith("reference worker: ValueError: ") and "negative" in msg
 
 
-def _raise_multiline(spec: Spec, problems: Sequence[Problem]) -> None:
+def _raise_multiline(spec: Spec, problems: Sequence[CheckShape]) -> None:
     raise RuntimeError(f"first line for {spec.name}\nsecond line")
 
 
-def _exit_hard(spec: Spec, problems: Sequence[Problem]) -> None:
+def _exit_hard(spec: Spec, problems: Sequence[CheckShape]) -> None:
     os._exit(3)  # like a crash: no exception, no result
 
 
-def _stall(spec: Spec, problems: Sequence[Problem]) -> None:
+def _stall(spec: Spec, problems: Sequence[CheckShape]) -> None:
     time.sleep(120)
 
 
@@ -92,7 +92,7 @@ def test_worker_that_cannot_start_is_a_one_line_error(tmp_path, monkeypatch: pyt
         job.result(timeout=300)
 
 
-def _module_file(spec: Spec, problems: Sequence[Problem]) -> str:
+def _module_file(spec: Spec, problems: Sequence[CheckShape]) -> str:
     import dqgen.check.reference
 
     return dqgen.check.reference.__file__

@@ -341,7 +341,7 @@ def test_act_order_g_idx_checked_once_per_version(fake, monkeypatch: pytest.Monk
         if gi._version == 2:
             raise ShapeError(f"g_idx: entry 0 is {groups}, outside [0, {groups})")
 
-    monkeypatch.setattr(rt, "check_g_idx", check)
+    monkeypatch.setattr(rt.checks, "check_g_idx", check)
     k(q, s, z, g_idx=gi, out=w)
     k(q, s, z, g_idx=gi, out=w)
     assert seen == [G] and len(fake.rec.launches) == 2

@@ -23,13 +23,14 @@ from ..emit.nvrtc import cache_lookup, compile_source
 from ..emit.pipeline import Artifact, compile_artifact
 from ..emit.render import BLOCK, Variant, kernel_name
 from . import device as dev
+from . import problem as checks
 from . import registry
 from . import tune as tuning
 from .calls import SIGNATURES_MAX, remember
 from .dispatch import MatmulTarget
 from .errors import ShapeError
 from .gemm import supports as gemm_supports
-from .problem import Problem, check_g_idx, infer_problem, output_shape, target_dtype
+from .problem import Problem, infer_problem, output_shape, target_dtype
 from .tune import default_variant, load_tuning, size_class
 
 # gridDim.x limit; past it the kernel loops over tiles (grid-stride).
@@ -181,10 +182,6 @@ class Kernel:
         """(K, N) of the output for a qweight of this shape (shape checks are the call's)."""
         return output_shape(self.spec, qweight_shape)
 
-    def tune(self, ordinal: int = 0, *, save: bool = True, stop: Callable[[], bool] | None = None) -> dict:
-        """dqgen.run.tune.tune on this Kernel's variants (their launches bound by ``prepare``)."""
-        return tuning.tune(self.artifact, ordinal, prepare=self.prepare, save=save, stop=stop)
-
     def prepare(
         self,
         qweight: Any,
@@ -209,7 +206,7 @@ class Kernel:
         o = dev.as_device_array(out, "out") if out is not None else None
         prob = infer_problem(self.spec, q, s, z, o, gi, gsc)
         if gi is not None and gi.size and check_g_idx:
-            check_g_idx(gi, prob.groups)
+            checks.check_g_idx(gi, prob.groups)
         if out is None:
             out = dev.allocate_like(q.kind, (prob.K, prob.N), target_dtype(self.spec), q.device)
             o = dev.as_device_array(out, "out")
@@ -325,7 +322,7 @@ class Kernel:
         elif g_idx is not None and (
             g_idx._version != hit.gidx_version or hit.gidx_ref is None or hit.gidx_ref() is not g_idx
         ):
-            check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
+            checks.check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
             hit.gidx_version, hit.gidx_ref = g_idx._version, weakref.ref(g_idx)
         if hit.fn is not None:
             hit.fn(dev.torch_raw_stream(torch, hit.device) if hit.stream is None else hit.stream)
@@ -389,7 +386,7 @@ class Kernel:
             qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, out=out, stream=stream, check_g_idx=False
         )
         if g_idx is not None and g_idx.numel():
-            check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
+            checks.check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
         entry = _Checked(
             launch.fn,
             launch.device,

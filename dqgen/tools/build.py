@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..emit.pipeline import Artifact
     from ..ir.plan import Plan
     from ..run.gpucheck import GpuRun
-    from ..run.refworker import Problem, ReferenceJob
+    from ..run.refworker import CheckShape, ReferenceJob
     from ..run.runtime import Kernel
 
 #: An integer -> float conversion (cvt.rn.f16.s32, cvt.rn.f32.u32, ...): the slow path the magic numbers avoid.
@@ -102,7 +102,7 @@ def check_out_dir(out_dir: Path) -> None:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(probe))
 
 
-def _start_reference(spec: Spec) -> tuple[ReferenceJob | None, list[str] | None, list[Problem]]:
+def _start_reference(spec: Spec) -> tuple[ReferenceJob | None, list[str] | None, list[CheckShape]]:
     """The checked problems, an earlier build's digests of their reference outputs if stored, else the worker that
     computes those outputs beside every step until the check."""
     from ..run.gpucheck import build_shapes
@@ -136,7 +136,7 @@ def build_spec(
     t_start = time.perf_counter()
     reference: ReferenceJob | None = None
     digests: list[str] | None = None
-    problems: list[Problem] = []
+    problems: list[CheckShape] = []
     started = False
     if gpu or (gpu is None and _gpu_device_node()):
         # first of all: a fresh machine's numba compile of the reference is the build's longest step
@@ -232,7 +232,7 @@ def _gpu_thread(
     artifact: Artifact,
     arch: str,
     cu: Path,
-    problems: list[Problem],
+    problems: list[CheckShape],
     context: Future[None] | None,
     stop: threading.Event,
 ) -> _GpuThread:
@@ -293,7 +293,7 @@ def _build_steps(
     use_gpu: bool,
     reference: ReferenceJob | None,
     digests: list[str] | None,
-    problems: list[Problem],
+    problems: list[CheckShape],
 ) -> None:
     from ..ir.magic import fmt_num
     from ..solve.solver import NoPlanError
@@ -359,7 +359,7 @@ def _check_step(
     laps: _Laps,
     reference: ReferenceJob | None,
     digests: list[str] | None,
-    problems: list[Problem],
+    problems: list[CheckShape],
 ) -> dict:
     """The GPU outputs vs the reference, bit for bit: the worker's outputs, else an earlier build's digests of them
     (a differing digest recomputes the reference here, to name the first mismatch)."""
