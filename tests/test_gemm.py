@@ -229,6 +229,9 @@ def test_direct_entry_copies_x_only_in_whole_chunks_of_a_row() -> None:
     assert np.allclose(emulate(spec, pk, x, _cfg(64), gather=True), matmul_reference(x, W), rtol=1e-12)
     assert not x_aligned(256, K, K) and x_aligned(256, 200, 200)
     assert not x_aligned(256 + 8, 200, 200) and not x_aligned(256, 204, 200)
+    # one-byte elements (the W8A8 GEMM's int8 / e4m3 operands): a 16-byte chunk is 16 elements
+    assert x_aligned(256, 208, 208, itemsize=1) and not x_aligned(256, 200, 200, itemsize=1)
+    assert not x_aligned(256, 216, 208, itemsize=1)  # rows 216 bytes apart: every other row starts mid-chunk
 
 
 def _banks(rows: np.ndarray) -> list[set[int]]:

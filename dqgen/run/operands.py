@@ -69,9 +69,10 @@ def check_activation(
     return x2, out
 
 
-def x_aligned(ptr: int, row_stride: int, K: int) -> bool:
-    """Whether the kernels may copy x's rows (16-bit elements) in 16-byte vectors: every 8-half chunk of a row
-    starts 16-byte aligned (PTX: a cp.async source is aligned to cp-size) and lies wholly inside its row (K % 8 ==
-    0, so the kernel's per-chunk predicate k < K never lets a copy run into the next row). The GEMV's ``xvec`` and
-    the GEMM's direct entry both read this."""
-    return ptr % 16 == 0 and row_stride % 8 == 0 and K % 8 == 0
+def x_aligned(ptr: int, row_stride: int, K: int, itemsize: int = 2) -> bool:
+    """Whether the kernels may copy the rows of an activation [rows, K] (elements of ``itemsize`` bytes; row_stride
+    in elements) in 16-byte vectors: every 16-byte chunk of a row starts 16-byte aligned (PTX: a cp.async source
+    is aligned to cp-size) and lies wholly inside its row (K a whole number of chunks, so the kernel's per-chunk
+    predicate k < K never lets a copy run into the next row). The GEMV's ``xvec``, the GEMM's direct entry and the
+    W8A8 GEMM's in-place operands (int8 / e4m3: itemsize 1) all read this."""
+    return ptr % 16 == 0 and (row_stride * itemsize) % 16 == 0 and (K * itemsize) % 16 == 0

@@ -14,6 +14,7 @@ import torch
 
 from ..run import device as dev
 from ..run.calls import BOUND_MAX, CALLS_MAX, remember
+from ..run.operands import x_aligned
 from ..run.workspace import GrowOnlyCounters
 from .gemm import MAX_K_S8, Elem, GemmKernel, Out, choose, launch_args, loaded
 from .gemm_reference import QMAX, WeightKind
@@ -72,8 +73,8 @@ def _in_place(t: torch.Tensor) -> bool:
     """Whether the kernel reads t [rows, K] in place: unit inner stride, K, the row stride and the pointer 16-byte
     multiples."""
     rows, k = t.shape
-    ok = k % 16 == 0 and k > 0 and t.stride(1) == 1 and t.data_ptr() % 16 == 0
-    return ok and (rows <= 1 or t.stride(0) % 16 == 0)
+    row_stride = t.stride(0) if rows > 1 else k  # one row: no row stride to align
+    return k > 0 and t.stride(1) == 1 and x_aligned(t.data_ptr(), row_stride, k, t.element_size())
 
 
 def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
