@@ -9,8 +9,8 @@
   unchanged beside a packed weight): dequantize into a dense weight and ``torch.matmul`` (cuBLAS), where a
   compute-bound GEMM of fp16 weights beats mma.sync with a conversion in its loop;
 - other specs (floats, codebooks, 2/3-bit) keep the GEMV for every M;
-- under torch.compile, the custom ops of dqgen.run.gemm_op (dqgen.run.matmul_op for specs the GEMM does not take),
-  which make the same choice when they run.
+- under torch.compile, one custom op of dqgen.run.torch_op (``dqgen::matmul_dispatch*``; ``dqgen::matmul*`` for
+  specs the GEMM does not take), which makes the same choice when it runs.
 
 The paths take a ``MatmulTarget`` (the compiled spec, its key, whether the GEMM takes it, and the dense path's
 dequantize call), built once by ``Kernel``; whether the call is traced is decided once, by the caller.
@@ -307,7 +307,7 @@ def _traced(
     out: Any,
 ) -> Any:
     """Under torch.compile: one custom op that runs the eager call when the graph runs (M may be symbolic here):
-    dqgen.run.gemm_op's dispatch for specs the GEMM takes, else dqgen.run.matmul_op's GEMV."""
+    ``dqgen::matmul_dispatch*`` for specs the GEMM takes, else the GEMV's ``dqgen::matmul*`` (dqgen.run.torch_op)."""
     ops = sys.modules["torch"].ops.dqgen  # traced: torch is imported, and Kernel.matmul registered the ops
     if target.gemm_ok:
         if is_packed:
