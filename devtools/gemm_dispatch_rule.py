@@ -1,7 +1,7 @@
 """Measure Kernel.matmul's three paths on this GPU and (with --write-rule) store the dispatch rule it should use.
 
 For each shape of the issue and M = 16 .. 4096: the GEMV (M <= 16 only: it launches 16 rows at a time), the
-tensor-core GEMM (dqgen.run.gemm.run on a packed weight) and dequantize + cuBLAS (the dequantize kernel into a
+tensor-core GEMM (dqgen.run.gemm.run_gemm on a packed weight) and dequantize + cuBLAS (the dequantize kernel into a
 buffer, then torch.matmul), with cuBLAS on the dense weight alone beside them; one call after an L2 flush, median
 (dqgen.run.timing.single_call_us). Every output is checked against float64 x @ W first.
 
@@ -58,8 +58,8 @@ def main() -> int:
         from dqgen.run import matmul as mm
 
         paths = {
-            "gemv": lambda x, mw=mw: mm.run(k, x, mw),
-            "gemm": lambda x, gw=gw: gemm.run(k, x, gw),
+            "gemv": lambda x, mw=mw: mm.run_gemv(k.artifact, x, mw),
+            "gemm": lambda x, gw=gw: gemm.run_gemm(k.spec, x, gw),
             "dequant + cublas": lambda x, q=q, s=s, z=z, gi=gi, buf=buf: torch.matmul(x, k(q, s, z, g_idx=gi, out=buf)),
             "cublas dense": lambda x, W=W: torch.matmul(x, W),
         }

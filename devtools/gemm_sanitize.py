@@ -12,7 +12,7 @@ import numpy as np
 
 from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import load_spec
-from dqgen.kernels.gemm import ENTRIES
+from dqgen.kernels.gemm import GEMM_ENTRIES
 from dqgen.run import gemm
 from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 from dqgen.run.runtime import Kernel
@@ -33,21 +33,21 @@ def main() -> int:
         spec = load_spec(name)
         k = Kernel(spec)
         (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
-        gw = gemm.pack(k, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
+        gw = gemm.pack_gemm(k.spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
         for M in ms:
             x = random_x(spec, M, K, seed=M)
-            before = set(gw._ws)
-            y = gemm.run(k, to_torch(x), gw)
+            before = set(gw.workspace)
+            y = gemm.run_gemm(k.spec, to_torch(x), gw)
             torch.cuda.synchronize()
             cfg = gemm.choose_config(M)
             entries.add((cfg.bm, gw.gather))
-            split = bool(set(gw._ws) - before)
+            split = bool(set(gw.workspace) - before)
             splits.add(split)
             err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
             print(f"{name} K={K} N={N} M={M} tile={cfg.bm} gather={gw.gather} split={split}: rel err {err:.2e}")
             if not err <= TOLERANCE[spec.target.value]:
                 bad.append(f"{name} M={M}")
-    missing = {(e.config.bm, e.gather) for e in ENTRIES} - entries
+    missing = {(e.config.bm, e.gather) for e in GEMM_ENTRIES} - entries
     if missing or splits != {True, False} or bad:
         print(f"FAILED: entries not covered {sorted(missing)}, split/unsplit covered {sorted(splits)}, off: {bad}")
         return 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from dqgen.kernels.w8a8_gemm import W8A8GemmConfig, choose
+from dqgen.kernels.w8a8_gemm import W8A8GemmConfig, choose_w8a8_gemm
 from dqgen.run import device as dev
 from dqgen.w8a8 import gemm_reference as ref
 from dqgen.w8a8.gemm import GemmKernel, launch_args
@@ -16,7 +16,7 @@ from dqgen.w8a8.gemm import GemmKernel, launch_args
 rng = np.random.default_rng(0)
 major_minor = int(dev.device_arch(0)[3:].rstrip("af"))
 SMS, SHARED = dev.sm_count(0), dev.max_shared_optin(0)
-# (m, n, k, elem, out, forced splits or 0 for the default plan): the configuration choose() picks on this GPU
+# (m, n, k, elem, out, forced splits or 0 for the default plan): the configuration choose_w8a8_gemm() picks on this GPU
 CASES: list[tuple[int, int, int, str, str, int]] = [
     (5, 300, 1040, "s8", "acc", 0),
     (5, 300, 4112, "s8", "acc", 3),
@@ -42,7 +42,7 @@ def _buf(a: np.ndarray) -> dev.DeviceBuffer:
     return dev.DeviceBuffer.from_host(np.ascontiguousarray(a))
 
 
-ALL = [(*case, choose(case[3], case[4], case[0], case[1], case[2], SMS, SHARED)) for case in CASES] + EXTRA  # type: ignore[arg-type]
+ALL = [(*case, choose_w8a8_gemm(case[3], case[4], case[0], case[1], case[2], SMS, SHARED)) for case in CASES] + EXTRA  # type: ignore[arg-type]
 for m, n, k, elem, out, forced, cfg in ALL:
     kern = GemmKernel(cfg)
     if elem == "s8":

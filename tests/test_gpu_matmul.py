@@ -179,8 +179,8 @@ def test_checkpoint_form_packs_once_per_version_and_errors_name_the_tensor() -> 
     check(spec, y1, matmul_reference(x_np, W))
     from dqgen.run import matmul as mm
 
-    w1 = mm.packed(k, qt, st)
-    assert mm.packed(k, qt, st) is w1  # cached
+    w1 = mm.packed_gemv(k.artifact, k.op_key, qt, st)
+    assert mm.packed_gemv(k.artifact, k.op_key, qt, st) is w1  # cached
     (q2, s2, _, _, _), W2 = matmul_inputs(spec, K, N, seed=8, group_size=128)
     qt.copy_(to_torch(q2))  # in place: a new version, packed again
     st.copy_(to_torch(s2))

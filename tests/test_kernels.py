@@ -49,9 +49,9 @@ def _one_of_each() -> list[KernelConfig]:
     return [
         dequant.DequantConfig(art, dequant.variants(art.spec)[0]),
         gemv.GemvConfig(art, gemv.entries(art.spec)[0]),
-        gemm.GemmKernelConfig.one(art.spec, gemm.ENTRIES[0]),
-        w8a8_gemm.choose("s8", "f16", 1),
-        act_quant.choose("fp16", 4096, None, False, True, 1),
+        gemm.GemmKernelConfig.one(art.spec, gemm.GEMM_ENTRIES[0]),
+        w8a8_gemm.choose_w8a8_gemm("s8", "f16", 1),
+        act_quant.choose_act_quant("fp16", 4096, None, False, True, 1),
         gru_cell.GruCellConfig(_gru_constants()),
         gru_cell.GruPersistConfig(_gru_constants(), 2),
     ]
@@ -110,7 +110,7 @@ def test_equal_configs_render_once_and_every_tuning_of_the_gemv_is_its_own_sourc
     assert renders == ["matmul.cu.j2"] * 2
     assert "__ldcs" in cs.source() and "__ldcs" not in kept
     # the other families: equal configs once, distinct ones apart
-    w8 = [w8a8_gemm.choose("s8", "f16", m) for m in (1, 1, 100)]
+    w8 = [w8a8_gemm.choose_w8a8_gemm("s8", "f16", m) for m in (1, 1, 100)]
     assert w8[0].source() is w8[1].source() and w8[2].source() != w8[0].source()
     assert renders.count("w8a8_gemm.cu.j2") == 2
 
@@ -140,16 +140,16 @@ def _all_names() -> dict[str, list[str]]:
     for path in shipped_specs():
         spec = load_spec(path)
         names["dequant"] += [dequant.kernel_name(spec, v) for v in dequant.variants(spec)]
-        names["gemv"] += [gemv.entry_name(spec, e) for e in gemv.entries(spec)]
+        names["gemv"] += [gemv.gemv_entry_name(spec, e) for e in gemv.entries(spec)]
         if gemm.supports(spec):
-            names["gemm"] += [gemm.entry_name(spec, e) for e in gemm.ENTRIES]
+            names["gemm"] += [gemm.gemm_entry_name(spec, e) for e in gemm.GEMM_ENTRIES]
     w8 = set()
     for elem in ("s8", "e4m3"):
         for out in ("f16", "bf16", "acc"):
             for m in (1, 16, 17, 32, 33, 64, 65, 128, 4096):
                 for n, k in ((6144, 4096), (28672, 8192), (256, 256)):
                     for sms, shared in ((0, w8a8_gemm.SHARED_SM89), (132, 227 * 1024), (108, 163 * 1024)):
-                        w8.add(w8a8_gemm.choose(elem, out, m, n, k, sms, shared))  # type: ignore[arg-type]
+                        w8.add(w8a8_gemm.choose_w8a8_gemm(elem, out, m, n, k, sms, shared))  # type: ignore[arg-type]
     names["w8a8_gemm"] = [c.name for c in w8]
     aq = set()
     for dtype in ("fp16", "bf16"):
@@ -159,7 +159,7 @@ def _all_names() -> dict[str, list[str]]:
                     for aligned in (True, False):
                         if not (aligned and k % 8):
                             for rows in (1, 4096):
-                                aq.add(act_quant.choose(dtype, k, smooth, static, aligned, rows))  # type: ignore[arg-type]
+                                aq.add(act_quant.choose_act_quant(dtype, k, smooth, static, aligned, rows))  # type: ignore[arg-type]
     names["act_quant"] = [c.name for c in aq]
     return names
 
@@ -215,14 +215,14 @@ def test_value_types_carry_the_architecture_axis() -> None:
     with pytest.raises(ValueError, match=r"^Mainloop\.kind"):
         Mainloop("tcgen05", (128, 128, 64), (1, 4), 4)  # type: ignore[arg-type]
     # a Hopper main loop is one new kind: it raises a config's architecture and renames its entry point
-    s8 = w8a8_gemm.choose("s8", "f16", 4096)
+    s8 = w8a8_gemm.choose_w8a8_gemm("s8", "f16", 4096)
     hopper = dataclasses.replace(s8, kind="wgmma_tma_sm90")
     assert s8.min_sm == 80 and hopper.min_sm == 90 and hopper.name != s8.name
     with pytest.raises(ValueError, match="mma_sync_sm80 main loop alone"):
         hopper.source()  # no template has it yet
-    assert w8a8_gemm.choose("e4m3", "bf16", 1).min_sm == 89
+    assert w8a8_gemm.choose_w8a8_gemm("e4m3", "bf16", 1).min_sm == 89
     assert s8.epilogue == Epilogue("f16", bias=True, row_scale=True, col_scale=True)
-    assert s8.mainloop.swap_ab is False and w8a8_gemm.choose("s8", "f16", 8).mainloop.swap_ab
+    assert s8.mainloop.swap_ab is False and w8a8_gemm.choose_w8a8_gemm("s8", "f16", 8).mainloop.swap_ab
     tile = gemm.CONFIGS[0]
     assert dataclasses.replace(tile, kind="wgmma_tma_sm90").tag != tile.tag
 
@@ -318,11 +318,11 @@ def test_the_loader_refuses_an_older_gpu_in_one_line_naming_config_and_gpu(stand
         loader.load(_Probe("hopper_only", sm=90), 0)
     assert stand_ins["compiled"] == [] and _Loaded.made == []  # refused before compiling anything
     assert loader.load(_Probe("hopper_only", sm=90), 1).name == "hopper_only"
-    fp8 = w8a8_gemm.choose("e4m3", "f16", 1)
+    fp8 = w8a8_gemm.choose_w8a8_gemm("e4m3", "f16", 1)
     with pytest.raises(RuntimeError, match=rf"^w8a8_gemm kernel {fp8.name}: needs sm_89 or newer, but GPU 0 is sm_80$"):
         loader.load(fp8, 0)
     spec = load_spec(AWQ).model_copy(update={"arch": "sm_90"})
-    old = gemm.GemmKernelConfig.one(spec, gemm.ENTRIES[0])
+    old = gemm.GemmKernelConfig.one(spec, gemm.GEMM_ENTRIES[0])
     with pytest.raises(
         RuntimeError, match=r"^awq_int4_fp16 \(spec targets sm_90\), gemm kernel dqgen_gemm_.*GPU 0 is sm_80$"
     ):
@@ -352,7 +352,7 @@ def test_the_loader_opts_in_to_the_shared_memory_a_config_takes(stand_ins: dict[
     assert loader.load(_Probe("small", shared=48 * 1024), 0).shared == 0  # the default needs no opt-in
     assert loader.load(_Probe("big", shared=96 * 1024), 0).shared == 96 * 1024
     assert loader.load(_Probe("sized_at_launch", shared=SHARED_OPTIN), 0).shared == 227 * 1024
-    deep = w8a8_gemm.choose("s8", "f16", 4096, 6144, 4096, 132, 227 * 1024)
+    deep = w8a8_gemm.choose_w8a8_gemm("s8", "f16", 4096, 6144, 4096, 132, 227 * 1024)
     assert deep.shared_bytes > 48 * 1024 and loader.load(deep, 1).shared == deep.shared_bytes
     persist = gru_cell.GruPersistConfig(_gru_constants(), 1)
     assert loader.load(persist, 0).shared == 227 * 1024
@@ -396,6 +396,6 @@ def test_every_family_loads_through_the_loader_on_the_gpu() -> None:
     e0, e1 = gemv.entries(art.spec)[:2]
     first, second = loader.load(gemv.GemvConfig(art, e0), 0), loader.load(gemv.GemvConfig(art, e1), 0)
     assert second._owner is first or first._owner is second or second._owner is first._owner is not None
-    deep = w8a8_gemm.choose("s8", "f16", 4096, 6144, 4096, dev.sm_count(0), dev.max_shared_optin(0))
+    deep = w8a8_gemm.choose_w8a8_gemm("s8", "f16", 4096, 6144, 4096, dev.sm_count(0), dev.max_shared_optin(0))
     if deep.shared_bytes > 48 * 1024 and deep.shared_bytes <= dev.max_shared_optin(0):
         assert loader.load(deep, 0).max_active_blocks(deep.threads, deep.shared_bytes) >= 1

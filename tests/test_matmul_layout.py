@@ -164,12 +164,12 @@ def test_matmul_kernel_compiles_without_i2f(spec: Spec) -> None:
     from dqgen.emit.nvrtc import compile_source
     from dqgen.emit.pipeline import compile_artifact
     from dqgen.emit.sass import disassemble
-    from dqgen.kernels.gemv import ENTRIES, entry_name, min_blocks, render_matmul
+    from dqgen.kernels.gemv import GEMV_ENTRIES, gemv_entry_name, min_blocks, render_matmul
 
     art = compile_artifact(spec)
     src = render_matmul(art)
-    for e in ENTRIES:
-        assert f"void __launch_bounds__(128, {min_blocks(spec)}) {entry_name(spec, e)}(" in src
+    for e in GEMV_ENTRIES:
+        assert f"void __launch_bounds__(128, {min_blocks(spec)}) {gemv_entry_name(spec, e)}(" in src
     for arch in ("sm_80", "sm_90"):
         if int(arch[3:]) < spec.sm:
             continue

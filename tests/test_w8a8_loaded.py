@@ -25,8 +25,8 @@ class Loaded:
 @pytest.mark.parametrize(
     "module, stub, what",
     [
-        (gemm, "GemmKernel", w8a8_gemm.choose("s8", "f16", 1)),
-        (kernel, "ActQuantKernel", act_quant.choose("fp16", 4096, None, False, True, 1)),
+        (gemm, "GemmKernel", w8a8_gemm.choose_w8a8_gemm("s8", "f16", 1)),
+        (kernel, "ActQuantKernel", act_quant.choose_act_quant("fp16", 4096, None, False, True, 1)),
     ],
     ids=["gemm", "act_quant"],
 )

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from dqgen.emit.nvrtc import compile_source
-from dqgen.kernels.act_quant import MAX_CACHED, MAX_SMOOTH_SMEM, SMEM_MIN_ROWS, ActQuantConfig, choose, render
+from dqgen.kernels.act_quant import (
+    MAX_CACHED,
+    MAX_SMOOTH_SMEM,
+    SMEM_MIN_ROWS,
+    ActQuantConfig,
+    choose_act_quant,
+    render_act_quant,
+)
 from dqgen.w8a8 import reference
 
 F16 = np.float16
@@ -112,7 +119,12 @@ VARIANTS = [
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.name)
 def test_variant_compiles_without_spills(v: ActQuantConfig) -> None:
     res = compile_source(
-        render(v), arch="sm_90", want="cubin", name="act_quant.cu", options=["--ptxas-options=-v"], use_cache=False
+        render_act_quant(v),
+        arch="sm_90",
+        want="cubin",
+        name="act_quant.cu",
+        options=["--ptxas-options=-v"],
+        use_cache=False,
     )
     assert "0 bytes spill stores" in res.log and "0 bytes stack frame" in res.log, res.log
     assert res.cubin.startswith(b"\x7fELF")
@@ -120,21 +132,21 @@ def test_variant_compiles_without_spills(v: ActQuantConfig) -> None:
 
 def test_render_refuses_an_aligned_variant_with_a_tail() -> None:
     with pytest.raises(ValueError, match="K must be a multiple of 8"):
-        render(ActQuantConfig("fp16", 4100, None, False, True))
+        render_act_quant(ActQuantConfig("fp16", 4100, None, False, True))
 
 
 def test_choose_places_the_smoothing_reciprocals_by_rows_and_falls_back() -> None:
     # by default registers for few rows, shared memory from SMEM_MIN_ROWS rows on (the bench's figures)
-    assert choose("fp16", 4096, "fp32", False, True, 16).smooth_in == "regs"
-    assert choose("fp16", 4096, "fp32", False, True, SMEM_MIN_ROWS).smooth_in == "smem"
-    assert choose("fp16", 4096, None, False, True, 16).hold == "raw"
+    assert choose_act_quant("fp16", 4096, "fp32", False, True, 16).smooth_in == "regs"
+    assert choose_act_quant("fp16", 4096, "fp32", False, True, SMEM_MIN_ROWS).smooth_in == "smem"
+    assert choose_act_quant("fp16", 4096, None, False, True, 16).hold == "raw"
     # registers only for <= 4 vectors a thread, shared memory only for aligned rows that fit; else per element
-    assert choose("fp16", 20000, "fp32", False, True, 16).smooth_in == "rcp"
-    assert choose("fp16", 20000, "fp32", False, True, 4096, smooth_in="regs").smooth_in == "smem"
+    assert choose_act_quant("fp16", 20000, "fp32", False, True, 16).smooth_in == "rcp"
+    assert choose_act_quant("fp16", 20000, "fp32", False, True, 4096, smooth_in="regs").smooth_in == "smem"
     big = MAX_SMOOTH_SMEM // 4 + 8
-    assert choose("fp16", big, "fp32", False, True, 4096).smooth_in == "rcp"
-    assert choose("fp16", 4099, "fp32", False, False, 4096, smooth_in="smem").smooth_in == "rcp"
+    assert choose_act_quant("fp16", big, "fp32", False, True, 4096).smooth_in == "rcp"
+    assert choose_act_quant("fp16", 4099, "fp32", False, False, 4096, smooth_in="smem").smooth_in == "rcp"
     with pytest.raises(ValueError, match="needs the aligned variant"):
-        render(ActQuantConfig("fp16", 4099, "fp32", False, False, "raw", "smem"))
+        render_act_quant(ActQuantConfig("fp16", 4099, "fp32", False, False, "raw", "smem"))
     with pytest.raises(ValueError, match="at most 4 vectors"):
-        render(ActQuantConfig("fp16", 40000, "fp32", False, True, "raw", "regs"))
+        render_act_quant(ActQuantConfig("fp16", 40000, "fp32", False, True, "raw", "regs"))

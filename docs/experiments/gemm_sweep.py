@@ -1,6 +1,6 @@
 """Time the tensor-core GEMM's tile configs and split counts side by side on this GPU (tuning choose_config and
-choose_splits): for each shape and M, every candidate tile with the automatic split count, the automatic tile with
-forced split counts, and cuBLAS on the dense weight; one call after an L2 flush, median
+choose_gemm_splits): for each shape and M, every candidate tile with the automatic split count, the automatic tile
+with forced split counts, and cuBLAS on the dense weight; one call after an L2 flush, median
 (dqgen.run.timing.single_call_us). Every output is checked against float64 x @ W first.
 
     python docs/experiments/gemm_sweep.py [--spec awq_int4_fp16] [--json out.json] [--shapes 4096x6144,...] [--ms 16,64]
@@ -68,7 +68,7 @@ def main() -> int:
             for name, cfg, sp in variants:
 
                 def fn(x=x, cfg=cfg, sp=sp, gw=gw):
-                    return gemm.run(k, x, gw, config=cfg, splits=sp)
+                    return gemm.run_gemm(k.spec, x, gw, config=cfg, splits=sp)
 
                 y = fn()
                 err = float((y.double() - ref).norm() / ref.norm())

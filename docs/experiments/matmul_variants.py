@@ -53,10 +53,10 @@ VARIANTS: dict[str, Tuning] = {
 def variant(k: Kernel, w: mm.MatmulWeight, tuning: Tuning) -> mm.MatmulWeight:
     """A copy of w whose launches run the kernel rendered with ``tuning`` (the GEMV config's tuning; bound on its
     first call)."""
-    fn = mm._function(k, MatmulEntry(False, PAIRED), w.device, tuning)
+    fn = mm._function(k.artifact, MatmulEntry(False, PAIRED), w.device, tuning)
     resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
-    s = mm.choose_splits(w.n_tiles, w.chunks, resident)
-    flat = mm._flat_grids(k, w.mode, w.n_tiles, w.chunks, s, resident, w.device, tuning)
+    s = mm.choose_gemv_splits(w.n_tiles, w.chunks, resident)
+    flat = mm._flat_grids(k.artifact, w.mode, w.n_tiles, w.chunks, s, resident, w.device, tuning)
     partials = max([w.n_tiles * s] + [w.n_tiles * f.slots for f in flat if f is not None])
     return dataclasses.replace(
         w,
@@ -78,7 +78,7 @@ def bind(k: Kernel, v: mm.MatmulWeight, tuning: Tuning, x: torch.Tensor, y: torc
     """The first call renders, compiles and binds the variant's launch (kept in v._bound for the timing; v carries
     ``tuning``)."""
     assert v.tuning == tuning
-    mm.run(k, x, v, out=y)
+    mm.run_gemv(k.artifact, x, v, out=y)
     torch.cuda.synchronize()
 
 
@@ -107,7 +107,7 @@ def check(spec_name: str, tuning: Tuning) -> dict:
 
 
 def time_us(k: Kernel, x: torch.Tensor, v: mm.MatmulWeight, y: torch.Tensor) -> float:
-    return float(triton.testing.do_bench(lambda: mm.run(k, x, v, out=y), return_mode="median")) * 1e3
+    return float(triton.testing.do_bench(lambda: mm.run_gemv(k.artifact, x, v, out=y), return_mode="median")) * 1e3
 
 
 def main() -> None:

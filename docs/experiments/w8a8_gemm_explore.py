@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from dqgen.emit.nvrtc import compile_source
-from dqgen.kernels.w8a8_gemm import W8A8GemmConfig, choose, choose_splits, ktiles, render
+from dqgen.kernels.w8a8_gemm import W8A8GemmConfig, choose_splits, choose_w8a8_gemm, ktiles, render_w8a8_gemm
 from dqgen.run import device as dev
 from dqgen.run.timing import single_call_us
 from dqgen.w8a8.gemm import launch_args
@@ -37,7 +37,7 @@ T0 = time.time()
 class Variant:
     def __init__(self, cfg: W8A8GemmConfig, src: str | None = None) -> None:
         self.cfg = cfg
-        res = compile_source(src or render(cfg), arch=dev.device_arch(0), want="cubin", name="w8a8_gemm.cu")
+        res = compile_source(src or render_w8a8_gemm(cfg), arch=dev.device_arch(0), want="cubin", name="w8a8_gemm.cu")
         self.kern = dev.LoadedKernel(res.cubin, cfg.name, 0)
         if cfg.shared_bytes > 48 * 1024:
             self.kern.set_max_dynamic_shared(cfg.shared_bytes)
@@ -161,8 +161,8 @@ def bench_int8(k: int, n: int, ms: tuple[int, ...]) -> None:
         table = SMALL if m <= 16 else MID if m <= 64 else LARGE
         todo.append(
             (
-                "chosen " + choose("s8", "f16", m, n, k, SMS, SHARED).name,
-                choose("s8", "f16", m, n, k, SMS, SHARED),
+                "chosen " + choose_w8a8_gemm("s8", "f16", m, n, k, SMS, SHARED).name,
+                choose_w8a8_gemm("s8", "f16", m, n, k, SMS, SHARED),
                 None,
                 None,
             )
@@ -201,7 +201,7 @@ def bench_fp8(k: int, n: int, ms: tuple[int, ...]) -> None:
         x8, xs8 = quantize_activations_fp8(torch.randn(m, k, device="cuda", generator=g).half())
         y64 = (x8.double() @ w8.double().T) * xs8.double()[:, None] * ws8.double()[None, :]
         swap = m <= 64
-        chosen = choose("e4m3", "bf16", m, n, k, SMS, SHARED)
+        chosen = choose_w8a8_gemm("e4m3", "bf16", m, n, k, SMS, SHARED)
         cfgs = {"fp8 chosen " + chosen.name: chosen}
         if not swap:
             cfgs["fp8 128x256 s4"] = W8A8GemmConfig("e4m3", "bf16", False, 128, 256, 2, 4, 4)

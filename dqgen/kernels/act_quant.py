@@ -119,7 +119,7 @@ SMEM_MIN_ROWS = 1024
 DEFAULT_HOLD: Hold = "raw"
 
 
-def choose(
+def choose_act_quant(
     dtype: XDtype,
     k: int,
     smooth: SmoothDtype,
@@ -177,6 +177,6 @@ def _context(v: ActQuantConfig) -> dict[str, Any]:
     )
 
 
-def render(v: ActQuantConfig) -> str:
+def render_act_quant(v: ActQuantConfig) -> str:
     """The variant's source (memoized on the config; ValueError naming the field the template cannot take)."""
     return v.source()

@@ -71,7 +71,7 @@ class GemmEntry:
     gather: bool  # x through perm with plain loads (act-order, padded groups, unaligned x)
 
 
-ENTRIES = tuple(GemmEntry(c, g) for c in CONFIGS for g in (False, True))
+GEMM_ENTRIES = tuple(GemmEntry(c, g) for c in CONFIGS for g in (False, True))
 
 
 def supports(spec: Spec) -> bool:
@@ -84,7 +84,7 @@ def supports(spec: Spec) -> bool:
     )
 
 
-def entry_name(spec: Spec, e: GemmEntry) -> str:
+def gemm_entry_name(spec: Spec, e: GemmEntry) -> str:
     return f"dqgen_gemm_{spec.name}_{e.config.tag}{'_gather' if e.gather else ''}"
 
 
@@ -96,14 +96,14 @@ def has_zeros(spec: Spec) -> bool:
 @dataclass(frozen=True)
 class GemmKernelConfig(KernelConfig):
     """The tensor-core GEMM of ``spec`` with ``entries``' entry points in one source (a launch compiles only the
-    one it runs; all of ENTRIES by default). ValueError (from converter_spec) naming the spec field for specs that
+    one it runs; all of GEMM_ENTRIES by default). ValueError (from converter_spec) naming the spec field for specs that
     are not 4- or 8-bit integer codes."""
 
     family: ClassVar[str] = "gemm"
     template: ClassVar[str] = "gemm.cu.j2"
 
     spec: Spec = field(compare=False, repr=False)
-    entries: tuple[GemmEntry, ...] = ENTRIES
+    entries: tuple[GemmEntry, ...] = GEMM_ENTRIES
     key: str = field(init=False)  # the spec's content key (a Spec is not hashable)
 
     def __post_init__(self) -> None:
@@ -125,7 +125,7 @@ class GemmKernelConfig(KernelConfig):
 
     @property
     def name(self) -> str:
-        return entry_name(self.spec, self.entry)
+        return gemm_entry_name(self.spec, self.entry)
 
     @property
     def mainloop(self) -> Mainloop:
@@ -170,7 +170,7 @@ class GemmKernelConfig(KernelConfig):
         return f"{self.spec.name} (spec targets {self.spec.arch}), {self.family} kernel {entry}"
 
 
-def render_gemm(spec: Spec, entries: tuple[GemmEntry, ...] = ENTRIES) -> str:
+def render_gemm(spec: Spec, entries: tuple[GemmEntry, ...] = GEMM_ENTRIES) -> str:
     """The GEMM source of ``spec`` with the given entry points (all by default), memoized on the config."""
     return GemmKernelConfig(spec, tuple(entries)).source()
 
@@ -192,7 +192,7 @@ def _context(spec: Spec, conv: Spec, plan: object, entries: tuple[GemmEntry, ...
         mma_type="bf16" if conv.target.value == "bf16" else "f16",
         entries=[
             {
-                "entry": entry_name(spec, e),
+                "entry": gemm_entry_name(spec, e),
                 "bm": e.config.bm,
                 "wm": e.config.wm,
                 "wn": e.config.wn,

@@ -93,7 +93,7 @@ class MatmulEntry:
         return self.mode == GATHER
 
 
-ENTRIES = tuple(MatmulEntry(t, m) for m in (PAIRED, DIRECT, GATHER) for t in (False, True))
+GEMV_ENTRIES = tuple(MatmulEntry(t, m) for m in (PAIRED, DIRECT, GATHER) for t in (False, True))
 
 
 def grouped_spec(spec: Spec) -> bool:
@@ -115,8 +115,8 @@ def grouped_spec(spec: Spec) -> bool:
 def entries(spec: Spec) -> tuple[MatmulEntry, ...]:
     """The entry points the spec's matmul source has (GROUPED for 1..8 and for 9..16 tokens: see launch_mode)."""
     if not grouped_spec(spec):
-        return ENTRIES
-    return ENTRIES + tuple(MatmulEntry(t, GROUPED, f) for f in (False, True) for t in (False, True))
+        return GEMV_ENTRIES
+    return GEMV_ENTRIES + tuple(MatmulEntry(t, GROUPED, f) for f in (False, True) for t in (False, True))
 
 
 def entry_mode(spec: Spec, per_block: int, group_size: int, gather: bool, chunks: int) -> int:
@@ -191,7 +191,7 @@ def entry_min_blocks(spec: Spec, e: MatmulEntry, tuning: Tuning = DEFAULT_TUNING
     return tuning.mb16 if lean16 and tuning.mb16 else min_blocks(spec, tuning)
 
 
-def entry_name(spec: Spec, e: MatmulEntry) -> str:
+def gemv_entry_name(spec: Spec, e: MatmulEntry) -> str:
     mode = ("paired", "direct", "gather", "grouped")[e.mode]
     return f"dqgen_mm_{spec.name}_m{16 if e.tok16 else 8}_{mode}{'_flat' if e.flat else ''}"
 
@@ -233,7 +233,7 @@ class GemvConfig(KernelConfig):
     def name(self) -> str:
         if self.entry is None:
             raise ValueError(f"{self.spec.name}: the GEMV source has several entry points; name one")
-        return entry_name(self.spec, self.entry)
+        return gemv_entry_name(self.spec, self.entry)
 
     @property
     def threads(self) -> int:
@@ -290,7 +290,7 @@ def _context(spec: Spec, plan: Plan, tuning: Tuning) -> dict[str, Any]:
                 "tok16": e.tok16,
                 "mode": e.mode,
                 "flat": e.flat,
-                "entry": entry_name(spec, e),
+                "entry": gemv_entry_name(spec, e),
                 "min_blocks": entry_min_blocks(spec, e, tuning),
             }
             for e in entries(spec)

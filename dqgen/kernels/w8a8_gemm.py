@@ -4,7 +4,7 @@ and the rule that picks a call's configuration.
 Two kinds of tiles: ``tiles`` (M > SWAP_MAX_M: 128 tokens x 128 or 256 channels a block, 8 warps) and ``swap``
 (small M, swap-AB as in the GEMV: the weight is the mma's A operand, 128 channels x 16/32/64 tokens a block), so a
 block reads its strip of the weight once for every token. Both split K over blocks when the tiles alone leave SMs
-idle (a deterministic reduction: partials stored, added by the last block of a tile). ``choose`` picks the
+idle (a deterministic reduction: partials stored, added by the last block of a tile). ``choose_w8a8_gemm`` picks the
 configuration from M, N, K and the device's SMs and shared memory (rules fit to H100 timings, docs/w8a8.md)."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _cost(
     return per * (alone_time if rounds == 1 else rounds * shared_time)
 
 
-def choose(
+def choose_w8a8_gemm(
     elem: Elem, out: Out, m: int, n: int = 0, k: int = 0, sms: int = 0, shared: int = SHARED_SM89
 ) -> W8A8GemmConfig:
     """The tile configuration a call with ``m`` tokens runs; ``n``, ``k``, the GPU's SM count ``sms`` and the
@@ -184,9 +184,9 @@ def _context(cfg: W8A8GemmConfig) -> dict[str, Any]:
     )
 
 
-def render(cfg: W8A8GemmConfig) -> str:
+def render_w8a8_gemm(cfg: W8A8GemmConfig) -> str:
     """The configuration's source (memoized on the config; ValueError naming the field of a config the template
-    cannot render)."""
+    cannot render_w8a8_gemm)."""
     return cfg.source()
 
 

@@ -85,7 +85,7 @@ VARIANTS: tuple[tuple[str, bool, Hold | None, SmoothIn | None], ...] = (
 def run(shapes: Sequence[tuple[int, int]] = SHAPES, out: Path | None = DEFAULT_OUT) -> dict[str, Any]:
     import torch
 
-    from ..kernels.act_quant import choose
+    from ..kernels.act_quant import choose_act_quant
     from ..run.timing import method, single_call_us
     from .op import _aligned, _launch, quantize_activations
 
@@ -122,7 +122,7 @@ def run(shapes: Sequence[tuple[int, int]] = SHAPES, out: Path | None = DEFAULT_O
             nbytes = 3 * m * k + 4 * m + (4 * k if smoothed else 0)
             q, sc = _launch(x, s, None, hold, smooth_in)
             exact = bool(torch.equal(q, want[smoothed][0]) and torch.equal(sc, want[smoothed][1]))
-            v = choose("fp16", k, "fp32" if smoothed else None, False, _aligned(x, s, q), m, hold, smooth_in)
+            v = choose_act_quant("fp16", k, "fp32" if smoothed else None, False, _aligned(x, s, q), m, hold, smooth_in)
             if hold is None and smooth_in is None:  # the default: through the public call, as a user runs it
                 us = single_call_us(functools.partial(quantize_activations, x, s))
             else:  # a forced placement: its launch bound once, as the public call's signature cache binds its own
