@@ -45,22 +45,19 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
 
     from dqgen.core.spec import load_spec, shipped_specs
     from dqgen.emit.pipeline import compile_artifact
+    from dqgen.kernels.dequant import DequantConfig
+    from dqgen.kernels.gemm import GemmKernelConfig
+    from dqgen.kernels.gemv import GemvConfig
 
     for name in shipped_specs():
         spec = load_spec(name)
         art = compile_artifact(spec)
-        yield "dequant", name, art.source, spec.sm
-        from dqgen.emit.matmul import render_matmul
+        yield "dequant", name, DequantConfig(art).source(), spec.sm  # every variant's entry point
+        yield "gemv", name, GemvConfig(art).source(), spec.sm  # every entry point, the kept tuning
+        if GemmKernelConfig.supports(spec):
+            yield "gemm", name, GemmKernelConfig(spec).source(), spec.sm  # every tile config, plain and gather
 
-        yield "gemv", name, render_matmul(art), spec.sm
-        from dqgen.run.gemm import supports
-
-        if supports(spec):
-            from dqgen.emit.gemm import render_gemm
-
-            yield "gemm", name, render_gemm(spec), spec.sm
-
-    from dqgen.w8a8 import gemm as wg
+    from dqgen.kernels import w8a8_gemm as wg
 
     configs = set()
     for elem in ("s8", "e4m3"):
@@ -68,11 +65,11 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
             for m in (1, 16, 17, 32, 33, 64, 65, 128, 256, 1024, 4096):
                 for n, k in ((6144, 4096), (28672, 8192), (4096, 14336), (256, 256)):
                     for sms, shared in ((0, wg.SHARED_SM89), (132, 227 * 1024), (108, 163 * 1024)):
-                        configs.add(wg.choose(elem, out, m, n, k, sms, shared))  # type: ignore[arg-type]
+                        configs.add(wg.choose_w8a8_gemm(elem, out, m, n, k, sms, shared))  # type: ignore[arg-type]
     for cfg in sorted(configs, key=lambda c: c.name):
-        yield "w8a8_gemm", cfg.name, wg.render(cfg), 89 if cfg.elem == "e4m3" else 80
+        yield "w8a8_gemm", cfg.name, cfg.source(), cfg.min_sm
 
-    from dqgen.w8a8 import kernel as ak
+    from dqgen.kernels import act_quant as ak
 
     variants = set()
     for dtype in ("fp16", "bf16"):
@@ -83,23 +80,29 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
                         if aligned and k % 8:
                             continue
                         for rows in (1, 4096):
-                            variants.add(ak.choose(dtype, k, smooth, static, aligned, rows))  # type: ignore[arg-type]
+                            variants.add(ak.choose_act_quant(dtype, k, smooth, static, aligned, rows))  # type: ignore[arg-type]
     for v in sorted(variants, key=lambda v: v.name):
-        yield "act_quant", v.name, ak.render(v), 80
+        yield "act_quant", v.name, v.source(), v.min_sm
 
     from dqgen.gru import calibrate
-    from dqgen.gru import kernel as gk
-    from dqgen.gru import persist as gp
+    from dqgen.gru.kernel import cell_context
+    from dqgen.kernels.gru_cell import MAX_UNITS_PER_THREAD, GruCellConfig, GruPersistConfig
 
     rng = np.random.default_rng(3)
     c, h = 16, 32
     w = rng.standard_normal((3 * h, c)) * 0.3
     r = rng.standard_normal((3 * h, h)) * 0.3
-    p = calibrate(w, r, rng.standard_normal(3 * h) * 0.1, rng.standard_normal(3 * h) * 0.1,
-                  [(rng.standard_normal((20, 4, c)), np.zeros((4, h)))])
-    yield "gru", "cell", gk.render(p), 80
-    for jt in range(1, gp.MAX_UNITS_PER_THREAD + 1):
-        yield "gru", f"persist_jt{jt}", gp.render(p, jt), 80
+    p = calibrate(
+        w,
+        r,
+        rng.standard_normal(3 * h) * 0.1,
+        rng.standard_normal(3 * h) * 0.1,
+        [(rng.standard_normal((20, 4, c)), np.zeros((4, h)))],
+    )
+    constants = cell_context(p)
+    yield "gru", "cell", GruCellConfig(constants).source(), 80
+    for jt in range(1, MAX_UNITS_PER_THREAD + 1):
+        yield "gru", f"persist_jt{jt}", GruPersistConfig(constants, jt).source(), 80
 
 
 def _compile(item: tuple[str, str, str, int]) -> list[dict[str, object]]:
@@ -116,8 +119,9 @@ def _compile(item: tuple[str, str, str, int]) -> list[dict[str, object]]:
         for i, (pos, entry) in enumerate(starts):
             end = starts[i + 1][0] if i + 1 < len(starts) else len(ptx)
             rows.append({"family": family, "source": name, "arch": arch, "entry": entry, "ptx": _sha(ptx[pos:end])})
-        rows.append({"family": family, "source": name, "arch": arch, "entry": "<module>", "ptx": _sha(ptx),
-                     "src": _sha(source)})
+        rows.append(
+            {"family": family, "source": name, "arch": arch, "entry": "<module>", "ptx": _sha(ptx), "src": _sha(source)}
+        )
     return rows
 
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from dqgen.core.spec import Spec
-from dqgen.emit.gemm import GemmConfig
 from dqgen.emit.pipeline import compile_artifact
+from dqgen.kernels.gemm import GemmConfig
 from dqgen.layout.gemm import TILE_K, TILE_N, GemmPacked
 from dqgen.layout.gemm_trt import columns_interleaved, converter_spec
 from dqgen.run.gemm import workspace_floats

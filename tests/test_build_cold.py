@@ -49,12 +49,12 @@ class FakeClock:
 
 
 def variant_costs() -> dict[str, float]:
-    from dqgen.emit.render import Variant, kernel_name, variants
+    from dqgen.kernels.dequant import DequantVariant, kernel_name, variants
     from dqgen.run.tune import default_variant
 
     spec = load_spec(SPEC)
     default = default_variant(spec, True)
-    fast = Variant(vec=default.vec, rows=2 * default.rows, aligned=True, stream=False)
+    fast = DequantVariant(vec=default.vec, rows=2 * default.rows, aligned=True, stream=False)
     assert fast in variants(spec)
     return {
         kernel_name(spec, v): DEFAULT_MS if v == default else FAST_MS if v == fast else SLOW_MS for v in variants(spec)
@@ -186,7 +186,7 @@ def test_build_with_a_gpu_imports_neither_torch_nor_triton(tmp_path: Path) -> No
     line = report["steps"]["gpu"]["line"]
     # the tuner ran (every aligned variant launched: the unaligned ones serve unaligned tensors only) and kept the
     # variant that is 10% faster than the default
-    from dqgen.emit.render import kernel_name, variants
+    from dqgen.kernels.dequant import kernel_name, variants
 
     spec = load_spec(SPEC)
     assert set(seen["launches"]) == {kernel_name(spec, v) for v in variants(spec) if v.aligned}
@@ -219,11 +219,11 @@ def _proof_meets_tuner(monkeypatch: pytest.MonkeyPatch, proof_ok: bool) -> dict[
         result = real_prove(plan, spec, n_random=n_random, **kwargs)
         return result if proof_ok else dataclasses.replace(result, ok=False, failures=["word 0x0: got 1, want 2"])
 
-    def tune_beside(kernel: Any, ordinal: int = 0, **options: Any) -> dict:
+    def tune_beside(artifact: Any, ordinal: int = 0, **options: Any) -> dict:
         seen["tune"].set()
         assert seen["proof"].wait(120), "the proof did not start while the tuner ran"
         try:
-            return real_tune(kernel, ordinal, **options)
+            return real_tune(artifact, ordinal, **options)
         except tune.TuningStopped:
             seen["stopped"] = True
             raise
@@ -271,7 +271,7 @@ def test_the_tuners_host_inputs_pass_the_kernels_checks(name: str) -> None:
     bench's distributions: full-range words, scales within +-0.05 (block scales: ordinary codes)."""
     import dqgen.run.device as dev
     from dqgen.run.inputs import host_inputs
-    from dqgen.run.runtime import infer_problem
+    from dqgen.run.problem import infer_problem
 
     spec = load_spec(name)
     K, N = 1024, 1024

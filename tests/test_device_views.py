@@ -22,7 +22,8 @@ import pytest
 from dqgen.core.formats import BF16, E4M3, E8M0, FP16, FP32, numpy_dtype
 from dqgen.core.spec import SHIPPED_SPECS, load_spec, with_group_size
 from dqgen.run import device
-from dqgen.run.runtime import Kernel, ShapeError, infer_problem
+from dqgen.run.problem import infer_problem
+from dqgen.run.runtime import Kernel, ShapeError
 
 # --------------------------------------------------------------------------- a CUDA DLPack producer, faked
 

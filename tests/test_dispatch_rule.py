@@ -32,7 +32,7 @@ def gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
 
 def test_the_shipped_h100_rule_is_the_committed_measurement(gpu) -> None:
-    # docs/bench/gemm_dispatch.json is what scripts/gemm_dispatch_rule.py printed on the H100: the wheel ships it
+    # docs/bench/gemm_dispatch.json is what devtools/gemm_dispatch_rule.py printed on the H100: the wheel ships it
     measured = json.loads((Path(__file__).parents[1] / "docs/bench/gemm_dispatch.json").read_text())
     assert measured["gpu"] == H100
     assert dispatch.rule_for(0) == DispatchRule(**measured["rule"])

@@ -17,10 +17,10 @@ import pytest
 
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
-from dqgen.emit.gemm import CONFIGS, ENTRIES, GemmConfig, entry_name, render_gemm
+from dqgen.kernels.gemm import CONFIGS, GEMM_ENTRIES, GemmConfig, gemm_entry_name, render_gemm, supports
 from dqgen.layout.gemm import TILE_K, gemm_slots, pack_gemm, unpack_gemm
 from dqgen.run.dispatch import DispatchRule, pick
-from dqgen.run.gemm import choose_config, choose_splits, supports
+from dqgen.run.gemm import choose_config, choose_gemm_splits
 
 from .gemm_emulator import emulate
 
@@ -30,7 +30,7 @@ IDS = [s.name for s in SPECS]
 
 
 #: A tile of two warp rows (WM = 2): no longer shipped (slower on the H100 than 64-row tiles), kept in the model
-#: so that the template's WM > 1 indexing (which scripts/gemm_sweep.py can still time) stays right.
+#: so that the template's WM > 1 indexing (which docs/experiments/gemm_sweep.py can still time) stays right.
 TWO_WARP_ROWS = GemmConfig(128, 2, 4, 3, 1)
 
 
@@ -215,9 +215,9 @@ def test_split_k_partials_go_through_the_allocated_workspace_one_slot_each(monke
 
 def test_direct_entry_copies_x_only_in_whole_chunks_of_a_row() -> None:
     """The direct entry copies x in 16-byte cp.async chunks predicated per chunk (k < K): with K % 8 != 0 the last
-    chunk of a row would read the next row. The model refuses that copy, and run.gemm.x_aligned sends such x (and
+    chunk of a row would read the next row. The model refuses that copy, and run.operands.x_aligned sends such x (and
     x whose chunks are not 16-byte aligned: PTX aligns a cp.async source to cp-size) to the gather entry."""
-    from dqgen.run.gemm import x_aligned
+    from dqgen.run.operands import x_aligned
 
     spec = load_spec("int8_fp16")
     K, N, M = 196, 72, 5
@@ -229,6 +229,9 @@ def test_direct_entry_copies_x_only_in_whole_chunks_of_a_row() -> None:
     assert np.allclose(emulate(spec, pk, x, _cfg(64), gather=True), matmul_reference(x, W), rtol=1e-12)
     assert not x_aligned(256, K, K) and x_aligned(256, 200, 200)
     assert not x_aligned(256 + 8, 200, 200) and not x_aligned(256, 204, 200)
+    # one-byte elements (the W8A8 GEMM's int8 / e4m3 operands): a 16-byte chunk is 16 elements
+    assert x_aligned(256, 208, 208, itemsize=1) and not x_aligned(256, 200, 200, itemsize=1)
+    assert not x_aligned(256, 216, 208, itemsize=1)  # rows 216 bytes apart: every other row starts mid-chunk
 
 
 def _banks(rows: np.ndarray) -> list[set[int]]:
@@ -276,7 +279,7 @@ def test_shared_memory_fits_and_the_launch_bounds_blocks_fit_an_h100_sm(spec: Sp
     kernel's stages) fits one block's opt-in limit at sm_80 and sm_90, needs the opt-in past 48 KB (run.gemm
     sets it on load), and __launch_bounds__' min blocks per SM fit an H100 SM's shared memory (else the register
     cap they force buys no occupancy)."""
-    from dqgen.emit.gemm import has_zeros
+    from dqgen.kernels.gemm import has_zeros
 
     for cfg in CONFIGS:
         smem = cfg.shared_bytes(spec.source.bits, has_zeros(spec)) + 16  # + the static split-K flag, aligned
@@ -304,16 +307,16 @@ def test_the_kernel_refuses_a_launch_size_that_is_not_its_pipeline() -> None:
 def test_choose_splits_fills_the_gpu_once_and_keeps_work_per_split() -> None:
     from dqgen.run.gemm import MAX_SPLITS, MIN_TILES_PER_SPLIT
 
-    assert choose_splits(tiles=792, k_tiles=128, resident=396) == 1  # two whole waves: a split only adds work
-    assert choose_splits(tiles=500, k_tiles=128, resident=396) > 1  # 1.26 waves: the second mostly idle unsplit
+    assert choose_gemm_splits(tiles=792, k_tiles=128, resident=396) == 1  # two whole waves: a split only adds work
+    assert choose_gemm_splits(tiles=500, k_tiles=128, resident=396) > 1  # 1.26 waves: the second mostly idle unsplit
     # 8192 x 28672 at M = 64 (224 tiles of 64 rows, 3 per SM): 2 splits make 448 CTAs, 1.13 waves, 2 rounds of
     # 64 K tiles: slower than unsplit (1 round of 128); 3 splits are 2 rounds of 43
-    assert choose_splits(tiles=224, k_tiles=128, resident=396) == 3
-    tiny = choose_splits(tiles=2, k_tiles=128, resident=396)  # splits until the reduction outweighs the K saved
+    assert choose_gemm_splits(tiles=224, k_tiles=128, resident=396) == 3
+    tiny = choose_gemm_splits(tiles=2, k_tiles=128, resident=396)  # splits until the reduction outweighs the K saved
     assert 1 < tiny < MAX_SPLITS and 128 // tiny >= MIN_TILES_PER_SPLIT
-    assert choose_splits(tiles=2, k_tiles=2 * MIN_TILES_PER_SPLIT - 1, resident=396) == 1  # too little K to share
+    assert choose_gemm_splits(tiles=2, k_tiles=2 * MIN_TILES_PER_SPLIT - 1, resident=396) == 1  # too little K to share
     # the same grid on 16-row tiles: partials an eighth of a 128-row tile's, so more splits pay
-    assert choose_splits(tiles=48, k_tiles=64, resident=660, bm=16) > choose_splits(48, 64, 660, bm=128) > 1
+    assert choose_gemm_splits(tiles=48, k_tiles=64, resident=660, bm=16) > choose_gemm_splits(48, 64, 660, bm=128) > 1
 
 
 def test_choose_config_by_m() -> None:
@@ -357,9 +360,9 @@ def test_gemm_compiles_with_tensor_cores_and_no_i2f(spec: Spec, arch: str) -> No
     src = render_gemm(spec)
     res = compile_source(src, arch=arch, want="cubin", name=f"{spec.name}_gemm.cu")
     fns = _functions(res.cubin or b"")
-    assert sorted(fns) == sorted(entry_name(spec, e) for e in ENTRIES)
-    for e in ENTRIES:
-        ops = fns[entry_name(spec, e)]
+    assert sorted(fns) == sorted(gemm_entry_name(spec, e) for e in GEMM_ENTRIES)
+    for e in GEMM_ENTRIES:
+        ops = fns[gemm_entry_name(spec, e)]
         # one k tile of the main loop: MI x NI mmas per k16 step, 4 steps
         c = e.config
         assert ops["HMMA"] >= (c.bm // c.wm // 16) * (128 // c.wn // 8) * 4, ops["HMMA"]
@@ -379,8 +382,8 @@ def test_launch_arguments_match_the_rendered_signature(spec: Spec) -> None:
     from dqgen.run.gemm import PARAMS
 
     src = render_gemm(spec)
-    for e in ENTRIES:
-        m = re.search(re.escape(entry_name(spec, e)) + r"\((.*?)\)\s*\{", src, re.S)
+    for e in GEMM_ENTRIES:
+        m = re.search(re.escape(gemm_entry_name(spec, e)) + r"\((.*?)\)\s*\{", src, re.S)
         assert m is not None
         params = []
         for decl in m.group(1).split(","):
@@ -424,7 +427,7 @@ def test_float_zero_gemm_compiles() -> None:
     spec = ZERO_VARIANTS[1]
     res = compile_source(render_gemm(spec), arch="sm_80", want="cubin", name=f"{spec.name}_gemm.cu")
     fns = _functions(res.cubin or b"")
-    assert all(fns[entry_name(spec, e)]["HMMA"] >= 16 for e in ENTRIES)
+    assert all(fns[gemm_entry_name(spec, e)]["HMMA"] >= 16 for e in GEMM_ENTRIES)
 
 
 @pytest.mark.parametrize("name,act_order", [("awq_int4_fp16", False), ("gptq_int4_asym_act_order_fp16", True)])

@@ -1,5 +1,5 @@
 """GPU tests: every spec x the shapes users hit, bit-exact against the numba reference.
-Skipped without a GPU; `scripts/gpu_all.sh` runs them (and the benchmarks) in one device call."""
+Skipped without a GPU; `devtools/gpu_all.sh` runs them (and the benchmarks) in one device call."""
 
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ def test_every_kernel_variant_bit_exact_with_tails(path):
     shape whose rows and columns leave partial tiles."""
     import torch
 
-    from dqgen.emit.render import kernel_name, variants
+    from dqgen.kernels.dequant import kernel_name, variants
 
     spec = _spec(path, None if load_spec(path).act_order else -1)
     k = _kernel(spec)
@@ -301,7 +301,7 @@ def test_new_formats_every_variant_with_tails(case):
     """Every entry point on a shape with partial tiles along K (rows of blocks) and N."""
     import torch
 
-    from dqgen.emit.render import kernel_name, variants
+    from dqgen.kernels.dequant import kernel_name, variants
 
     spec = load_spec(case[1])
     k = _kernel(spec)

@@ -51,7 +51,7 @@ def test_every_spec_m_17_64_200_with_tails(spec: Spec, group: int) -> None:
     for M in (1, 16):  # the GEMM itself takes any M (the dispatch sends these to the GEMV)
         x_np = random_x(spec, M, K, seed=M)
         x = to_torch(x_np)
-        y = twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        y = twice(lambda out: gemm.run_gemm(k.spec, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
         check(spec, y, matmul_reference(x_np, W))
 
 
@@ -60,15 +60,15 @@ def test_split_k_is_deterministic() -> None:
     k = Kernel(spec)
     K, N = 8192, 256  # 2 column tiles: split-K
     (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=1, group_size=128)
-    gw = gemm.pack(k, to_torch(q), to_torch(s), to_torch(z))
+    gw = gemm.pack_gemm(k.spec, to_torch(q), to_torch(s), to_torch(z))
     for M in (17, 130):
         x_np = random_x(spec, M, K, seed=M)
         x = to_torch(x_np)
-        first = twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
-        again = twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        first = twice(lambda out: gemm.run_gemm(k.spec, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        again = twice(lambda out: gemm.run_gemm(k.spec, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
         assert np.array_equal(to_numpy(first).view(np.uint16), to_numpy(again).view(np.uint16))
         check(spec, first, matmul_reference(x_np, W))
-    assert any(key[2] > 1 for key in gw._ws), "no launch was split along K"
+    assert any(key[2] > 1 for key in gw.workspace), "no launch was split along K"
 
 
 @pytest.mark.parametrize("name,group", [("gptq_int4_asym_act_order_fp16", 128), ("awq_int4_bf16", 36)])
@@ -77,12 +77,12 @@ def test_act_order_and_groups_that_are_no_whole_tiles(name: str, group: int) -> 
     k = Kernel(spec)
     K, N = group * 33, 200
     (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=5, group_size=group)
-    gw = gemm.pack(k, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
+    gw = gemm.pack_gemm(k.spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
     assert gw.gather
     for M in (17, 100, 300):
         x_np = random_x(spec, M, K, seed=M)
         x = to_torch(x_np)
-        y = twice(lambda out: gemm.run(k, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        y = twice(lambda out: gemm.run_gemm(k.spec, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
         check(spec, y, matmul_reference(x_np, W))
 
 
@@ -96,11 +96,11 @@ def test_an_in_order_g_idx_takes_the_direct_entry() -> None:
     from dqgen.check.reference import dequantize_reference
 
     W = dequantize_reference(spec, q, s, z, gi, None)
-    gw = gemm.pack(k, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
+    gw = gemm.pack_gemm(k.spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
     assert not gw.gather
     for M in (17, 300):
         x_np = random_x(spec, M, K, seed=M)
-        y = twice(lambda out: gemm.run(k, to_torch(x_np), gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        y = twice(lambda out: gemm.run_gemm(k.spec, to_torch(x_np), gw, out=out), (M, N), _dtype(W))  # noqa: B023
         check(spec, y, matmul_reference(x_np, W))
 
 
@@ -111,20 +111,20 @@ def test_bias_leading_dims_and_unaligned_x() -> None:
     k = Kernel(spec)
     K, N = 1024, 264
     (q, s, _, _, _), W = matmul_inputs(spec, K, N, seed=3)
-    gw = gemm.pack(k, to_torch(q), to_torch(s))
+    gw = gemm.pack_gemm(k.spec, to_torch(q), to_torch(s))
     rng = np.random.default_rng(0)
     bias_np = rng.standard_normal(N).astype(np.float32).astype(W.dtype)
     bias = to_torch(bias_np)
     x_np = random_x(spec, 40, K, seed=4)
-    y = twice(lambda out: gemm.run(k, to_torch(x_np), gw, bias=bias, out=out), (40, N), torch.bfloat16)
+    y = twice(lambda out: gemm.run_gemm(k.spec, to_torch(x_np), gw, bias=bias, out=out), (40, N), torch.bfloat16)
     check(spec, y, matmul_reference(x_np, W, bias_np))
-    y3 = gemm.run(k, to_torch(x_np).reshape(2, 20, K), gw)
+    y3 = gemm.run_gemm(k.spec, to_torch(x_np).reshape(2, 20, K), gw)
     assert tuple(y3.shape) == (2, 20, N)
     check(spec, y3.reshape(40, N), matmul_reference(x_np, W))
     # rows K + 1 apart: no 16-byte copies of x, the gather entry with perm = identity
     big = torch.zeros((40, K + 1), dtype=torch.bfloat16, device="cuda")
     big[:, 1:] = to_torch(x_np)
-    y4 = twice(lambda out: gemm.run(k, big[:, 1:], gw, out=out), (40, N), torch.bfloat16)
+    y4 = twice(lambda out: gemm.run_gemm(k.spec, big[:, 1:], gw, out=out), (40, N), torch.bfloat16)
     check(spec, y4, matmul_reference(x_np, W))
 
 
@@ -235,20 +235,20 @@ def test_errors_before_launch() -> None:
     k = Kernel(spec)
     K, N = 1024, 256
     (q, s, z, _, _), _W = matmul_inputs(spec, K, N, seed=9, group_size=128)
-    gw = gemm.pack(k, to_torch(q), to_torch(s), to_torch(z))
+    gw = gemm.pack_gemm(k.spec, to_torch(q), to_torch(s), to_torch(z))
     x = torch.zeros((32, K), dtype=torch.float16, device="cuda")
     with pytest.raises(ShapeError, match=r"^x: expected shape \[\.\.\., 1024\]"):
-        gemm.run(k, x[:, :512], gw)
+        gemm.run_gemm(k.spec, x[:, :512], gw)
     with pytest.raises(ShapeError, match=r"^bias: "):
-        gemm.run(k, x, gw, bias=torch.zeros(N + 1, dtype=torch.float16, device="cuda"))
+        gemm.run_gemm(k.spec, x, gw, bias=torch.zeros(N + 1, dtype=torch.float16, device="cuda"))
     out = torch.full((32, N + 1), float("nan"), dtype=torch.float16, device="cuda")
     with pytest.raises(ShapeError, match=r"^out: "):
-        gemm.run(k, x, gw, out=out)
+        gemm.run_gemm(k.spec, x, gw, out=out)
     assert torch.isnan(out).all()  # nothing written
     with pytest.raises(ShapeError, match=r"^x: expected dtype fp16"):
-        gemm.run(k, x.float(), gw)
+        gemm.run_gemm(k.spec, x.float(), gw)
     with pytest.raises(ValueError, match=r"^\[source\] "):
-        gemm.pack(Kernel(load_spec("nf4_bf16")), to_torch(q), to_torch(s))
+        gemm.pack_gemm(load_spec("nf4_bf16"), to_torch(q), to_torch(s))
 
 
 def test_torch_compile_and_cuda_graph_at_prefill_sizes() -> None:

@@ -5,15 +5,12 @@ checkpoint form, errors before launch, torch.compile(fullgraph) and CUDA-graph c
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec, with_group_size
-from dqgen.emit import matmul as emit_matmul
-from dqgen.emit.matmul import GROUPED, grouped_spec
+from dqgen.kernels.gemv import GROUPED, Tuning, grouped_spec
 from dqgen.layout.layout import Layout
 from dqgen.layout.matmul import MatmulLayout
 from dqgen.run.gpucheck import to_torch
@@ -108,18 +105,19 @@ def test_grouped_weights_with_x_rows_not_16_byte_aligned(spec: Spec) -> None:
     ("name", "K", "group"),
     [("awq_int4_fp16", 4096 + 128, 128), ("awq_int4_bf16", 4096 + 128, 128), ("awq_int4_fp16", 4096 + 8, -1)],
 )
-def test_flat_grid(name: str, K: int, group: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flat_grid(name: str, K: int, group: int) -> None:
     """GROUPED weights on the flat grid (run_flat; the default takes it only where the tile grid is more than one
     wave, so it is forced here): warp ranges that cross tiles, up to 18 warps a tile summed through the workspace,
     K and N tails (one group: K inside the last chunk, the guarded path), bias, 1..8, 9..16 and 17 tokens."""
     import torch
 
-    monkeypatch.setattr(emit_matmul, "TUNING", dataclasses.replace(emit_matmul.TUNING, flat="on"))
+    from dqgen.run import matmul
+
     spec = load_spec(name)
     k = Kernel(spec)
     N = 1448
     (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=K + 7, group_size=group)
-    w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z), gemm=False)
+    w = matmul.pack(k, to_torch(q), to_torch(s), to_torch(z), tuning=Tuning(flat="on"))
     assert w.mode == GROUPED and w.flat[0] is not None and w.flat[1] is not None
     assert max(f.slots for f in w.flat if f is not None) > 2  # tiles shared by several warps
     rng = np.random.default_rng(K)
@@ -181,8 +179,8 @@ def test_checkpoint_form_packs_once_per_version_and_errors_name_the_tensor() -> 
     check(spec, y1, matmul_reference(x_np, W))
     from dqgen.run import matmul as mm
 
-    w1 = mm.packed(k, qt, st)
-    assert mm.packed(k, qt, st) is w1  # cached
+    w1 = mm.packed_gemv(k.artifact, k.op_key, qt, st)
+    assert mm.packed_gemv(k.artifact, k.op_key, qt, st) is w1  # cached
     (q2, s2, _, _, _), W2 = matmul_inputs(spec, K, N, seed=8, group_size=128)
     qt.copy_(to_torch(q2))  # in place: a new version, packed again
     st.copy_(to_torch(s2))

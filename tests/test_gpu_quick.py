@@ -1,8 +1,8 @@
-"""The quick GPU tier (`TIER=quick bash scripts/gpu_all.sh`, about 4 minutes on an H100): every shipped
+"""The quick GPU tier (`TIER=quick bash devtools/gpu_all.sh`, about 4 minutes on an H100): every shipped
 spec at two shapes (one aligned with several groups, one with partial tiles and unaligned rows), every
 entry point once (dqgen.compile, `dqgen build`, `dqgen bench`, `dqgen dequant`, `dqgen explain --sass`)
 and every zero mode once, each checked bit-exact against the numba reference. The sanitizer part of the
-tier is scripts/sanitize_entry_points.py. Skipped without a GPU."""
+tier is devtools/sanitize_entry_points.py. Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -138,9 +138,9 @@ def test_explain_sass_entry_point():
 
 def test_every_entry_point_of_one_spec_runs():
     """Launch bookkeeping for the sanitizer script: it must reach every variant of every spec."""
-    from dqgen.emit.render import variants
+    from dqgen.kernels.dequant import variants
 
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "devtools"))
     try:
         from sanitize_entry_points import launch_all
     finally:

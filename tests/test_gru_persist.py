@@ -8,8 +8,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from dqgen.emit.render import template_env
 from dqgen.gru import calibrate, reference
-from dqgen.gru.kernel import cell_context, render, template_env
+from dqgen.gru.kernel import cell_context, render
 from dqgen.gru.persist import BLOCK, compile_persist, padded_hidden, plan
 from dqgen.gru.persist import render as render_persist
 

@@ -1,5 +1,7 @@
 """The tree shows the architecture: every import inside dqgen (module level, in a function, relative or
-``import dqgen.x``) follows the layer table below, and no modules import each other in a cycle.
+``import dqgen.x``) follows the layer table below, no modules import each other in a cycle (imports under
+``TYPE_CHECKING`` count: a cycle there is the same knot, only hidden), and no two modules of one layer define the
+same public name (a reader, and an import graph tool, could not tell them apart).
 
 The checker's own parts are tested on small fake trees and graphs here too (the old flat tree's cycles,
 an upward import), so a checker that found nothing could not pass."""
@@ -7,6 +9,7 @@ an upward import), so a checker that found nothing could not pass."""
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: What each layer may import besides itself. core <- ir <- check <- solve <- emit <- run <- io / tools / cli.
+#: What each layer may import besides itself. core <- ir <- check <- solve <- emit <- kernels <- run <- io / tools /
+#: cli.
 #: ``api`` is dqgen/__init__.py (the public names only); ``cli`` is cli.py and __main__.py.
 ALLOWED: dict[str, frozenset[str]] = {
     "core": frozenset(),
@@ -27,17 +31,19 @@ ALLOWED: dict[str, frozenset[str]] = {
     # layout: the Layout owns the tile and register permutations that the templates render (issue 12).
     # check: the pipeline (emit/pipeline.py) proves the plan it renders.
     "emit": frozenset({"core", "ir", "layout", "check", "solve"}),
-    "run": frozenset({"core", "ir", "check", "layout", "solve", "emit"}),
+    # kernels: one typed config per kernel family over the emit layer's templates and converter (rendering only)
+    "kernels": frozenset({"core", "ir", "layout", "check", "solve", "emit"}),
+    "run": frozenset({"core", "ir", "check", "layout", "solve", "emit", "kernels"}),
     "io": frozenset({"core", "layout", "check", "run"}),
-    "tools": frozenset({"core", "ir", "check", "layout", "solve", "emit", "run"}),
-    "gru": frozenset({"core", "emit", "run"}),
+    "tools": frozenset({"core", "ir", "check", "layout", "solve", "emit", "kernels", "run"}),
+    "gru": frozenset({"core", "emit", "kernels", "run"}),
     # nn: dqgen.quantize (numpy, on the Layout's packing) and QuantLinear (a Kernel's matmul)
     # w8a8: W8A8Linear (the W8A8 GEMM and the activation quantization)
     "nn": frozenset({"core", "layout", "emit", "run", "w8a8"}),
-    "w8a8": frozenset({"core", "emit", "run"}),
-    "api": frozenset({"core", "layout", "emit", "run", "nn"}),  # dqgen.compile: the pipeline, then a Kernel
+    "w8a8": frozenset({"core", "emit", "kernels", "run"}),
+    "api": frozenset({"core", "layout", "emit", "run", "nn"}),  # dqgen.compile: the pipeline, a Kernel
     "cli": frozenset(
-        {"api", "core", "ir", "check", "layout", "solve", "emit", "run", "io", "tools", "gru", "nn", "w8a8"}
+        {"api", "core", "ir", "check", "layout", "solve", "emit", "kernels", "run", "io", "tools", "gru", "nn", "w8a8"}
     ),
 }
 #: Modules held to less than their layer: the independent reference shares nothing with the solver and the
@@ -166,11 +172,46 @@ def layering_violations(edges: list[Edge]) -> list[str]:
 
 
 def runtime_graph(edges: list[Edge]) -> dict[str, set[str]]:
+    """The imports that run (TYPE_CHECKING ones left out)."""
     graph: dict[str, set[str]] = {}
     for e in edges:
         if not e.type_only:
             graph.setdefault(e.src, set()).add(e.dst)
     return graph
+
+
+def import_graph(edges: list[Edge]) -> dict[str, set[str]]:
+    """Every import, TYPE_CHECKING ones included."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        graph.setdefault(e.src, set()).add(e.dst)
+    return graph
+
+
+def public_definitions(tree: ast.Module) -> set[str]:
+    """The public names a module defines at module level: functions, classes and assigned names (imports are not
+    definitions: a name imported from its one home is that home's)."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if not n.startswith("_")}
+
+
+def shared_public_names(root: Path, package: str, layers: set[str] | None = None) -> dict[tuple[str, str], list[str]]:
+    """(layer, name) -> the modules of that layer defining it, for every public name two or more modules of one
+    layer define (``layers``: only those)."""
+    where: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for module, path in module_names(root, package).items():
+        layer = layer_of(module)
+        if layers is None or layer in layers:
+            for name in public_definitions(ast.parse(path.read_text(), str(path))):
+                where[(layer, name)].append(module)
+    return {k: sorted(v) for k, v in sorted(where.items()) if len(v) > 1}
 
 
 # ----------------------------------------------------------------------------- the real tree
@@ -183,7 +224,7 @@ def test_the_real_tree_is_read() -> None:
     seen = {(e.src, e.dst, e.type_only) for e in EDGES}
     assert ("dqgen.run.runtime", "dqgen.emit.pipeline", False) in seen  # module level, relative, two dots
     assert ("dqgen.run.runtime", "dqgen.run.torch_op", False) in seen  # in a function: `from . import torch_op`
-    assert ("dqgen.run.torch_op", "dqgen.run.runtime", True) in seen  # under TYPE_CHECKING
+    assert ("dqgen", "dqgen.run.runtime", True) in seen  # under TYPE_CHECKING (the Kernel annotation)
     assert ("dqgen.check.reference", "dqgen.core.spec", False) in seen  # absolute `from dqgen.core.spec import`
     assert ("dqgen", "dqgen.run.runtime", False) in seen  # __init__'s lazy `from .run import runtime`
     assert len(EDGES) > 100
@@ -198,7 +239,30 @@ def test_every_module_is_in_a_layer_of_the_table() -> None:
 
 
 def test_no_import_cycles() -> None:
-    assert cycles(runtime_graph(EDGES)) == []
+    """Not even through TYPE_CHECKING imports: a module that needs another's types only for its annotations
+    still depends on it (the run/ knot of issue 22 hid behind them)."""
+    assert cycles(import_graph(EDGES)) == []
+
+
+def test_nothing_in_run_imports_the_kernel_facade() -> None:
+    """dqgen.run.runtime.Kernel is the top of run/: the modules below take (spec, artifact, operands) and never
+    import it, not even for a type."""
+    up = sorted({e.src for e in EDGES if e.dst == "dqgen.run.runtime" and layer_of(e.src) == "run"})
+    assert up == []
+
+
+#: Layers whose modules still define names of the same meaning side by side, one module per kernel family (the
+#: kernel-family layer, dqgen/kernels/, gives each family one typed config; until their modules move there):
+#: emit (the GEMV's and the GEMM's ENTRIES / entry_name), gru (the cell's and the persistent kernel's BLOCK,
+#: KERNEL_NAME, render), w8a8 (the GEMM's and the activation quantizer's choose / loaded / render, the two op
+#: modules' check_inputs, two benches), tools (the benches' DEFAULT_SHAPES and markdown writers).
+SHARED_NAMES_ALLOWED_IN = frozenset({"emit", "gru", "w8a8", "tools"})
+
+
+def test_no_two_modules_of_a_layer_define_one_public_name() -> None:
+    held = set(ALLOWED) - SHARED_NAMES_ALLOWED_IN
+    assert {"run", "core", "layout", "check"} <= held
+    assert shared_public_names(ROOT, "dqgen", held) == {}
 
 
 def test_every_import_follows_the_layer_table() -> None:
@@ -260,6 +324,8 @@ def test_function_level_and_absolute_imports_make_edges_and_cycles(tmp_path: Pat
         ("dqgen.tools.bench", "dqgen.run.runtime", False),
     }
     assert cycles(runtime_graph(edges)) == [["dqgen.core.spec", "dqgen.run.runtime"]]
+    # with the type-only import, tools.bench and run.runtime import each other: a cycle too
+    assert cycles(import_graph(edges)) == [["dqgen.core.spec", "dqgen.run.runtime", "dqgen.tools.bench"]]
     # a type-only import is no cycle at run time, but it still has to follow the layers
     assert [v.split(" ")[0] for v in layering_violations(edges)] == ["dqgen.core.spec:2", "dqgen.run.runtime:4"]
 
@@ -289,3 +355,23 @@ def test_an_import_against_the_table_fails(tmp_path: Path, src: str, text: str, 
     edges = import_edges(_tree(tmp_path, files), "dqgen")
     assert len(edges) == 1
     assert (layering_violations(edges) == []) is ok
+
+
+def test_shared_public_names_are_found(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "run/__init__.py": "",
+            "run/matmul.py": "def pack(): ...\ndef _function(): ...\nTOKENS = 16\nfrom .gemm import run\n",
+            "run/gemm.py": "def pack(): ...\ndef _function(): ...\nclass run: ...\nTOKENS: int = 8\n",
+            "emit/__init__.py": "",
+            "emit/gemm.py": "def pack(): ...\n",  # another layer: no clash
+        },
+    )
+    # private names (_function) and imports (matmul's run) are no definitions
+    assert shared_public_names(root, "dqgen") == {
+        ("run", "TOKENS"): ["dqgen.run.gemm", "dqgen.run.matmul"],
+        ("run", "pack"): ["dqgen.run.gemm", "dqgen.run.matmul"],
+    }
+    assert shared_public_names(root, "dqgen", {"emit"}) == {}

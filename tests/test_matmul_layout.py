@@ -161,15 +161,15 @@ def test_zero_codes_where_zeroes_exactly_the_flagged_weights(name: str) -> None:
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_matmul_kernel_compiles_without_i2f(spec: Spec) -> None:
-    from dqgen.emit.matmul import ENTRIES, entry_name, min_blocks, render_matmul
     from dqgen.emit.nvrtc import compile_source
     from dqgen.emit.pipeline import compile_artifact
     from dqgen.emit.sass import disassemble
+    from dqgen.kernels.gemv import GEMV_ENTRIES, gemv_entry_name, min_blocks, render_matmul
 
     art = compile_artifact(spec)
     src = render_matmul(art)
-    for e in ENTRIES:
-        assert f"void __launch_bounds__(128, {min_blocks(spec)}) {entry_name(spec, e)}(" in src
+    for e in GEMV_ENTRIES:
+        assert f"void __launch_bounds__(128, {min_blocks(spec)}) {gemv_entry_name(spec, e)}(" in src
     for arch in ("sm_80", "sm_90"):
         if int(arch[3:]) < spec.sm:
             continue
@@ -184,7 +184,7 @@ def test_grouped_magic_reciprocal_is_exact_up_to_the_chunk_limit() -> None:
     chunks, so the product must equal c // (chunks per group) for every such c and every group of whole chunks."""
     import numpy as np
 
-    from dqgen.emit.matmul import MAX_GROUPED_CHUNKS, group_magic
+    from dqgen.kernels.gemv import MAX_GROUPED_CHUNKS, group_magic
 
     per_block = 8  # int4 words: a chunk is 8 blocks of 8 k = 64 k
     c = np.arange(MAX_GROUPED_CHUNKS, dtype=np.uint64)
@@ -200,7 +200,7 @@ def test_group_chunks_is_the_magic_s_divisor_and_one_group_starts_no_other() -> 
     and the magic maps c to c // group_chunks; one group never switches."""
     import numpy as np
 
-    from dqgen.emit.matmul import MAX_GROUPED_CHUNKS, ONE_GROUP_CHUNKS, group_chunks, group_magic
+    from dqgen.kernels.gemv import MAX_GROUPED_CHUNKS, ONE_GROUP_CHUNKS, group_chunks, group_magic
 
     per_block = 8
     c = np.arange(MAX_GROUPED_CHUNKS, dtype=np.uint64)
@@ -214,18 +214,13 @@ def test_group_chunks_is_the_magic_s_divisor_and_one_group_starts_no_other() -> 
 
 
 @pytest.mark.parametrize("ahead", [0, 5])
-def test_lean_read_ahead_beyond_the_padded_rows_is_refused(ahead: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lean_read_ahead_beyond_the_padded_rows_is_refused(ahead: int) -> None:
     """run_lean loads the scale and zero rows of the next ``Tuning.ahead`` groups: more than the pack's PAD_GROUPS
-    rows would read past the pack (and 0 makes a zero-size array), so rendering refuses it by name."""
-    import dataclasses
+    rows would read past the pack (and 0 makes a zero-size array), so such a tuning is refused by name."""
+    from dqgen.kernels.gemv import Tuning
 
-    from dqgen.emit import matmul as emit_matmul
-    from dqgen.emit.pipeline import compile_artifact
-
-    art = compile_artifact(load_spec("awq_int4_fp16"))
-    monkeypatch.setattr(emit_matmul, "TUNING", dataclasses.replace(emit_matmul.TUNING, ahead=ahead))
     with pytest.raises(ValueError, match=r"^Tuning\.ahead: expected 1\.\.4 .*got " + str(ahead) + "$"):
-        emit_matmul.render_matmul(art)
+        Tuning(ahead=ahead)
 
 
 @pytest.mark.parametrize(

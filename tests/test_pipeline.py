@@ -16,6 +16,7 @@ import dqgen.emit.pipeline as pipeline
 from dqgen.check.prove import ProofResult
 from dqgen.core.spec import Spec, load_spec
 from dqgen.emit.pipeline import Artifact, compile_artifact, spec_key
+from dqgen.kernels.dequant import DequantConfig, variants, whole_source
 from dqgen.solve import solver
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +28,6 @@ def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[str]
     """An empty in-process memo and proof cache, and a log of every solve() the pipeline makes."""
     monkeypatch.setattr(pipeline, "_SOLVED", {})
     monkeypatch.setattr(pipeline, "_PROOFS", {})
-    monkeypatch.setattr(pipeline, "_VARIANT_SOURCES", {})
     monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
     solved: list[str] = []
     real = solver.candidates
@@ -76,11 +76,12 @@ def test_another_spec_or_strategy_is_solved_again(fresh: list[str]) -> None:
 @pytest.mark.parametrize("name", ["awq_int4_fp16", "gptq_int3_fp16", "nvfp4_fp16"])
 def test_artifact_sources_are_the_shipped_generated_files(fresh: list[str], name: str) -> None:
     art = compile_artifact(load_spec(name))
-    assert art.source == (ROOT / "generated" / f"{name}.cu").read_text()
+    assert whole_source(art) == (ROOT / "generated" / f"{name}.cu").read_text()
     assert art.header == (ROOT / "generated" / f"{name}.cuh").read_text()
     assert art.losers == tuple(art.plan.rejected) and art.proof is None
-    v = art.variants[0]
-    assert art.variant_source(v) != art.source and art.variant_source(v) is art.variant_source(v)
+    v = variants(art.spec)[0]
+    one = DequantConfig(art, v).source()
+    assert one != whole_source(art) and one is DequantConfig(compile_artifact(load_spec(name)), v).source()
 
 
 def _no_prove(*args: object, **kwargs: object) -> ProofResult:

@@ -19,10 +19,10 @@ import pytest
 from dqgen.check.reference import dequantize_reference
 from dqgen.core.spec import Spec, load_spec
 from dqgen.run.gpucheck import build_shapes, check_inputs
-from dqgen.run.refworker import Problem, ReferenceJob, ReferenceWorkerError
+from dqgen.run.refworker import CheckShape, ReferenceJob, ReferenceWorkerError
 
 
-def _problems(spec: Spec) -> list[Problem]:
+def _problems(spec: Spec) -> list[CheckShape]:
     return [(K, N, seed) for seed, (K, N) in enumerate(build_shapes(spec))]
 
 
@@ -50,15 +50,15 @@ def test_worker_error_from_the_reference_is_one_line() -> None:
     assert "\n" not in msg and msg.startswith("reference worker: ValueError: ") and "negative" in msg
 
 
-def _raise_multiline(spec: Spec, problems: Sequence[Problem]) -> None:
+def _raise_multiline(spec: Spec, problems: Sequence[CheckShape]) -> None:
     raise RuntimeError(f"first line for {spec.name}\nsecond line")
 
 
-def _exit_hard(spec: Spec, problems: Sequence[Problem]) -> None:
+def _exit_hard(spec: Spec, problems: Sequence[CheckShape]) -> None:
     os._exit(3)  # like a crash: no exception, no result
 
 
-def _stall(spec: Spec, problems: Sequence[Problem]) -> None:
+def _stall(spec: Spec, problems: Sequence[CheckShape]) -> None:
     time.sleep(120)
 
 
@@ -92,7 +92,7 @@ def test_worker_that_cannot_start_is_a_one_line_error(tmp_path, monkeypatch: pyt
         job.result(timeout=300)
 
 
-def _module_file(spec: Spec, problems: Sequence[Problem]) -> str:
+def _module_file(spec: Spec, problems: Sequence[CheckShape]) -> str:
     import dqgen.check.reference
 
     return dqgen.check.reference.__file__
@@ -150,9 +150,11 @@ def _gpu_standins(monkeypatch: pytest.MonkeyPatch, corrupt: bool = False) -> Non
 
     class CpuKernel:
         def __init__(self, artifact: Any) -> None:  # dqgen.emit.pipeline.Artifact, as the build passes it
+            self.artifact = artifact  # the tuning cache's key (its source)
             self.spec = artifact.spec
-            self.source = artifact.source  # the tuning cache's key
-            self._tuned: dict = {}
+
+        def prepare(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the stand-in's tuning is cached: nothing is timed")
 
         def load_all(self, ordinal: int) -> None:
             pass
@@ -167,7 +169,7 @@ def _gpu_standins(monkeypatch: pytest.MonkeyPatch, corrupt: bool = False) -> Non
 
     monkeypatch.setattr(runtime, "Kernel", CpuKernel)
     monkeypatch.setattr(gpucheck, "run_shape", cpu_run)
-    monkeypatch.setattr(tune, "load_tuning", lambda kernel, ordinal: {"small": None, "large": None})
+    monkeypatch.setattr(tune, "load_tuning", lambda artifact, ordinal: {"small": None, "large": None})
     monkeypatch.setattr(dev, "device_arch", lambda ordinal=0: "sm_90")
     monkeypatch.setattr(dev, "primary_context", lambda ordinal=0: None)
     monkeypatch.setattr(tune, "gpu_name", lambda ordinal=0: "CPU stand-in")
@@ -279,7 +281,7 @@ def test_build_tune_line_shows_the_kept_variants_time(tmp_path, monkeypatch: pyt
     default's time, not the faster screened time of the variant it did not keep."""
 
     import dqgen.run.tune as tune
-    from dqgen.emit.render import Variant, kernel_name
+    from dqgen.kernels.dequant import DequantVariant, kernel_name
     from dqgen.tools.build import build_spec
 
     spec = load_spec("awq_int4_fp16")
@@ -294,11 +296,11 @@ def test_build_tune_line_shows_the_kept_variants_time(tmp_path, monkeypatch: pyt
     }
     monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
     _gpu_standins(monkeypatch)
-    monkeypatch.setattr(tune, "load_tuning", lambda kernel, ordinal: None)
-    monkeypatch.setattr(tune, "tune", lambda kernel, ordinal=0, **options: fake)
+    monkeypatch.setattr(tune, "load_tuning", lambda artifact, ordinal: None)
+    monkeypatch.setattr(tune, "tune", lambda artifact, ordinal=0, **options: fake)
     report = build_spec(spec, "sm_90", tmp_path / "out", words=100, gpu=True)
     line = report["steps"]["gpu"]["line"]
-    assert Variant(**kept) == default
+    assert DequantVariant(**kept) == default
     assert line.count("(50 us at") == len(tune.TUNE_SHAPES) and "(40 us at" not in line
     # the build saved the tuner's result (after the proof and the check passed)
     (saved,) = (tmp_path / "cache" / "tune").glob("*.json")

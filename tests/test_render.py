@@ -9,7 +9,8 @@ import pytest
 
 from dqgen.core.spec import SHIPPED_SPECS, load_spec
 from dqgen.emit.nvrtc import compile_source
-from dqgen.emit.render import context, kernel_name, render_converter, render_kernel, variants
+from dqgen.emit.render import context, render_converter
+from dqgen.kernels.dequant import kernel_name, render_kernel, variants
 from dqgen.solve.solver import solve
 from dqgen.tools.build import ptx_problems
 

@@ -12,9 +12,10 @@ import pytest
 
 import dqgen
 from dqgen.core.spec import SHIPPED_SPECS, SpecError, load_spec, with_group_size
-from dqgen.emit.render import VARIANTS_N, kernel_name, variants
+from dqgen.kernels.dequant import VARIANTS_N, kernel_name, variants
 from dqgen.run.device import DeviceArray, as_device_array
-from dqgen.run.runtime import Kernel, Problem, ShapeError, infer_problem
+from dqgen.run.problem import Problem, infer_problem
+from dqgen.run.runtime import Kernel, ShapeError
 from dqgen.run.tune import default_variant
 
 from .conftest import ROOT

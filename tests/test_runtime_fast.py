@@ -17,9 +17,11 @@ import dqgen.run.runtime as rt
 from dqgen.check.reference import dequantize_reference, random_inputs
 from dqgen.cli import app
 from dqgen.core.spec import SpecError, load_spec, with_group_size
-from dqgen.emit.render import kernel_name, variants
+from dqgen.kernels.dequant import kernel_name, variants
 from dqgen.run import device as dev
-from dqgen.run.runtime import Kernel, ShapeError, infer_problem
+from dqgen.run import loader
+from dqgen.run.problem import infer_problem
+from dqgen.run.runtime import Kernel, ShapeError
 from dqgen.run.tune import default_variant
 
 from .test_runtime import F16, I32, arr
@@ -335,12 +337,12 @@ def test_act_order_g_idx_checked_once_per_version(fake, monkeypatch: pytest.Monk
     w = torch.Tensor((K, N), torch.float16)
     seen: list[int] = []
 
-    def check(self, a: dev.DeviceArray, groups: int) -> None:
+    def check(a: dev.DeviceArray, groups: int) -> None:
         seen.append(groups)
         if gi._version == 2:
             raise ShapeError(f"g_idx: entry 0 is {groups}, outside [0, {groups})")
 
-    monkeypatch.setattr(Kernel, "_check_g_idx", check)
+    monkeypatch.setattr(rt.checks, "check_g_idx", check)
     k(q, s, z, g_idx=gi, out=w)
     k(q, s, z, g_idx=gi, out=w)
     assert seen == [G] and len(fake.rec.launches) == 2
@@ -378,14 +380,14 @@ def test_fast_path_and_checked_path_share_one_entry(fake, stream, monkeypatch: p
     real_call = Kernel._call
     monkeypatch.setattr(Kernel, "_call", lambda self, *a: slow.append(1) or real_call(self, *a))
     q, s, z, w = _awq_tensors(torch)
-    k._torch_call(torch, q, s, z, None, None, w, stream)  # what dqgen::dequantize_out runs
+    k.torch_call(torch, q, s, z, None, None, w, stream)  # what dqgen::dequantize_out runs
     for _ in range(3):
         k(q, s, z, out=w, stream=stream)
     assert len(fake.checks) == 1 and len(fake.rec.launches) == 4
     assert slow == []  # every __call__ found the entry on its own inline key
     q2, s2, z2, w2 = _awq_tensors(torch)
     k(q2, s2, z2, out=w2, stream=stream)  # checked through __call__ first this time
-    k._torch_call(torch, q2, s2, z2, None, None, w2, stream)
+    k.torch_call(torch, q2, s2, z2, None, None, w2, stream)
     k(q2, s2, z2, out=w2, stream=stream)
     assert len(fake.checks) == 2 and len(fake.rec.launches) == 7 and slow == [1]
     assert {launch[1] for launch in fake.rec.launches} == {7 if stream is None else stream}
@@ -439,15 +441,16 @@ def lazy(monkeypatch: pytest.MonkeyPatch, tmp_path):
     monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(dev, "device_arch", lambda ordinal=0: "sm_90")
     monkeypatch.setattr(dev, "LoadedKernel", _FakeLoaded)
-    monkeypatch.setattr(rt, "_MODULES", {})
+    monkeypatch.setattr(loader, "_LOADED", {})
+    monkeypatch.setattr(loader, "_MODULES", {})
     compiled: list[str] = []
-    real = rt.compile_source
+    real = loader.compile_source
 
     def counting(source: str, **kw):
         compiled.append(source)
         return real(source, **kw)
 
-    monkeypatch.setattr(rt, "compile_source", counting)
+    monkeypatch.setattr(loader, "compile_source", counting)
     return compiled
 
 
@@ -468,7 +471,7 @@ def test_only_the_needed_variant_is_compiled(lazy) -> None:
 
 def test_variant_taken_from_the_whole_sets_cached_cubin(lazy) -> None:
     k = Kernel(AWQ)
-    rt.compile_source(k.source, arch="sm_90", want="cubin", name=f"{AWQ.name}.cu")  # what `dqgen build` leaves
+    loader.compile_source(k.source, arch="sm_90", want="cubin", name=f"{AWQ.name}.cu")  # what `dqgen build` leaves
     lazy.clear()
     name = kernel_name(AWQ, default_variant(AWQ, False))
     fn = k._function(0, name)

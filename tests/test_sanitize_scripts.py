@@ -16,7 +16,7 @@ import pytest
 
 from dqgen.run.gpucheck import exact_allocations
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parent.parent / "devtools"
 ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
 
 

@@ -1,8 +1,8 @@
-"""CPU tests of the bounded tables behind the w8a8 ops' signature caches (dqgen.w8a8.calls.remember)."""
+"""CPU tests of the bounded tables behind the w8a8 ops' signature caches (dqgen.run.calls.remember)."""
 
 from __future__ import annotations
 
-from dqgen.w8a8.calls import remember
+from dqgen.run.calls import remember
 
 
 def test_remember_inserts_and_returns_the_value() -> None:

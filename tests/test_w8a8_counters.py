@@ -1,6 +1,7 @@
-"""CPU tests of the W8A8 GEMM's split-K counters (dqgen.w8a8.counters) with stand-in buffers: one buffer per device
-that only grows, every outgrown buffer kept alive (bound launches and captured CUDA graphs hold its address), and
-no allocation while a graph is being captured."""
+"""CPU tests of the split-K buffers (dqgen.run.workspace) with stand-in buffers: the W8A8 GEMM's counters, one
+buffer per device that only grows, every outgrown buffer kept alive (bound launches and captured CUDA graphs hold
+its address); a packed weight's workspace, one pair of buffers per launch layout; neither allocates while a graph
+is being captured."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import weakref
 
 import pytest
 
-from dqgen.w8a8.counters import MIN_COUNTERS, GrowOnlyCounters
+from dqgen.run.workspace import MIN_COUNTERS, GrowOnlyCounters, SplitKWorkspace
 
 
 class Buf:
@@ -75,3 +76,43 @@ def test_no_allocation_while_capturing() -> None:
     with pytest.raises(RuntimeError, match="call matmul once on this GPU before capturing"):
         c.get(2, MIN_COUNTERS + 1)  # growing would allocate inside the graph
     assert c.current[2] is buf and c.outgrown == [] and len(alloc.made) == 1
+
+
+# -- a packed weight's split-K workspace (dqgen.run.workspace.SplitKWorkspace: the GEMV's and the GEMM's) --------
+
+
+def _workspace() -> tuple[SplitKWorkspace[Buf], list[tuple[str, int]], dict[str, bool]]:
+    made: list[tuple[str, int]] = []
+    state = {"capturing": False}
+
+    def empty(n: int) -> Buf:
+        made.append(("partials", n))
+        return Buf(0, n)
+
+    def zeros(n: int) -> Buf:
+        made.append(("counters", n))
+        return Buf(0, n)
+
+    return SplitKWorkspace(empty, zeros, lambda: state["capturing"], "awq GEMM"), made, state
+
+
+def test_a_weight_keeps_one_pair_of_buffers_per_launch_layout() -> None:
+    ws, made, _ = _workspace()
+    a = ws.get((64, 10, 2), 1000, 10)
+    assert a[0].numel() == 1000 and a[1].numel() == 10
+    assert ws.get((64, 10, 2), 1000, 10) is a  # the same addresses for every later launch of that layout
+    b = ws.get((16, 10, 4), 500, 10)
+    assert b[0] is not a[0] and b[1] is not a[1]
+    assert sorted(ws) == [(16, 10, 4), (64, 10, 2)] and len(ws) == 2
+    assert made == [("partials", 1000), ("counters", 10), ("partials", 500), ("counters", 10)]
+
+
+def test_a_weight_allocates_no_workspace_while_capturing() -> None:
+    ws, made, state = _workspace()
+    first = ws.get("gemv", 256, 4)
+    state["capturing"] = True
+    assert ws.get("gemv", 256, 4) is first  # allocated before: a captured launch reuses it
+    with pytest.raises(RuntimeError, match=r"^awq GEMM: the split-K workspace of launch layout \(64, 3, 2\)") as info:
+        ws.get((64, 3, 2), 10, 3)
+    assert "\n" not in str(info.value) and "before capturing" in str(info.value)
+    assert len(made) == 2 and list(ws) == ["gemv"]

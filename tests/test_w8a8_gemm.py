@@ -12,21 +12,20 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from dqgen.w8a8 import fragments as fr
-from dqgen.w8a8 import gemm_reference as ref
-from dqgen.w8a8 import quantize_weight
-from dqgen.w8a8.gemm import (
+from dqgen.kernels.w8a8_gemm import (
     BK,
     MAX_K_S8,
     MIN_KTILES_PER_SPLIT,
     SWAP_MAX_M,
-    Config,
-    choose,
+    W8A8GemmConfig,
     choose_splits,
-    compile_config,
-    launch_args,
-    render,
+    choose_w8a8_gemm,
+    render_w8a8_gemm,
 )
+from dqgen.w8a8 import fragments as fr
+from dqgen.w8a8 import gemm_reference as ref
+from dqgen.w8a8 import quantize_weight
+from dqgen.w8a8.gemm import compile_config, launch_args
 
 # -- references ---------------------------------------------------------------------------------------------------
 
@@ -209,7 +208,7 @@ def test_ptx_tables_cover_each_fragment_once() -> None:
 
 @pytest.mark.parametrize("m", [1, 24, 64, 1000])
 def test_a_block_computes_its_tile_of_the_product(m: int) -> None:
-    cfg = choose("s8", "f16", m)
+    cfg = choose_w8a8_gemm("s8", "f16", m)
     rng = np.random.default_rng(m)
     p = rng.integers(-128, 128, (cfg.bm, BK)).astype(np.int8)
     q = rng.integers(-128, 128, (cfg.bn, BK)).astype(np.int8)
@@ -222,7 +221,7 @@ def test_a_block_computes_its_tile_of_the_product(m: int) -> None:
 @pytest.mark.parametrize(("m", "n", "k", "per"), [(37, 150, 272, 1), (5, 131, 400, 2), (130, 140, 144, 1)])
 def test_the_grid_with_tails_and_splits_computes_the_product(m: int, n: int, k: int, per: int) -> None:
     """M, N and K tails (zero fill), and K split over blocks (partials added in split order)."""
-    cfg = choose("s8", "f16", m)
+    cfg = choose_w8a8_gemm("s8", "f16", m)
     kp = -(-k // 16) * 16  # the host pads K to 16
     rng = np.random.default_rng(k)
     x = np.zeros((m, kp), np.int8)
@@ -238,14 +237,14 @@ def test_the_grid_with_tails_and_splits_computes_the_product(m: int, n: int, k: 
 
 
 def test_choose_swaps_small_m_only() -> None:
-    assert [choose("s8", "f16", m).bn for m in (1, 16, 17, 32, 33, 64)] == [16, 16, 32, 32, 64, 64]
-    assert all(choose("s8", "f16", m).swap for m in (1, SWAP_MAX_M))
-    big = choose("e4m3", "bf16", SWAP_MAX_M + 1)
+    assert [choose_w8a8_gemm("s8", "f16", m).bn for m in (1, 16, 17, 32, 33, 64)] == [16, 16, 32, 32, 64, 64]
+    assert all(choose_w8a8_gemm("s8", "f16", m).swap for m in (1, SWAP_MAX_M))
+    big = choose_w8a8_gemm("e4m3", "bf16", SWAP_MAX_M + 1)
     assert not big.swap and (big.bm, big.bn) == (128, 128)
     for m in (1, 64, 65):  # every default fits sm_89's 99 KB of shared memory a block
-        assert choose("s8", "f16", m).shared_bytes <= 99 * 1024
+        assert choose_w8a8_gemm("s8", "f16", m).shared_bytes <= 99 * 1024
     for m in (1, 16, 17, 64, 65, 4096):  # and so does every choice on a device of sm_89's limit
-        assert choose("s8", "f16", m, 28672, 8192, 128, 99 * 1024).shared_bytes <= 99 * 1024
+        assert choose_w8a8_gemm("s8", "f16", m, 28672, 8192, 128, 99 * 1024).shared_bytes <= 99 * 1024
 
 
 H100 = (132, 227 * 1024)  # SMs, shared memory a block may opt in to
@@ -256,17 +255,20 @@ def test_choose_on_an_h100() -> None:
     33..64 tokens, 32-token column tiles where the 128-channel strips occupy few SMs and 8-warp 64-token tiles
     otherwise; above 64 tokens, 128 x 256 tiles where 128 x 128 tiles would need two rounds of blocks on an SM."""
     for m in (1, 16):
-        assert choose("s8", "f16", m, 4096, 4096, *H100).bk == 256
-        assert choose("e4m3", "f16", m, 4096, 4096, *H100).bk == BK
-    assert choose("s8", "f16", 64, 6144, 4096, *H100).bn == 32  # 48 strips on 132 SMs
-    wide = choose("s8", "f16", 64, 28672, 8192, *H100)  # 224 strips
+        assert choose_w8a8_gemm("s8", "f16", m, 4096, 4096, *H100).bk == 256
+        assert choose_w8a8_gemm("e4m3", "f16", m, 4096, 4096, *H100).bk == BK
+    assert choose_w8a8_gemm("s8", "f16", 64, 6144, 4096, *H100).bn == 32  # 48 strips on 132 SMs
+    wide = choose_w8a8_gemm("s8", "f16", 64, 28672, 8192, *H100)  # 224 strips
     assert (wide.bn, wide.warps_m * wide.warps_n) == (64, 8)
     for m, n, k in ((4096, 28672, 8192), (1024, 4096, 14336)):  # 7168 / 256 tiles of 128 x 128: 2+ an SM
-        assert (choose("s8", "f16", m, n, k, *H100).bn, choose("s8", "f16", m, n, k, 132, 99 * 1024).bn) == (256, 128)
+        assert (
+            choose_w8a8_gemm("s8", "f16", m, n, k, *H100).bn,
+            choose_w8a8_gemm("s8", "f16", m, n, k, 132, 99 * 1024).bn,
+        ) == (256, 128)
     # 384 tiles of 128 x 128 (3 an SM) against 192 of 128 x 256 (2 an SM, each twice as long): 128 x 128
-    assert choose("s8", "f16", 1024, 6144, 4096, *H100).bn == 128
+    assert choose_w8a8_gemm("s8", "f16", 1024, 6144, 4096, *H100).bn == 128
     for m in (65, 4096):  # every choice on an H100 fits its shared memory
-        assert choose("e4m3", "bf16", m, 28672, 8192, *H100).shared_bytes <= H100[1]
+        assert choose_w8a8_gemm("e4m3", "bf16", m, 28672, 8192, *H100).shared_bytes <= H100[1]
 
 
 @pytest.mark.parametrize(
@@ -286,7 +288,7 @@ def test_splits_fill_the_gpu_and_leave_no_split_empty(tiles: int, k: int, reside
 # -- rendering and NVRTC --------------------------------------------------------------------------------------------
 
 
-def _mma_ops(cfg: Config, arch: str) -> Counter:
+def _mma_ops(cfg: W8A8GemmConfig, arch: str) -> Counter:
     from dqgen.emit.sass import disassemble
 
     res = compile_config(cfg, arch)
@@ -296,7 +298,7 @@ def _mma_ops(cfg: Config, arch: str) -> Counter:
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90"])
 @pytest.mark.parametrize("m", [1, 64, 256])
 def test_int8_compiles_to_imma(arch: str, m: int) -> None:
-    cfg = choose("s8", "bf16" if m == 64 else "f16", m)
+    cfg = choose_w8a8_gemm("s8", "bf16" if m == 64 else "f16", m)
     ops = _mma_ops(cfg, arch)
     mmas = (cfg.bm // cfg.warps_m // 16) * (cfg.bn // cfg.warps_n // 8) * (cfg.bk // 32)
     assert ops["IMMA.16832.S8.S8"] == mmas  # one per fragment pair and k-step: the main loop fully unrolled
@@ -305,7 +307,7 @@ def test_int8_compiles_to_imma(arch: str, m: int) -> None:
 
 @pytest.mark.parametrize("m", [1, 256])
 def test_fp8_compiles_to_qmma_on_sm89(m: int) -> None:
-    cfg = choose("e4m3", "f16", m)
+    cfg = choose_w8a8_gemm("e4m3", "f16", m)
     ops = _mma_ops(cfg, "sm_89")
     assert ops["QMMA.16832.F32.E4M3.E4M3"] == (cfg.bm // cfg.warps_m // 16) * (cfg.bn // cfg.warps_n // 8) * 4
     # sm_90 has no mma.sync for fp8 in hardware: ptxas converts to f16 and issues two HMMA.16816 per mma
@@ -321,24 +323,24 @@ def test_fp8_compiles_to_qmma_on_sm89(m: int) -> None:
 
 def test_fp8_refuses_archs_before_sm89() -> None:
     with pytest.raises(ValueError, match="arch: fp8"):
-        compile_config(choose("e4m3", "f16", 1), "sm_80")
+        compile_config(choose_w8a8_gemm("e4m3", "f16", 1), "sm_80")
 
 
 def test_render_documents_the_epilogue_and_refuses_bad_tiles() -> None:
-    src = render(choose("s8", "bf16", 1000))
+    src = render_w8a8_gemm(choose_w8a8_gemm("s8", "bf16", 1000))
     assert "scale = s_tok[m] * s_ch[n]" in src and "__fmul_rn(acc_to_f32(a), scale)" in src
     assert "cvt.rn.bf16.f32" in src and "swap-AB" not in src
-    assert "swap-AB" in render(choose("s8", "f16", 8))
+    assert "swap-AB" in render_w8a8_gemm(choose_w8a8_gemm("s8", "f16", 8))
     with pytest.raises(ValueError, match="warp tiles"):
-        render(Config("s8", "f16", False, 128, 24, 2, 1, 3))
+        render_w8a8_gemm(W8A8GemmConfig("s8", "f16", False, 128, 24, 2, 1, 3))
     with pytest.raises(ValueError, match="at least 2 stages"):
-        render(Config("s8", "f16", False, 128, 128, 2, 4, 1))
+        render_w8a8_gemm(W8A8GemmConfig("s8", "f16", False, 128, 128, 2, 4, 1))
 
 
 def test_the_template_uses_the_modelled_index_math() -> None:
     # the fragment model (dqgen.w8a8.fragments) is checked against the PTX tables above; these are its formulas as
     # the kernel spells them, so a change to one side alone fails here
-    src = render(choose("s8", "f16", 1000))
+    src = render_w8a8_gemm(choose_w8a8_gemm("s8", "f16", 1000))
     for line in (
         "return r * kBK + ((c ^ (r & 7)) << 4);",
         "const int a_row = wm * kWM + (lane & 7) + ((lane >> 3) & 1) * 8, a_half = lane >> 4;",
@@ -353,7 +355,7 @@ def test_the_template_uses_the_modelled_index_math() -> None:
         "const u16 hi = epilogue(acc[mi][ni][2 * h + 1], st, s1, bias, n + 1);",
     ):
         assert line in src, line
-    swapped = render(choose("s8", "f16", 8))
+    swapped = render_w8a8_gemm(choose_w8a8_gemm("s8", "f16", 8))
     for line in (
         "const long long r = r0 + wm * kWM + mi * 16 + g + 8 * (j >> 1);",
         "const long long c = c0 + wn * kWN + ni * 8 + 2 * t + (j & 1);",
@@ -368,9 +370,12 @@ def test_default_configs_do_not_spill(arch: str) -> None:
     for elem in ("s8", "e4m3"):
         if elem == "e4m3" and arch == "sm_80":
             continue
-        h100 = [choose(elem, "bf16", m, n, 8192, *H100) for m in (1, 64, 4096) for n in (4096, 28672)]  # type: ignore[arg-type]
-        for cfg in {choose(elem, "bf16", m) for m in (1, 32, 64, 256)} | (set(h100) if arch == "sm_90" else set()):  # type: ignore[arg-type]
-            res = compile_source(render(cfg), arch=arch, want="cubin", name="w8a8_gemm.cu", options=["-Xptxas=-v"])
+        h100 = [choose_w8a8_gemm(elem, "bf16", m, n, 8192, *H100) for m in (1, 64, 4096) for n in (4096, 28672)]  # type: ignore[arg-type]
+        small = {choose_w8a8_gemm(elem, "bf16", m) for m in (1, 32, 64, 256)}  # type: ignore[arg-type]
+        for cfg in small | (set(h100) if arch == "sm_90" else set()):
+            res = compile_source(
+                render_w8a8_gemm(cfg), arch=arch, want="cubin", name="w8a8_gemm.cu", options=["-Xptxas=-v"]
+            )
             spilled = re.findall(r"(\d+) bytes spill stores", res.log)
             assert spilled, res.log[-300:]
             # fp8 on sm_90 goes through f16 conversions (no fp8 mma.sync in hardware): a few spilled words allowed
@@ -385,8 +390,8 @@ _SIGNATURE = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+), (
 _WIDTH = {"long long": np.int64, "int": np.int32}
 
 
-def _signature(cfg: Config) -> tuple[int, int, str, list[tuple[type, str]]]:
-    m = _SIGNATURE.search(render(cfg))
+def _signature(cfg: W8A8GemmConfig) -> tuple[int, int, str, list[tuple[type, str]]]:
+    m = _SIGNATURE.search(render_w8a8_gemm(cfg))
     assert m is not None
     params = []
     for decl in m.group(4).split(","):
@@ -400,7 +405,7 @@ def test_launch_arguments_match_the_rendered_signature(m: int) -> None:
     """Each argument lands in the parameter of its name with the parameter's width; swap-AB hands the weight in as
     P (the mma's A operand) and the tokens as Q, as the template's header says. Distinct values per argument, so a
     swapped pair shows."""
-    cfg = choose("s8", "bf16", m)
+    cfg = choose_w8a8_gemm("s8", "bf16", m)
     threads, min_blocks, name, params = _signature(cfg)
     assert (threads, min_blocks, name) == (cfg.threads, cfg.min_blocks, cfg.name)  # __launch_bounds__ = the launch
     n, k = 1000, 4096
@@ -428,7 +433,7 @@ def test_launch_arguments_match_the_rendered_signature(m: int) -> None:
 def test_launch_refuses_what_the_kernel_assumes() -> None:
     """The preconditions of the cp.async copies (16-byte aligned sources, K in whole 16-byte chunks) and of the
     grid, refused in one line before a launch (a misaligned cp.async source faults the whole context)."""
-    cfg = choose("s8", "f16", 300)
+    cfg = choose_w8a8_gemm("s8", "f16", 300)
     ok = dict(x_ptr=0x1000, x_ld=256, w_ptr=0x2000, w_ld=256, x_scale_ptr=8, w_scale_ptr=8, bias_ptr=0)
     ok |= dict(y_ptr=8, ws_ptr=8, counters_ptr=8)
     tiles = 3 * 2  # 300 tokens x 200 channels in 128 x 128 tiles
@@ -455,8 +460,8 @@ def test_workspace_and_shared_memory_match_the_template() -> None:
     (kAccs x kThreads values at (tile * splits + split) * kAccs * kThreads) and the dynamic shared memory
     (kStages stages of kStageBytes, what the launch asks for and opts in to above 48 KB)."""
     for m in (1, 20, 64, 65):
-        cfg = choose("s8", "f16", m)
-        src = render(cfg)
+        cfg = choose_w8a8_gemm("s8", "f16", m)
+        src = render_w8a8_gemm(cfg)
         const = {n: int(v) for n, v in re.findall(r"constexpr int (k\w+) = (\d+);", src)}
         k_threads = 32 * const["kWarpsM"] * const["kWarpsN"]
         k_accs = (const["kBM"] // const["kWarpsM"] // 16) * (const["kBN"] // const["kWarpsN"] // 8) * 4
@@ -510,8 +515,8 @@ def _pipeline_hazards(stages: int, nk: int, wait_n: int, ahead: int) -> list[str
 
 @pytest.mark.parametrize("m", [1, 300])
 def test_the_pipeline_reads_each_stage_after_it_landed_and_before_it_is_refilled(m: int) -> None:
-    cfg = choose("s8", "f16", m)
-    src = render(cfg)
+    cfg = choose_w8a8_gemm("s8", "f16", m)
+    src = render_w8a8_gemm(cfg)
     for line in (  # the schedule the model runs, as the template spells it
         "for (int s = 0; s < kStages - 1; ++s) {\n        if (s < nk) issue(s);\n        cp_async_commit();",
         "cp_async_wait<kStages - 2>();  // k-tile i has landed (this thread's copies) ...\n        __syncthreads();",

@@ -44,16 +44,17 @@ def _int8(rows: int, k: int, seed: int) -> Any:
 
 def _raw_acc(x: Any, w: Any, plan: tuple[int, int, int] | None = None, cfg: Any = None) -> Any:
     """The kernel's accumulators (the "acc" output variant) of x [M, K] @ w [N, K].T, with the configuration
-    matmul would choose on this GPU or ``cfg``, and the default plan or a forced one (tiles, splits, k-tiles a
+    matmul would choose_w8a8_gemm on this GPU or ``cfg``, and the default plan or a forced one (tiles, splits, k-tiles a
     split)."""
-    from dqgen.w8a8.gemm import choose, loaded
+    from dqgen.kernels.w8a8_gemm import choose_w8a8_gemm
+    from dqgen.w8a8.gemm import loaded
     from dqgen.w8a8.matmul_op import _counters, _device_limits
 
     m, k = x.shape
     n = w.shape[0]
     elem = "s8" if x.dtype == torch.int8 else "e4m3"
     ordinal = torch.cuda.current_device()
-    cfg = cfg or choose(elem, "acc", m, n, k, *_device_limits(ordinal))
+    cfg = cfg or choose_w8a8_gemm(elem, "acc", m, n, k, *_device_limits(ordinal))
     kern = loaded(cfg, ordinal)
     plan = plan or kern.plan(m, n, k)
     tiles, splits, _ = plan
@@ -97,7 +98,7 @@ def test_int32_accumulators_equal_the_int64_product(m: int, n: int, k: int) -> N
     assert bad.size == 0, f"{len(bad)} accumulators differ, first at {bad[0].tolist()}"
 
 
-#: Every configuration choose() can return (dqgen.w8a8.gemm.choose; the 128 x 256 ones need 192 KB of shared
+#: Every configuration choose_w8a8_gemm() can return (dqgen.w8a8.gemm.choose; the 128 x 256 ones need 192 KB of shared
 #: memory a block, sm_90): (elem, swap, bm, bn, warps_m, warps_n, stages, bk)
 CONFIGS = [
     ("s8", True, 128, 16, 4, 1, 4, 128),
@@ -116,10 +117,10 @@ CONFIGS = [
 @pytest.mark.parametrize("fields", CONFIGS, ids=lambda f: "_".join(map(str, f)))
 def test_every_configuration_with_tails_and_splits(fields: tuple[Any, ...], splits: int) -> None:
     """Each configuration on M, N and K tails (tokens over two column tiles where swapped), unsplit and split."""
-    from dqgen.w8a8.gemm import Config
+    from dqgen.kernels.w8a8_gemm import W8A8GemmConfig
 
     elem, swap, bm, bn, wm, wn, stages, bk = fields
-    cfg = Config(elem, "acc", swap, bm, bn, wm, wn, stages, bk)
+    cfg = W8A8GemmConfig(elem, "acc", swap, bm, bn, wm, wn, stages, bk)
     if elem == "e4m3":
         _needs_fp8()
     if cfg.shared_bytes > torch.cuda.get_device_properties(0).shared_memory_per_block_optin:
@@ -148,12 +149,12 @@ def test_every_configuration_with_tails_and_splits(fields: tuple[Any, ...], spli
 
 @pytest.mark.parametrize(("m", "splits"), [(5, 3), (5, 7), (200, 2), (200, 5)])
 def test_forced_split_k_plans_are_exact(m: int, splits: int) -> None:
-    from dqgen.w8a8.gemm import choose
+    from dqgen.kernels.w8a8_gemm import choose_w8a8_gemm
     from dqgen.w8a8.matmul_op import _device_limits
 
     n, k = 300, 40 * 256 + 48  # a K tail inside the last k-tile
     x, w = _int8(m, k, seed=3), _int8(n, k, seed=4)
-    cfg = choose("s8", "acc", m, n, k, *_device_limits(torch.cuda.current_device()))
+    cfg = choose_w8a8_gemm("s8", "acc", m, n, k, *_device_limits(torch.cuda.current_device()))
     rows, cols = (n, m) if cfg.swap else (m, n)
     tiles = -(-rows // cfg.bm) * -(-cols // cfg.bn)
     kt = -(-k // cfg.bk)
@@ -163,7 +164,7 @@ def test_forced_split_k_plans_are_exact(m: int, splits: int) -> None:
 
 
 def test_largest_k_accumulates_without_wrapping() -> None:
-    from dqgen.w8a8.gemm import MAX_K_S8
+    from dqgen.kernels.w8a8_gemm import MAX_K_S8
 
     k = MAX_K_S8 // 16 * 16
     x = torch.full((3, k), -128, dtype=torch.int8, device="cuda")

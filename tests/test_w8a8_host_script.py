@@ -1,5 +1,5 @@
-"""scripts/w8a8_host_gpu.sh (the W8A8 call path's GPU checks and host-time figures in one call) exits non-zero when
-a check fails, as the other GPU runners do. CPU: python, compute-sanitizer and nvidia-smi are stand-ins on PATH."""
+"""docs/experiments/w8a8_host_gpu.sh (the W8A8 call path's GPU checks and host-time figures in one call) exits non-zero
+when a check fails, as the other GPU runners do. CPU: python, compute-sanitizer and nvidia-smi are stand-ins on PATH."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "w8a8_host_gpu.sh"
+SCRIPT = ROOT / "docs" / "experiments" / "w8a8_host_gpu.sh"
 
 
 def _run(tmp_path: Path, python_rc: int, sanitizer_rc: int) -> subprocess.CompletedProcess[str]:

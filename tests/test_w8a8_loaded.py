@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dqgen.kernels import act_quant, w8a8_gemm
 from dqgen.w8a8 import gemm, kernel
 
 
@@ -24,8 +25,8 @@ class Loaded:
 @pytest.mark.parametrize(
     "module, stub, what",
     [
-        (gemm, "GemmKernel", gemm.choose("s8", "f16", 1)),
-        (kernel, "ActQuantKernel", kernel.choose("fp16", 4096, None, False, True, 1)),
+        (gemm, "GemmKernel", w8a8_gemm.choose_w8a8_gemm("s8", "f16", 1)),
+        (kernel, "ActQuantKernel", act_quant.choose_act_quant("fp16", 4096, None, False, True, 1)),
     ],
     ids=["gemm", "act_quant"],
 )

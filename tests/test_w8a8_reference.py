@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 
 from dqgen.emit.nvrtc import compile_source
+from dqgen.kernels.act_quant import (
+    MAX_CACHED,
+    MAX_SMOOTH_SMEM,
+    SMEM_MIN_ROWS,
+    ActQuantConfig,
+    choose_act_quant,
+    render_act_quant,
+)
 from dqgen.w8a8 import reference
-from dqgen.w8a8.kernel import MAX_CACHED, MAX_SMOOTH_SMEM, SMEM_MIN_ROWS, Variant, choose, render
 
 F16 = np.float16
 BF16 = ml_dtypes.bfloat16
@@ -90,7 +97,7 @@ def test_bf16_input_is_widened_exactly() -> None:
 @pytest.mark.parametrize("k", [1, 7, 8, 4096, 4099, 14336, 40000])
 def test_every_column_has_an_owner(k: int) -> None:
     for aligned in (True, False) if k % 8 == 0 else (False,):
-        v = Variant("fp16", k, None, False, aligned)
+        v = ActQuantConfig("fp16", k, None, False, aligned)
         assert v.threads % 32 == 0 and 32 <= v.threads <= 512
         assert v.threads * v.chunks * 8 >= k - k % 8  # the vectors
         assert v.threads >= 14  # the scalar head and tail (at most 7 + 7 elements) of the general variant
@@ -98,21 +105,26 @@ def test_every_column_has_an_owner(k: int) -> None:
 
 
 VARIANTS = [
-    Variant("fp16", 4096, None, False, True, "raw"),
-    Variant("fp16", 4096, None, False, True, "f32"),
-    Variant("bf16", 14336, "fp32", False, True, "raw", "smem"),
-    Variant("bf16", 14336, "fp32", False, True, "f32", "regs"),
-    Variant("fp16", 8192, "fp16", True, True, "raw", "regs"),
-    Variant("bf16", 4099, "bf16", False, False, "raw", "rcp"),
-    Variant("fp16", 7, "fp32", True, False, "raw", "rcp"),
-    Variant("fp16", 40000, "fp32", False, False, "f32", "rcp"),
+    ActQuantConfig("fp16", 4096, None, False, True, "raw"),
+    ActQuantConfig("fp16", 4096, None, False, True, "f32"),
+    ActQuantConfig("bf16", 14336, "fp32", False, True, "raw", "smem"),
+    ActQuantConfig("bf16", 14336, "fp32", False, True, "f32", "regs"),
+    ActQuantConfig("fp16", 8192, "fp16", True, True, "raw", "regs"),
+    ActQuantConfig("bf16", 4099, "bf16", False, False, "raw", "rcp"),
+    ActQuantConfig("fp16", 7, "fp32", True, False, "raw", "rcp"),
+    ActQuantConfig("fp16", 40000, "fp32", False, False, "f32", "rcp"),
 ]
 
 
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.name)
-def test_variant_compiles_without_spills(v: Variant) -> None:
+def test_variant_compiles_without_spills(v: ActQuantConfig) -> None:
     res = compile_source(
-        render(v), arch="sm_90", want="cubin", name="act_quant.cu", options=["--ptxas-options=-v"], use_cache=False
+        render_act_quant(v),
+        arch="sm_90",
+        want="cubin",
+        name="act_quant.cu",
+        options=["--ptxas-options=-v"],
+        use_cache=False,
     )
     assert "0 bytes spill stores" in res.log and "0 bytes stack frame" in res.log, res.log
     assert res.cubin.startswith(b"\x7fELF")
@@ -120,21 +132,21 @@ def test_variant_compiles_without_spills(v: Variant) -> None:
 
 def test_render_refuses_an_aligned_variant_with_a_tail() -> None:
     with pytest.raises(ValueError, match="K must be a multiple of 8"):
-        render(Variant("fp16", 4100, None, False, True))
+        render_act_quant(ActQuantConfig("fp16", 4100, None, False, True))
 
 
 def test_choose_places_the_smoothing_reciprocals_by_rows_and_falls_back() -> None:
     # by default registers for few rows, shared memory from SMEM_MIN_ROWS rows on (the bench's figures)
-    assert choose("fp16", 4096, "fp32", False, True, 16).smooth_in == "regs"
-    assert choose("fp16", 4096, "fp32", False, True, SMEM_MIN_ROWS).smooth_in == "smem"
-    assert choose("fp16", 4096, None, False, True, 16).hold == "raw"
+    assert choose_act_quant("fp16", 4096, "fp32", False, True, 16).smooth_in == "regs"
+    assert choose_act_quant("fp16", 4096, "fp32", False, True, SMEM_MIN_ROWS).smooth_in == "smem"
+    assert choose_act_quant("fp16", 4096, None, False, True, 16).hold == "raw"
     # registers only for <= 4 vectors a thread, shared memory only for aligned rows that fit; else per element
-    assert choose("fp16", 20000, "fp32", False, True, 16).smooth_in == "rcp"
-    assert choose("fp16", 20000, "fp32", False, True, 4096, smooth_in="regs").smooth_in == "smem"
+    assert choose_act_quant("fp16", 20000, "fp32", False, True, 16).smooth_in == "rcp"
+    assert choose_act_quant("fp16", 20000, "fp32", False, True, 4096, smooth_in="regs").smooth_in == "smem"
     big = MAX_SMOOTH_SMEM // 4 + 8
-    assert choose("fp16", big, "fp32", False, True, 4096).smooth_in == "rcp"
-    assert choose("fp16", 4099, "fp32", False, False, 4096, smooth_in="smem").smooth_in == "rcp"
+    assert choose_act_quant("fp16", big, "fp32", False, True, 4096).smooth_in == "rcp"
+    assert choose_act_quant("fp16", 4099, "fp32", False, False, 4096, smooth_in="smem").smooth_in == "rcp"
     with pytest.raises(ValueError, match="needs the aligned variant"):
-        render(Variant("fp16", 4099, "fp32", False, False, "raw", "smem"))
+        render_act_quant(ActQuantConfig("fp16", 4099, "fp32", False, False, "raw", "smem"))
     with pytest.raises(ValueError, match="at most 4 vectors"):
-        render(Variant("fp16", 40000, "fp32", False, True, "raw", "regs"))
+        render_act_quant(ActQuantConfig("fp16", 40000, "fp32", False, True, "raw", "regs"))

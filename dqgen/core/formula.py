@@ -7,18 +7,60 @@ without a global scale). ``ValueFormula.of(spec)`` resolves a spec into that des
 and ``prose`` render it, for ``explain``, for the generated kernels' comments (``dqgen.emit.render``) and for
 ``dqgen list`` (``zero_mode_doc``). Nothing else writes a value formula.
 
-This module does not import the spec (the spec imports it for the zero-mode table); it reads a spec's fields.
+This module does not import the spec (the spec imports it for the zero-mode table), not even for typing: it reads
+a spec's fields through ``FormulaFields``, the Protocol of the few it reads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from .formats import scalar_type
 
-if TYPE_CHECKING:
-    from .spec import Spec
+
+class _Named(Protocol):
+    """An enum member of the spec (Target, SourceKind, ScaleDtype): its name in the YAML."""
+
+    @property
+    def value(self) -> str: ...
+
+
+class _SourceFields(Protocol):
+    @property
+    def kind(self) -> _Named: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def format(self) -> str | None: ...
+
+
+class _ScaleFields(Protocol):
+    @property
+    def block(self) -> bool: ...
+    @property
+    def dtype(self) -> _Named | None: ...
+    @property
+    def global_scale(self) -> bool: ...
+
+
+class _ZeroFields(Protocol):
+    @property
+    def mode(self) -> str: ...
+
+
+class FormulaFields(Protocol):
+    """What ValueFormula.of reads of a spec (dqgen.core.spec.Spec has them all)."""
+
+    @property
+    def source(self) -> _SourceFields: ...
+    @property
+    def target(self) -> _Named: ...
+    @property
+    def scales(self) -> _ScaleFields: ...
+    @property
+    def zeros(self) -> _ZeroFields: ...
+
 
 #: Where a zero point is stored: nowhere, packed bits-wide integers in int32 words [G, N/P] (along N), or
 #: a [G, N] tensor in the target dtype.
@@ -103,7 +145,7 @@ class ValueFormula:
     global_scale: bool
 
     @staticmethod
-    def of(spec: Spec) -> ValueFormula:
+    def of(spec: FormulaFields) -> ValueFormula:
         kind = spec.source.kind.value
         code_kind: Literal["integer", "float", "codebook"] = (
             "float" if kind == "float" else "codebook" if kind == "codebook" else "integer"

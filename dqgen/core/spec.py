@@ -799,7 +799,7 @@ class Spec(BaseModel):
         if self.target is Target.bf16 and self.sm < 80:
             raise _field_error("arch", self.arch, "sm_80 or newer for bf16 (bf16x2 arithmetic starts at sm_80)")
         g = self.scales.group_size
-        # 'auto' is resolved per call from the scales' rows (runtime.infer_problem, reference._validate check it)
+        # 'auto' is resolved per call from the scales' rows (run.problem.infer_problem, reference._validate check it)
         if self.packing.axis == "K" and g != "auto" and g != -1 and g % n:
             raise _field_error(
                 "scales.group_size",

@@ -1,6 +1,7 @@
 """The compiler's one pipeline: a spec in, an ``Artifact`` out (the winning plan and why the others lost, the
-proof, the CUDA sources, the launch variants). ``dqgen build``, the runtime's ``Kernel``, ``explain``, the SASS
-counts and the bench all start here, so one spec is solved and rendered once per process.
+proof, the converter's source; the kernels built around it render in dqgen.kernels). ``dqgen build``, the
+runtime's ``Kernel``, ``explain``, the SASS counts and the bench all start here, so one spec is solved and rendered
+once per process.
 
 Caches and their keys (Triton's idea: each stage memoized on a key over its inputs):
 - solving and rendering: in-process, on (dqgen version, spec JSON, strategy);
@@ -26,7 +27,7 @@ from ..core.spec import Spec
 from ..ir.plan import Plan
 from ..solve.solver import solve
 from .nvrtc import default_cache_dir
-from .render import Variant, render_converter, render_kernel, variants
+from .render import render_converter
 
 #: dqgen's version, from dqgen/__init__.py: Python imports a package before its subpackages, so it is loaded
 #: here without an upward import (pyproject reads the same assignment).
@@ -44,20 +45,13 @@ class Artifact:
     plan: Plan
     losers: tuple[str, ...]  # the other strategies considered and why they lost (also plan.rejected)
     proof: ProofResult | None  # None when no proof was asked for (solve's lane check still screened the plan)
-    source: str  # every variant's entry point in one .cu: what `dqgen build` writes and NVRTC compiles
     header: str  # the converter alone (.cuh), for use inside other kernels
-    variants: tuple[Variant, ...]
     key: str  # content key of the solved spec: sha256 over dqgen's version, the spec JSON and the strategy
-
-    def variant_source(self, v: Variant) -> str:
-        """The source of variant ``v``'s entry point alone (NVRTC's time grows with the entry points)."""
-        return _variant_source(self, v)
 
 
 @dataclass(frozen=True)
 class _Solved:
     plan: Plan
-    source: str
     header: str
     key: str
 
@@ -76,7 +70,7 @@ def _solved(spec: Spec, strategy: str | None) -> _Solved:
     hit = _SOLVED.get(key)
     if hit is None:
         plan = solve(spec, strategy)
-        hit = _SOLVED[key] = _Solved(plan, render_kernel(spec, plan), render_converter(spec, plan), key)
+        hit = _SOLVED[key] = _Solved(plan, render_converter(spec, plan), key)
     return hit
 
 
@@ -166,18 +160,6 @@ def compile_artifact(
         plan=solved.plan,
         losers=tuple(solved.plan.rejected),
         proof=proof,
-        source=solved.source,
         header=solved.header,
-        variants=tuple(variants(spec)),
         key=solved.key,
     )
-
-
-_VARIANT_SOURCES: dict[tuple[str, Variant], str] = {}
-
-
-def _variant_source(artifact: Artifact, v: Variant) -> str:
-    key = (artifact.key, v)
-    if key not in _VARIANT_SOURCES:
-        _VARIANT_SOURCES[key] = render_kernel(artifact.spec, artifact.plan, only=[v])
-    return _VARIANT_SOURCES[key]

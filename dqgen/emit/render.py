@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -28,26 +28,6 @@ from ..layout.layout import Layout
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 REG = re.compile(r"^[a-z][a-z0-9_]*$")
 BLOCK = 256
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One instantiated entry point: VEC words (N-axis: strided by the block) or columns (K-axis)
-    per thread, ROWS rows (K-axis: word-rows) per thread, 16/8-byte accesses when aligned."""
-
-    vec: int
-    rows: int
-    aligned: bool = True
-    stream: bool = False  # output stores with the evict-first (.cs) cache hint
-
-
-VARIANTS_N = [Variant(v, r, a) for a in (True, False) for v, r in ((1, 1), (1, 2), (1, 4), (1, 8), (2, 4))] + [
-    Variant(v, r, True, True) for v, r in ((1, 4), (1, 8), (1, 16), (2, 4), (2, 8))
-]
-VARIANTS_K = [Variant(8, r, a) for a in (True, False) for r in (1, 2, 4)] + [Variant(8, r, True, True) for r in (2, 4)]
-# Multi-word blocks (3-bit: 32 rows, 16 output pairs per column and block): 4 columns per thread keep a
-# block's outputs in registers; ROWS counts blocks.
-VARIANTS_KB = [Variant(4, r, a) for a in (True, False) for r in (1, 2)] + [Variant(4, r, True, True) for r in (1, 2)]
 
 
 @functools.lru_cache(maxsize=1)
@@ -136,8 +116,9 @@ def _check_interface(spec: Spec, plan: Plan) -> None:
                 )
 
 
-def context(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> dict:
-    """Template values; ``only`` limits the entry points to those variants (a lazy per-variant compile)."""
+def context(spec: Spec, plan: Plan, variants: Sequence[Mapping[str, object]] = ()) -> dict:
+    """Template values of the converter and of the kernels built around it; ``variants``: the dequantize kernel's
+    entry points (vec, rows, aligned, stream, entry: dqgen.kernels.dequant), none for the converter alone."""
     _check_interface(spec, plan)
     ops = [_render_op(op) for op in plan.ops]
     by_stage = {
@@ -202,31 +183,12 @@ def context(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> di
         "scale_regs": [_reg(r) for r in plan.scale_regs],
         "group_size": spec.scales.group_size,
         "value_doc": kernel_value_doc(formula),
-        "variants": [
-            {"vec": v.vec, "rows": v.rows, "aligned": v.aligned, "stream": v.stream, "entry": kernel_name(spec, v)}
-            for v in (variants(spec) if only is None else only)
-        ],
+        "variants": list(variants),
     }
 
 
 def render_converter(spec: Spec, plan: Plan) -> str:
     return template_env().get_template("converter.cuh.j2").render(**context(spec, plan))
-
-
-def render_kernel(spec: Spec, plan: Plan, only: Sequence[Variant] | None = None) -> str:
-    """The kernel source with every variant's entry point, or only those of ``only``: NVRTC's time grows with
-    the number of entry points (one variant compiles in a fraction of the whole set's time)."""
-    return template_env().get_template("kernel.cu.j2").render(**context(spec, plan, only))
-
-
-def variants(spec: Spec) -> list[Variant]:
-    if spec.packing.axis == "N":
-        return VARIANTS_N
-    return VARIANTS_KB if spec.words > 1 else VARIANTS_K
-
-
-def kernel_name(spec: Spec, v: Variant) -> str:
-    return f"dqgen_{spec.name}_v{v.vec}_r{v.rows}{'' if v.aligned else '_u'}{'_cs' if v.stream else ''}"
 
 
 def naive_source(spec: Spec) -> str:

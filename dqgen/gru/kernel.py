@@ -1,5 +1,5 @@
-"""Render the GRU cell kernel from templates/gru_cell.cu.j2 with a model's derived constants baked in, compile
-it with NVRTC and launch it through dqgen.run.device."""
+"""The GRU cell kernel of a model (dqgen.kernels.gru_cell renders it with the model's derived constants, built
+here, baked in), loaded through dqgen.run.loader and launched through dqgen.run.device."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from ..emit.nvrtc import compile_source
-from ..emit.render import template_env
+from ..kernels.gru_cell import CELL_BLOCK as BLOCK
+from ..kernels.gru_cell import GruCellConfig
 from .params import GATES, SIGMOID_OUT, TANH_OUT, QuantGRUParams
 
-KERNEL_NAME = "dqgen_gru_cell"
-BLOCK = 256
 # C identifiers of the scalar rescales in the template, keyed by the names Derived.scalar uses.
 SCALAR_CNAMES = {
     "wx_z->pre_z": "wxz",
@@ -89,13 +87,20 @@ def cell_context(p: QuantGRUParams) -> dict[str, Any]:
     )
 
 
+def cell_config(p: QuantGRUParams) -> GruCellConfig:
+    return GruCellConfig(cell_context(p))
+
+
 def render(p: QuantGRUParams) -> str:
-    return template_env().get_template("gru_cell.cu.j2").render(name=KERNEL_NAME, **cell_context(p))
+    return cell_config(p).source()
 
 
 def compile_cell(p: QuantGRUParams, arch: str = "sm_90", want: Any = "cubin") -> Any:
-    """NVRTC result (PTX or cubin) of the cell for ``arch``."""
-    return compile_source(render(p), arch=arch, want=want, name="gru_cell.cu")
+    """NVRTC result (PTX or cubin) of the cell for ``arch``, for the tests that read its PTX without a GPU; a
+    launch loads through dqgen.run.loader."""
+    from ..run.loader import compile_config
+
+    return compile_config(cell_config(p), arch, want)
 
 
 class CellKernel:
@@ -103,11 +108,11 @@ class CellKernel:
 
     def __init__(self, p: QuantGRUParams, device: int = 0) -> None:
         from ..run import device as dev
+        from ..run.loader import load
 
         self.params = p
         self.hidden = p.hidden_size
-        arch = dev.device_arch(device)
-        self._kernel = dev.LoadedKernel(compile_cell(p, arch).cubin, KERNEL_NAME, device)
+        self._kernel = load(cell_config(p), device)
         self._dev = dev
 
     def __call__(self, wx_acc: Any, rh_acc: Any, h_old: Any, h_new: Any, chan: Any, stream: Any = 0) -> None:

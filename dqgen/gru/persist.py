@@ -8,15 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from ..emit.nvrtc import compile_source
-from .kernel import cell_context, template_env
+from ..kernels.gru_cell import MAX_UNITS_PER_THREAD, GruPersistConfig, padded_hidden
+from ..kernels.gru_cell import PERSIST_BLOCK as BLOCK
+from .kernel import cell_context
 from .params import QuantGRUParams
 
-KERNEL_NAME = "dqgen_gru_persist"
-BLOCK = 512  # 16 warps: more h loads in flight while staging and more warps to hide the dot loop's latency
 WARPS = BLOCK // 32
-# More hidden units per thread share each h load among more R rows but hold 3 accumulators each in registers.
-MAX_UNITS_PER_THREAD = 4
 
 
 def _round_up(v: int, m: int) -> int:
@@ -33,11 +30,6 @@ class PersistPlan:
     upad: int  # units rounded up to a multiple of jt
     nbc: int  # batch rows staged in shared memory at a time
     shared_bytes: int
-
-
-def padded_hidden(hidden: int) -> int:
-    """K of the shared R rows and staged h rows: a multiple of 32 bytes keeps the int4 reads conflict-free."""
-    return _round_up(hidden, 32)
 
 
 def plan(hidden: int, rows: int, sm_count: int, shared_optin: int) -> PersistPlan | None:
@@ -61,23 +53,19 @@ def plan(hidden: int, rows: int, sm_count: int, shared_optin: int) -> PersistPla
     return PersistPlan(units, grid, jt, upad, nbc, r_bytes + nbc * h_row)
 
 
+def persist_config(p: QuantGRUParams, jt: int) -> GruPersistConfig:
+    return GruPersistConfig(cell_context(p), jt)
+
+
 def render(p: QuantGRUParams, jt: int) -> str:
-    # h rows are staged in the widest words that H divides into (every row stays aligned to its word)
-    wide = p.hidden_size % 16 == 0
-    vec = (
-        {"vec": 16, "vtype": "int4", "vzero": "make_int4(0, 0, 0, 0)"}
-        if wide
-        else {"vec": 8, "vtype": "int2", "vzero": "make_int2(0, 0)"}
-    )
-    return (
-        template_env()
-        .get_template("gru_persist.cu.j2")
-        .render(name=KERNEL_NAME, jt=jt, hp=padded_hidden(p.hidden_size), block=BLOCK, **vec, **cell_context(p))
-    )
+    return persist_config(p, jt).source()
 
 
 def compile_persist(p: QuantGRUParams, jt: int, arch: str = "sm_90", want: Any = "cubin") -> Any:
-    return compile_source(render(p, jt), arch=arch, want=want, name="gru_persist.cu")
+    """NVRTC result of the persistent kernel for ``arch``, for the tests that read its PTX without a GPU."""
+    from ..run.loader import compile_config
+
+    return compile_config(persist_config(p, jt), arch, want)
 
 
 class PersistentKernel:
@@ -89,7 +77,6 @@ class PersistentKernel:
         self.params = p
         self.device = device
         self._dev = dev
-        self._arch = dev.device_arch(device)
         self._sms = dev.sm_count(device)
         self._optin = dev.max_shared_optin(device)
         self._kernels: dict[int, Any] = {}
@@ -106,11 +93,11 @@ class PersistentKernel:
 
     def _kernel(self, jt: int) -> Any:
         if jt not in self._kernels:
-            image = compile_persist(self.params, jt, self._arch).cubin
-            kernel = self._dev.LoadedKernel(image, KERNEL_NAME, self.device)
-            # the opt-in ceiling once, so a plan for any batch size may launch with the shared bytes it needs
-            kernel.set_max_dynamic_shared(self._optin)
-            self._kernels[jt] = kernel
+            from ..run.loader import load
+
+            # (its shared_bytes is SHARED_OPTIN: the loader opts it in to the device's ceiling once, so a plan for
+            # any batch size may launch with the shared bytes it needs)
+            self._kernels[jt] = load(persist_config(self.params, jt), self.device)
         return self._kernels[jt]
 
     def __call__(

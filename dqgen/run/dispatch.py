@@ -9,7 +9,11 @@
   unchanged beside a packed weight): dequantize into a dense weight and ``torch.matmul`` (cuBLAS), where a
   compute-bound GEMM of fp16 weights beats mma.sync with a conversion in its loop;
 - other specs (floats, codebooks, 2/3-bit) keep the GEMV for every M;
-- under torch.compile, the custom ops of dqgen.run.gemm_op, which make the same choice when they run.
+- under torch.compile, one custom op of dqgen.run.torch_op (``dqgen::matmul_dispatch*``; ``dqgen::matmul*`` for
+  specs the GEMM does not take), which makes the same choice when it runs.
+
+The paths take a ``MatmulTarget`` (the compiled spec, its key, whether the GEMM takes it, and the dense path's
+dequantize call), built once by ``Kernel``; whether the call is traced is decided once, by the caller.
 
 The rule of a GPU (by name, looked up once per device): this machine's measurement in ``<cache>/dispatch.json``
 (``scripts/gemm_dispatch_rule.py --write-rule``), else the release's (``dispatch_rules.json`` beside this module,
@@ -25,15 +29,17 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..core.formats import torch_dtype
 from ..emit.nvrtc import default_cache_dir
-from .gemm import GemmWeight, _check_call, _torch, pack, run
-from .packcache import PackCache, version
-
-if TYPE_CHECKING:
-    from .runtime import Kernel
+from ..emit.pipeline import Artifact
+from .errors import imported_torch as _torch
+from .gemm import GemmWeight, pack_gemm, packed_gemm, run_gemm
+from .matmul import MatmulWeight, packed_gemv, run_gemv
+from .operands import check_activation
+from .packcache import version
+from .problem import output_shape
 
 #: Rows of x the GEMV takes best (its two mma token tiles); the GEMM takes more.
 GEMV_MAX_M = 16
@@ -43,7 +49,22 @@ GEMV_MAX_M = 16
 DEFAULT_DENSE_MIN_M = 512
 
 
-_PACKED: PackCache[GemmWeight] = PackCache()
+class Dequantize(Protocol):
+    """The dense path's dequantize call (``Kernel.__call__``): the checkpoint tensors into a dense [K, N] weight."""
+
+    def __call__(self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, out: Any = None) -> Any: ...
+
+
+@dataclass(frozen=True, eq=False)
+class MatmulTarget:
+    """What the matmul paths take of a compiled spec, fixed when its Kernel is made."""
+
+    artifact: Artifact
+    key: str  # the spec's key (Kernel.op_key): names it in the custom ops and keys the pack caches
+    #: Whether the tensor-core GEMM takes this spec: decided once, so that the dispatch reads a constant when
+    #: torch.compile traces it (dynamo cannot trace the spec's properties).
+    gemm_ok: bool
+    dequantize: Dequantize
 
 
 @dataclass
@@ -60,18 +81,13 @@ class _Beside:
 _BESIDE: weakref.WeakKeyDictionary[Any, _Beside] = weakref.WeakKeyDictionary()
 
 
-def packed(kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None) -> GemmWeight:
-    """The GemmWeight of these checkpoint tensors: packed on first use and again when any of them changes
-    (torch's in-place version counter) or is freed."""
-    return _PACKED.get(
-        kernel.op_key, (qweight, scales, zeros, g_idx), lambda: pack(kernel, qweight, scales, zeros, g_idx=g_idx)
-    )
-
-
-def attach(kernel: Kernel, matmul_weight: Any, qweight: Any, scales: Any, zeros: Any, g_idx: Any, gemm: bool) -> None:
+def attach(
+    target: MatmulTarget, matmul_weight: Any, qweight: Any, scales: Any, zeros: Any, g_idx: Any, gemm: bool
+) -> None:
     """Beside a MatmulWeight (Kernel.pack_matmul): the GEMM layout (``gemm`` and specs the GEMM takes) and weak
     references to its checkpoint tensors."""
-    weight = pack(kernel, qweight, scales, zeros, g_idx=g_idx) if gemm and kernel.gemm_ok else None
+    spec = target.artifact.spec
+    weight = pack_gemm(spec, qweight, scales, zeros, g_idx=g_idx) if gemm and target.gemm_ok else None
     refs = tuple(None if t is None else (weakref.ref(t), version(t)) for t in (qweight, scales, zeros, g_idx))
     _BESIDE[matmul_weight] = _Beside(weight, refs)
 
@@ -185,8 +201,12 @@ def _rows(x: Any) -> int:
     return math.prod(x.shape[:-1]) if x.dim() > 1 else 1
 
 
+_PACKED_EXTRAS = "matmul: scales, zeros, g_idx and global_scale belong to pack_matmul when w is a MatmulWeight"
+_NO_WEIGHT = "matmul: pass a MatmulWeight (from pack_matmul), or qweight and scales"
+
+
 def dispatch(
-    kernel: Kernel,
+    target: MatmulTarget,
     x: Any,
     w: Any,
     scales: Any = None,
@@ -196,36 +216,25 @@ def dispatch(
     global_scale: Any = None,
     bias: Any = None,
     out: Any = None,
+    traced: bool = False,
 ) -> Any:
-    """``Kernel.matmul``: y = x @ W (+ bias) by the fastest path for M (module docstring)."""
-    from . import matmul as mm
-
+    """``Kernel.matmul``: y = x @ W (+ bias) by the fastest path for M (module docstring). ``traced``: the caller
+    runs under torch.compile (decided once per call, at the entry): the call becomes one custom op."""
+    is_packed = isinstance(w, MatmulWeight)
+    if is_packed:
+        if scales is not None or zeros is not None or g_idx is not None or global_scale is not None:
+            raise TypeError(_PACKED_EXTRAS)
+    elif scales is None:
+        raise TypeError(_NO_WEIGHT)
+    if traced:
+        return _traced(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
     torch = sys.modules.get("torch")
-    if torch is not None and torch.compiler.is_compiling() and kernel.gemm_ok:
-        # traced: one custom op that makes this choice when it runs (M may be symbolic here; dqgen.run.gemm_op)
-        if isinstance(w, mm.MatmulWeight):
-            if scales is not None or zeros is not None or g_idx is not None or global_scale is not None:
-                raise TypeError(
-                    "matmul: scales, zeros, g_idx and global_scale belong to pack_matmul when w is a MatmulWeight"
-                )
-            y = torch.ops.dqgen.matmul_dispatch(kernel.op_key, w.key, x, bias)
-        elif scales is None:
-            raise TypeError("matmul: pass a MatmulWeight (from pack_matmul), or qweight and scales")
-        else:
-            y = torch.ops.dqgen.matmul_dispatch_checkpoint(
-                kernel.op_key, x, w, scales, zeros, g_idx, global_scale, bias
-            )
-        if out is None:
-            return y
-        out.copy_(y)
-        return out
-    if torch is None or torch.compiler.is_compiling() or not isinstance(x, torch.Tensor) or not x.is_cuda:
-        # traced (specs the GEMM does not take): the GEMV's custom ops; bad x: the GEMV path's one-line errors
-        return mm.matmul(kernel, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
+    if torch is None or not target.gemm_ok or not isinstance(x, torch.Tensor) or not x.is_cuda:
+        # specs the GEMM does not take: the GEMV for every M; bad x: the GEMV path's one-line errors
+        return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
     M = _rows(x)
-    is_packed = isinstance(w, mm.MatmulWeight)
     gw = beside(w) if is_packed else None
-    gemm_ok = kernel.gemm_ok and (gw is not None or not is_packed) and global_scale is None
+    gemm_ok = (gw is not None or not is_packed) and global_scale is None
     rule = rule_for(x.device.index or 0)
     if is_packed:
         # the dense path needs the checkpoint tensors: alive and unchanged beside a packed weight, or passed
@@ -233,30 +242,83 @@ def dispatch(
         dense_ok = checkpoint is not None
     else:
         checkpoint = (w, scales, zeros, g_idx)
-        dense_ok = scales is not None
+        dense_ok = True
     way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok)
     if way == "gemv":
-        return mm.matmul(kernel, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
+        return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
+    spec = target.artifact.spec
     if way == "dense":
         assert checkpoint is not None
-        q, s, z, gi = checkpoint
-        if gi is None:  # into a given out: the dequantize call's per-call fast path (its checks name a bad tensor)
-            K, N = kernel.output_shape(tuple(q.shape))
-            W = kernel(
-                q, s, z, out=torch.empty((K, N), dtype=torch_dtype(kernel.spec.target_type, torch), device=q.device)
-            )
-        else:  # act-order: no out, so that the g_idx check is not redone for every new out address
-            W = kernel(q, s, z, g_idx=gi)
-            K, N = (int(d) for d in W.shape)
-        x2, y = _check_call(torch, kernel.spec, x, K, N, x.device.index or 0, bias, out)
-        y2 = y.view(-1, N)
-        if bias is not None:
-            torch.addmm(bias, x2, W, out=y2)
-        else:
-            torch.matmul(x2, W, out=y2)
-        return y
+        return _dense(torch, target, x, checkpoint, bias, out)
     if gw is None:
-        if scales is None:
-            raise TypeError("matmul: pass a MatmulWeight (from pack_matmul), or qweight and scales")
-        gw = packed(kernel, w, scales, zeros, g_idx=g_idx)
-    return run(kernel, x, gw, bias=bias, out=out)
+        gw = packed_gemm(spec, target.key, w, scales, zeros, g_idx=g_idx)
+    return run_gemm(spec, x, gw, bias=bias, out=out)
+
+
+def _gemv(
+    target: MatmulTarget,
+    x: Any,
+    w: Any,
+    is_packed: bool,
+    scales: Any,
+    zeros: Any,
+    g_idx: Any,
+    global_scale: Any,
+    bias: Any,
+    out: Any,
+) -> Any:
+    """The eager GEMV on a packed weight, or on the checkpoint tensors packed once per version."""
+    if not is_packed:
+        w = packed_gemv(target.artifact, target.key, w, scales, zeros, g_idx=g_idx, global_scale=global_scale)
+    return run_gemv(target.artifact, x, w, bias=bias, out=out)
+
+
+def _dense(torch: Any, target: MatmulTarget, x: Any, checkpoint: tuple[Any, ...], bias: Any, out: Any) -> Any:
+    """Dequantize the checkpoint tensors into a dense weight and multiply with torch (cuBLAS)."""
+    spec = target.artifact.spec
+    q, s, z, gi = checkpoint
+    if gi is None:  # into a given out: the dequantize call's per-call fast path (its checks name a bad tensor)
+        K, N = output_shape(spec, tuple(q.shape))
+        W = target.dequantize(
+            q, s, z, out=torch.empty((K, N), dtype=torch_dtype(spec.target_type, torch), device=q.device)
+        )
+    else:  # act-order: no out, so that the g_idx check is not redone for every new out address
+        W = target.dequantize(q, s, z, g_idx=gi)
+        K, N = (int(d) for d in W.shape)
+    x2, y = check_activation(torch, spec, x, K, N, x.device.index or 0, bias, out)
+    y2 = y.view(-1, N)
+    if bias is not None:
+        torch.addmm(bias, x2, W, out=y2)
+    else:
+        torch.matmul(x2, W, out=y2)
+    return y
+
+
+def _traced(
+    target: MatmulTarget,
+    x: Any,
+    w: Any,
+    is_packed: bool,
+    scales: Any,
+    zeros: Any,
+    g_idx: Any,
+    global_scale: Any,
+    bias: Any,
+    out: Any,
+) -> Any:
+    """Under torch.compile: one custom op that runs the eager call when the graph runs (M may be symbolic here):
+    ``dqgen::matmul_dispatch*`` for specs the GEMM takes, else the GEMV's ``dqgen::matmul*`` (dqgen.run.torch_op)."""
+    ops = sys.modules["torch"].ops.dqgen  # traced: torch is imported, and Kernel.matmul registered the ops
+    if target.gemm_ok:
+        if is_packed:
+            y = ops.matmul_dispatch(target.key, w.key, x, bias)
+        else:
+            y = ops.matmul_dispatch_checkpoint(target.key, x, w, scales, zeros, g_idx, global_scale, bias)
+    elif is_packed:
+        y = ops.matmul(target.key, w.key, x, bias)
+    else:
+        y = ops.matmul_checkpoint(target.key, x, w, scales, zeros, g_idx, global_scale, bias)
+    if out is None:
+        return y
+    out.copy_(y)  # the ops are functional: a new y
+    return out

@@ -1,9 +1,10 @@
-"""``y = x @ dequant(W)`` for prefill and batches (M > 16): the tensor-core GEMM of dqgen.emit.gemm on weights
+"""``y = x @ dequant(W)`` for prefill and batches (M > 16): the tensor-core GEMM of dqgen.kernels.gemm on weights
 moved once into TensorRT-LLM's layout (dqgen.layout.gemm).
 
-``pack(kernel, qweight, scales, zeros=None, *, g_idx=None)`` checks the checkpoint tensors (the dequantize
-call's checks) and packs them on the host into a ``GemmWeight`` of device tensors; ``run(kernel, x, w)`` launches
-the GEMM (any M; ``Kernel.matmul`` reaches it through dqgen.run.dispatch for M > 16). x is ``[..., K]`` in the
+``pack_gemm(spec, qweight, scales, zeros=None, *, g_idx=None)`` checks the checkpoint tensors (the dequantize
+call's checks, dqgen.run.problem) and packs them on the host into a ``GemmWeight`` of device tensors;
+``run_gemm(spec, x, w)`` launches the GEMM (any M; ``Kernel.matmul`` reaches it through dqgen.run.dispatch for
+M > 16); ``packed_gemm`` packs checkpoint tensors once per tensor version (cached). x is ``[..., K]`` in the
 spec's target dtype with a unit last stride; rows 16-byte aligned take 16-byte cp.async copies, others the gather
 entry. A GemmWeight owns its split-K workspaces and counters: launches that use one weight must be ordered (one
 stream, or a graph), not run concurrently on two streams. Torch only.
@@ -11,25 +12,24 @@ stream, or a graph), not run concurrently on two streams. Torch only.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..core.formats import torch_dtype
-from ..core.spec import SourceKind, Spec
-from ..emit.gemm import CONFIGS, GemmConfig, GemmEntry, entry_name, has_zeros, render_gemm
-from ..emit.nvrtc import compile_source
-from ..layout.gemm import TILE_K, TILE_N, pack_gemm
-from ..layout.gemm_trt import WEIGHT_BITS
+from ..core.spec import Spec
+from ..kernels.gemm import CONFIGS, GemmConfig, GemmEntry, GemmKernelConfig, has_zeros, supports
+from ..layout import gemm as gemm_layout
+from ..layout.gemm import TILE_K, TILE_N
 from . import device as dev
-from .errors import ShapeError
+from .calls import WEIGHT_BOUND_MAX, remember
 from .errors import imported_torch as _torch
-
-if TYPE_CHECKING:
-    from .runtime import Kernel
+from .loader import load
+from .operands import check_activation, check_torch_tensors, x_aligned
+from .packcache import PackCache
+from .problem import check_g_idx, checkpoint_problem
+from .workspace import SplitKWorkspace, torch_workspace
 
 #: Fewest K tiles a split keeps (its workspace round trip must be paid for by enough main-loop work).
 MIN_TILES_PER_SPLIT = 4
@@ -45,18 +45,7 @@ PARAMS: tuple[tuple[str, type[np.generic]], ...] = (
     ("w_line_bytes", np.int64),
 )
 
-_LOADED: dict[tuple[str, str, int], dev.LoadedKernel] = {}
 _ids = itertools.count()
-
-
-def supports(spec: Spec) -> bool:
-    """Whether the GEMM takes this spec: 4- or 8-bit integer codes without block scales (TensorRT-LLM's layout)."""
-    return (
-        spec.source.bits in WEIGHT_BITS
-        and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
-        and not spec.scales.block
-        and spec.words == 1
-    )
 
 
 @dataclass(eq=False)
@@ -79,7 +68,8 @@ class GemmWeight:
     perm: Any  # int32 [slots]
     tile_group: Any  # int32 [k_tiles]
     key: str = ""
-    _ws: dict[tuple[int, int, int], tuple[Any, Any]] = field(default_factory=dict, repr=False)
+    #: split-K partials and counters by (BM, output tiles, splits): configs of one BM share the layout
+    workspace: SplitKWorkspace[Any] | None = field(default=None, repr=False)
     _bound: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -88,36 +78,9 @@ class GemmWeight:
         return sum(int(t.numel() * t.element_size()) for t in (self.wq, self.scales, self.zeros) if t is not None)
 
 
-def _check_tensor(torch: Any, name: str, t: Any) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if not t.is_cuda:
-        raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
-
-
-def _function(kernel: Kernel, e: GemmEntry, device: int) -> dev.LoadedKernel:
-    arch = dev.device_arch(device)
-    spec = kernel.spec
-    if int(arch[3:].rstrip("af")) < spec.sm:
-        raise RuntimeError(f"{spec.name}: spec targets {spec.arch} but GPU {device} is {arch}")
-    source = render_gemm(spec, (e,))  # one entry per module: a launch compiles only what it runs
-    name = entry_name(spec, e)
-    key = (hashlib.sha256(source.encode()).hexdigest(), name, device)
-    fn = _LOADED.get(key)
-    if fn is None:
-        res = compile_source(source, arch=arch, want="cubin", name=f"{spec.name}_gemm.cu")
-        assert res.cubin is not None
-        fn = dev.LoadedKernel(res.cubin, name, device)
-        fn.set_max_dynamic_shared(e.config.shared_bytes(spec.source.bits, has_zeros(spec)))
-        _LOADED[key] = fn
-    return fn
-
-
-def x_aligned(ptr: int, row_stride: int, K: int) -> bool:
-    """Whether the direct entry may copy x with 16-byte cp.async: every 8-half chunk of a row starts 16-byte
-    aligned (PTX: a cp.async source is aligned to cp-size) and lies wholly inside its row (K % 8 == 0, so the
-    kernel's per-chunk predicate k < K never lets a copy run into the next row)."""
-    return ptr % 16 == 0 and row_stride % 8 == 0 and K % 8 == 0
+def _function(spec: Spec, e: GemmEntry, device: int) -> dev.LoadedKernel:
+    # one entry per module: a launch compiles only what it runs
+    return load(GemmKernelConfig.one(spec, e), device)
 
 
 def choose_config(M: int) -> GemmConfig:
@@ -142,7 +105,7 @@ FILL_TILES = 6.0
 REDUCE_TILES_PER_64_ROWS = 3.0
 
 
-def choose_splits(tiles: int, k_tiles: int, resident: int, bm: int = 64) -> int:
+def choose_gemm_splits(tiles: int, k_tiles: int, resident: int, bm: int = 64) -> int:
     """CTAs per output tile along K: the count that minimises a wave model of the launch, rounds of resident CTAs
     x (K tiles per split + FILL_TILES) + the split-K reduction (REDUCE_TILES_PER_64_ROWS x bm / 64 per split),
     each split keeping at least MIN_TILES_PER_SPLIT K tiles, at most MAX_SPLITS; ties go to fewer splits."""
@@ -159,29 +122,26 @@ def choose_splits(tiles: int, k_tiles: int, resident: int, bm: int = 64) -> int:
     return best
 
 
-def pack(kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None) -> GemmWeight:
+def pack_gemm(spec: Spec, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None) -> GemmWeight:
     """Check the checkpoint tensors and pack them (on the host, once) into a GemmWeight."""
     torch = _torch()
-    spec = kernel.spec
     if not supports(spec):
         raise ValueError(
             f"[source] the tensor-core GEMM takes 4- or 8-bit integer codes; spec {spec.name!r} has "
             f"{spec.source.bits}-bit {spec.source.kind.value} codes"
         )
-    for name, t in (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("g_idx", g_idx)):
-        if t is not None:
-            _check_tensor(torch, name, t)
-    prob = kernel.problem(qweight, scales, zeros, g_idx, None)
+    check_torch_tensors(torch, (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("g_idx", g_idx)))
+    prob = checkpoint_problem(spec, qweight, scales, zeros, g_idx, None)
     q = dev.as_device_array(qweight, "qweight")
     s = dev.as_device_array(scales, "scales")
     z = dev.as_device_array(zeros, "zeros") if zeros is not None else None
     host_gidx = None
     if g_idx is not None:
         gi = dev.as_device_array(g_idx, "g_idx")
-        kernel._check_g_idx(gi, prob.groups)
+        check_g_idx(gi, prob.groups)
         host_gidx = dev.to_host(gi)
     group_size = prob.group_size if prob.group_size > 0 and prob.groups > 1 else -1
-    pk = pack_gemm(
+    pk = gemm_layout.pack_gemm(
         spec, dev.to_host(q), dev.to_host(s), dev.to_host(z) if z is not None else None, host_gidx, group_size
     )
     device = q.device
@@ -209,6 +169,7 @@ def pack(kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_idx:
         zeros=up(pk.zeros, zdtype),
         perm=up(pk.slots.perm, np.int32),
         tile_group=up(pk.slots.tile_group, np.int32),
+        workspace=torch_workspace(torch, device, f"{spec.name} GEMM"),
     )
     w.key = f"{spec.name}-gemm-{next(_ids)}"
     return w
@@ -218,45 +179,8 @@ def _ptr(t: Any) -> np.uint64:
     return np.uint64(0 if t is None else t.data_ptr())
 
 
-def _check_call(torch: Any, spec: Spec, x: Any, K: int, N: int, device: int, bias: Any, out: Any) -> tuple[Any, Any]:
-    """The call's checks (one line naming the tensor): x [..., K] in the target dtype with a unit last stride,
-    bias (N,), out [..., N] contiguous, all on the weight's device. Returns (x as [M, K], out)."""
-    dt = torch_dtype(spec.target_type, torch)
-    _check_tensor(torch, "x", x)
-    if x.dtype != dt:
-        raise ShapeError(f"x: expected dtype {spec.target.value} (the spec's target), got {x.dtype}")
-    if x.dim() < 1 or x.shape[-1] != K:
-        raise ShapeError(f"x: expected shape [..., {K}] (K of the weight), got {tuple(x.shape)}")
-    if x.device.index != device:
-        raise ShapeError(f"x: on CUDA device {x.device.index}, but the weight is on device {device}")
-    lead = tuple(x.shape[:-1])
-    x2 = x.reshape(-1, K) if x.dim() != 2 else x
-    if K > 1 and x2.stride(1) != 1:
-        raise ShapeError(f"x: expected a unit stride along K, got strides {tuple(x.stride())}; call .contiguous()")
-    if bias is not None:
-        _check_tensor(torch, "bias", bias)
-        if bias.dtype != dt or tuple(bias.shape) != (N,) or not bias.is_contiguous():
-            raise ShapeError(
-                f"bias: expected a contiguous ({N},) {spec.target.value} tensor, got {tuple(bias.shape)} {bias.dtype}"
-            )
-        if bias.device.index != device:
-            raise ShapeError(f"bias: on CUDA device {bias.device.index}, but the weight is on device {device}")
-    if out is None:
-        out = torch.empty((*lead, N), dtype=dt, device=x.device)
-    else:
-        _check_tensor(torch, "out", out)
-        if out.dtype != dt or tuple(out.shape) != (*lead, N) or not out.is_contiguous():
-            raise ShapeError(
-                f"out: expected a contiguous {(*lead, N)} {spec.target.value} tensor, "
-                f"got {tuple(out.shape)} {out.dtype}"
-            )
-        if out.device.index != device:
-            raise ShapeError(f"out: on CUDA device {out.device.index}, but the weight is on device {device}")
-    return x2, out
-
-
-def run(
-    kernel: Kernel,
+def run_gemm(
+    spec: Spec,
     x: Any,
     w: GemmWeight,
     *,
@@ -266,12 +190,11 @@ def run(
     splits: int | None = None,
 ) -> Any:
     """The GEMM launch on checked tensors: y = x @ W (+ bias), any M. ``config`` / ``splits`` override
-    choose_config / choose_splits (tuning and benchmarks; any tile of the template, any split count >= 1)."""
+    choose_config / choose_gemm_splits (tuning and benchmarks; any tile of the template, any split count >= 1)."""
     torch = _torch()
-    spec = kernel.spec
     if w.spec_name != spec.name:
         raise ValueError(f"w: packed for spec {w.spec_name!r}, but this kernel is {spec.name!r}")
-    x2, out = _check_call(torch, spec, x, w.K, w.N, w.device, bias, out)
+    x2, out = check_activation(torch, spec, x, w.K, w.N, w.device, bias, out)
     M = int(x2.shape[0])
     if M == 0 or w.N == 0:
         return out
@@ -281,16 +204,13 @@ def run(
     key = (x2.data_ptr(), M, x_stride, out.data_ptr(), 0 if bias is None else bias.data_ptr(), config, splits)
     launch = w._bound.get(key)
     if launch is None:
-        launch = _bind(kernel, w, x2, x_stride, M, bias, out, config, splits)
-        if len(w._bound) >= 64:
-            w._bound.clear()
-        w._bound[key] = launch
+        launch = remember(w._bound, key, _bind(spec, w, x2, x_stride, M, bias, out, config, splits), WEIGHT_BOUND_MAX)
     launch(dev.torch_raw_stream(torch, w.device))
     return out
 
 
 def _bind(
-    kernel: Kernel,
+    spec: Spec,
     w: GemmWeight,
     x2: Any,
     x_stride: int,
@@ -300,26 +220,22 @@ def _bind(
     config: GemmConfig | None = None,
     want_splits: int | None = None,
 ) -> Any:
-    torch = _torch()
     cfg = config if config is not None else choose_config(M)
     entry = GemmEntry(cfg, w.gather or not x_aligned(x2.data_ptr(), x_stride, w.K))
-    fn = _function(kernel, entry, w.device)
-    smem = cfg.shared_bytes(kernel.spec.source.bits, has_zeros(kernel.spec))
+    fn = _function(spec, entry, w.device)
+    smem = cfg.shared_bytes(spec.source.bits, has_zeros(spec))
     m_tiles, n_tiles = -(-M // cfg.bm), -(-w.N // TILE_N)
     tiles = m_tiles * n_tiles
     resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
-    splits = want_splits if want_splits is not None else choose_splits(tiles, w.k_tiles, resident, cfg.bm)
+    splits = want_splits if want_splits is not None else choose_gemm_splits(tiles, w.k_tiles, resident, cfg.bm)
     splits = max(1, min(splits, w.k_tiles))
     per_split = -(-w.k_tiles // splits)
     splits = -(-w.k_tiles // per_split)  # no empty split
-    ws_key = (cfg.bm, tiles, splits)  # by BM: configs of one BM share the workspace layout
-    if splits > 1 and ws_key not in w._ws:
-        cuda = torch.device("cuda", w.device)
-        w._ws[ws_key] = (
-            torch.empty(workspace_floats(cfg, tiles, splits), dtype=torch.float32, device=cuda),
-            torch.zeros(tiles, dtype=torch.int32, device=cuda),
-        )
-    ws, counters = w._ws.get(ws_key, (None, None)) if splits > 1 else (None, None)
+    ws, counters = None, None
+    if splits > 1:
+        assert w.workspace is not None  # pack_gemm gives every weight its pool
+        # by BM: configs of one BM share the workspace layout
+        ws, counters = w.workspace.get((cfg.bm, tiles, splits), workspace_floats(cfg, tiles, splits), tiles)
     values = {
         "wq": w.wq.data_ptr(),
         "scales": w.scales.data_ptr(),
@@ -344,3 +260,19 @@ def _bind(
     }
     args = [typ(values[name]) for name, typ in PARAMS]
     return fn.bind((m_tiles, n_tiles, splits), (cfg.threads,), args, shared_mem=smem)
+
+
+# -- the checkpoint form: pack once per weight tensor version ---------------------------------------------------
+
+
+_PACKED: PackCache[GemmWeight] = PackCache()
+
+
+def packed_gemm(
+    spec: Spec, owner: str, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None
+) -> GemmWeight:
+    """The GemmWeight of these checkpoint tensors: packed on first use and again when any of them changes
+    (torch's in-place version counter) or is freed. ``owner``: the compiled spec's key (Kernel.op_key)."""
+    return _PACKED.get(
+        owner, (qweight, scales, zeros, g_idx), lambda: pack_gemm(spec, qweight, scales, zeros, g_idx=g_idx)
+    )

@@ -20,7 +20,7 @@ from ..layout.layout import Layout
 
 if TYPE_CHECKING:
     from . import device as dev
-    from .runtime import Kernel
+    from .problem import Dequantizer
 
 
 #: Shapes (K, N) that `dqgen build` checks on a GPU: a square one and the smallest legal one.
@@ -118,11 +118,11 @@ class GpuRun:
     seconds: float
 
 
-def run_shape(kernel: Kernel, K: int, N: int, seed: int = 0, device: int = 0) -> GpuRun:
+def run_shape(kernel: Dequantizer, K: int, N: int, seed: int = 0, device: int = 0) -> GpuRun:
     """Run one seeded problem on GPU ``device``. Memory comes from the driver API (cuMemAlloc), so `dqgen build`
     checks a kernel without torch or cupy installed."""
     from . import device as dev
-    from .runtime import target_dtype
+    from .problem import target_dtype
 
     t0 = time.perf_counter()
     inputs = check_inputs(kernel.spec, K, N, seed)
@@ -136,7 +136,7 @@ def run_shape(kernel: Kernel, K: int, N: int, seed: int = 0, device: int = 0) ->
     return GpuRun(K, N, seed, inputs, dev.to_host(out), time.perf_counter() - t0)
 
 
-def compare(kernel: Kernel, run: GpuRun, want: np.ndarray | None = None) -> CheckResult:
+def compare(kernel: Dequantizer, run: GpuRun, want: np.ndarray | None = None) -> CheckResult:
     """``run``'s output vs the reference, bit for bit (any NaN matching any NaN); ``want`` is the reference output
     when it was computed elsewhere (the build's worker), else it is computed here from the run's inputs."""
     t0 = time.perf_counter()
@@ -158,6 +158,6 @@ def compare(kernel: Kernel, run: GpuRun, want: np.ndarray | None = None) -> Chec
     return CheckResult(run.K, run.N, not bad.size, len(bad), run.seconds + time.perf_counter() - t0, detail)
 
 
-def check_shape(kernel: Kernel, K: int, N: int, seed: int = 0, device: int = 0) -> CheckResult:
+def check_shape(kernel: Dequantizer, K: int, N: int, seed: int = 0, device: int = 0) -> CheckResult:
     """One random problem on GPU ``device`` vs the reference computed in this process."""
     return compare(kernel, run_shape(kernel, K, N, seed, device))

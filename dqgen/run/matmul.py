@@ -1,53 +1,51 @@
-"""``y = x @ dequant(W)`` for decode: the fused GEMV of dqgen.emit.matmul on weights prepacked once.
+"""``y = x @ dequant(W)`` for decode: the fused GEMV of dqgen.kernels.gemv on weights prepacked once.
 
-``kernel.pack_matmul(qweight, scales, zeros=None, *, g_idx=None, global_scale=None)`` checks the checkpoint
-tensors (the dequantize call's checks: one line naming the tensor) and prepacks them on the host, once, into the
-GEMV layout of dqgen.layout.matmul: a ``MatmulWeight`` of device tensors. ``kernel.matmul(x, w, *, bias=None,
-out=None)`` runs the kernel; ``kernel.matmul(x, qweight, scales, zeros, *, g_idx=..., ...)`` packs once per
-weight tensor version (cached) and runs the same kernel.
+``pack_gemv(artifact, qweight, scales, zeros=None, *, g_idx=None, global_scale=None)`` checks the checkpoint
+tensors (the dequantize call's checks, dqgen.run.problem: one line naming the tensor) and prepacks them on the
+host, once, into the GEMV layout of dqgen.layout.matmul: a ``MatmulWeight`` of device tensors.
+``run_gemv(artifact, x, w, *, bias=None, out=None)`` runs the kernel; ``packed_gemv`` packs checkpoint tensors once
+per tensor version (cached). ``Kernel.pack_matmul`` and ``Kernel.matmul`` reach them through dqgen.run.dispatch.
 
 x is ``[..., K]`` in the spec's target dtype with a unit last stride; y is ``[..., N]`` in the same dtype.
 Tokens are taken 16 at a time (one launch per 16 rows of x; issue 14 adds a tensor-core GEMM for large M).
 A MatmulWeight owns a small split-K workspace and counters: launches that use one weight must be ordered (one
 stream, or a graph), not run concurrently on two streams.
-Torch only (the ecosystem's tensors); the torch custom ops are in dqgen.run.matmul_op.
+Torch only (the ecosystem's tensors); the torch custom ops are in dqgen.run.torch_op.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import sys
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..core.formats import torch_dtype
-from ..emit import matmul as emit_matmul
-from ..emit.matmul import (
+from ..emit.pipeline import Artifact
+from ..kernels.gemv import (
+    DEFAULT_TUNING,
     GROUPED,
     PAD_GROUPS,
     WARPS,
+    GemvConfig,
     MatmulEntry,
+    Tuning,
     entry_mode,
-    entry_name,
     group_chunks,
     group_magic,
     launch_mode,
-    render_matmul,
     unroll,
 )
-from ..emit.nvrtc import compile_source
 from ..layout.matmul import ROWS, MatmulLayout, Prepacked, prepack
 from . import device as dev
-from .errors import ShapeError
+from .calls import WEIGHT_BOUND_MAX, remember
 from .errors import imported_torch as _torch
+from .loader import load
+from .operands import check_activation, check_torch_tensors, x_aligned
 from .packcache import PackCache
-
-if TYPE_CHECKING:
-    from .runtime import Kernel
+from .problem import check_g_idx, checkpoint_problem
+from .workspace import torch_workspace
 
 #: Tokens per launch: two mma n-tiles of 8.
 TOKENS = 16
@@ -56,7 +54,6 @@ PAD_CHUNKS = 4
 #: Floats per (tile, split) partial in the workspace: 16 tokens x 16 channels.
 PARTIAL = 256
 
-_LOADED: dict[tuple[str, str, int], dev.LoadedKernel] = {}
 _WEIGHTS: weakref.WeakValueDictionary[str, MatmulWeight] = weakref.WeakValueDictionary()
 _ids = itertools.count()
 
@@ -71,7 +68,7 @@ class MatmulWeight:
     group_size: int  # -1: one group over K
     groups: int
     gather: bool  # act-order or groups that are no whole blocks: x gathered through perm
-    mode: int  # the entry points' mode (dqgen.emit.matmul: PAIRED, DIRECT, GATHER, GROUPED)
+    mode: int  # the entry points' mode (dqgen.kernels.gemv: PAIRED, DIRECT, GATHER, GROUPED)
     group_magic: int  # GROUPED: the reciprocal that maps a chunk to its group (0 otherwise)
     chunks: int
     n_tiles: int
@@ -86,6 +83,7 @@ class MatmulWeight:
     workspace: Any  # fp32 [n_tiles * splits * 256]
     counters: Any  # int32 [n_tiles], zero between launches
     flat: tuple[FlatGrid | None, FlatGrid | None] = (None, None)  # GROUPED on a flat grid: 1..8, 9..16 tokens
+    tuning: Tuning = DEFAULT_TUNING  # the kernel's code shape (part of its config): chosen at pack time
     key: str = ""
     _bound: dict[tuple, list[dev.BoundLaunch]] = field(default_factory=dict, repr=False)
 
@@ -95,23 +93,11 @@ class MatmulWeight:
         return sum(int(t.numel() * t.element_size()) for t in (self.wq, self.scales, self.zeros) if t is not None)
 
 
-def _function(kernel: Kernel, e: MatmulEntry, device: int) -> dev.LoadedKernel:
-    arch = dev.device_arch(device)
-    spec = kernel.spec
-    if int(arch[3:].rstrip("af")) < spec.sm:
-        raise RuntimeError(f"{spec.name}: spec targets {spec.arch} but GPU {device} is {arch}")
-    source = render_matmul(kernel.artifact)
-    name = entry_name(spec, e)
-    key = (hashlib.sha256(source.encode()).hexdigest(), name, device)
-    fn = _LOADED.get(key)
-    if fn is None:
-        res = compile_source(source, arch=arch, want="cubin", name=f"{spec.name}_matmul.cu")
-        assert res.cubin is not None
-        fn = _LOADED[key] = dev.LoadedKernel(res.cubin, name, device)
-    return fn
+def _function(artifact: Artifact, e: MatmulEntry, device: int, tuning: Tuning = DEFAULT_TUNING) -> dev.LoadedKernel:
+    return load(GemvConfig(artifact, e, tuning), device)
 
 
-def choose_splits(n_tiles: int, chunks: int, resident_blocks: int) -> int:
+def choose_gemv_splits(n_tiles: int, chunks: int, resident_blocks: int) -> int:
     """Blocks per n-tile along K: the most that still fit the GPU's resident blocks in one wave (a second, partly
     filled wave costs more than the bytes in flight it adds), each warp keeping at least two chunks (the partial
     sums cost a workspace round trip)."""
@@ -155,45 +141,47 @@ def flat_grid(n_tiles: int, chunks: int, resident_blocks: int, unroll: int) -> F
     return FlatGrid(-(-used // WARPS), per, slots, tm, wm)
 
 
-def _flat_grids(kernel: Kernel, mode: int, n_tiles: int, chunks: int, splits: int, resident: int, device: int) -> tuple:
+def _flat_grids(
+    artifact: Artifact, mode: int, n_tiles: int, chunks: int, splits: int, resident: int, device: int, tuning: Tuning
+) -> tuple:
     """GROUPED weights whose tile grid is more than one wave (Tuning.flat "waves"; "on": every one) run flat."""
-    rule = emit_matmul.TUNING.flat  # read at pack time (scripts/matmul_variants.py swaps the module's TUNING)
+    rule = tuning.flat
     if mode != GROUPED or rule == "off" or (rule == "waves" and n_tiles * splits <= resident):
         return (None, None)
     grids = []
     for tok16 in (False, True):
-        fn = _function(kernel, MatmulEntry(tok16, GROUPED, True), device)
+        fn = _function(artifact, MatmulEntry(tok16, GROUPED, True), device, tuning)
         blocks = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
-        grids.append(flat_grid(n_tiles, chunks, blocks, unroll(kernel.spec)))
+        grids.append(flat_grid(n_tiles, chunks, blocks, unroll(artifact.spec, tuning)))
     return (grids[0], grids[1])
 
 
-def _check_tensor(torch: Any, name: str, t: Any) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if not t.is_cuda:
-        raise ValueError(f"{name}: expected a CUDA tensor, got one on {t.device}")
+_CHECKPOINT_NAMES = ("qweight", "scales", "zeros", "g_idx", "global_scale")
 
 
-def pack(
-    kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None
+def pack_gemv(
+    artifact: Artifact,
+    qweight: Any,
+    scales: Any,
+    zeros: Any = None,
+    *,
+    g_idx: Any = None,
+    global_scale: Any = None,
+    tuning: Tuning = DEFAULT_TUNING,
 ) -> MatmulWeight:
-    """Check the checkpoint tensors and prepack them (on the host, once) into a MatmulWeight."""
+    """Check the checkpoint tensors and prepack them (on the host, once) into a MatmulWeight, run by the GEMV of
+    ``tuning`` (the kept code shape by default; scripts/matmul_variants.py times others)."""
     torch = _torch()
-    spec = kernel.spec
-    for name, t in (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("g_idx", g_idx)):
-        if t is not None:
-            _check_tensor(torch, name, t)
-    if global_scale is not None:
-        _check_tensor(torch, "global_scale", global_scale)
-    prob = kernel.problem(qweight, scales, zeros, g_idx, global_scale)
+    spec = artifact.spec
+    check_torch_tensors(torch, zip(_CHECKPOINT_NAMES, (qweight, scales, zeros, g_idx, global_scale), strict=True))
+    prob = checkpoint_problem(spec, qweight, scales, zeros, g_idx, global_scale)
     q = dev.as_device_array(qweight, "qweight")
     s = dev.as_device_array(scales, "scales")
     z = dev.as_device_array(zeros, "zeros") if zeros is not None else None
     gi = dev.as_device_array(g_idx, "g_idx") if g_idx is not None else None
     host_gidx = None
     if gi is not None:
-        kernel._check_g_idx(gi, prob.groups)
+        check_g_idx(gi, prob.groups)
         host_gidx = dev.to_host(gi)
     pre: Prepacked = prepack(
         spec,
@@ -217,10 +205,10 @@ def pack(
     n_tiles = mm.n_padded(pre.N) // ROWS
     mode = entry_mode(spec, mm.per_block, pre.group_size, sl.gather, chunks)
     magic = group_magic(pre.group_size if pre.groups > 1 else -1, mm.per_block) if mode == GROUPED else 0
-    fn = _function(kernel, MatmulEntry(False, launch_mode(mode, False)), device)
+    fn = _function(artifact, MatmulEntry(False, launch_mode(mode, False, tuning)), device, tuning)
     resident = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
-    splits = choose_splits(n_tiles, chunks, resident)
-    flat = _flat_grids(kernel, mode, n_tiles, chunks, splits, resident, device)
+    splits = choose_gemv_splits(n_tiles, chunks, resident)
+    flat = _flat_grids(artifact, mode, n_tiles, chunks, splits, resident, device, tuning)
     partials = max([n_tiles * splits] + [n_tiles * f.slots for f in flat if f is not None])
     zdtype = np.uint8 if pre.zeros is not None and pre.zeros.dtype == np.uint8 else np.int16
 
@@ -230,6 +218,8 @@ def pack(
             return a
         return np.concatenate([a, np.zeros((PAD_GROUPS, *a.shape[1:]), a.dtype)])
 
+    # one launch layout for every M: the partials of the tile grid or of the flat grid, whichever needs more
+    workspace, counters = torch_workspace(torch, device, f"{spec.name} GEMV").get("gemv", partials * PARTIAL, n_tiles)
     w = MatmulWeight(
         spec_name=spec.name,
         K=prob.K,
@@ -250,9 +240,10 @@ def pack(
         perm=up(sl.perm, np.int32) if sl.gather else None,
         # the kernel's loads run up to PAD_CHUNKS chunks past a warp's last one (unused): pad both tables
         block_group=up(np.concatenate([sl.block_group, np.zeros(PAD_CHUNKS * 8, np.int32)]), np.int32),
-        workspace=torch.empty(partials * PARTIAL, dtype=torch.float32, device=cuda),
-        counters=torch.zeros(n_tiles, dtype=torch.int32, device=cuda),
+        workspace=workspace,
+        counters=counters,
         flat=flat,
+        tuning=tuning,
     )
     w.key = f"{spec.name}-{next(_ids)}"
     _WEIGHTS[w.key] = w
@@ -268,70 +259,38 @@ def _ptr(t: Any) -> np.uint64:
     return np.uint64(0 if t is None else t.data_ptr())
 
 
-def run(kernel: Kernel, x: Any, w: MatmulWeight, *, bias: Any = None, out: Any = None) -> Any:
+def run_gemv(artifact: Artifact, x: Any, w: MatmulWeight, *, bias: Any = None, out: Any = None) -> Any:
     """The launch(es) on checked tensors: y = x @ W (+ bias)."""
     torch = _torch()
-    spec = kernel.spec
+    spec = artifact.spec
     if w.spec_name != spec.name:
         raise ValueError(f"w: packed for spec {w.spec_name!r}, but this kernel is {spec.name!r}")
-    dt = torch_dtype(spec.target_type, torch)
-    _check_tensor(torch, "x", x)
-    if x.dtype != dt:
-        raise ShapeError(f"x: expected dtype {spec.target.value} (the spec's target), got {x.dtype}")
-    if x.dim() < 1 or x.shape[-1] != w.K:
-        raise ShapeError(f"x: expected shape [..., {w.K}] (K of the weight), got {tuple(x.shape)}")
-    if x.device.index != w.device:
-        raise ShapeError(f"x: on CUDA device {x.device.index}, but the weight is on device {w.device}")
-    lead = tuple(x.shape[:-1])
-    x2 = x.reshape(-1, w.K) if x.dim() != 2 else x
-    if w.K > 1 and x2.stride(1) != 1:
-        raise ShapeError(f"x: expected a unit stride along K, got strides {tuple(x.stride())}; call .contiguous()")
+    x2, out = check_activation(torch, spec, x, w.K, w.N, w.device, bias, out)
     M = int(x2.shape[0])
-    if bias is not None:
-        _check_tensor(torch, "bias", bias)
-        if bias.dtype != dt or tuple(bias.shape) != (w.N,) or not bias.is_contiguous():
-            raise ShapeError(
-                f"bias: expected a contiguous ({w.N},) {spec.target.value} tensor, got {tuple(bias.shape)} {bias.dtype}"
-            )
-        if bias.device.index != w.device:
-            raise ShapeError(f"bias: on CUDA device {bias.device.index}, but the weight is on device {w.device}")
-    if out is None:
-        out = torch.empty((*lead, w.N), dtype=dt, device=x.device)
-    else:
-        _check_tensor(torch, "out", out)
-        if out.dtype != dt or tuple(out.shape) != (*lead, w.N) or not out.is_contiguous():
-            raise ShapeError(
-                f"out: expected a contiguous {(*lead, w.N)} {spec.target.value} tensor, "
-                f"got {tuple(out.shape)} {out.dtype}"
-            )
-        if out.device.index != w.device:
-            raise ShapeError(f"out: on CUDA device {out.device.index}, but the weight is on device {w.device}")
     if M == 0 or w.N == 0:
         return out
     x_stride = int(x2.stride(0)) if M > 1 else w.K
     key = (x2.data_ptr(), M, x_stride, out.data_ptr(), 0 if bias is None else bias.data_ptr())
     launches = w._bound.get(key)
     if launches is None:
-        launches = _bind(kernel, w, x2, x_stride, M, bias, out)
-        if len(w._bound) >= 64:
-            w._bound.clear()
-        w._bound[key] = launches
+        launches = remember(w._bound, key, _bind(artifact, w, x2, x_stride, M, bias, out), WEIGHT_BOUND_MAX)
     stream = dev.torch_raw_stream(torch, w.device)
     for launch in launches:
         launch(stream)
     return out
 
 
-def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias: Any, out: Any) -> list:
-    xvec = int(x2.data_ptr() % 16 == 0 and x_stride % 8 == 0 and w.K % 8 == 0)
+def _bind(artifact: Artifact, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias: Any, out: Any) -> list:
+    xvec = int(x_aligned(x2.data_ptr(), x_stride, w.K))
     launches = []
     esize = x2.element_size()
     per_warp = -(-w.chunks // (w.splits * WARPS))
-    chunks_per_group = group_chunks(w.group_size, MatmulLayout.of(kernel.spec).per_block, w.groups)
+    chunks_per_group = group_chunks(w.group_size, MatmulLayout.of(artifact.spec).per_block, w.groups)
     for m0 in range(0, M, TOKENS):
         mt = min(TOKENS, M - m0)
         fg = w.flat[mt > 8]
-        fn = _function(kernel, MatmulEntry(mt > 8, launch_mode(w.mode, mt > 8), fg is not None), w.device)
+        entry = MatmulEntry(mt > 8, launch_mode(w.mode, mt > 8, w.tuning), fg is not None)
+        fn = _function(artifact, entry, w.device, w.tuning)
         args = [
             _ptr(w.wq),
             _ptr(w.scales),
@@ -370,56 +329,21 @@ def _bind(kernel: Kernel, w: MatmulWeight, x2: Any, x_stride: int, M: int, bias:
 _PACKED: PackCache[MatmulWeight] = PackCache()
 
 
-def packed(
-    kernel: Kernel, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, global_scale: Any = None
-) -> MatmulWeight:
-    """The MatmulWeight of these checkpoint tensors: packed on first use and again when any of them changes
-    (torch's in-place version counter) or is freed."""
-    torch = _torch()
-    tensors = (qweight, scales, zeros, g_idx, global_scale)
-    for name, t in zip(("qweight", "scales", "zeros", "g_idx", "global_scale"), tensors, strict=True):
-        if t is not None:
-            _check_tensor(torch, name, t)
-    return _PACKED.get(
-        kernel.op_key, tensors, lambda: pack(kernel, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
-    )
-
-
-def matmul(
-    kernel: Kernel,
-    x: Any,
-    w: Any,
-    scales: Any = None,
+def packed_gemv(
+    artifact: Artifact,
+    owner: str,
+    qweight: Any,
+    scales: Any,
     zeros: Any = None,
     *,
     g_idx: Any = None,
     global_scale: Any = None,
-    bias: Any = None,
-    out: Any = None,
-) -> Any:
-    """``kernel.matmul``: y = x @ W (+ bias), W a MatmulWeight or the checkpoint's qweight (with scales ...)."""
-    torch: Any = sys.modules.get("torch")
-    compiling = torch is not None and torch.compiler.is_compiling()
-    if isinstance(w, MatmulWeight):
-        if scales is not None or zeros is not None or g_idx is not None or global_scale is not None:
-            raise TypeError(
-                "matmul: scales, zeros, g_idx and global_scale belong to pack_matmul when w is a MatmulWeight"
-            )
-        if compiling:  # one custom op in the graph (registered by dqgen.run.matmul_op once torch is loaded)
-            return _with_out(torch.ops.dqgen.matmul(kernel.op_key, w.key, x, bias), out)
-        return run(kernel, x, w, bias=bias, out=out)
-    if scales is None:
-        raise TypeError("matmul: pass a MatmulWeight (from pack_matmul), or qweight and scales")
-    if compiling:
-        y = torch.ops.dqgen.matmul_checkpoint(kernel.op_key, x, w, scales, zeros, g_idx, global_scale, bias)
-        return _with_out(y, out)
-    mw = packed(kernel, w, scales, zeros, g_idx=g_idx, global_scale=global_scale)
-    return run(kernel, x, mw, bias=bias, out=out)
-
-
-def _with_out(y: Any, out: Any) -> Any:
-    """A traced op's new y, or copied into ``out`` (the op itself is functional)."""
-    if out is None:
-        return y
-    out.copy_(y)
-    return out
+) -> MatmulWeight:
+    """The MatmulWeight of these checkpoint tensors: packed on first use and again when any of them changes
+    (torch's in-place version counter) or is freed. ``owner``: the compiled spec's key (Kernel.op_key)."""
+    torch = _torch()
+    tensors = (qweight, scales, zeros, g_idx, global_scale)
+    check_torch_tensors(torch, zip(_CHECKPOINT_NAMES, tensors, strict=True))
+    return _PACKED.get(
+        owner, tensors, lambda: pack_gemv(artifact, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
+    )

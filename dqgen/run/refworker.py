@@ -29,7 +29,7 @@ import numpy as np
 from ..core.spec import Spec
 
 #: (K, N, seed) of one checked problem.
-Problem = tuple[int, int, int]
+CheckShape = tuple[int, int, int]
 #: Seconds the parent waits for the worker at check time before it gives up (a cold numba compile takes a few).
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -38,7 +38,7 @@ class ReferenceWorkerError(RuntimeError):
     """The worker failed, died or timed out; the message is one line."""
 
 
-def reference_outputs(spec: Spec, problems: Sequence[Problem]) -> list[np.ndarray]:
+def reference_outputs(spec: Spec, problems: Sequence[CheckShape]) -> list[np.ndarray]:
     """The reference output of each problem, made from the same seeded inputs as the GPU check."""
     from ..check.reference import dequantize_reference
     from .gpucheck import check_inputs
@@ -82,8 +82,8 @@ class ReferenceJob:
     def __init__(
         self,
         spec: Spec,
-        problems: Sequence[Problem],
-        work: Callable[[Spec, Sequence[Problem]], Any] = reference_outputs,
+        problems: Sequence[CheckShape],
+        work: Callable[[Spec, Sequence[CheckShape]], Any] = reference_outputs,
     ) -> None:
         self._started_at = time.time()  # wall clock: the child's finishing time is compared with it
         self.problems = list(problems)
@@ -201,7 +201,7 @@ def canonical_digest(spec: Spec, out: np.ndarray) -> str:
     return hashlib.sha256(bits.tobytes()).hexdigest()
 
 
-def _digest_path(spec: Spec, problem: Problem, cache_dir: Path | None) -> Path:
+def _digest_path(spec: Spec, problem: CheckShape, cache_dir: Path | None) -> Path:
     from ..emit.nvrtc import default_cache_dir
 
     what = [_reference_code_digest(), _library_versions(), spec.model_dump(mode="json"), list(problem)]
@@ -209,7 +209,7 @@ def _digest_path(spec: Spec, problem: Problem, cache_dir: Path | None) -> Path:
     return (cache_dir or default_cache_dir()) / "reference" / f"{key[:40]}.sha256"
 
 
-def remembered_digests(spec: Spec, problems: Sequence[Problem], cache_dir: Path | None = None) -> list[str] | None:
+def remembered_digests(spec: Spec, problems: Sequence[CheckShape], cache_dir: Path | None = None) -> list[str] | None:
     """The stored digest of every problem's reference output, or None if any is missing or unreadable."""
     digests = []
     for problem in problems:
@@ -224,7 +224,7 @@ def remembered_digests(spec: Spec, problems: Sequence[Problem], cache_dir: Path 
 
 
 def remember_digests(
-    spec: Spec, problems: Sequence[Problem], outs: Sequence[np.ndarray], cache_dir: Path | None = None
+    spec: Spec, problems: Sequence[CheckShape], outs: Sequence[np.ndarray], cache_dir: Path | None = None
 ) -> None:
     """Store each reference output's digest (whole files or none; an unwritable cache only costs the next build)."""
     from ..core.files import write_whole

@@ -17,187 +17,25 @@ from typing import Any
 
 import numpy as np
 
-from ..core.formats import BF16, numpy_dtype, scalar_type, torch_dtype, torch_dtype_name
-from ..core.spec import Spec, resolve_group_size
-from ..emit.nvrtc import cache_lookup, compile_source
+from ..core.formats import torch_dtype
+from ..core.spec import Spec
 from ..emit.pipeline import Artifact, compile_artifact
-from ..emit.render import BLOCK, Variant, kernel_name
-from ..layout.layout import Layout
+from ..emit.render import BLOCK
+from ..kernels.dequant import DequantConfig, DequantVariant, kernel_name, variants
+from ..kernels.gemm import supports as gemm_supports
 from . import device as dev
+from . import problem as checks
+from . import registry
+from . import tune as tuning
+from .calls import SIGNATURES_MAX, remember
+from .dispatch import MatmulTarget
 from .errors import ShapeError
-from .gemm import supports as gemm_supports
+from .loader import compile_for, load
+from .problem import Problem, infer_problem, output_shape, target_dtype
 from .tune import default_variant, load_tuning, size_class
 
-_INT_WORDS = (np.dtype(np.int32), np.dtype(np.uint32))
 # gridDim.x limit; past it the kernel loops over tiles (grid-stride).
 MAX_GRID = 2**31 - 1
-
-
-def target_dtype(spec: Spec) -> np.dtype:
-    return numpy_dtype(spec.target_type)
-
-
-@dataclass(frozen=True)
-class Problem:
-    K: int
-    N: int
-    groups: int
-    aligned: bool  # every base pointer 16-byte aligned (and, packing along K, N % 8 == 0; N % 4 for multi-word blocks)
-    # The call's group size (-1: per-channel). The kernels take it as a launch argument and divide by it once per
-    # row of a tile (k / group_size, to find the row's group); a compile-time size would save that divide but
-    # would need a module per size, and `group_size: auto` makes the size a property of each call's scales.
-    # Measured kernel times already include the divide (the launch argument predates 'auto').
-    group_size: int = field(default=-1, compare=False)  # K / groups (K for per-channel): derived, not compared
-
-
-def _dt(a: dev.DeviceArray) -> str:
-    return "bfloat16" if a.dtype == numpy_dtype(BF16) else str(a.dtype)
-
-
-def infer_problem(
-    spec: Spec,
-    qweight: dev.DeviceArray,
-    scales: dev.DeviceArray,
-    zeros: dev.DeviceArray | None,
-    out: dev.DeviceArray | None,
-    g_idx: dev.DeviceArray | None = None,
-    global_scale: dev.DeviceArray | None = None,
-) -> Problem:
-    """Validate shapes/dtypes/devices/layout against the spec (g_idx values are checked by the caller).
-    With multi-word blocks (3-bit: 32 codes in 3 words) qweight is [K * words / per_block, N];
-    block scales are uint8 codes [K / group_size, N]; ``global_scale`` is a one-element fp32 tensor."""
-    lay = Layout.of(spec)
-    P, W = lay.per_block, lay.words
-    tdt = target_dtype(spec)
-    if qweight.dtype not in _INT_WORDS or len(qweight.shape) != 2:
-        raise ShapeError(
-            f"qweight: expected a 2-D int32 tensor of packed words, got {len(qweight.shape)}-D {_dt(qweight)}"
-        )
-    if lay.axis == "K" and qweight.shape[0] % W:
-        raise ShapeError(
-            f"qweight: expected shape [{W}K/{P}, N] "
-            f"({W}-word blocks of {P} {spec.source.bits}-bit codes packed along K), "
-            f"got {tuple(qweight.shape)}: {qweight.shape[0]} rows is not a multiple of {W}"
-        )
-    K, N = lay.kn_of(tuple(qweight.shape))
-    layout = lay.qweight_text()
-    if spec.scales.group_size == "auto":
-        if len(scales.shape) != 2:
-            raise ShapeError(
-                f"scales: expected a 2-D tensor (G, {N}), G groups of K / G rows (group_size auto), "
-                f"got shape {tuple(scales.shape)}"
-            )
-        try:
-            gs = resolve_group_size(spec, K, scales.shape[0])
-        except ValueError as e:
-            raise ShapeError(str(e)) from None
-    else:
-        gs = spec.scales.group_size
-    if gs > 0 and K % gs:
-        raise ShapeError(
-            f"qweight: K = {K} (from shape {qweight.shape} {layout}) is not a multiple of scales.group_size = {gs}"
-        )
-    G = K // gs if gs > 0 else 1
-    shapes = lay.shapes(K, N, G)
-    if spec.scales.block:
-        # a block-scale tensor is its raw bytes (uint8) or the float8 dtype of the same bytes (torch's
-        # float8_e8m0fnu / float8_e4m3fn, seen here as ml_dtypes' dtypes)
-        assert spec.scales.dtype is not None  # Scales.block implies a dtype
-        sd = scalar_type(spec.scales.dtype.value)
-        if scales.dtype not in (np.dtype(np.uint8), numpy_dtype(sd)):
-            raise ShapeError(
-                f"scales: expected uint8 {sd.name} block-scale codes (or a torch.{torch_dtype_name(sd)} tensor), "
-                f"got {_dt(scales)}"
-            )
-    elif scales.dtype != tdt:
-        raise ShapeError(f"scales: expected dtype {spec.target.value} (the spec's target), got {_dt(scales)}")
-    if tuple(scales.shape) != shapes["scales"]:
-        raise ShapeError(
-            f"scales: expected shape ({G}, {N}) = [K/group_size, N] for K={K}, N={N}, group_size={gs}; "
-            f"got {tuple(scales.shape)}"
-        )
-    mode = spec.zeros.mode
-    if spec.zeros.packed:
-        if N % P:
-            raise ShapeError(f"qweight: N = {N} is not a multiple of {P}, so qzeros cannot be packed along N")
-        if zeros is None:
-            raise ShapeError(
-                f"zeros: this spec has packed integer zero points ({mode}); pass qzeros of shape ({G}, {N // P}) int32"
-            )
-        if zeros.dtype not in _INT_WORDS:
-            raise ShapeError(
-                f"zeros: expected int32 packed words ({mode}), got {_dt(zeros)}"
-                + ("; unpacked float zeros need zeros.mode 'float'" if zeros.dtype.kind == "f" else "")
-            )
-        if tuple(zeros.shape) != shapes["zeros"]:
-            raise ShapeError(f"zeros: expected shape ({G}, {N // P}) = [K/group_size, N/{P}], got {tuple(zeros.shape)}")
-    elif spec.zeros.dense:
-        if zeros is None:
-            raise ShapeError(f"zeros: this spec has {mode} zeros; pass a ({G}, {N}) {spec.target.value} tensor")
-        if zeros.dtype != tdt or tuple(zeros.shape) != shapes["zeros"]:
-            raise ShapeError(
-                f"zeros: expected a ({G}, {N}) {spec.target.value} tensor ({mode} zeros), "
-                f"got {tuple(zeros.shape)} {_dt(zeros)}"
-            )
-    elif zeros is not None:
-        raise ShapeError("zeros: this spec has no zero points (zeros.mode 'none'), but a zeros tensor was given")
-    if spec.act_order:
-        if g_idx is None:
-            raise ShapeError(f"g_idx: this spec has act_order; pass g_idx, an int32 tensor of shape ({K},)")
-        if g_idx.dtype != np.dtype(np.int32) or tuple(g_idx.shape) != shapes["g_idx"]:
-            raise ShapeError(f"g_idx: expected an int32 tensor of shape ({K},), got {tuple(g_idx.shape)} {_dt(g_idx)}")
-    elif g_idx is not None:
-        raise ShapeError("g_idx: this spec has no act_order, but a g_idx tensor was given (set act_order: true)")
-    if spec.scales.global_scale:
-        if global_scale is None:
-            raise ShapeError(
-                "global_scale: this spec has a global scale (scales.global_scale: true); pass global_scale=, "
-                "a one-element float32 tensor on the GPU"
-            )
-        if global_scale.dtype != np.dtype(np.float32) or global_scale.size != 1:
-            raise ShapeError(
-                "global_scale: expected a one-element float32 tensor, "
-                f"got shape {tuple(global_scale.shape)} {_dt(global_scale)}"
-            )
-        if global_scale.ptr % 4:
-            raise ShapeError("global_scale: expected a 4-byte aligned float32 tensor")
-    elif global_scale is not None:
-        raise ShapeError(
-            "global_scale: this spec has no global scale (scales.global_scale: false), "
-            "but a global_scale tensor was given"
-        )
-    if out is not None:
-        if out.dtype != tdt:
-            raise ShapeError(f"out: expected dtype {spec.target.value}, got {_dt(out)}")
-        if tuple(out.shape) != shapes["out"]:
-            raise ShapeError(f"out: expected shape ({K}, {N}), got {tuple(out.shape)}")
-        if out.readonly:
-            raise ShapeError("out: expected a writable tensor, got one its producer marked read-only")
-    arrays = {"qweight": qweight, "scales": scales, "zeros": zeros, "g_idx": g_idx, "out": out}
-    for name, a in arrays.items():
-        if a is not None and not a.is_c_contiguous:
-            raise ShapeError(
-                f"{name}: expected a contiguous (row-major) tensor, got shape {a.shape} "
-                f"with byte strides {a.strides_bytes}; call .contiguous() first"
-            )
-    for name, a in (arrays | {"global_scale": global_scale}).items():
-        if a is not None and a.device != qweight.device:
-            raise ShapeError(
-                f"{name}: on CUDA device {a.device}, but qweight is on device {qweight.device}; "
-                "all tensors must share one device"
-            )
-    # (the global scale is one float, read with a 4-byte load: it takes no part in the vector-access rule)
-    aligned = all(a.ptr % 16 == 0 for a in arrays.values() if a is not None and a.size)
-    if spec.packing.axis == "K":  # a thread's 8 columns (4 for multi-word blocks) are one vector access
-        aligned = aligned and N % (8 if W == 1 else 4) == 0
-    return Problem(K, N, G, aligned, gs)
-
-
-#: Loaded entry points of this process, by (sha256 of the variant's source, arch, entry name, device): a second
-#: Kernel of the same spec reuses the module, with no disk-cache read and no module load.
-_MODULES: dict[tuple[str, str, str, int], dev.LoadedKernel] = {}
-#: Checked launches kept per Kernel; past this many tensor signatures the table starts over.
-_SIGNATURES_MAX = 256
 
 
 def _never() -> bool:
@@ -219,11 +57,7 @@ def _hook_torch() -> None:
         torch = sys.modules["torch"]
         from . import torch_op
 
-        torch_op.register(_KERNELS)
-        from . import gemm_op, matmul_op  # the fused matmul's ops, over torch_op's registry of Kernels
-
-        matmul_op.register()
-        gemm_op.register()
+        torch_op.register()  # the dequantize and matmul ops, over dqgen.run.registry's Kernels
         _use_torch(torch, torch_op.traced_call, torch.compiler.is_compiling)
 
 
@@ -268,94 +102,65 @@ class Kernel:
         self.artifact = artifact
         self.spec = artifact.spec
         self.plan = artifact.plan
-        #: Every variant's entry point in one source: what `dqgen build` writes and the tuner's cache is keyed on.
-        self.source = artifact.source
         self._loaded: dict[tuple[int, str], dev.LoadedKernel] = {}
-        self._tuned: dict[int, dict[str, Variant] | None] = {}
-        self._by_name = {kernel_name(self.spec, v): v for v in artifact.variants}
+        #: Per device: (tune.saves when read, the tuned table or None): re-read once a tuning was saved since.
+        self._tuned: dict[int, tuple[int, dict[str, DequantVariant] | None]] = {}
+        self._by_name = {kernel_name(self.spec, v): v for v in variants(self.spec)}
         self._signatures: dict[tuple, _Checked] = {}
         self.compiled: list[str] = []  # entry points this Kernel compiled or loaded, in order
         self.op_key = f"{self.spec.name}-{hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]}"
-        #: Whether the tensor-core GEMM takes this spec: decided here, so that the dispatch reads a constant when
-        #: torch.compile traces it (dynamo cannot trace the spec's properties).
+        #: Whether the tensor-core GEMM takes this spec (MatmulTarget.gemm_ok says why it is decided here).
         self.gemm_ok = gemm_supports(self.spec)
-        _KERNELS[self.op_key] = self
+        #: What the matmul paths (dqgen.run.dispatch) take of this spec; the dense path dequantizes through self.
+        self.target = MatmulTarget(artifact, self.op_key, self.gemm_ok, self)
+        registry.add(self.op_key, self)
         _hook_torch()
         # cuda.core (the argument packer) takes a few hundred ms to import: here, not in the first call
         dev.param_holder_type()
 
-    def variant_source(self, v: Variant) -> str:
+    @property
+    def source(self) -> str:
+        """Every variant's entry point in one source: what `dqgen build` writes and the tuner's cache is keyed on."""
+        return DequantConfig(self.artifact).source()
+
+    def variant_source(self, v: DequantVariant) -> str:
         """The source NVRTC compiles for variant ``v``: the kernel with ``v``'s entry point alone."""
-        return self.artifact.variant_source(v)
+        return DequantConfig(self.artifact, v).source()
 
     def _function(self, ordinal: int, name: str) -> dev.LoadedKernel:
+        """The entry point ``name`` on GPU ``ordinal`` (dqgen.run.loader: the variant's own cubin, else the whole
+        set's if `dqgen build` or load_all left it in the disk cache, else the variant compiled alone)."""
         key = (ordinal, name)
         if key not in self._loaded:
-            arch = dev.device_arch(ordinal)
-            if int(arch[3:].rstrip("af")) < self.spec.sm:
-                raise RuntimeError(f"{self.spec.name}: spec targets {self.spec.arch} but GPU {ordinal} is {arch}")
             v = self._by_name.get(name)
-            cu_name = f"{self.spec.name}.cu"
-            # The variant's own cubin; else the whole set's if `dqgen build` (or load_all) left it in the disk
-            # cache; else compile the variant alone (a fraction of the whole set's NVRTC time).
-            source = self.source if v is None else self.variant_source(v)
-            module_key = (hashlib.sha256(source.encode()).hexdigest(), arch, name, ordinal)
-            mod = _MODULES.get(module_key)
-            if mod is None:
-                res = cache_lookup(source, arch=arch, want="cubin", name=cu_name)
-                if res is None and v is not None:
-                    res = cache_lookup(self.source, arch=arch, want="cubin", name=cu_name)
-                if res is None:
-                    res = compile_source(source, arch=arch, want="cubin", name=cu_name)
-                assert res.cubin is not None
-                mod = _MODULES[module_key] = dev.LoadedKernel(res.cubin, name, ordinal)
-            self._loaded[key] = mod
+            if v is None:
+                raise ValueError(f"{name}: not an entry point of {self.spec.name}'s dequantize kernel")
+            self._loaded[key] = load(DequantConfig(self.artifact, v), ordinal)
             self.compiled.append(name)
         return self._loaded[key]
 
     def load_all(self, ordinal: int) -> None:
         """Compile (or take from the cache) the whole variant set in one source and load every entry point: one
-        NVRTC run for all, where the tuner would otherwise compile each variant apart."""
-        arch = dev.device_arch(ordinal)
-        res = compile_source(self.source, arch=arch, want="cubin", name=f"{self.spec.name}.cu")
-        assert res.cubin is not None
-        first: dev.LoadedKernel | None = None
+        NVRTC run for all, where the tuner would otherwise compile each variant apart (the loader then finds each
+        variant in the set's cached cubin and loads the module once)."""
+        compile_for(DequantConfig(self.artifact), ordinal)
         for name in self._by_name:
-            if (ordinal, name) not in self._loaded:
-                fn = first.sibling(name) if first is not None else dev.LoadedKernel(res.cubin, name, ordinal)
-                first = first or fn
-                self._loaded[(ordinal, name)] = fn
-                self.compiled.append(name)
+            self._function(ordinal, name)
 
-    def variant_for(self, ordinal: int, prob: Problem) -> Variant:
+    def variant_for(self, ordinal: int, prob: Problem) -> DequantVariant:
         """The variant tuned on this GPU for the problem's size class (`dqgen build` tunes once),
         else the default rule; unaligned tensors always take the 4-byte-access variant."""
-        if ordinal not in self._tuned:
-            self._tuned[ordinal] = load_tuning(self, ordinal)
-        tuned = self._tuned[ordinal]
+        hit = self._tuned.get(ordinal)
+        if hit is None or hit[0] != tuning.saves:
+            hit = self._tuned[ordinal] = (tuning.saves, load_tuning(self.artifact, ordinal))
+        tuned = hit[1]
         if tuned is not None and prob.aligned:
             return tuned[size_class(prob.K, prob.N)]
         return default_variant(self.spec, prob.aligned)
 
     def output_shape(self, qweight_shape: tuple[int, ...]) -> tuple[int, int]:
         """(K, N) of the output for a qweight of this shape (shape checks are the call's)."""
-        lay = Layout.of(self.spec)
-        return lay.k_of(int(qweight_shape[0])), lay.n_of(int(qweight_shape[1]))
-
-    def _check_g_idx(self, gi: dev.DeviceArray, groups: int) -> None:
-        """Every act-order group index in [0, G): one device->host copy (the caller caches the verdict)."""
-        if torch_capturing():
-            raise ShapeError(
-                "g_idx: not checked yet (new tensor or changed in place) while a CUDA graph is being captured; "
-                "checking copies it to the host: call the kernel once before capturing"
-            )
-        host = dev.to_host(gi)
-        bad = np.nonzero((host < 0) | (host >= groups))[0]
-        if bad.size:
-            raise ShapeError(
-                f"g_idx: entry {int(bad[0])} is {int(host[bad[0]])}, outside [0, {groups}) "
-                f"({bad.size} such entries; G = K / group_size = {groups})"
-            )
+        return output_shape(self.spec, qweight_shape)
 
     def prepare(
         self,
@@ -367,7 +172,7 @@ class Kernel:
         global_scale: Any = None,
         out: Any = None,
         stream: Any = None,
-        variant: Variant | None = None,
+        variant: DequantVariant | None = None,
         check_g_idx: bool = True,
     ) -> Launch:
         """Validate the tensors and bind a launch: ``launch()`` runs the kernel, ``launch.out`` is the output.
@@ -381,15 +186,16 @@ class Kernel:
         o = dev.as_device_array(out, "out") if out is not None else None
         prob = infer_problem(self.spec, q, s, z, o, gi, gsc)
         if gi is not None and gi.size and check_g_idx:
-            self._check_g_idx(gi, prob.groups)
+            checks.check_g_idx(gi, prob.groups)
         if out is None:
             out = dev.allocate_like(q.kind, (prob.K, prob.N), target_dtype(self.spec), q.device)
             o = dev.as_device_array(out, "out")
         assert o is not None
         v = variant or self.variant_for(q.device, prob)
-        if v not in self.artifact.variants:
+        if v not in self._by_name.values():
             raise ValueError(
-                f"variant {v} is not instantiated for {self.spec.name}; choose one of dqgen.emit.render.variants(spec)"
+                f"variant {v} is not instantiated for {self.spec.name}; "
+                "choose one of dqgen.kernels.dequant.variants(spec)"
             )
         if v.aligned and not prob.aligned:
             raise ShapeError(f"qweight: variant {kernel_name(self.spec, v)} needs 16-byte aligned tensors")
@@ -472,16 +278,16 @@ class Kernel:
         (or act-order, or no ``out``), and the other array libraries (checked on every call)."""
         if _compiling():  # traced by torch.compile: one custom op in the graph (see dqgen.run.torch_op)
             assert _traced_call is not None
-            return _traced_call(self, qweight, scales, zeros, g_idx, global_scale, out)
+            return _traced_call(self.op_key, qweight, scales, zeros, g_idx, global_scale, out)
         if _torch_tensor is None:
             _hook_torch()  # torch may have been imported after this Kernel was made
         if _torch_tensor is not None and isinstance(qweight, _torch_tensor):
-            return self._torch_call(sys.modules["torch"], qweight, scales, zeros, g_idx, global_scale, out, stream)
+            return self.torch_call(sys.modules["torch"], qweight, scales, zeros, g_idx, global_scale, out, stream)
         launch = self.prepare(qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, out=out, stream=stream)
         launch()
         return launch.out
 
-    def _torch_call(
+    def torch_call(
         self, torch: Any, qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any, stream: Any
     ) -> Any:
         """The call on torch tensors (also what the custom ops run): checked once per signature, then a dict lookup
@@ -497,26 +303,11 @@ class Kernel:
         elif g_idx is not None and (
             g_idx._version != hit.gidx_version or hit.gidx_ref is None or hit.gidx_ref() is not g_idx
         ):
-            self._check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
+            checks.check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
             hit.gidx_version, hit.gidx_ref = g_idx._version, weakref.ref(g_idx)
         if hit.fn is not None:
             hit.fn(dev.torch_raw_stream(torch, hit.device) if hit.stream is None else hit.stream)
         return out
-
-    def problem(
-        self, qweight: Any, scales: Any, zeros: Any = None, g_idx: Any = None, global_scale: Any = None
-    ) -> Problem:
-        """The checks of a call (shapes, dtypes, devices; g_idx values apart) on the checkpoint tensors."""
-        as_arr = dev.as_device_array
-        return infer_problem(
-            self.spec,
-            as_arr(qweight, "qweight"),
-            as_arr(scales, "scales"),
-            None if zeros is None else as_arr(zeros, "zeros"),
-            None,
-            None if g_idx is None else as_arr(g_idx, "g_idx"),
-            None if global_scale is None else as_arr(global_scale, "global_scale"),
-        )
 
     def pack_matmul(
         self,
@@ -536,8 +327,8 @@ class Kernel:
         from . import dispatch, matmul
 
         _hook_torch()  # the matmul custom ops, for torch imported after this Kernel was made
-        w = matmul.pack(self, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
-        dispatch.attach(self, w, qweight, scales, zeros, g_idx, gemm)
+        w = matmul.pack_gemv(self.artifact, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
+        dispatch.attach(self.target, w, qweight, scales, zeros, g_idx, gemm)
         return w
 
     def matmul(
@@ -557,9 +348,12 @@ class Kernel:
         weight tensor version. Dispatched by M (dqgen.run.dispatch): GEMV, tensor-core GEMM or dense."""
         from . import dispatch
 
-        if not _compiling():  # (traced: the ops are registered already)
+        traced = _compiling()  # decided once for the call: the dispatch takes it as given
+        if not traced:  # (traced: the ops are registered already)
             _hook_torch()
-        return dispatch.dispatch(self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
+        return dispatch.dispatch(
+            self.target, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out, traced=traced
+        )
 
     def _groups_of(self, scales: Any) -> int:
         return int(scales.shape[0])
@@ -573,7 +367,7 @@ class Kernel:
             qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, out=out, stream=stream, check_g_idx=False
         )
         if g_idx is not None and g_idx.numel():
-            self._check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
+            checks.check_g_idx(dev.as_device_array(g_idx, "g_idx"), self._groups_of(scales))
         entry = _Checked(
             launch.fn,
             launch.device,
@@ -581,13 +375,7 @@ class Kernel:
             None if g_idx is None else g_idx._version,
             None if g_idx is None else weakref.ref(g_idx),
         )
-        if len(self._signatures) >= _SIGNATURES_MAX:
-            self._signatures.clear()
-        self._signatures[key] = entry
-        return entry
-
-
-_KERNELS: dict[str, Kernel] = {}
+        return remember(self._signatures, key, entry, SIGNATURES_MAX)
 
 
 def _sig(t: Any) -> tuple | None:
@@ -622,17 +410,12 @@ def _signature_key(
     )
 
 
-def torch_capturing() -> bool:
-    torch = sys.modules.get("torch")
-    return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
-
-
 @dataclass
 class Launch:
     fn: dev.BoundLaunch | None  # None for an empty output
     stream: int
     out: Any
-    variant: Variant
+    variant: DequantVariant
     device: int = 0
 
     def __call__(self, stream: Any = None) -> None:

@@ -1,44 +1,53 @@
-"""The dqgen call as torch custom ops, so that ``torch.compile`` puts it in its graph (and CUDA graphs of
-``mode="reduce-overhead"`` capture it) instead of breaking the graph at the ctypes launch.
+"""The dqgen calls as torch custom ops, so that ``torch.compile`` puts them in its graph (and CUDA graphs of
+``mode="reduce-overhead"`` capture them) instead of breaking the graph at the ctypes launch. Every op is keyed by
+a compiled spec's ``op_key`` (a string the graph can hold) and runs, when the graph runs, the eager call of the
+target dqgen.run.registry finds for it. All are functional (a new output) but ``dqgen::dequantize_out``; their fake
+implementations only shape the output.
 
-Two ops, both keyed by a Kernel's ``op_key`` (a string the graph can hold): ``dqgen::dequantize`` returns a new
-output (a functional op: no aliasing for the compiler to track), ``dqgen::dequantize_out`` writes a given ``out``
-(declared mutated, which torch.compile functionalizes). Their fake implementations only shape the output.
+- ``dqgen::dequantize`` returns a new dequantized weight; ``dqgen::dequantize_out`` writes a given ``out``
+  (declared mutated, which torch.compile functionalizes);
+- ``dqgen::matmul`` / ``dqgen::matmul_checkpoint``: the GEMV of specs the GEMM does not take, on a packed
+  MatmulWeight (held by its key) or on the checkpoint tensors (packed once on the first eager run: call it once
+  before capturing a graph);
+- ``dqgen::matmul_dispatch`` / ``dqgen::matmul_dispatch_checkpoint``: the dispatch by M (dqgen.run.dispatch) of
+  specs the GEMM takes, made when the op runs (under torch.compile M may be symbolic).
+
 Imported by dqgen.run.runtime once torch is loaded; never imports torch on its own before that."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..core.formats import torch_dtype
-
-if TYPE_CHECKING:
-    from .runtime import Kernel
+from .matmul import weight
+from .problem import output_shape
+from .registry import lookup
 
 _registered = False
-#: runtime's live Kernels by op_key, handed over by register() (importing runtime here would be a cycle).
-_kernels: Mapping[str, Kernel] = {}
 
 
-def kernel_by_key(key: str) -> Kernel:
-    """A live Kernel by its op_key (the string a traced graph holds); dqgen.run.matmul_op's ops read it too."""
-    return _kernels[key]
+def _dtype(key: str) -> torch.dtype:
+    return torch_dtype(lookup(key).spec.target_type, torch)
 
 
-def _dtype(kernel: Kernel) -> torch.dtype:
-    return torch_dtype(kernel.spec.target_type, torch)
+def _weight_shape(key: str, qweight: torch.Tensor) -> tuple[int, int]:
+    return output_shape(lookup(key).spec, tuple(qweight.shape))
 
 
-def register(kernels: Mapping[str, Kernel]) -> None:
-    global _registered, _kernels
+def register() -> None:
+    """Every op, once."""
+    global _registered
     if _registered:
         return
     _registered = True
-    _kernels = kernels
+    _register_dequantize()
+    for name in ("matmul", "matmul_dispatch"):  # the same eager call: Kernel.matmul picks the GEMV or the dispatch
+        _register_matmul(name)
 
+
+def _register_dequantize() -> None:
     @torch.library.custom_op("dqgen::dequantize", mutates_args=(), device_types="cuda")
     def dequantize(
         key: str,
@@ -48,8 +57,7 @@ def register(kernels: Mapping[str, Kernel]) -> None:
         g_idx: torch.Tensor | None,
         global_scale: torch.Tensor | None,
     ) -> torch.Tensor:
-        k = kernel_by_key(key)
-        return k._torch_call(torch, qweight, scales, zeros, g_idx, global_scale, None, None)
+        return lookup(key).torch_call(torch, qweight, scales, zeros, g_idx, global_scale, None, None)
 
     @dequantize.register_fake
     def _(
@@ -60,8 +68,7 @@ def register(kernels: Mapping[str, Kernel]) -> None:
         g_idx: torch.Tensor | None,
         global_scale: torch.Tensor | None,
     ) -> torch.Tensor:
-        k = kernel_by_key(key)
-        return qweight.new_empty(k.output_shape(tuple(qweight.shape)), dtype=_dtype(k))
+        return qweight.new_empty(_weight_shape(key, qweight), dtype=_dtype(key))
 
     @torch.library.custom_op("dqgen::dequantize_out", mutates_args=("out",), device_types="cuda")
     def dequantize_out(
@@ -73,7 +80,7 @@ def register(kernels: Mapping[str, Kernel]) -> None:
         global_scale: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
-        kernel_by_key(key)._torch_call(torch, qweight, scales, zeros, g_idx, global_scale, out, None)
+        lookup(key).torch_call(torch, qweight, scales, zeros, g_idx, global_scale, out, None)
 
     @dequantize_out.register_fake
     def _out(
@@ -88,9 +95,48 @@ def register(kernels: Mapping[str, Kernel]) -> None:
         return None
 
 
-def traced_call(kernel: Kernel, qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any) -> Any:
+def _register_matmul(name: str) -> None:
+    """``dqgen::<name>`` (a packed MatmulWeight by its key) and ``dqgen::<name>_checkpoint``."""
+
+    @torch.library.custom_op(f"dqgen::{name}", mutates_args=(), device_types="cuda")
+    def packed(key: str, weight_key: str, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return lookup(key).matmul(x, weight(weight_key), bias=bias)
+
+    @packed.register_fake
+    def _(key: str, weight_key: str, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return x.new_empty((*x.shape[:-1], weight(weight_key).N))
+
+    @torch.library.custom_op(f"dqgen::{name}_checkpoint", mutates_args=(), device_types="cuda")
+    def checkpoint(
+        key: str,
+        x: torch.Tensor,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        zeros: torch.Tensor | None,
+        g_idx: torch.Tensor | None,
+        global_scale: torch.Tensor | None,
+        bias: torch.Tensor | None,
+    ) -> torch.Tensor:
+        return lookup(key).matmul(x, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias)
+
+    @checkpoint.register_fake
+    def _ck(
+        key: str,
+        x: torch.Tensor,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        zeros: torch.Tensor | None,
+        g_idx: torch.Tensor | None,
+        global_scale: torch.Tensor | None,
+        bias: torch.Tensor | None,
+    ) -> torch.Tensor:
+        _, n = _weight_shape(key, qweight)
+        return x.new_empty((*x.shape[:-1], n), dtype=_dtype(key))
+
+
+def traced_call(key: str, qweight: Any, scales: Any, zeros: Any, g_idx: Any, global_scale: Any, out: Any) -> Any:
     """What torch.compile traces for ``kernel(...)``: one op call (checks run when the compiled graph runs)."""
     if out is None:
-        return torch.ops.dqgen.dequantize(kernel.op_key, qweight, scales, zeros, g_idx, global_scale)
-    torch.ops.dqgen.dequantize_out(kernel.op_key, qweight, scales, zeros, g_idx, global_scale, out)
+        return torch.ops.dqgen.dequantize(key, qweight, scales, zeros, g_idx, global_scale)
+    torch.ops.dqgen.dequantize_out(key, qweight, scales, zeros, g_idx, global_scale, out)
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from ..core.files import write_whole
 from ..core.formats import numpy_dtype
 from ..core.spec import Spec
 from ..emit.nvrtc import default_cache_dir
-from ..emit.render import Variant, kernel_name, variants
+from ..emit.pipeline import Artifact
+from ..kernels.dequant import DequantVariant, kernel_name, variants, whole_source
 from . import device as dev
 from .inputs import host_inputs
 from .timing import (
@@ -35,8 +36,23 @@ from .timing import (
     method,
 )
 
-if TYPE_CHECKING:
-    from .runtime import Kernel
+
+class Prepare(Protocol):
+    """``Kernel.prepare``: checks the tensors and binds one variant's launch (``launch(stream)`` runs it)."""
+
+    def __call__(
+        self,
+        qweight: Any,
+        scales: Any,
+        zeros: Any = None,
+        *,
+        g_idx: Any = None,
+        global_scale: Any = None,
+        out: Any = None,
+        variant: DequantVariant | None = None,
+        check_g_idx: bool = True,
+    ) -> Callable[[Any], None]: ...
+
 
 #: Problems timed for tuning, one per size class: the best variant differs between a matrix that
 #: fills the GPU a few times (launch and tail effects) and one that fills it many times.
@@ -49,7 +65,7 @@ SMALL_MAX_ELEMENTS = 1 << 24  # 4096 x 4096
 TUNE_METHOD = "do-bench-driver-events-rep15ms-keep-2pct-confirmed-x5-cut-10pct-after-10"
 
 
-def default_variant(spec: Spec, aligned: bool) -> Variant:
+def default_variant(spec: Spec, aligned: bool) -> DequantVariant:
     """The launch rule before tuning: 4 rows per thread along N (one zero/scale preparation for
     4 rows, 4 independent loads in flight), 2 word-rows (16 rows of K) along K, one block (32 rows
     of K, 3 word-rows) for multi-word blocks."""
@@ -71,22 +87,26 @@ def gpu_name(ordinal: int) -> str:
     return raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
 
 
-def _path(kernel: Kernel, ordinal: int):
+def _path(artifact: Artifact, ordinal: int) -> tuple[Any, str]:
     name = gpu_name(ordinal)
     # TUNE_METHOD in the key: choices made by an older timing method are not reused
-    text = f"{TUNE_METHOD}\n{name}\n{dev.device_arch(ordinal)}\n{kernel.source}"
+    text = f"{TUNE_METHOD}\n{name}\n{dev.device_arch(ordinal)}\n{whole_source(artifact)}"
     key = hashlib.sha256(text.encode()).hexdigest()[:32]
     return default_cache_dir() / "tune" / f"{key}.json", name
 
 
-def load_tuning(kernel: Kernel, ordinal: int) -> dict[str, Variant] | None:
+#: How many tunings this process saved: a cached load_tuning result older than the last save is stale.
+saves = 0
+
+
+def load_tuning(artifact: Artifact, ordinal: int) -> dict[str, DequantVariant] | None:
     """{size class: variant} from the cache, or None if this GPU has not tuned this kernel."""
     try:
-        path, _ = _path(kernel, ordinal)
+        path, _ = _path(artifact, ordinal)
         data = json.loads(path.read_text())
-        best = {cls: Variant(**v) for cls, v in data["best"].items()}
+        best = {cls: DequantVariant(**v) for cls, v in data["best"].items()}
         return (
-            best if set(best) == set(TUNE_SHAPES) and all(v in variants(kernel.spec) for v in best.values()) else None
+            best if set(best) == set(TUNE_SHAPES) and all(v in variants(artifact.spec) for v in best.values()) else None
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -101,13 +121,13 @@ class _Problem:
     uploaded once through dqgen.run.device, an output buffer, and one prepared launch per variant (its checks done
     once)."""
 
-    def __init__(self, kernel: Kernel, K: int, N: int, ordinal: int) -> None:
-        self.kernel = kernel
-        self._launches: dict[Variant, Callable[[], None]] = {}
+    def __init__(self, spec: Spec, prepare: Prepare, K: int, N: int, ordinal: int) -> None:
+        self.prepare = prepare
+        self._launches: dict[DequantVariant, Callable[[], None]] = {}
         self._keep: list[dev.DeviceBuffer] = []
-        host = host_inputs(kernel.spec, K, N, seed=0)  # one set: the flush makes every call cold
+        host = host_inputs(spec, K, N, seed=0)  # one set: the flush makes every call cold
         q, s, z, gi, gsc = (None if a is None else self._upload(a, ordinal) for a in host)
-        tdt = numpy_dtype(kernel.spec.target_type)
+        tdt = numpy_dtype(spec.target_type)
         out = dev.DeviceBuffer(K * N * tdt.itemsize, ordinal)
         self._keep.append(out)
         self._args = (q, s, z)
@@ -118,10 +138,10 @@ class _Problem:
         self._keep.append(buf)
         return buf.as_array(a.shape, a.dtype)
 
-    def launch(self, v: Variant) -> Callable[[], None]:
+    def launch(self, v: DequantVariant) -> Callable[[], None]:
         if v not in self._launches:
             # act-order: host_inputs' g_idx is one tensor, so the launch's host-side check of it is done once
-            launch = self.kernel.prepare(*self._args, **self._kwargs, variant=v, check_g_idx=not self._launches)
+            launch = self.prepare(*self._args, **self._kwargs, variant=v, check_g_idx=not self._launches)
             self._launches[v] = lambda: launch(0)  # the legacy default stream, where driver_backend records
         return self._launches[v]
 
@@ -130,7 +150,7 @@ class _Problem:
             buf.close()
 
 
-def _time(problem: _Problem, v: Variant, backend: EventBackend, cut_above_us: float | None = None) -> Timed:
+def _time(problem: _Problem, v: DequantVariant, backend: EventBackend, cut_above_us: float | None = None) -> Timed:
     """Median microseconds of one launch after an L2 flush (the way a call happens in a model); with
     ``cut_above_us``, a launch already slower than that after PROBE_CALLS calls is not timed further."""
     return do_bench_us(problem.launch(v), backend, TUNE_WARMUP_MS, TUNE_REP_MS, cut_above_us)
@@ -147,11 +167,19 @@ def screen(default: str, time: Callable[[str, float | None], Timed], names: list
     return timed
 
 
-def tune(kernel: Kernel, ordinal: int = 0, *, save: bool = True, stop: Callable[[], bool] | None = None) -> dict:
+def tune(
+    artifact: Artifact,
+    ordinal: int = 0,
+    *,
+    prepare: Prepare,
+    save: bool = True,
+    stop: Callable[[], bool] | None = None,
+) -> dict:
     """Time the default and every other aligned variant on each TUNE_SHAPES problem; keep a variant
     only where it beats the default by KEEP_MARGIN, confirmed (so tuning never makes a call slower); return
     the choices with every timing, and cache them unless ``save`` is false (the caller then saves with
-    :func:`save_tuning`). ``stop()`` is asked between timings: True raises TuningStopped."""
+    :func:`save_tuning`). ``stop()`` is asked between timings: True raises TuningStopped. ``prepare``: the
+    compiled spec's Kernel.prepare, which binds each variant's launch."""
 
     def check_stop() -> None:
         if stop is not None and stop():
@@ -160,14 +188,14 @@ def tune(kernel: Kernel, ordinal: int = 0, *, save: bool = True, stop: Callable[
     best: dict[str, dict] = {}
     timings: dict[str, dict[str, float]] = {}
     cut: dict[str, list[str]] = {}
-    spec = kernel.spec
+    spec = artifact.spec
     default = kernel_name(spec, default_variant(spec, True))
     by_name = {kernel_name(spec, v): v for v in variants(spec) if v.aligned}
     backend = driver_backend(ordinal)
     try:
         for cls, (K, N) in TUNE_SHAPES.items():
             check_stop()
-            problem = _Problem(kernel, K, N, ordinal)
+            problem = _Problem(spec, prepare, K, N, ordinal)
             try:
 
                 def time_variant(name: str, cut_above_us: float | None, problem: _Problem = problem) -> Timed:
@@ -188,7 +216,7 @@ def tune(kernel: Kernel, ordinal: int = 0, *, save: bool = True, stop: Callable[
             cut[cls] = sorted(n for n, r in t.items() if r.cut)
     finally:
         backend.close()
-    _, gpu = _path(kernel, ordinal)
+    _, gpu = _path(artifact, ordinal)
     how = (
         f"{method('driver')}; warm-up {TUNE_WARMUP_MS:g} ms, timed {TUNE_REP_MS:g} ms per variant; a variant "
         f"{100 * CUT_SLOWER:g}% slower than the default after {PROBE_CALLS} calls is not timed further (listed in cut)"
@@ -203,12 +231,13 @@ def tune(kernel: Kernel, ordinal: int = 0, *, save: bool = True, stop: Callable[
         "cut": cut,
     }
     if save:
-        save_tuning(kernel, ordinal, data)
+        save_tuning(artifact, ordinal, data)
     return data
 
 
-def save_tuning(kernel: Kernel, ordinal: int, data: dict) -> None:
-    """Cache what :func:`tune` returned, where :func:`load_tuning` and every later Kernel find it."""
-    path, _ = _path(kernel, ordinal)
+def save_tuning(artifact: Artifact, ordinal: int, data: dict) -> None:
+    """Cache what :func:`tune` returned, where :func:`load_tuning` and every Kernel (already made or not) find it."""
+    global saves
+    path, _ = _path(artifact, ordinal)
     write_whole(path, json.dumps(data, indent=1))
-    kernel._tuned.pop(ordinal, None)
+    saves += 1  # a Kernel's cached table (load_tuning's earlier answer) is stale from here

@@ -307,14 +307,14 @@ def _bench_shape(
     reps: int,
     log: Callable[[str], None],
 ) -> list[Row]:
-    from ..emit.render import kernel_name
+    from ..kernels.dequant import kernel_name
     from ..run.tune import load_tuning, tune
 
     torch = _torch()
     rows: list[Row] = []
     kernel = Kernel(sp)
-    if load_tuning(kernel, 0) is None:  # tune once per GPU and kernel, as `dqgen build` does
-        tune(kernel, 0)
+    if load_tuning(kernel.artifact, 0) is None:  # tune once per GPU and kernel, as `dqgen build` does
+        tune(kernel.artifact, 0, prepare=kernel.prepare)
     first = make_inputs(sp, K, N, 0)
     per_set = bytes_moved(sp, *first, K, N)
     nsets = max(1, min(8, math.ceil(2 * l2_bytes() / per_set)))  # for the graph column only

@@ -323,7 +323,7 @@ def _gemm_alone(kernel: Any, packed: Any) -> Callable[[Any], Any] | None:
     from ..run import dispatch, gemm
 
     gw = dispatch.beside(packed)
-    return None if gw is None else (lambda x: gemm.run(kernel, x, gw))
+    return None if gw is None else (lambda x: gemm.run_gemm(kernel.spec, x, gw))
 
 
 def _dense(W: Any) -> Callable[[Any], Any]:

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.spec import Spec
+from ..kernels.dequant import whole_source
 
 if TYPE_CHECKING:
     from ..emit.pipeline import Artifact
     from ..ir.plan import Plan
     from ..run.gpucheck import GpuRun
-    from ..run.refworker import Problem, ReferenceJob
+    from ..run.refworker import CheckShape, ReferenceJob
     from ..run.runtime import Kernel
 
 #: An integer -> float conversion (cvt.rn.f16.s32, cvt.rn.f32.u32, ...): the slow path the magic numbers avoid.
@@ -54,7 +55,7 @@ def ptx_problems(plan: Plan, ptx: str) -> list[str]:
 def write_sources(artifact: Artifact, out_dir: Path) -> tuple[Path, Path]:
     cu, cuh = source_paths(artifact.spec, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cu.write_text(artifact.source)
+    cu.write_text(whole_source(artifact))
     cuh.write_text(artifact.header)
     return cu, cuh
 
@@ -102,7 +103,7 @@ def check_out_dir(out_dir: Path) -> None:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(probe))
 
 
-def _start_reference(spec: Spec) -> tuple[ReferenceJob | None, list[str] | None, list[Problem]]:
+def _start_reference(spec: Spec) -> tuple[ReferenceJob | None, list[str] | None, list[CheckShape]]:
     """The checked problems, an earlier build's digests of their reference outputs if stored, else the worker that
     computes those outputs beside every step until the check."""
     from ..run.gpucheck import build_shapes
@@ -136,7 +137,7 @@ def build_spec(
     t_start = time.perf_counter()
     reference: ReferenceJob | None = None
     digests: list[str] | None = None
-    problems: list[Problem] = []
+    problems: list[CheckShape] = []
     started = False
     if gpu or (gpu is None and _gpu_device_node()):
         # first of all: a fresh machine's numba compile of the reference is the build's longest step
@@ -232,7 +233,7 @@ def _gpu_thread(
     artifact: Artifact,
     arch: str,
     cu: Path,
-    problems: list[Problem],
+    problems: list[CheckShape],
     context: Future[None] | None,
     stop: threading.Event,
 ) -> _GpuThread:
@@ -240,7 +241,7 @@ def _gpu_thread(
     tuned this kernel. Stops before the GPU work, or between two timings of the tuner, once ``stop`` is set."""
     done = _GpuThread()
     (done.compile_step, done.ptx), done.seconds["compile"] = _timed(
-        lambda: _compile_step(artifact.plan, artifact.spec, artifact.source, cu, arch)
+        lambda: _compile_step(artifact.plan, artifact.spec, whole_source(artifact), cu, arch)
     )
     if context is None or done.ptx is None or stop.is_set():
         return done
@@ -259,14 +260,14 @@ def _gpu_thread(
 
 def _tune(kernel: Kernel, spec: Spec, stop: threading.Event) -> tuple[dict | None, list[str], float]:
     """The tuner's result (unsaved), the build's lines about it, and its seconds."""
-    from ..emit.render import Variant, kernel_name
+    from ..kernels.dequant import DequantVariant, kernel_name
     from ..run import tune as tuner
 
     t0 = time.perf_counter()
-    if tuner.load_tuning(kernel, 0) is not None:
+    if tuner.load_tuning(kernel.artifact, 0) is not None:
         return None, ["launch parameters: tuned earlier (cached)"], round(time.perf_counter() - t0, 4)
     try:
-        t = tuner.tune(kernel, 0, save=False, stop=stop.is_set)
+        t = tuner.tune(kernel.artifact, 0, prepare=kernel.prepare, save=False, stop=stop.is_set)
     except tuner.TuningStopped:
         return None, ["launch parameters: not tuned (the build stopped)"], round(time.perf_counter() - t0, 4)
     lines = []
@@ -274,7 +275,7 @@ def _tune(kernel: Kernel, spec: Spec, stop: threading.Event) -> tuple[dict | Non
         K, N = t["shapes"][cls]
         unit = "words" if spec.packing.axis == "N" else "columns"
         # the kept variant's time: the screen's fastest may be one that lost its confirmation to the default
-        kept_us = t["us"][cls][kernel_name(spec, Variant(**b))]
+        kept_us = t["us"][cls][kernel_name(spec, DequantVariant(**b))]
         lines.append(
             f"tuned launch ({cls}): {b['rows']} rows x {b['vec']} {unit} per thread"
             f"{', streaming stores' if b['stream'] else ''} ({kept_us:.0f} us at {K}x{N})"
@@ -293,7 +294,7 @@ def _build_steps(
     use_gpu: bool,
     reference: ReferenceJob | None,
     digests: list[str] | None,
-    problems: list[Problem],
+    problems: list[CheckShape],
 ) -> None:
     from ..ir.magic import fmt_num
     from ..solve.solver import NoPlanError
@@ -344,7 +345,7 @@ def _build_steps(
         if steps["gpu"]["ok"] and done.tuning is not None:
             from ..run.tune import save_tuning
 
-            save_tuning(done.kernel, 0, done.tuning)
+            save_tuning(done.kernel.artifact, 0, done.tuning)
     report["files"] = [str(p) for p in write_sources(artifact, out_dir)]
     if done.ptx is not None:
         ptx_path = out_dir / f"{spec.name}.{arch}.ptx"
@@ -359,7 +360,7 @@ def _check_step(
     laps: _Laps,
     reference: ReferenceJob | None,
     digests: list[str] | None,
-    problems: list[Problem],
+    problems: list[CheckShape],
 ) -> dict:
     """The GPU outputs vs the reference, bit for bit: the worker's outputs, else an earlier build's digests of them
     (a differing digest recomputes the reference here, to name the first mismatch)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.files import write_json
-from .kernel import Hold, SmoothIn, Variant
+from ..kernels.act_quant import ActQuantConfig, Hold, SmoothIn
 
 SHAPES: tuple[tuple[int, int], ...] = ((1, 4096), (16, 4096), (4096, 4096), (8192, 8192), (16384, 14336))
 #: Bytes of the copy that sets the ceiling (read + write counted): far beyond L2.
@@ -46,7 +46,7 @@ def copy_gbps(time_us: Callable[[Callable[[], Any]], float]) -> float:
     return 2 * src.numel() / us / 1e3
 
 
-def _bound_launch(x: Any, smooth: Any | None, v: Variant) -> Callable[[], None]:
+def _bound_launch(x: Any, smooth: Any | None, v: ActQuantConfig) -> Callable[[], None]:
     """A launch of variant ``v`` on x with outputs of its own, bound once: a forced placement's row times its kernel
     as the default row does through the signature cache, not the checked per-call path (whose host time showed
     through the L2 flush at small M, run to run differently)."""
@@ -71,7 +71,7 @@ def _bound_launch(x: Any, smooth: Any | None, v: Variant) -> Callable[[], None]:
 
 
 #: (label, smoothing?, hold, smooth_in): the default variant first, then the alternatives the defaults were chosen
-#: over (kernel.DEFAULT_HOLD, kernel.SMEM_MIN_ROWS).
+#: over (act_quant.DEFAULT_HOLD, act_quant.SMEM_MIN_ROWS).
 VARIANTS: tuple[tuple[str, bool, Hold | None, SmoothIn | None], ...] = (
     ("dqgen", False, None, None),
     ("dqgen hold=f32", False, "f32", None),
@@ -85,8 +85,8 @@ VARIANTS: tuple[tuple[str, bool, Hold | None, SmoothIn | None], ...] = (
 def run(shapes: Sequence[tuple[int, int]] = SHAPES, out: Path | None = DEFAULT_OUT) -> dict[str, Any]:
     import torch
 
+    from ..kernels.act_quant import choose_act_quant
     from ..run.timing import method, single_call_us
-    from .kernel import choose
     from .op import _aligned, _launch, quantize_activations
 
     copy = copy_gbps(single_call_us)
@@ -122,7 +122,7 @@ def run(shapes: Sequence[tuple[int, int]] = SHAPES, out: Path | None = DEFAULT_O
             nbytes = 3 * m * k + 4 * m + (4 * k if smoothed else 0)
             q, sc = _launch(x, s, None, hold, smooth_in)
             exact = bool(torch.equal(q, want[smoothed][0]) and torch.equal(sc, want[smoothed][1]))
-            v = choose("fp16", k, "fp32" if smoothed else None, False, _aligned(x, s, q), m, hold, smooth_in)
+            v = choose_act_quant("fp16", k, "fp32" if smoothed else None, False, _aligned(x, s, q), m, hold, smooth_in)
             if hold is None and smooth_in is None:  # the default: through the public call, as a user runs it
                 us = single_call_us(functools.partial(quantize_activations, x, s))
             else:  # a forced placement: its launch bound once, as the public call's signature cache binds its own

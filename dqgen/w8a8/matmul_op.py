@@ -12,10 +12,12 @@ from typing import Any
 
 import torch
 
+from ..kernels.w8a8_gemm import MAX_K_S8, Elem, Out, choose_w8a8_gemm
 from ..run import device as dev
-from .calls import BOUND_MAX, CALLS_MAX, remember
-from .counters import GrowOnlyCounters
-from .gemm import MAX_K_S8, Elem, GemmKernel, Out, choose, launch_args, loaded
+from ..run.calls import BOUND_MAX, CALLS_MAX, remember
+from ..run.operands import x_aligned
+from ..run.workspace import GrowOnlyCounters
+from .gemm import GemmKernel, launch_args, loaded
 from .gemm_reference import QMAX, WeightKind
 
 _ELEMS: dict[torch.dtype, Elem] = {torch.int8: "s8", torch.float8_e4m3fn: "e4m3"}
@@ -72,8 +74,8 @@ def _in_place(t: torch.Tensor) -> bool:
     """Whether the kernel reads t [rows, K] in place: unit inner stride, K, the row stride and the pointer 16-byte
     multiples."""
     rows, k = t.shape
-    ok = k % 16 == 0 and k > 0 and t.stride(1) == 1 and t.data_ptr() % 16 == 0
-    return ok and (rows <= 1 or t.stride(0) % 16 == 0)
+    row_stride = t.stride(0) if rows > 1 else k  # one row: no row stride to align
+    return k > 0 and t.stride(1) == 1 and x_aligned(t.data_ptr(), row_stride, k, t.element_size())
 
 
 def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
@@ -102,7 +104,7 @@ def _prepared(
 ) -> tuple[GemmKernel, tuple[int, int, int], int]:
     """(kernel, plan, workspace elements) of a call's shape, decided once: the host time of a call sits in front of
     a short kernel (a few microseconds of choice and plan per call measured as such in L2-flushed timings)."""
-    kern = loaded(choose(elem, out, m, n, k, *_device_limits(ordinal)), ordinal)
+    kern = loaded(choose_w8a8_gemm(elem, out, m, n, k, *_device_limits(ordinal)), ordinal)
     plan = kern.plan(m, n, k)
     return kern, plan, kern.workspace_elems(plan[0], plan[1])
 

@@ -10,9 +10,10 @@ import math
 import numpy as np
 import torch
 
+from ..kernels.act_quant import Hold, SmoothDtype, SmoothIn, XDtype, choose_act_quant
 from ..run import device as dev
-from .calls import BOUND_MAX, CALLS_MAX, remember
-from .kernel import ActQuantKernel, Hold, SmoothDtype, SmoothIn, XDtype, choose, loaded
+from ..run.calls import BOUND_MAX, CALLS_MAX, remember
+from .kernel import ActQuantKernel, loaded
 
 _X_DTYPES: dict[torch.dtype, XDtype] = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _S_DTYPES: dict[torch.dtype, SmoothDtype] = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -83,7 +84,7 @@ def _launch(
     if k == 0:  # no elements: max|x| of an empty row is 0 (dynamic), the static scale as given
         row_scale.fill_(0.0 if scale is None else _as_f32(scale))
         return q, row_scale
-    v = choose(
+    v = choose_act_quant(
         _X_DTYPES[x.dtype],
         k,
         None if smooth is None else _S_DTYPES[smooth.dtype],
@@ -181,8 +182,8 @@ def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> 
         if rows == 0 or k == 0:
             return _launch(x, smooth, scale)
         aligned = _inputs_aligned(x, smooth)  # as _launch picks it for a 16-byte aligned q (torch's allocations are)
-        v = choose(_X_DTYPES[x.dtype], k, None if smooth is None else _S_DTYPES[smooth.dtype], scale is not None,
-                   aligned, rows)  # fmt: skip
+        s_dtype = None if smooth is None else _S_DTYPES[smooth.dtype]
+        v = choose_act_quant(_X_DTYPES[x.dtype], k, s_dtype, scale is not None, aligned, rows)
         ordinal = x.device.index if x.device.index is not None else torch.cuda.current_device()
         hit = _Call(
             loaded(v, ordinal), aligned, ordinal, x.device, (rows, k), x.stride(0) if rows > 1 else k,

@@ -1,0 +1,116 @@
+"""Measure Kernel.matmul's three paths on this GPU and (with --write-rule) store the dispatch rule it should use.
+
+For each shape of the issue and M = 16 .. 4096: the GEMV (M <= 16 only: it launches 16 rows at a time), the
+tensor-core GEMM (dqgen.run.gemm.run_gemm on a packed weight) and dequantize + cuBLAS (the dequantize kernel into a
+buffer, then torch.matmul), with cuBLAS on the dense weight alone beside them; one call after an L2 flush, median
+(dqgen.run.timing.single_call_us). Every output is checked against float64 x @ W first.
+
+The rule: ``gemm_min_m`` = 16 where the GEMM is faster than the GEMV at M = 16 on every shape, else 17 (the
+GEMV launches 16 rows at a time; smaller M is not timed here); ``dense_min_m`` = the smallest M of the list from
+which dequantize + cuBLAS is faster than the GEMM by more than 3% on every shape (None: never). Prints a table;
+writes the rows as JSON to --json.
+
+    python devtools/gemm_dispatch_rule.py [--spec awq_int4_fp16] [--json out.json] [--write-rule]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+MS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+SHAPES = ((4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192))
+
+
+def main() -> int:
+    import torch
+
+    from dqgen.core.formats import torch_dtype
+    from dqgen.core.spec import load_spec
+    from dqgen.run import dispatch, gemm
+    from dqgen.run.inputs import make_g_idx, make_inputs
+    from dqgen.run.runtime import Kernel
+    from dqgen.run.timing import single_call_us
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", default="awq_int4_fp16")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--write-rule", action="store_true")
+    ap.add_argument("--shapes", default=",".join(f"{k}x{n}" for k, n in SHAPES))
+    ap.add_argument("--ms", default=",".join(map(str, MS)))
+    a = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
+    ms = [int(m) for m in a.ms.split(",")]
+    spec = load_spec(a.spec)
+    k = Kernel(spec)
+    dt = torch_dtype(spec.target_type, torch)
+    rows = []
+    for K, N in shapes:
+        q, s, z = make_inputs(spec, K, N, 0)
+        gi = make_g_idx(spec, K, 0)
+        W = k(q, s, z, g_idx=gi)
+        W64 = W.double()
+        buf = torch.empty_like(W)
+        mw = k.pack_matmul(q, s, z, g_idx=gi)
+        gw = dispatch.beside(mw)
+        assert gw is not None
+        from dqgen.run import matmul as mm
+
+        paths = {
+            "gemv": lambda x, mw=mw: mm.run_gemv(k.artifact, x, mw),
+            "gemm": lambda x, gw=gw: gemm.run_gemm(k.spec, x, gw),
+            "dequant + cublas": lambda x, q=q, s=s, z=z, gi=gi, buf=buf: torch.matmul(x, k(q, s, z, g_idx=gi, out=buf)),
+            "cublas dense": lambda x, W=W: torch.matmul(x, W),
+        }
+        for M in ms:
+            x = torch.randn((M, K), dtype=dt, device="cuda")
+            ref = x.double() @ W64
+            for name, fn in paths.items():
+                if name == "gemv" and M > 16:
+                    continue
+                y = fn(x)
+                err = float((y.double() - ref).norm() / ref.norm())
+                us = single_call_us(lambda fn=fn, x=x: fn(x))
+                flops = 2.0 * M * K * N / (us * 1e-6) / 1e12
+                rows.append(
+                    {"impl": name, "spec": spec.name, "M": M, "K": K, "N": N, "us": us, "tflops": flops, "rel_err": err}
+                )
+                print(f"{K}x{N} M={M} {name}: {us:.1f} us, {flops:.0f} TFLOP/s, rel_err {err:.1e}", flush=True)
+        del W, W64, buf, mw, gw
+        torch.cuda.empty_cache()
+
+    def t(impl: str, M: int, K: int, N: int) -> float:
+        return next(r["us"] for r in rows if (r["impl"], r["M"], r["K"], r["N"]) == (impl, M, K, N))
+
+    dense_min = None
+    for M in ms:
+        if M > 16 and all(t("dequant + cublas", M, K, N) * 1.03 < t("gemm", M, K, N) for K, N in shapes):
+            dense_min = M
+            break
+    print("\n| M | " + " | ".join(f"{K}x{N} gemm / dense / cublas (us)" for K, N in shapes) + " |")
+    for M in ms:
+        cells = [
+            f"{t('gemm', M, K, N):.1f} / {t('dequant + cublas', M, K, N):.1f} / {t('cublas dense', M, K, N):.1f}"
+            for K, N in shapes
+        ]
+        print(f"| {M} | " + " | ".join(cells) + " |")
+    gemm_min = dispatch.GEMV_MAX_M + 1
+    if 16 in ms and all(t("gemm", 16, K, N) < t("gemv", 16, K, N) for K, N in shapes):
+        gemm_min = 16
+    rule = dispatch.DispatchRule(gemm_min_m=gemm_min, dense_min_m=dense_min)
+    print(f"rule for {torch.cuda.get_device_name(0)}: {rule}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"gpu": torch.cuda.get_device_name(0), "rule": rule.__dict__, "rows": rows}, f, indent=1)
+    if a.write_rule:
+        print(f"written to {dispatch.save_rule(0, rule)}")
+    bad = [r for r in rows if not r["rel_err"] <= (2e-3 if spec.target.value == "fp16" else 1e-2)]
+    if bad:
+        print(f"FAILED: {len(bad)} outputs off the reference, first {bad[0]}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

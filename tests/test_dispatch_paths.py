@@ -1,0 +1,112 @@
+"""Kernel.matmul's dispatch (dqgen.run.dispatch.dispatch) on the CPU, with a stand-in torch: the weight-form errors
+come first, whether traced or not; a traced call (decided once by the caller) becomes exactly one custom op, the
+GEMM's dispatch op for specs the GEMM takes and the GEMV's op otherwise; an eager call runs the path the rule
+picks, with the compiled spec's key owning the pack caches."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from dqgen.run import dispatch
+from dqgen.run.dispatch import DispatchRule, MatmulTarget
+from dqgen.run.matmul import MatmulWeight
+
+
+class Tensor:
+    """What the dispatch reads of a torch tensor: rows, device, is_cuda; copy_ for an out."""
+
+    def __init__(self, shape: tuple[int, ...], cuda: bool = True) -> None:
+        self.shape, self.is_cuda = shape, cuda
+        self.device = types.SimpleNamespace(index=0)
+        self.copied: Any = None
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def copy_(self, src: Any) -> Tensor:
+        self.copied = src
+        return self
+
+
+class Ops:
+    """torch.ops.dqgen: records each op call by name."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: self.calls.append((name, args)) or f"y from {name}"
+
+
+@pytest.fixture
+def torch(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    fake = types.SimpleNamespace(Tensor=Tensor, ops=types.SimpleNamespace(dqgen=Ops()))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    return fake
+
+
+def _target(gemm_ok: bool) -> MatmulTarget:
+    artifact: Any = types.SimpleNamespace(spec=types.SimpleNamespace(name="awq"))
+    return MatmulTarget(artifact, "awq-0123", gemm_ok, lambda *a, **kw: pytest.fail("no dense path here"))
+
+
+def _weight() -> MatmulWeight:
+    w = MatmulWeight(**{f.name: 0 for f in dataclasses.fields(MatmulWeight) if f.init and f.name not in ("flat",)})
+    w.key = "awq-w7"
+    return w
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_the_weight_form_is_checked_first(torch, traced: bool) -> None:
+    x = Tensor((4, 64))
+    with pytest.raises(TypeError, match=r"^matmul: scales, zeros, g_idx and global_scale belong to pack_matmul"):
+        dispatch.dispatch(_target(True), x, _weight(), scales=Tensor((1, 64)), traced=traced)
+    with pytest.raises(TypeError, match=r"^matmul: pass a MatmulWeight \(from pack_matmul\), or qweight and scales$"):
+        dispatch.dispatch(_target(True), x, Tensor((8, 64)), traced=traced)
+    assert torch.ops.dqgen.calls == []
+
+
+@pytest.mark.parametrize(
+    ("gemm_ok", "packed", "op"),
+    [
+        (True, True, "matmul_dispatch"),
+        (True, False, "matmul_dispatch_checkpoint"),
+        (False, True, "matmul"),
+        (False, False, "matmul_checkpoint"),
+    ],
+)
+def test_a_traced_call_is_one_op(torch, gemm_ok: bool, packed: bool, op: str) -> None:
+    x, bias = Tensor((4, 64)), Tensor((32,))
+    args: tuple = (_weight(),) if packed else (Tensor((8, 32)), Tensor((1, 32)))
+    y = dispatch.dispatch(_target(gemm_ok), x, *args, bias=bias, traced=True)
+    assert y == f"y from {op}"
+    ((name, op_args),) = torch.ops.dqgen.calls
+    assert name == op and op_args[0] == "awq-0123" and op_args[-1] is bias
+    assert op_args[1] == "awq-w7" if packed else op_args[2] is args[0]
+    out = Tensor((4, 32))
+    assert dispatch.dispatch(_target(gemm_ok), x, *args, out=out, traced=True) is out  # the op is functional
+    assert out.copied == f"y from {op}"
+
+
+def test_eager_calls_take_the_rules_path(torch, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[tuple] = []
+    monkeypatch.setattr(dispatch, "packed_gemv", lambda art, owner, *a, **kw: ("gemv weight", owner))
+    monkeypatch.setattr(dispatch, "run_gemv", lambda art, x, w, **kw: ran.append(("gemv", w)) or "gemv y")
+    monkeypatch.setattr(dispatch, "packed_gemm", lambda spec, owner, *a, **kw: ("gemm weight", owner))
+    monkeypatch.setattr(dispatch, "run_gemm", lambda spec, x, w, **kw: ran.append(("gemm", w)) or "gemm y")
+    monkeypatch.setattr(dispatch, "rule_for", lambda device: DispatchRule(gemm_min_m=17, dense_min_m=None))
+    q, s = Tensor((8, 32)), Tensor((1, 32))
+    assert dispatch.dispatch(_target(True), Tensor((16, 64)), q, s) == "gemv y"
+    assert dispatch.dispatch(_target(True), Tensor((2, 10, 64)), q, s) == "gemm y"  # M = 20 rows
+    assert dispatch.dispatch(_target(False), Tensor((300, 64)), q, s) == "gemv y"  # the GEMM does not take it
+    assert ran == [
+        ("gemv", ("gemv weight", "awq-0123")),
+        ("gemm", ("gemm weight", "awq-0123")),
+        ("gemv", ("gemv weight", "awq-0123")),
+    ]
+    assert torch.ops.dqgen.calls == []
