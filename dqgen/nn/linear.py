@@ -10,6 +10,7 @@ import torch
 from ..core.formats import torch_dtype
 from ..core.spec import Spec, SpecLike, load_spec
 from ..layout.layout import Layout
+from ..run import fastcall
 from .quantize import quantize
 
 #: The checkpoint tensors a layer holds as buffers (None where the spec has no such tensor), in state_dict order.
@@ -124,13 +125,24 @@ class QuantLinear(torch.nn.Module):
     # ------------------------------------------------------------------------------------------ forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._packed is None:
+        packed, bias = self._packed, self._buffers["bias"]  # (the buffer without nn.Module.__getattr__'s detour)
+        compiling = torch.compiler.is_compiling()
+        if packed is not None and not compiling:
+            # the Kernel's signature table first (dqgen.run.fastcall): a decode call checked before only launches
+            y = fastcall.matmul_hit(self._kernel._fast, x, packed, None, None, bias, None)
+            if y is not None:
+                return y
+        if packed is None:
             raise RuntimeError(
                 f"QuantLinear: the weights are on {self.qweight.device}; dqgen's matmul runs on CUDA (call .cuda())"
             )
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x: expected last dimension {self.in_features} (in_features), got {tuple(x.shape)}")
-        y = self._kernel.matmul(x.reshape(-1, self.in_features), self._packed, bias=self.bias)
+        if not compiling and x.is_contiguous():
+            # Kernel.matmul takes [..., K] as it is (the same rows as the reshape below): its signature table then
+            # holds x's own shape, which the next call looks up
+            return self._kernel.matmul(x, packed, bias=bias)
+        y = self._kernel.matmul(x.reshape(-1, self.in_features), packed, bias=bias)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

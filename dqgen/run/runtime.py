@@ -24,6 +24,7 @@ from ..emit.pipeline import Artifact, compile_artifact
 from ..emit.render import BLOCK, Variant, kernel_name
 from ..layout.layout import Layout
 from . import device as dev
+from . import fastcall
 from .errors import ShapeError
 from .gemm import supports as gemm_supports
 from .tune import default_variant, load_tuning, size_class
@@ -274,6 +275,8 @@ class Kernel:
         self._tuned: dict[int, dict[str, Variant] | None] = {}
         self._by_name = {kernel_name(self.spec, v): v for v in artifact.variants}
         self._signatures: dict[tuple, _Checked] = {}
+        #: matmul's launches checked once per signature, re-run with x's and y's pointers patched in (fastcall)
+        self._fast = fastcall.FastTable()
         self.compiled: list[str] = []  # entry points this Kernel compiled or loaded, in order
         self.op_key = f"{self.spec.name}-{hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]}"
         #: Whether the tensor-core GEMM takes this spec: decided here, so that the dispatch reads a constant when
@@ -554,12 +557,26 @@ class Kernel:
     ) -> Any:
         """y = x @ dequant(W) (+ bias), fused (dqgen.run.matmul): ``matmul(x, w)`` with a MatmulWeight from
         ``pack_matmul``, or ``matmul(x, qweight, scales, zeros, g_idx=..., global_scale=...)``, packed once per
-        weight tensor version. Dispatched by M (dqgen.run.dispatch): GEMV, tensor-core GEMM or dense."""
+        weight tensor version. Dispatched by M (dqgen.run.dispatch): GEMV, tensor-core GEMM or dense.
+
+        Eager calls of the decode case (the GEMV's one launch) are checked once per signature (dqgen.run.fastcall:
+        the weight, x's shape, dtype, device, contiguity and alignment, bias, out) and then re-launched with x's and
+        y's pointers patched in."""
+        if g_idx is None and global_scale is None and not _compiling():
+            y = fastcall.matmul_hit(self._fast, x, w, scales, zeros, bias, out)
+            if y is not None:
+                return y
         from . import dispatch
 
-        if not _compiling():  # (traced: the ops are registered already)
-            _hook_torch()
-        return dispatch.dispatch(self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
+        if _compiling():  # traced: the ops are registered already
+            return dispatch.dispatch(
+                self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out
+            )
+        _hook_torch()
+        y = dispatch.dispatch(self, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out)
+        if g_idx is None and global_scale is None:
+            fastcall.matmul_remember(self, self._fast, x, w, scales, zeros, bias, out, y)
+        return y
 
     def _groups_of(self, scales: Any) -> int:
         return int(scales.shape[0])
