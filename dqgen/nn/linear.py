@@ -125,24 +125,29 @@ class QuantLinear(torch.nn.Module):
     # ------------------------------------------------------------------------------------------ forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        packed, bias = self._packed, self._buffers["bias"]  # (the buffer without nn.Module.__getattr__'s detour)
-        compiling = torch.compiler.is_compiling()
-        if packed is not None and not compiling:
-            # the Kernel's signature table first (dqgen.run.fastcall): a decode call checked before only launches
+        packed = self._packed
+        if packed is not None and not torch.compiler.is_compiling():
+            # eager: the Kernel's signature table first (dqgen.run.fastcall), where a decode call checked before
+            # only launches (the bias buffer read without nn.Module.__getattr__'s detour)
+            bias = self._buffers["bias"]
             y = fastcall.matmul_hit(self._kernel._fast, x, packed, None, None, bias, None)
             if y is not None:
                 return y
-        if packed is None:
+            if x.shape[-1] == self.in_features and x.is_contiguous():
+                # Kernel.matmul takes [..., K] as it is (the rows of the reshape below): its table then holds x's
+                # own shape, which the next call looks up
+                return self._kernel.matmul(x, packed, bias=bias)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward on x [..., K] as rows [M, K] (what torch.compile traces)."""
+        if self._packed is None:
             raise RuntimeError(
                 f"QuantLinear: the weights are on {self.qweight.device}; dqgen's matmul runs on CUDA (call .cuda())"
             )
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x: expected last dimension {self.in_features} (in_features), got {tuple(x.shape)}")
-        if not compiling and x.is_contiguous():
-            # Kernel.matmul takes [..., K] as it is (the same rows as the reshape below): its signature table then
-            # holds x's own shape, which the next call looks up
-            return self._kernel.matmul(x, packed, bias=bias)
-        y = self._kernel.matmul(x.reshape(-1, self.in_features), packed, bias=bias)
+        y = self._kernel.matmul(x.reshape(-1, self.in_features), self._packed, bias=self.bias)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
