@@ -36,7 +36,7 @@ class _Forward:
     quant: op._Call
     gemm: matmul_op._Call
     buffers: tuple[torch.Tensor | None, ...]  # weight, weight_scale, bias, smooth as bound
-    weight_ptr: int
+    pointers: tuple[int, ...]  # their data pointers as bound (0 for None)
     scratch_bytes: int
     scale_at: int  # x_scale's offset in the scratch
     ws_at: int  # the workspace's offset (unused without split-K)
@@ -152,11 +152,15 @@ class W8A8Linear(torch.nn.Module):
         if hit is None:
             return None
         b = self._buffers
-        w, (bw, bws, bb, bs) = b["weight"], hit.buffers
-        if w is not bw or b["weight_scale"] is not bws or b["bias"] is not bb or b["smooth"] is not bs:
+        w, w_scale, bias, smooth = b["weight"], b["weight_scale"], b["bias"], b["smooth"]
+        bound_w, bound_scale, bound_bias, bound_smooth = hit.buffers
+        if w is not bound_w or w_scale is not bound_scale or bias is not bound_bias or smooth is not bound_smooth:
             return None  # a buffer was replaced (moved, reassigned): checked again
-        if w.data_ptr() != hit.weight_ptr:  # the same tensor over other memory (set_): checked again
-            return None
+        if (w.data_ptr(), w_scale.data_ptr()) != hit.pointers[:2] or (
+            (bias is not None and bias.data_ptr() != hit.pointers[2])
+            or (smooth is not None and smooth.data_ptr() != hit.pointers[3])
+        ):
+            return None  # the same tensor over other memory (set_): checked again
         scratch = _empty((hit.scratch_bytes,), dtype=_int8, device=hit.device)
         y = _empty(hit.out_shape, dtype=hit.out_dtype, device=hit.device)
         base = scratch.data_ptr()
@@ -198,10 +202,11 @@ class W8A8Linear(torch.nn.Module):
         scale_at = _up(m * k)
         ws_at = scale_at + _up(4 * m)
         key = (x.shape, x.dtype, x.get_device(), x.is_contiguous(), not x.data_ptr() % 16, _ident())
+        buffers = (self.weight, self.weight_scale, self.bias, self.smooth)
         self._fast.put(
             key,
             _Forward(
-                quant, gemm, (self.weight, self.weight_scale, self.bias, self.smooth), self.weight.data_ptr(),
+                quant, gemm, buffers, tuple(0 if t is None else t.data_ptr() for t in buffers),
                 ws_at + 4 * gemm.ws_elems, scale_at, ws_at, (*x.shape[:-1], self.out_features), x.dtype,
                 gemm.device, gemm.ordinal,
             ),
