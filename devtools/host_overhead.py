@@ -97,7 +97,7 @@ def header(torch: Any, calls: int, rounds: int) -> dict[str, Any]:
     return {
         "host": f"{platform.node()} ({_cpu_model()})",
         "gpu": torch.cuda.get_device_name(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "shape": f"M=1, K={K}, N={N}",
@@ -126,18 +126,26 @@ def time_round(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> f
 
 def _int4pack(torch: Any) -> Callable[[], Any]:
     """torch's int4 weight-only matmul on bf16 (the reference): the packing API of torch >= 2.5 (uint8 [N, K/2]),
-    else the older int32 [N, K/8] one."""
+    else the older int32 [N, K/8] one; the first inner-k-tiles count this torch takes."""
     gs = 128
     x = torch.randn(1, K, dtype=torch.bfloat16, device="cuda")
     sz = torch.randn(K // gs, N, 2, dtype=torch.bfloat16, device="cuda")
-    try:
-        w = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda")
-        packed = torch.ops.aten._convert_weight_to_int4pack(w, 8)
-    except RuntimeError:
-        w = torch.randint(0, 2**31 - 1, (N, K // 8), dtype=torch.int32, device="cuda")
-        packed = torch.ops.aten._convert_weight_to_int4pack(w, 8)
     op = torch.ops.aten._weight_int4pack_mm
-    return lambda: op(x, packed, gs, sz)
+    words = {
+        "uint8": lambda: torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda"),
+        "int32": lambda: torch.randint(0, 2**31 - 1, (N, K // 8), dtype=torch.int32, device="cuda"),
+    }
+    errors = []
+    for name, make in words.items():
+        for inner in (8, 4, 2):
+            try:
+                packed = torch.ops.aten._convert_weight_to_int4pack(make(), inner)
+                op(x, packed, gs, sz)
+            except RuntimeError as e:
+                errors.append(f"{name}/{inner}: {str(e).splitlines()[0]}")
+                continue
+            return lambda: op(x, packed, gs, sz)
+    raise RuntimeError("torch int4pack_mm: no packing of this torch worked: " + "; ".join(errors))
 
 
 def cases(torch: Any) -> dict[str, Callable[[], Any]]:
@@ -148,10 +156,11 @@ def cases(torch: Any) -> dict[str, Callable[[], Any]]:
 
     import dqgen
     from dqgen.core.spec import load_spec
-    from dqgen.nn import QuantLinear, W8A8Linear
+    from dqgen.nn.linear import QuantLinear
+    from dqgen.nn.w8a8_linear import W8A8Linear
     from dqgen.run.inputs import make_inputs
-    from dqgen.w8a8 import matmul as w8a8_matmul
-    from dqgen.w8a8 import quantize_activations
+    from dqgen.w8a8.matmul_op import matmul as w8a8_matmul
+    from dqgen.w8a8.op import quantize_activations
 
     cuda = torch.device("cuda")
     spec = load_spec("awq_int4_fp16")

@@ -64,7 +64,7 @@ class _Driver:
     def cuLaunchKernel(self, fn: Any, gx, gy, gz, bx, by, bz, smem, stream, params: int, extra: int) -> tuple[int]:
         n = 4
         pointers = (ctypes.c_void_p * n).from_address(params)
-        self.calls.append((stream, [ctypes.c_uint64.from_address(p).value for p in pointers]))
+        self.calls.append((stream, [ctypes.c_uint64.from_address(int(p or 0)).value for p in pointers]))
         return (0,)
 
 
@@ -282,7 +282,8 @@ def test_an_entry_of_a_freed_weight_is_a_miss(fake) -> None:
     entry.refs = (__import__("weakref").ref(dead),)
     del dead
     gc.collect()
-    table[(id(w2), *key[1:])] = entry  # what the table holds when w2 took the freed weight's id
+    reused = (id(w2), *key[1:])  # the key of w2 when it took the freed weight's id
+    table[reused] = entry
     assert fastcall.matmul_hit(table, Tensor((1, 256)), w2, None, None, None, None) is None
 
 

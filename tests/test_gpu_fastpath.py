@@ -212,7 +212,7 @@ def test_cuda_graph_captured_after_warm_up_replays_after_later_patches() -> None
 def _quant_linear(bias: bool = True) -> Any:
     import torch
 
-    from dqgen.nn import QuantLinear
+    from dqgen.nn.linear import QuantLinear
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(K, N, bias=bias).to("cuda", torch.float16)
@@ -307,7 +307,7 @@ def _w8a8_checked(layer: Any, x: Any) -> Any:
 def _w8a8_layer(bias: bool, smooth: bool, k: int = 1024, n: int = 512) -> Any:
     import torch
 
-    from dqgen.nn import W8A8Linear
+    from dqgen.nn.w8a8_linear import W8A8Linear
 
     torch.manual_seed(1)
     lin = torch.nn.Linear(k, n, bias=bias).to("cuda", torch.float16)
@@ -393,7 +393,9 @@ def _check_op_calls(fast: Callable[..., Any], checked: Callable[..., Any], make:
 def test_w8a8_ops_same_bits_with_new_inputs_every_call(rows: int) -> None:
     import torch
 
-    from dqgen.w8a8 import matmul, matmul_op, op, quantize_activations
+    from dqgen.w8a8 import matmul_op, op
+    from dqgen.w8a8.matmul_op import matmul
+    from dqgen.w8a8.op import quantize_activations
 
     smooth = torch.rand(1024, device="cuda") + 0.5
     for sm in (None, smooth):
