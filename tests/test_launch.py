@@ -88,7 +88,7 @@ def test_bound_launch_is_one_driver_call_with_packed_arguments(monkeypatch: pyte
     bound(100)
     assert made_current == []  # no context call on the way: the function carries its context
     assert drv.calls == [("FUNCTION", 7, 1, 1, 256, 1, 1, 0, h, bound.params, 0) for h in (99, 100)]
-    p, n = _slots(bound._holder, 2)
+    p, n = list((ctypes.c_void_p * 2).from_address(bound.params))  # the void** array cuLaunchKernel reads
     assert (ctypes.c_uint64.from_address(p).value, ctypes.c_int64.from_address(n).value) == (11, 12)
 
 

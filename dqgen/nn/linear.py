@@ -10,6 +10,7 @@ import torch
 from ..core.formats import torch_dtype
 from ..core.spec import Spec, SpecLike, load_spec
 from ..layout.layout import Layout
+from ..run import fastcall
 from .quantize import quantize
 
 #: The checkpoint tensors a layer holds as buffers (None where the spec has no such tensor), in state_dict order.
@@ -124,6 +125,22 @@ class QuantLinear(torch.nn.Module):
     # ------------------------------------------------------------------------------------------ forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        packed = self._packed
+        if packed is not None and not torch.compiler.is_compiling():
+            # eager: the Kernel's signature table first (dqgen.run.fastcall), where a decode call checked before
+            # only launches (the bias buffer read without nn.Module.__getattr__'s detour)
+            bias = self._buffers["bias"]
+            y = fastcall.matmul_hit(self._kernel.fast, x, packed, None, None, bias, None)
+            if y is not None:
+                return y
+            if x.shape[-1] == self.in_features and x.is_contiguous():
+                # Kernel.matmul takes [..., K] as it is (the rows of the reshape below): its table then holds x's
+                # own shape, which the next call looks up
+                return self._kernel.matmul(x, packed, bias=bias)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward on x [..., K] as rows [M, K] (what torch.compile traces)."""
         if self._packed is None:
             raise RuntimeError(
                 f"QuantLinear: the weights are on {self.qweight.device}; dqgen's matmul runs on CUDA (call .cuda())"

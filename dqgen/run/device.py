@@ -8,6 +8,7 @@ pointers and streams from those libraries are valid in our launches.
 
 from __future__ import annotations
 
+import array
 import ctypes
 import functools
 import sys
@@ -181,6 +182,40 @@ def pack_args(args: Sequence[Any]) -> Any:
     return param_holder_type()(packed)
 
 
+def _arg_bytes(i: int, arg: Any) -> bytes:
+    """One kernel argument's bytes, by pack_args' rules (a width-carrying scalar or a DeviceArray's pointer)."""
+    if isinstance(arg, DeviceArray):
+        return np.uint64(arg.ptr).tobytes()
+    if isinstance(arg, np.ndarray) and arg.ndim == 0:
+        arg = arg[()]
+    if isinstance(arg, np.generic):
+        raw = arg.tobytes()
+    elif isinstance(arg, ctypes._SimpleCData) and not isinstance(arg, ctypes.c_void_p):
+        raw = bytes(arg)
+    else:
+        raise TypeError(
+            f"kernel argument {i}: expected a numpy scalar (np.uint64 for pointers, np.int32/np.int64, ...), "
+            f"a ctypes scalar or a DeviceArray, got {type(arg).__name__}"
+        )
+    if len(raw) > 8:
+        raise TypeError(f"kernel argument {i}: {len(raw)} bytes; a bound launch takes arguments of up to 8 bytes")
+    return raw
+
+
+def pack_slots(args: Sequence[Any]) -> tuple[array.array, array.array]:
+    """(slots, addresses): each argument's bytes in its own 8-byte slot (little-endian, so a 4-byte argument is the
+    first half of its slot, where the driver reads it), and the array of the slots' addresses that cuLaunchKernel
+    takes as ``kernelParams``. Neither array is ever resized (their buffers must not move)."""
+    slots = array.array("Q", bytes(8 * len(args)))
+    view = memoryview(slots).cast("B")
+    for i, arg in enumerate(args):
+        raw = _arg_bytes(i, arg)
+        view[8 * i : 8 * i + len(raw)] = raw
+    base = slots.buffer_info()[0]
+    addresses = array.array("Q", [base + 8 * i for i in range(len(args))])
+    return slots, addresses
+
+
 class LoadedKernel:
     """A ``__global__`` function from a cubin (or NUL-terminated PTX), loaded into a primary context."""
 
@@ -287,7 +322,14 @@ class BoundLaunch:
     ``runtime._MODULES``); it returns ``(CUresult,)``, nonzero on failure, which
     ``failed`` turns into a retry or an error. No current-context check per call: the function belongs to the
     primary context it was loaded in, so a launch from a thread with no (or another) current context fails
-    rather than running elsewhere, and ``failed`` then makes the primary context current and launches again."""
+    rather than running elsewhere, and ``failed`` then makes the primary context current and launches again.
+
+    The arguments live in ``slots``, one 8-byte slot each (a 4-byte argument in its first bytes), and ``params``
+    is the ``void**`` array of the slots' addresses. cuLaunchKernel copies the argument bytes when it is called,
+    so a slot may be rewritten between launches: ``slots[i] = pointer`` re-targets argument ``i`` (the signature
+    caches of dqgen.run.fastcall patch the pointers of per-call tensors: x, a freshly allocated output) at the cost
+    of one array store. A launcher that is patched belongs to one thread (the caches key on the thread): a patch
+    and the launch that reads it must not interleave with another thread's."""
 
     def __init__(
         self, kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int
@@ -296,11 +338,17 @@ class BoundLaunch:
         self.grid = _dim3(grid)
         self.block = _dim3(block)
         self.shared_mem = int(shared_mem)
-        self._holder = pack_args(args)  # owns the argument bytes for as long as this launcher lives
-        self.params: int = int(self._holder.ptr)
+        self.slots, self._addresses = pack_slots(args)  # both owned for as long as this launcher lives
+        self.params: int = self._addresses.buffer_info()[0]
         self.launch = functools.partial(
             driver.cuLaunchKernel, kernel._function, *self.grid, *self.block, self.shared_mem
         )
+
+    def slot_of(self, value: int) -> int | None:
+        """The index of the one argument slot holding ``value`` (a device pointer the caller bound), or None where
+        no slot or more than one holds it (a patch could not tell them apart)."""
+        found = [i for i, v in enumerate(self.slots) if v == value]
+        return found[0] if len(found) == 1 else None
 
     def __call__(self, stream: int = 0) -> None:
         if self.kernel._module is None:  # closed by its owner: the function handle is gone with the module

@@ -24,8 +24,8 @@ from ..emit.render import BLOCK
 from ..kernels.dequant import DequantConfig, DequantVariant, kernel_name, variants
 from ..kernels.gemm import supports as gemm_supports
 from . import device as dev
+from . import fastcall, registry
 from . import problem as checks
-from . import registry
 from . import tune as tuning
 from .calls import SIGNATURES_MAX, remember
 from .dispatch import MatmulTarget
@@ -107,6 +107,9 @@ class Kernel:
         self._tuned: dict[int, tuple[int, dict[str, DequantVariant] | None]] = {}
         self._by_name = {kernel_name(self.spec, v): v for v in variants(self.spec)}
         self._signatures: dict[tuple, _Checked] = {}
+        #: matmul's launches checked once per signature, re-run with x's and y's pointers patched in (fastcall)
+        #: Checked decode matmuls by signature (dqgen.run.fastcall): QuantLinear's forward looks its calls up here too.
+        self.fast = fastcall.FastTable()
         self.compiled: list[str] = []  # entry points this Kernel compiled or loaded, in order
         self.op_key = f"{self.spec.name}-{hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]}"
         #: Whether the tensor-core GEMM takes this spec (MatmulTarget.gemm_ok says why it is decided here).
@@ -345,15 +348,38 @@ class Kernel:
     ) -> Any:
         """y = x @ dequant(W) (+ bias), fused (dqgen.run.matmul): ``matmul(x, w)`` with a MatmulWeight from
         ``pack_matmul``, or ``matmul(x, qweight, scales, zeros, g_idx=..., global_scale=...)``, packed once per
-        weight tensor version. Dispatched by M (dqgen.run.dispatch): GEMV, tensor-core GEMM or dense."""
+        weight tensor version. Dispatched by M (dqgen.run.dispatch): GEMV, tensor-core GEMM or dense.
+
+        Eager calls of the decode case (the GEMV's one launch) are checked once per signature (dqgen.run.fastcall:
+        the weight, x's shape, dtype, device, contiguity and alignment, bias, out) and then re-launched with x's and
+        y's pointers patched in."""
+        traced = _compiling()  # decided once for the call: the dispatch takes it as given
+        if not traced and g_idx is None and global_scale is None:
+            y = fastcall.matmul_hit(self.fast, x, w, scales, zeros, bias, out)
+            if y is not None:
+                return y
         from . import dispatch
 
-        traced = _compiling()  # decided once for the call: the dispatch takes it as given
-        if not traced:  # (traced: the ops are registered already)
-            _hook_torch()
-        return dispatch.dispatch(
-            self.target, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out, traced=traced
+        if traced:  # (traced: the ops are registered already)
+            return dispatch.dispatch(
+                self.target,
+                x,
+                w,
+                scales,
+                zeros,
+                g_idx=g_idx,
+                global_scale=global_scale,
+                bias=bias,
+                out=out,
+                traced=True,
+            )
+        _hook_torch()
+        y = dispatch.dispatch(
+            self.target, x, w, scales, zeros, g_idx=g_idx, global_scale=global_scale, bias=bias, out=out
         )
+        if g_idx is None and global_scale is None:
+            fastcall.matmul_remember(self.target, self.fast, x, w, scales, zeros, bias, out, y)
+        return y
 
     def _groups_of(self, scales: Any) -> int:
         return int(scales.shape[0])

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from typing import Any
 
 import torch
 
 from ..kernels.w8a8_gemm import MAX_K_S8, Elem, Out, choose_w8a8_gemm
 from ..run import device as dev
-from ..run.calls import BOUND_MAX, CALLS_MAX, remember
+from ..run.calls import CALLS_MAX, remember
 from ..run.operands import x_aligned
 from ..run.workspace import GrowOnlyCounters
 from .gemm import GemmKernel, launch_args, loaded
@@ -201,25 +202,32 @@ def matmul(
 @dataclasses.dataclass(slots=True)
 class _Call:
     """What a call's input signature fixes, decided once: the checks passed, the kernel, its plan, the workspace's
-    size, the arguments but y's and the workspace's pointers; launches bound per (y, workspace) pointer pair. The
-    workspace is no part of it: each call takes its own from torch's caching allocator (stream-ordered, and kept
-    alive by a CUDA graph that captured it), so nothing a launch reads is freed by clearing this cache."""
+    size, and its launch bound once with every argument, the per-call pointers (x_q, x_scale, y and the workspace)
+    in patchable slots (dqgen.run.device.BoundLaunch). The workspace is taken per call from torch's caching
+    allocator (stream-ordered, and kept alive by a CUDA graph that captured it), so nothing a launch reads is freed
+    by clearing this cache."""
 
-    kern: GemmKernel
-    plan: tuple[int, int, int]
-    mnk: tuple[int, int, int]
-    ptrs: tuple[int, int, int, int, int, int, int]  # x_q, x_q's row stride, w, w's, x_scale, w_scale, bias (or 0)
+    fn: dev.BoundLaunch
+    launch: Any  # fn.launch: cuLaunchKernel with the function, grid and block bound
+    params: int
+    slots: Any  # fn.slots
+    x_slot: int
+    x_scale_slot: int
+    y_slot: int
+    ws_slot: int  # -1: no workspace (a plan without split-K)
+    mn: tuple[int, int]
     ws_elems: int
     ws_dtype: torch.dtype
     counters: torch.Tensor  # this signature's counters (the device's buffer when first seen; never freed)
     ordinal: int
     device: torch.device
     out_dtype: torch.dtype
-    bound: dict[tuple[int, int], dev.BoundLaunch] = dataclasses.field(default_factory=dict)
 
 
 _CALLS: dict[tuple, _Call] = {}
 _raw_stream = dev.torch_raw_stream_fn(torch)
+_ident = threading.get_ident
+_empty = torch.empty
 
 
 def _call(
@@ -230,19 +238,21 @@ def _call(
     bias: torch.Tensor | None,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    """An eager call through the signature cache (the pattern of dqgen.run.runtime.Kernel's fast path). The key
-    holds everything the checks, the plan and the bound arguments depend on: every input's data pointer, shape,
-    strides, dtype and device, and out_dtype (the stream is read per call). A new signature is checked (the
+    """An eager call through the signature cache (the pattern of dqgen.run.fastcall). The key holds everything the
+    checks, the plan and the bound arguments depend on: x_q's and x_scale's shapes, strides, dtypes and devices
+    and x_q's pointer alignment (their pointers are patched into the launch: new tensors every call in a model),
+    the weight's, its scale's and the bias's pointers, shapes, strides and dtypes (bound: a pointer fixes the
+    device), out_dtype and the calling thread (the stream is read per call). A new signature is checked (the
     one-line errors) and planned first; inputs the kernel cannot read in place (padded copies), and anything the
     key cannot be built from, take the checked _launch every time."""
     try:
         key = (
-            x_q.data_ptr(), x_q.shape, x_q.stride(), x_q.dtype, x_q.get_device(),
-            x_scale.data_ptr(), x_scale.shape, x_scale.stride(), x_scale.dtype, x_scale.get_device(),
-            w.data_ptr(), w.shape, w.stride(), w.dtype, w.get_device(),
-            w_scale.data_ptr(), w_scale.shape, w_scale.stride(), w_scale.dtype, w_scale.get_device(),
-            None if bias is None else (bias.data_ptr(), bias.shape, bias.stride(), bias.dtype, bias.get_device()),
-            out_dtype,
+            x_q.shape, x_q.stride(), x_q.dtype, x_q.get_device(), not x_q.data_ptr() % 16,
+            x_scale.shape, x_scale.stride(), x_scale.dtype, x_scale.get_device(),
+            w.data_ptr(), w.shape, w.stride(), w.dtype,
+            w_scale.data_ptr(), w_scale.shape, w_scale.stride(), w_scale.dtype,
+            None if bias is None else (bias.data_ptr(), bias.shape, bias.stride(), bias.dtype),
+            out_dtype, _ident(),
         )  # fmt: skip
         hit = _CALLS.get(key)
     except (AttributeError, TypeError, RuntimeError):  # no tensors (or no storage): check_inputs names them
@@ -250,27 +260,26 @@ def _call(
         return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
     if hit is None:
         check_inputs(x_q, x_scale, w, w_scale, bias, out_dtype)
-        hit = _prepare_call(x_q, x_scale, w, w_scale, bias, out_dtype)
-        if hit is None:
+        hit = plan(x_q, x_scale, w, w_scale, bias, out_dtype)
+        if hit is None:  # empty, padded copies, strided scales: the checked launch, every time
             return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
         remember(_CALLS, key, hit, CALLS_MAX)
-    m, n, k = hit.mnk
-    y = torch.empty((m, n), dtype=hit.out_dtype, device=hit.device)
-    ws = torch.empty(hit.ws_elems, dtype=hit.ws_dtype, device=hit.device) if hit.ws_elems else None
-    where = (y.data_ptr(), 0 if ws is None else ws.data_ptr())
-    launch = hit.bound.get(where)
-    if launch is None:
-        xp, xld, wp, wld, xsp, wsp, bp = hit.ptrs
-        args = launch_args(
-            hit.kern.cfg, m, n, k, xp, xld, wp, wld, xsp, wsp, bp, where[0], where[1], hit.counters.data_ptr(),
-            hit.plan,
-        )  # fmt: skip
-        launch = remember(hit.bound, where, hit.kern.bind(hit.plan, args), BOUND_MAX)
-    launch(_raw_stream(hit.ordinal))
+    y = _empty(hit.mn, dtype=hit.out_dtype, device=hit.device)
+    ws = _empty(hit.ws_elems, dtype=hit.ws_dtype, device=hit.device) if hit.ws_elems else None
+    slots = hit.slots
+    slots[hit.x_slot] = x_q.data_ptr()
+    slots[hit.x_scale_slot] = x_scale.data_ptr()
+    slots[hit.y_slot] = y.data_ptr()
+    if ws is not None:
+        slots[hit.ws_slot] = ws.data_ptr()
+    stream = _raw_stream(hit.ordinal)
+    err = hit.launch(stream, hit.params, 0)[0]
+    if err:
+        hit.fn.failed(err, stream)
     return y  # ws goes back to the caching allocator after the launch, stream-ordered
 
 
-def _prepare_call(
+def plan(
     x_q: torch.Tensor,
     x_scale: torch.Tensor,
     w: torch.Tensor,
@@ -278,8 +287,10 @@ def _prepare_call(
     bias: torch.Tensor | None,
     out_dtype: torch.dtype,
 ) -> _Call | None:
-    """The _Call of checked inputs the kernel reads in place (None: empty, or a padded copy or a contiguous scale
-    is needed per call)."""
+    """The _Call of checked inputs: the kernel and plan of their shape, the launch bound with every argument (y's
+    and the workspace's pointers those of buffers allocated here for the purpose: each call patches its own in)
+    and the slot of each per-call pointer; None where the inputs are empty, the kernel cannot read x_q or w in
+    place, a scale or the bias is not contiguous, or two per-call pointers share a slot value."""
     m, n = x_q.shape[0], w.shape[0]
     if m == 0 or n == 0 or not (_in_place(x_q) and _in_place(w)):  # asked, not copied: _launch pads them once
         return None
@@ -287,14 +298,27 @@ def _prepare_call(
         return None
     k = x_q.shape[1]
     ordinal = x_q.device.index if x_q.device.index is not None else torch.cuda.current_device()
-    kern, plan, ws_elems = _prepared(_ELEMS[x_q.dtype], _OUTS[out_dtype], m, n, k, ordinal)
-    counters = _counters(x_q.device, plan[0] if plan[1] > 1 else 0)
-    ptrs = (
-        x_q.data_ptr(), x_q.stride(0) if m > 1 else k, w.data_ptr(), w.stride(0) if n > 1 else k,
-        x_scale.data_ptr(), w_scale.data_ptr(), 0 if bias is None else bias.data_ptr(),
-    )  # fmt: skip
+    kern, plan_, ws_elems = _prepared(_ELEMS[x_q.dtype], _OUTS[out_dtype], m, n, k, ordinal)
+    counters = _counters(x_q.device, plan_[0] if plan_[1] > 1 else 0)
     ws_dtype = torch.int32 if x_q.dtype == torch.int8 else torch.float32
-    return _Call(kern, plan, (m, n, k), ptrs, ws_elems, ws_dtype, counters, ordinal, x_q.device, out_dtype)
+    y = torch.empty((m, n), dtype=out_dtype, device=x_q.device)
+    ws = torch.empty(ws_elems, dtype=ws_dtype, device=x_q.device) if ws_elems else None
+    pointers = (x_q.data_ptr(), x_scale.data_ptr(), y.data_ptr(), 0 if ws is None else ws.data_ptr())
+    args = launch_args(
+        kern.cfg, m, n, k, pointers[0], x_q.stride(0) if m > 1 else k, w.data_ptr(), w.stride(0) if n > 1 else k,
+        pointers[1], w_scale.data_ptr(), 0 if bias is None else bias.data_ptr(), pointers[2], pointers[3],
+        counters.data_ptr(), plan_,
+    )  # fmt: skip
+    fn = kern.bind(plan_, args)
+    x_slot, x_scale_slot, y_slot = (fn.slot_of(p) for p in pointers[:3])
+    ws_slot = -1 if ws is None else fn.slot_of(pointers[3])
+    if x_slot is None or x_scale_slot is None or y_slot is None or ws_slot is None:
+        return None
+    device = torch.device("cuda", ordinal)
+    return _Call(
+        fn, fn.launch, fn.params, fn.slots, x_slot, x_scale_slot, y_slot, ws_slot, (m, n), ws_elems, ws_dtype,
+        counters, ordinal, device, out_dtype,
+    )  # fmt: skip
 
 
 def quantize_weight(w: torch.Tensor, kind: WeightKind = "int8") -> tuple[torch.Tensor, torch.Tensor]:

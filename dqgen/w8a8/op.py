@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..kernels.act_quant import Hold, SmoothDtype, SmoothIn, XDtype, choose_act_quant
 from ..run import device as dev
-from ..run.calls import BOUND_MAX, CALLS_MAX, remember
-from .kernel import ActQuantKernel, loaded
+from ..run.calls import CALLS_MAX, remember
+from .kernel import loaded
 
 _X_DTYPES: dict[torch.dtype, XDtype] = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _S_DTYPES: dict[torch.dtype, SmoothDtype] = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -139,38 +141,46 @@ def quantize_activations(
 @dataclasses.dataclass(slots=True)
 class _Call:
     """What a call's input signature fixes, decided once (the checks passed, the variant, its kernel), and its
-    launches bound per pair of output pointers: a repeated call costs a signature, two allocations and one
-    cuLaunchKernel (the pattern of dqgen.run.runtime.Kernel's fast path)."""
+    launch bound once with x's and the outputs' pointers in patchable slots (dqgen.run.device.BoundLaunch): a
+    repeated call costs a signature, two allocations, three slot stores and one cuLaunchKernel (the pattern of
+    dqgen.run.fastcall)."""
 
-    kern: ActQuantKernel
-    aligned: bool
+    fn: dev.BoundLaunch
+    launch: Any  # fn.launch: cuLaunchKernel with the function, grid and block bound
+    params: int
+    slots: Any  # fn.slots
+    x_slot: int
+    q_slot: int
+    scale_slot: int
+    aligned: bool  # the 16-byte variant: q must start on a 16-byte boundary too
     ordinal: int
     device: torch.device
     shape: tuple[int, int]
-    x_stride: int
-    smooth_ptr: int | None
-    scale: float | None
-    bound: dict[tuple[int, int], dev.BoundLaunch] = dataclasses.field(default_factory=dict)
 
 
 _CALLS: dict[tuple, _Call] = {}
 _raw_stream = dev.torch_raw_stream_fn(torch)
+_ident = threading.get_ident
+_empty = torch.empty
+_int8, _float32 = torch.int8, torch.float32
 
 
 def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """An eager call through the signature cache. The key holds everything the checks and the bound launch depend
-    on: x's and smooth's data pointers, shapes, strides, dtypes and devices, and the static scale's value (the
-    stream is read per call). A new signature is checked (the one-line errors) and planned first; empty inputs,
-    and anything the key cannot be built from, take the checked _launch every time."""
+    on: x's shape, strides, dtype, device and pointer alignment (x's pointer itself is patched into the launch:
+    in a model x is a new tensor every call), smooth's pointer, shape, strides, dtype and device, the static
+    scale's value and the calling thread (the stream is read per call). A new signature is checked (the one-line
+    errors) and planned first; empty inputs, and anything the key cannot be built from, take the checked _launch
+    every time."""
     if scale is not None and type(scale) is not float:  # an int, or no number: checked, then keyed as the float
         check_inputs(x, smooth, scale)
         scale = float(scale)
     try:
         key = (
-            x.data_ptr(), x.shape, x.stride(), x.dtype, x.get_device(),
+            x.shape, x.stride(), x.dtype, x.get_device(), not x.data_ptr() % 16,
             None if smooth is None else (smooth.data_ptr(), smooth.shape, smooth.stride(), smooth.dtype,
                                          smooth.get_device()),
-            scale,
+            scale, _ident(),
         )  # fmt: skip
         hit = _CALLS.get(key)
     except (AttributeError, TypeError, RuntimeError):  # no tensors (or no storage): check_inputs names them
@@ -178,26 +188,47 @@ def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> 
         return _launch(x, smooth, scale)
     if hit is None:
         check_inputs(x, smooth, scale)
-        rows, k = x.shape
-        if rows == 0 or k == 0:
+        hit = plan(x, smooth, scale)
+        if hit is None:  # empty, or slots that cannot be told apart: the checked launch, every time
             return _launch(x, smooth, scale)
-        aligned = _inputs_aligned(x, smooth)  # as _launch picks it for a 16-byte aligned q (torch's allocations are)
-        s_dtype = None if smooth is None else _S_DTYPES[smooth.dtype]
-        v = choose_act_quant(_X_DTYPES[x.dtype], k, s_dtype, scale is not None, aligned, rows)
-        ordinal = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        hit = _Call(
-            loaded(v, ordinal), aligned, ordinal, x.device, (rows, k), x.stride(0) if rows > 1 else k,
-            None if smooth is None else smooth.data_ptr(), scale,
-        )  # fmt: skip
         remember(_CALLS, key, hit, CALLS_MAX)
-    q = torch.empty(hit.shape, dtype=torch.int8, device=hit.device)
-    row_scale = torch.empty(hit.shape[:1], dtype=torch.float32, device=hit.device)
-    where = (q.data_ptr(), row_scale.data_ptr())
-    launch = hit.bound.get(where)
-    if launch is None:
-        if hit.aligned and where[0] % 16:  # never from torch's allocator; the general variant then
-            return _launch(x, smooth, scale)
-        launch = hit.kern.bind(x.data_ptr(), hit.x_stride, hit.shape[0], hit.smooth_ptr, hit.scale, *where)
-        remember(hit.bound, where, launch, BOUND_MAX)
-    launch(_raw_stream(hit.ordinal))
+    q = _empty(hit.shape, dtype=_int8, device=hit.device)
+    row_scale = _empty(hit.shape[:1], dtype=_float32, device=hit.device)
+    q_ptr = q.data_ptr()
+    if hit.aligned and q_ptr % 16:  # never from torch's allocator; the general variant then
+        return _launch(x, smooth, scale)
+    slots = hit.slots
+    slots[hit.x_slot] = x.data_ptr()
+    slots[hit.q_slot] = q_ptr
+    slots[hit.scale_slot] = row_scale.data_ptr()
+    stream = _raw_stream(hit.ordinal)
+    err = hit.launch(stream, hit.params, 0)[0]
+    if err:
+        hit.fn.failed(err, stream)
     return q, row_scale
+
+
+def plan(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> _Call | None:
+    """The _Call of checked inputs: the variant (as _launch picks it for a 16-byte aligned q), its launch bound
+    with x's pointer and those of outputs allocated here for the purpose (each call patches its own in), and the
+    slot of each; None for an empty x, or where two of those pointers share a slot value (a patch could not tell
+    them apart)."""
+    rows, k = x.shape
+    if rows == 0 or k == 0:
+        return None
+    aligned = _inputs_aligned(x, smooth)
+    s_dtype = None if smooth is None else _S_DTYPES[smooth.dtype]
+    v = choose_act_quant(_X_DTYPES[x.dtype], k, s_dtype, scale is not None, aligned, rows)
+    ordinal = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    q = torch.empty((rows, k), dtype=torch.int8, device=x.device)
+    row_scale = torch.empty((rows,), dtype=torch.float32, device=x.device)
+    pointers = (x.data_ptr(), q.data_ptr(), row_scale.data_ptr())
+    fn = loaded(v, ordinal).bind(
+        pointers[0], x.stride(0) if rows > 1 else k, rows, None if smooth is None else smooth.data_ptr(), scale,
+        pointers[1], pointers[2],
+    )  # fmt: skip
+    x_slot, q_slot, scale_slot = (fn.slot_of(p) for p in pointers)
+    if x_slot is None or q_slot is None or scale_slot is None:
+        return None
+    device = torch.device("cuda", ordinal)
+    return _Call(fn, fn.launch, fn.params, fn.slots, x_slot, q_slot, scale_slot, aligned, ordinal, device, (rows, k))
