@@ -175,7 +175,7 @@ def fake(monkeypatch: pytest.MonkeyPatch, driver: _Driver):
     monkeypatch.setattr(fastcall, "_raw_stream", lambda ordinal: 70 + ordinal)
     binds: list[tuple] = []
 
-    def bind(kernel, w, x2, x_stride, M, bias, out):
+    def bind(artifact, w, x2, x_stride, M, bias, out):
         binds.append((w, x2.shape, x_stride, M))
         # the GEMV's argument order around the per-call pointers: weight, x, bias, out, then sizes
         return [_bound([w.wq, x2.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr()])]
@@ -186,13 +186,13 @@ def fake(monkeypatch: pytest.MonkeyPatch, driver: _Driver):
     monkeypatch.setattr(dispatch, "beside", lambda w: None)
     packs: dict[tuple, Any] = {}
 
-    def packed(kernel, q, s, z=None, **kw):
+    def packed(artifact, owner, q, s, z=None, **kw):
         key = (id(q), q.version, id(s), s.version)
         if key not in packs:
             packs[key] = _weight()
         return packs[key]
 
-    monkeypatch.setattr(mm, "packed", packed)
+    monkeypatch.setattr(mm, "packed_gemv", packed)
     return types.SimpleNamespace(driver=driver, binds=binds, rule=rule, packs=packs)
 
 
@@ -202,7 +202,8 @@ def _weight(K: int = 256, N: int = 512) -> mm.MatmulWeight:
     return w
 
 
-KERNEL = types.SimpleNamespace(gemm_ok=False)
+#: What fastcall reads of dqgen.run.dispatch.MatmulTarget.
+TARGET = types.SimpleNamespace(gemm_ok=False, artifact=None, key="spec-key")
 
 
 def _run(table, x, w, scales=None, zeros=None, bias=None, out=None) -> Any:
@@ -211,7 +212,7 @@ def _run(table, x, w, scales=None, zeros=None, bias=None, out=None) -> Any:
     if y is not None:
         return y
     y = out if out is not None else Tensor((*x.shape[:-1], w.N if scales is None else 512), x.dtype)
-    fastcall.matmul_remember(KERNEL, table, x, w, scales, zeros, bias, out, y)
+    fastcall.matmul_remember(TARGET, table, x, w, scales, zeros, bias, out, y)
     return None
 
 
@@ -315,7 +316,7 @@ def test_only_the_gemv_decode_case_is_remembered(fake, monkeypatch: pytest.Monke
     _run(table, Tensor((0, 256)), w)  # nothing to launch
     assert len(table) == 0 and fake.binds == []
     monkeypatch.setattr(dispatch, "beside", lambda w: "a GemmWeight")
-    monkeypatch.setattr(KERNEL, "gemm_ok", True)
+    monkeypatch.setattr(TARGET, "gemm_ok", True)
     fake.rule.gemm_min_m = 16
     _run(table, Tensor((16, 256)), w)  # this GPU's rule gives 16 rows to the GEMM
     assert len(table) == 0
