@@ -45,7 +45,9 @@ def main() -> int:
         (q, s, z, gi, gsc), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
         tensors = (to_torch(q), to_torch(s), to_torch(z))
         if forced:  # the flat grid everywhere: a weight packed for the GEMV of that tuning
-            w = mm.pack(k, *tensors, g_idx=to_torch(gi), global_scale=to_torch(gsc), tuning=Tuning(flat="on"))
+            w = mm.pack_gemv(
+                k.artifact, *tensors, g_idx=to_torch(gi), global_scale=to_torch(gsc), tuning=Tuning(flat="on")
+            )
         else:
             w = k.pack_matmul(*tensors, g_idx=to_torch(gi), global_scale=to_torch(gsc), gemm=False)
         modes.add(w.mode)

@@ -65,7 +65,7 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
             for m in (1, 16, 17, 32, 33, 64, 65, 128, 256, 1024, 4096):
                 for n, k in ((6144, 4096), (28672, 8192), (4096, 14336), (256, 256)):
                     for sms, shared in ((0, wg.SHARED_SM89), (132, 227 * 1024), (108, 163 * 1024)):
-                        configs.add(wg.choose_w8a8_gemm(elem, out, m, n, k, sms, shared))  # type: ignore[arg-type]
+                        configs.add(wg.choose_w8a8_gemm(elem, out, m, n, k, sms, shared))
     for cfg in sorted(configs, key=lambda c: c.name):
         yield "w8a8_gemm", cfg.name, cfg.source(), cfg.min_sm
 
@@ -80,7 +80,7 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
                         if aligned and k % 8:
                             continue
                         for rows in (1, 4096):
-                            variants.add(ak.choose_act_quant(dtype, k, smooth, static, aligned, rows))  # type: ignore[arg-type]
+                            variants.add(ak.choose_act_quant(dtype, k, smooth, static, aligned, rows))
     for v in sorted(variants, key=lambda v: v.name):
         yield "act_quant", v.name, v.source(), v.min_sm
 
