@@ -571,13 +571,20 @@ def _family_proof(
     """A family's proof step: a converter Plan of its own (the GEMM's converter spec) is proven here with the
     build's words; the spec's own converter (the GEMV's) is the dequantize kernel's Plan, whose proof is
     ``shared``."""
+    if fam.converter.key != artifact.key and not shared.ok:  # the build has failed: no more proving, or storing
+        return {
+            "ok": True,
+            "skipped": True,
+            "plan": fam.converter.spec.name,
+            "line": "not run: the spec's proof failed",
+        }
     if fam.converter.key == artifact.key:
         return {
             "ok": shared.ok,
             "words": shared.words,
             "plan": artifact.spec.name,
             "shared_with": "dequant",
-            "line": f"the spec's own converter (the dequantize kernel's Plan): {shared.line()}",
+            "line": "the spec's own converter (the dequantize kernel's Plan: its proof above)",
         }
     proof = compile_artifact(fam.converter.spec, proof_words=words, progress=progress).proof
     assert proof is not None
