@@ -109,14 +109,6 @@ def ptx_problems(plan: Plan, ptx: str, entry_points: tuple[str, ...] = ()) -> li
     return problems + [f"PTX has an integer->float conversion: {c}" for c in cvts]
 
 
-def write_sources(artifact: Artifact, out_dir: Path) -> tuple[Path, Path]:
-    cu, cuh = source_paths(artifact.spec, out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cu.write_text(artifact.source)
-    cuh.write_text(artifact.header)
-    return cu, cuh
-
-
 def source_paths(spec: Spec, out_dir: Path) -> tuple[Path, Path]:
     return out_dir / f"{spec.name}.cu", out_dir / f"{spec.name}.cuh"
 
@@ -509,7 +501,8 @@ def _build_steps(
     steps["compile"] = done.compile_step
     seconds.update(done.seconds)
     proven = proof.ok and all(p["ok"] for p in family_proofs.values())
-    built = done.ptx is not None and all(ptx is not None for _, ptx in compiled)
+    # every compile step passed (NVRTC ran, and its PTX carries the Plan's instructions and every entry point)
+    built = done.compile_step["ok"] and all(step["ok"] for step, _ in compiled)
     if not proof.ok:
         steps["gpu"] = {"ok": True, "skipped": True, "line": "not run: the proof failed"}
     elif not use_gpu:
@@ -690,9 +683,7 @@ def print_summary(report: dict) -> None:
     for name, step in report["steps"].items():
         extra = "\n".join(step.get("problems", []) + step.get("failures", []))
         # a skipped step's line says so itself ("no GPU: skipped")
-        mark = (
-            "" if step.get("skipped") else f"[{'green' if step['ok'] else 'red'}]{'OK' if step['ok'] else 'FAILED'}[/] "
-        )
+        mark = "" if step.get("skipped") else _mark(step["ok"])
         # the line and problems are plain text (NVRTC messages hold [brackets]), only the mark is markup
         t.add_row(name, Text.from_markup(mark) + Text(step["line"] + (f"\n{extra}" if extra else "")))
     for fam in report.get("families", [])[1:]:  # the dequantize kernel's steps are the rows above
