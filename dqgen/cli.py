@@ -199,13 +199,14 @@ def explain(
 def build(
     spec: str = typer.Argument(..., help="A spec YAML file, or a shipped spec by name (dqgen list)."),
     arch: str | None = typer.Option(None, help="Architecture to compile PTX and cubin for (default: the spec's)."),
-    out: str = typer.Option("generated", help="Folder for the .cu, .cuh and .ptx files."),
+    out: str = typer.Option("generated", help="Folder for the .cu, .cuh and .ptx files (the matmul kernels' too)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary (with seconds per step) as JSON."),
     words: int = typer.Option(
         1_000_000, min=0, help="Random words in the proof (besides every code at every lane); a passed proof is cached."
     ),
 ) -> None:
-    """Solve, prove, render and compile SPEC; on a machine with a GPU also run it against the reference."""
+    """Solve, prove, render and compile SPEC and every matmul kernel that takes it (the GEMV; the GEMM for 4- and
+    8-bit integer codes); on a machine with a GPU also run them against the reference."""
     from .tools.build import build_spec, print_summary
 
     s = _load(spec)

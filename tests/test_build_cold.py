@@ -1,6 +1,8 @@
 """CPU tests of `dqgen build`'s GPU path with the driver-level pieces faked (memory, module loads, events): the
-build imports neither torch nor triton (the tuner included), the proof runs beside the GPU thread, and a failed
-proof stops the tuner and writes nothing. The real GPU side runs in the GPU tiers (test_refworker's GPU test)."""
+dequantize kernel's check and tuner import neither torch nor triton (the matmul families' checks, whose host code
+needs torch, are then skipped, saying so), the proof runs beside the GPU thread, and a failed proof stops the tuner
+and writes nothing. The real GPU side runs in the GPU tiers (test_refworker's GPU test, the GPU test below and
+tests/test_build_families.py's)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEC = "awq_int4_fp16"
 #: Small stand-ins for the tuner's problems: the check's inputs of 8192 x 28672 take a while to draw on a CPU.
 SMALL_SHAPES = {"small": (256, 512), "large": (512, 1024)}
+#: What a build of SPEC for sm_90 writes: the dequantize kernel's source, header and PTX, the GEMV's and the GEMM's
+#: source and PTX.
+OUTPUTS = sorted(
+    [f"{SPEC}.cu", f"{SPEC}.cuh", f"{SPEC}.sm_90.ptx"]
+    + [f"{SPEC}_{f}.{x}" for f in ("gemv", "gemm") for x in ("cu", "sm_90.ptx")]
+)
 #: The fake launches' milliseconds: the default and one 10% faster variant; every other variant is twice as slow.
 FAST_MS, DEFAULT_MS, SLOW_MS = 0.090, 0.100, 0.200
 
@@ -61,10 +69,17 @@ def variant_costs() -> dict[str, float]:
     }
 
 
-def install_fake_gpu(setattr: Callable[[Any, str, Any], None], flush_sleep_s: float = 0.0) -> FakeClock:
+#: Why the fake GPU skips the matmul families' checks (their host code launches on torch tensors, on a real GPU).
+FAKE_NO_MATMUL = "the fake GPU runs no matmul"
+
+
+def install_fake_gpu(
+    setattr: Callable[[Any, str, Any], None], flush_sleep_s: float = 0.0, torch_probe: bool = False
+) -> FakeClock:
     """Replace what talks to a GPU (device memory, module loads, events, the device's name) with host stand-ins; the
     Kernel, its checks, the build and the tuner are the real ones. The check's "GPU output" is the in-process
-    reference."""
+    reference. The matmul families' checks are skipped (FAKE_NO_MATMUL), unless ``torch_probe``: then the build's
+    own probe for torch decides."""
     import dqgen.run.device as dev
     import dqgen.run.gpucheck as gpucheck
     import dqgen.run.tune as tune
@@ -117,12 +132,14 @@ def install_fake_gpu(setattr: Callable[[Any, str, Any], None], flush_sleep_s: fl
     setattr(tune, "gpu_name", lambda ordinal=0: "Fake GPU")
     setattr(tune, "TUNE_SHAPES", SMALL_SHAPES)
     setattr(gpucheck, "run_shape", cpu_run)
+    if not torch_probe:
+        setattr(gpucheck, "matmul_torch_problem", lambda: FAKE_NO_MATMUL)
     return clock
 
 
 #: Run in a fresh interpreter: a finder first on sys.meta_path records (and refuses) every import of torch or
 #: triton, importlib.util.find_spec's included; then `dqgen build --json` through the CLI, on the fake GPU when
-#: the second argument is "fake".
+#: the second argument is "fake" (whose matmul families are checked only if torch can be imported: it cannot).
 NO_TORCH_SCRIPT = """
 import json, sys
 attempts = []
@@ -142,7 +159,7 @@ launches = {}
 if fake:
     from tests.test_build_cold import install_fake_gpu
 
-    launches = install_fake_gpu(setattr).launches
+    launches = install_fake_gpu(setattr, torch_probe=True).launches
 sys.argv = ["dqgen", "build", "awq_int4_fp16", "--json", "--words", "1000", "--out", folder + "/out"]
 try:
     main()
@@ -165,11 +182,17 @@ def _build_refusing_torch(tmp_path: Path, fake: bool) -> tuple[dict, dict]:
     res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert (tmp_path / "imports.json").exists(), res.stderr[-3000:]
     seen = json.loads((tmp_path / "imports.json").read_text())
-    assert seen["attempts"] == [] and seen["loaded"] == [], seen
+    # one attempt: the matmul families' probe for torch (after the dequantize kernel's check and tuner)
+    assert seen["attempts"] == ["torch"] and seen["loaded"] == [], seen
     assert seen["code"] in (0, None), res.stderr
     report = json.loads(res.stdout)
     line = report["steps"]["gpu"]["line"]
     assert report["ok"] and line.count("bit-exact") == 3, line
+    families = {f["family"]: f for f in report["families"]}
+    assert set(families) == {"dequant", "gemv", "gemm"}
+    for name in ("gemv", "gemm"):
+        gpu = families[name]["steps"]["gpu"]
+        assert gpu["skipped"] and gpu["ok"] and gpu["reason"].startswith("torch is not installed"), gpu
     return report, seen
 
 
@@ -243,7 +266,7 @@ def test_the_proof_runs_beside_the_gpu_thread(tmp_path: Path, monkeypatch: pytes
     report = build_spec(load_spec(SPEC), "sm_90", tmp_path / "out", words=1000, gpu=True)
     assert report["ok"] and seen["proof"].is_set() and seen["tune"].is_set() and not seen["stopped"]
     assert len(list((tmp_path / "cache" / "tune").glob("*.json"))) == 1
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"{SPEC}.cu", f"{SPEC}.cuh", f"{SPEC}.sm_90.ptx"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == OUTPUTS
     sec = report["seconds"]
     assert set(report["overlapped"]) == {"compile", "gpu_check", "tune", "reference"}
     main_path = ("start", "solve", "proof", "gpu_wait", "reference_wait", "compare", "write")
@@ -343,4 +366,4 @@ def test_a_failed_gpu_check_saves_no_tuning(tmp_path: Path, monkeypatch: pytest.
     assert not report["ok"] and "1024x4096: 1 mismatches, first mismatch at [0, 1]" in line
     assert "tuned launch (small)" in line and not (tmp_path / "cache" / "tune").exists()
     # the sources are written (the proof passed): what failed on the GPU can be read
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"{SPEC}.cu", f"{SPEC}.cuh", f"{SPEC}.sm_90.ptx"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == OUTPUTS

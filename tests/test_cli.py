@@ -233,9 +233,15 @@ def test_build_json_without_gpu(tmp_path):
     assert rep["ops_per_8"]["convert"] == "9"
     assert {c["hex"] for c in rep["constants"]} >= {"0x64006400", "0x2C002C00"}
     cu, cuh, ptx = out / "awq_int4_fp16.cu", out / "awq_int4_fp16.cuh", out / "awq_int4_fp16.sm_80.ptx"
-    assert sorted(rep["files"]) == sorted(str(p) for p in (cu, cuh, ptx))
-    for p in (cu, cuh, ptx):
+    # the matmul families that take AWQ int4 (the GEMV and the GEMM), each a source and its PTX beside the kernel's
+    matmul = [out / f"awq_int4_fp16_{f}.{x}" for f in ("gemv", "gemm") for x in ("cu", "sm_80.ptx")]
+    assert sorted(rep["files"]) == sorted(str(p) for p in (cu, cuh, ptx, *matmul))
+    for p in (cu, cuh, ptx, *matmul):
         assert p.is_file() and p.stat().st_size > 0
+    assert [f["family"] for f in rep["families"]] == ["dequant", "gemv", "gemm"]
+    for fam in rep["families"]:
+        assert fam["ok"] and set(fam["steps"]) == {"proof", "compile", "gpu"}, fam
+        assert fam["steps"]["gpu"]["skipped"] is True
     assert cu.read_bytes() == (ROOT / "generated" / cu.name).read_bytes()
     assert cuh.read_bytes() == (ROOT / "generated" / cuh.name).read_bytes()
     text = ptx.read_text()
@@ -258,6 +264,12 @@ def test_build_summary_table(tmp_path):
     assert "gptq_int4_fp16" in r.stdout and "sm_90" in r.stdout and "no GPU: skipped" in r.stdout
     assert "skipped no GPU" not in r.stdout  # said once (issue 11)
     assert (tmp_path / "gptq_int4_fp16.sm_90.ptx").is_file()
+    # one row per matmul family, each saying its GPU check was skipped and why
+    for family in ("gemv", "gemm"):
+        (row,) = [line for line in r.stdout.splitlines() if line.strip("│ ").startswith(family)]
+        assert "OK" in row and "entry points" in row, row
+    assert re.sub(r"[\s│]+", " ", r.stdout).count("GPU: skipped: no GPU") == 2
+    assert (tmp_path / "gptq_int4_fp16_gemv.sm_90.ptx").is_file() and (tmp_path / "gptq_int4_fp16_gemm.cu").is_file()
 
 
 # --------------------------------------------------------------------------- list

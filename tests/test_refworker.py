@@ -169,6 +169,8 @@ def _gpu_standins(monkeypatch: pytest.MonkeyPatch, corrupt: bool = False) -> Non
 
     monkeypatch.setattr(runtime, "Kernel", CpuKernel)
     monkeypatch.setattr(gpucheck, "run_shape", cpu_run)
+    # the matmul families' checks launch real kernels on torch tensors: not on the stand-in Kernel
+    monkeypatch.setattr(gpucheck, "matmul_torch_problem", lambda: "CPU stand-ins")
     monkeypatch.setattr(tune, "load_tuning", lambda artifact, ordinal: {"small": None, "large": None})
     monkeypatch.setattr(dev, "device_arch", lambda ordinal=0: "sm_90")
     monkeypatch.setattr(dev, "primary_context", lambda ordinal=0: None)

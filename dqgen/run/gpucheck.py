@@ -19,6 +19,7 @@ from ..core.spec import Spec
 from ..layout.layout import Layout
 
 if TYPE_CHECKING:
+    from ..emit.pipeline import Artifact
     from . import device as dev
     from .problem import Dequantizer
 
@@ -161,3 +162,113 @@ def compare(kernel: Dequantizer, run: GpuRun, want: np.ndarray | None = None) ->
 def check_shape(kernel: Dequantizer, K: int, N: int, seed: int = 0, device: int = 0) -> CheckResult:
     """One random problem on GPU ``device`` vs the reference computed in this process."""
     return compare(kernel, run_shape(kernel, K, N, seed, device))
+
+
+# -- the matmul families (`dqgen build`): y = x @ dequant_ref(W) within the target's tolerance -----------------
+
+#: Rows of x that `dqgen build` checks each matmul family at: the GEMV's 8- and 16-token entries (M = 1, 16), the
+#: GEMM's 32- and 64-row tiles (M = 17, 64; it takes any M, the dispatch sends it M > 16).
+BUILD_MATMUL_M: dict[str, tuple[int, ...]] = {"gemv": (1, 16), "gemm": (17, 64)}
+
+
+def matmul_shape(spec: Spec) -> tuple[int, int, int | None]:
+    """(K, N, group size override) of the build's matmul checks: K = 1024 + one group (or, per channel, the
+    smallest K tail every packing allows: 8 rows, or a whole block along K), so that the last group or block is a
+    tail of the GEMV's 64-row chunks; N = 1448, a partial 16-column GEMV tile and 128-column GEMM tile (1440 where N
+    must be whole 16-code words). ``auto`` specs take groups of 128 (a checkpoint's usual size)."""
+    lay = Layout.of(spec)
+    g = spec.scales.group_size
+    n_unit = lay.per_block if lay.axis == "N" or lay.zeros == "packed" else 1
+    N = 1448 if 1448 % n_unit == 0 else 1440
+    if g == "auto":
+        return 1024 + 128, N, 128
+    k_block = lay.per_block if lay.axis == "K" else 1
+    tail = g if g > 0 else k_block * -(-8 // k_block)  # a multiple of 8 rows and of a block along K
+    return 1024 + tail, N, None
+
+
+@dataclass
+class MatmulCheck:
+    """One checked matmul launch: its relative error against the float64 reference and the bound."""
+
+    family: str
+    M: int
+    K: int
+    N: int
+    error: float  # ||y - ref|| / ||ref||; inf where an output was not finite
+    tolerance: float
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= self.tolerance and not self.detail
+
+    def line(self) -> str:
+        shape = f"M={self.M} {self.K}x{self.N}"
+        if self.detail:
+            return f"{shape}: FAILED, {self.detail}"
+        return f"{shape}: error {self.error:.2e} {'<=' if self.ok else '> the bound'} {self.tolerance:g}"
+
+    def as_json(self) -> dict[str, Any]:
+        error = self.error if np.isfinite(self.error) else None  # JSON has no inf
+        return {"M": self.M, "K": self.K, "N": self.N, "error": error, "tolerance": self.tolerance, "ok": self.ok}
+
+
+def matmul_torch_problem() -> str | None:
+    """Why the matmul families cannot be checked here (their host code packs and launches on torch tensors), or
+    None."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed (the matmul host code needs it)"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA GPU"
+    return None
+
+
+def check_matmul(artifact: Artifact, family: str, device: int = 0) -> list[MatmulCheck]:
+    """Run ``family`` ("gemv": dqgen.run.matmul, "gemm": dqgen.run.gemm) of ``artifact``'s spec on GPU ``device``
+    at every M of BUILD_MATMUL_M on the weight of ``matmul_shape``, and compare each output with the float64
+    reference x @ W, W from the independent dequantization (dqgen.check.matmul_reference). Torch tensors."""
+    import torch
+
+    from ..check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
+
+    spec = artifact.spec
+    K, N, group = matmul_shape(spec)
+    (q, s, z, gi, gsc), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
+    tensors = [to_torch(a, device) for a in (q, s, z, gi)]
+    run: Any
+    if family == "gemv":
+        from . import matmul as gemv
+
+        weight = gemv.pack_gemv(artifact, *tensors[:3], g_idx=tensors[3], global_scale=to_torch(gsc, device))
+
+        def run(x: Any) -> Any:
+            return gemv.run_gemv(artifact, x, weight)
+
+    elif family == "gemm":
+        from . import gemm
+
+        gemm_weight = gemm.pack_gemm(spec, *tensors[:3], g_idx=tensors[3])
+
+        def run(x: Any) -> Any:
+            return gemm.run_gemm(spec, x, gemm_weight)
+
+    else:
+        raise ValueError(f"family: expected one of {sorted(BUILD_MATMUL_M)}, got {family!r}")
+    checks = []
+    for M in BUILD_MATMUL_M[family]:
+        x = random_x(spec, M, K, seed=M)
+        y = run(to_torch(x, device))
+        torch.cuda.synchronize(device)
+        got = to_numpy(y).astype(np.float64)
+        bound = TOLERANCE[spec.target.value]
+        bad = int((~np.isfinite(got)).sum())
+        if got.shape != (M, N):
+            checks.append(MatmulCheck(family, M, K, N, float("inf"), bound, f"output shape {got.shape}"))
+        elif bad:
+            checks.append(MatmulCheck(family, M, K, N, float("inf"), bound, f"{bad} non-finite outputs"))
+        else:
+            checks.append(MatmulCheck(family, M, K, N, relative_error(got, matmul_reference(x, W)), bound))
+    return checks

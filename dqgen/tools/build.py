@@ -1,12 +1,17 @@
-"""``dqgen build``: solve, prove, render, compile and (with a GPU) check and tune one spec.
+"""``dqgen build``: solve, prove, render, compile and (with a GPU) check and tune one spec, and build every matmul
+kernel family that takes it (the fused GEMV for every spec, the tensor-core GEMM where it supports the spec).
 
 Three things run at once, as their data allow:
-- the main thread solves, then proves (numpy array work, which releases the GIL);
-- a GPU thread compiles with NVRTC (which releases the GIL), then runs the checked problems on the GPU and tunes
-  the launch (driver API only: no torch, no triton);
+- the main thread solves and renders, then proves (numpy array work, which releases the GIL): the spec's Plan,
+  then each family's own converter Plan (the GEMM's ``converter_spec``; the GEMV renders the spec's own);
+- a GPU thread compiles the dequantize kernel with NVRTC (which releases the GIL), then runs the checked problems
+  on the GPU and tunes the launch (driver API only: no torch, no triton), then runs each matmul family on a few
+  shapes against y = x @ dequant_ref(W) (its host code needs torch: without it the families' checks are skipped);
+  one thread per matmul family compiles that family's source beside it;
 - a worker process (dqgen.run.refworker), started first, computes the reference outputs (numba's cold compile
   holds its own interpreter's GIL).
-Nothing is written before the proof has passed: a failed proof leaves no sources, PTX, tuning or digests behind.
+Nothing is written before every proof has passed and every source has compiled: a failed proof or compile (of any
+family) leaves no sources, PTX or tuning behind (a failed proof of the spec's own Plan no digests either).
 
 The heavier modules (NVRTC and driver bindings, the solver, the templates) are imported after the worker started.
 """
@@ -28,8 +33,10 @@ from ..core.spec import Spec
 from ..kernels.dequant import whole_source
 
 if TYPE_CHECKING:
+    from ..check.prove import ProofResult
     from ..emit.pipeline import Artifact
     from ..ir.plan import Plan
+    from ..run import gpucheck
     from ..run.gpucheck import GpuRun
     from ..run.refworker import CheckShape, ReferenceJob
     from ..run.runtime import Kernel
@@ -45,23 +52,91 @@ def compile_artifact(spec: Spec, **kwargs: Any) -> Artifact:
     return pipeline_compile_artifact(spec, **kwargs)
 
 
-def ptx_problems(plan: Plan, ptx: str) -> list[str]:
-    """The PTX must carry every instruction of the Plan and no integer -> float cvt."""
+@dataclass(frozen=True)
+class FamilySource:
+    """One matmul kernel family's source for a spec, as `dqgen build` proves, compiles, writes and checks it."""
+
+    family: str  # "gemv" | "gemm": its name in the report and in its files' names (<spec>_<family>.cu)
+    source: str
+    entry_points: tuple[str, ...]  # every kernel the source defines (each must be in the PTX)
+    converter: Artifact  # whose proven Plan the source's converter renders (the spec's own, or a derived spec's)
+    nvrtc_name: str  # NVRTC's program name: the runtime's for the same source, so that both share a cache entry
+
+
+def _family_sources(artifact: Artifact) -> list[FamilySource]:
+    """The matmul families that take ``artifact``'s spec: the fused GEMV (every spec; the spec's own converter)
+    and the tensor-core GEMM where dqgen.run.gemm.supports the spec (the converter of ``converter_spec(spec)``, a
+    Plan of its own). The one place the build names the families' renderers and entry points."""
+    from ..kernels.gemm import GEMM_ENTRIES, GemmKernelConfig, gemm_entry_name
+    from ..kernels.gemm import supports as gemm_supports
+    from ..kernels.gemv import GemvConfig, entries, gemv_entry_name
+    from ..layout.gemm_trt import converter_spec
+
+    spec = artifact.spec
+    gemv = GemvConfig(artifact)
+    families = [
+        FamilySource(
+            "gemv",
+            gemv.source(),
+            tuple(gemv_entry_name(spec, e) for e in entries(spec)),
+            artifact,
+            gemv.source_name,  # the loader compiles the same source under this name: the build warms its cache
+        )
+    ]
+    if gemm_supports(spec):
+        gemm = GemmKernelConfig(spec)
+        families.append(
+            FamilySource(
+                "gemm",
+                gemm.source(),
+                tuple(gemm_entry_name(spec, e) for e in GEMM_ENTRIES),
+                compile_artifact(converter_spec(spec)),
+                gemm.source_name,
+            )
+        )
+    return families
+
+
+def ptx_problems(plan: Plan, ptx: str, entry_points: tuple[str, ...] = ()) -> list[str]:
+    """The PTX must carry every instruction of the Plan, every entry point of its source and no integer -> float
+    cvt."""
     problems = [f"PTX lacks {m}" for m in sorted({op.opcode.ptx for op in plan.ops}) if m not in ptx]
+    problems += [
+        f"PTX lacks entry point {e}" for e in entry_points if not re.search(rf"\.entry\s+{re.escape(e)}\s*\(", ptx)
+    ]
     cvts = sorted({m.group(0) for m in INT_TO_FLOAT_CVT.finditer(ptx)})
     return problems + [f"PTX has an integer->float conversion: {c}" for c in cvts]
 
 
-def write_sources(artifact: Artifact, out_dir: Path) -> tuple[Path, Path]:
-    cu, cuh = source_paths(artifact.spec, out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cu.write_text(whole_source(artifact))
-    cuh.write_text(artifact.header)
-    return cu, cuh
-
-
 def source_paths(spec: Spec, out_dir: Path) -> tuple[Path, Path]:
     return out_dir / f"{spec.name}.cu", out_dir / f"{spec.name}.cuh"
+
+
+def family_paths(spec: Spec, family: str, arch: str, out_dir: Path) -> tuple[Path, Path]:
+    """A matmul family's source and PTX beside the dequantize kernel's: <spec>_<family>.cu, .<arch>.ptx."""
+    return out_dir / f"{spec.name}_{family}.cu", out_dir / f"{spec.name}_{family}.{arch}.ptx"
+
+
+def write_all(outputs: list[tuple[Path, str]]) -> list[Path]:
+    """Write every file whole (a temporary file beside it, then a rename, as core.files.write_whole; opened as an
+    ordinary file, so that it has the umask's permissions as before, not mkstemp's 0600), or none: a file that
+    cannot be written removes those this call wrote before it."""
+    written: list[Path] = []
+    try:
+        for path, text in outputs:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            try:
+                tmp.write_text(text)
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            written.append(path)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    return written
 
 
 #: Random words of the build's proof, besides every code at every lane (and every zero): the 10^6 that the
@@ -165,7 +240,7 @@ def build_spec(
         if reference is not None:
             reference.close()
     seconds["total"] = round(time.perf_counter() - t_start, 4)
-    report["ok"] = all(s["ok"] for s in report["steps"].values())
+    report["ok"] = all(s["ok"] for s in report["steps"].values()) and all(f["ok"] for f in report.get("families", []))
     return report
 
 
@@ -186,25 +261,33 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return fn(), round(time.perf_counter() - t0, 4)
 
 
-def _compile_step(plan: Plan, spec: Spec, source: str, cu: Path, arch: str) -> tuple[dict, str | None]:
-    """One NVRTC run: the cubin (loaded by the GPU check and the tuner) and the PTX it was made from (written by
-    the main thread once the proof has passed)."""
+def _compile_step(
+    plan: Plan, source: str, path: Path, arch: str, name: str | None = None, entry_points: tuple[str, ...] = ()
+) -> tuple[dict, str | None]:
+    """One NVRTC run of a source (written to ``path``; compiled as ``name``, default the path's): the cubin (the
+    dequantize kernel's is loaded by the GPU check and the tuner) and the PTX it was made from (written by the main
+    thread once every proof has passed and every source compiled)."""
     from ..emit.nvrtc import CompileError, compile_source, nvrtc_version
 
+    t0 = time.perf_counter()
     try:
-        t0 = time.perf_counter()
-        ptx = cubin = compile_source(source, arch=arch, want="cubin", name=cu.name, source_path=str(cu), with_ptx=True)
-        assert ptx.ptx is not None
-        problems = ptx_problems(plan, ptx.ptx)
-        version = ".".join(map(str, nvrtc_version()))
-        return {
-            "ok": not problems,
-            "line": f"NVRTC {version}: PTX + cubin for {arch} in {time.perf_counter() - t0:.2f} s"
-            + (" (cache hit)" if ptx.cache_hit and cubin.cache_hit else ""),
-            "problems": problems,
-        }, ptx.ptx
+        res = compile_source(
+            source, arch=arch, want="cubin", name=name or path.name, source_path=str(path), with_ptx=True
+        )
     except CompileError as e:
-        return {"ok": False, "line": "NVRTC failed", "problems": [str(e)]}, None
+        seconds = round(time.perf_counter() - t0, 4)
+        return {"ok": False, "line": "NVRTC failed", "problems": [str(e)], "seconds": seconds, "cached": False}, None
+    seconds = round(time.perf_counter() - t0, 4)
+    assert res.ptx is not None
+    problems = ptx_problems(plan, res.ptx, entry_points)
+    version = ".".join(map(str, nvrtc_version()))
+    return {
+        "ok": not problems,
+        "line": f"NVRTC {version}: PTX + cubin for {arch} in {seconds:.2f} s{' (cache hit)' if res.cache_hit else ''}",
+        "problems": problems,
+        "seconds": seconds,
+        "cached": res.cache_hit,
+    }, res.ptx
 
 
 def _make_context() -> None:
@@ -227,6 +310,11 @@ class _GpuThread:
     runs: list[GpuRun] = field(default_factory=list)
     tuning: dict | None = None  # tune()'s result, not yet saved
     tune_lines: list[str] = field(default_factory=list)
+    matmul: dict[str, dict] = field(default_factory=dict)  # family -> its GPU check's step (where it ran or skipped)
+
+
+#: A matmul family's source and its compile: (the compile step, the PTX or None).
+FamilyJob = tuple[FamilySource, "Future[tuple[dict, str | None]]"]
 
 
 def _gpu_thread(
@@ -236,12 +324,15 @@ def _gpu_thread(
     problems: list[CheckShape],
     context: Future[None] | None,
     stop: threading.Event,
+    families: tuple[FamilyJob, ...] = (),
 ) -> _GpuThread:
     """Compile, then with a GPU (``context`` given) run the checked problems and tune where this GPU has not
-    tuned this kernel. Stops before the GPU work, or between two timings of the tuner, once ``stop`` is set."""
+    tuned this kernel, then check each matmul family whose source compiled. Stops before the GPU work, between
+    two timings of the tuner, or before a family's check, once ``stop`` is set."""
     done = _GpuThread()
+    entry_points = tuple(_dequant_entry_points(artifact))
     (done.compile_step, done.ptx), done.seconds["compile"] = _timed(
-        lambda: _compile_step(artifact.plan, artifact.spec, whole_source(artifact), cu, arch)
+        lambda: _compile_step(artifact.plan, whole_source(artifact), cu, arch, entry_points=entry_points)
     )
     if context is None or done.ptx is None or stop.is_set():
         return done
@@ -255,7 +346,61 @@ def _gpu_thread(
     done.runs = [run_shape(kernel, K, N, seed=i) for K, N, i in problems]
     done.seconds["gpu_check"] = round(time.perf_counter() - t0, 4)
     done.tuning, done.tune_lines, done.seconds["tune"] = _tune(kernel, artifact.spec, stop)
+    _check_families(kernel, families, stop, done)
     return done
+
+
+def _dequant_entry_points(artifact: Artifact) -> list[str]:
+    from ..kernels.dequant import kernel_name, variants
+
+    return [kernel_name(artifact.spec, v) for v in variants(artifact.spec)]
+
+
+def _check_families(kernel: Kernel, families: tuple[FamilyJob, ...], stop: threading.Event, done: _GpuThread) -> None:
+    """Each matmul family whose source compiled, on the GPU after the tuner (whose timings it would disturb):
+    a few shapes against y = x @ dequant_ref(W) within the target's tolerance (dqgen.run.gpucheck.check_matmul).
+    Its host code needs torch: without it every family's check is skipped, saying why."""
+    from ..run import gpucheck
+
+    missing: str | None = None
+    for fam, job in families:
+        if stop.is_set():
+            return
+        if job.result()[1] is None:  # NVRTC failed: the main thread reports it
+            continue
+        if missing is None:
+            missing = gpucheck.matmul_torch_problem() or ""
+        if missing:
+            done.matmul[fam.family] = {"ok": True, "skipped": True, "reason": missing, "line": f"skipped: {missing}"}
+            continue
+        t0 = time.perf_counter()
+        try:
+            checks = gpucheck.check_matmul(kernel.artifact, fam.family)
+        except Exception as e:  # a launch or pack that raised is this family's failed check, not the build's crash
+            what = " ".join(str(e).split())[:300]
+            done.matmul[fam.family] = {
+                "ok": False,
+                "skipped": False,
+                "line": f"failed: {type(e).__name__}: {what}",
+                "seconds": round(time.perf_counter() - t0, 4),
+            }
+            continue
+        done.matmul[fam.family] = _matmul_step(checks, round(time.perf_counter() - t0, 4))
+
+
+def _matmul_step(checks: list[gpucheck.MatmulCheck], seconds: float) -> dict:
+    """A family's GPU step from its checked shapes: one line, each shape's relative error against the bound."""
+    from ..run import device as dev
+
+    ok = bool(checks) and all(c.ok for c in checks)
+    parts = [c.line() for c in checks]
+    return {
+        "ok": ok,
+        "skipped": False,
+        "line": f"{dev.device_arch(0)}, vs x @ numba reference (float64): " + "; ".join(parts),
+        "checks": [c.as_json() for c in checks],
+        "seconds": seconds,
+    }
 
 
 def _tune(kernel: Kernel, spec: Spec, stop: threading.Event) -> tuple[dict | None, list[str], float]:
@@ -303,6 +448,7 @@ def _build_steps(
     try:
         # solved and rendered once per process (dqgen.emit.pipeline); the proof comes below, beside the GPU thread
         artifact = compile_artifact(spec)
+        families = _family_sources(artifact)  # rendered here: the GEMM's converter spec is solved on the way
     except NoPlanError as e:
         raise ValueError(str(e)) from None
     plan = artifact.plan
@@ -312,46 +458,150 @@ def _build_steps(
     report["scale_prep_ops"] = plan.count("scale_prep")  # once per block scale (MXFP4 / NVFP4)
     report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
     report["files"] = []
-    cu, _ = source_paths(spec, out_dir)
+    cu, cuh = source_paths(spec, out_dir)
     laps.lap("solve")
     stop = threading.Event()
-    pool = ThreadPoolExecutor(max_workers=2)
+    # every task at once: the GPU thread waits for the families' compiles, so none may queue behind it
+    pool = ThreadPoolExecutor(max_workers=2 + len(families))
     try:
         context = pool.submit(_make_context) if use_gpu else None
-        gpu_job = pool.submit(_gpu_thread, artifact, arch, cu, problems, context, stop)
+        jobs: tuple[FamilyJob, ...] = tuple(
+            (
+                fam,
+                pool.submit(
+                    _compile_step,
+                    fam.converter.plan,
+                    fam.source,
+                    family_paths(spec, fam.family, arch, out_dir)[0],
+                    arch,
+                    fam.nvrtc_name,
+                    fam.entry_points,
+                ),
+            )
+            for fam in families
+        )
+        gpu_job = pool.submit(_gpu_thread, artifact, arch, cu, problems, context, stop, jobs)
         # memoized on disk by the pipeline: a cached build does not prove again
         proof = compile_artifact(spec, proof_words=words, progress=progress).proof
-        laps.lap("proof")
         assert proof is not None
         steps["proof"] = {"ok": proof.ok, "line": proof.line(), "failures": proof.failures}
         if not proof.ok:
             stop.set()  # the tuner stops at its next timing; nothing below is written
+        family_proofs = {fam.family: _family_proof(fam, artifact, proof, words, progress) for fam in families}
+        if not all(p["ok"] for p in family_proofs.values()):
+            stop.set()
+        laps.lap("proof")  # the spec's proof and the families' own (the GEMM's converter spec)
         done = gpu_job.result()
-        laps.lap("gpu_wait")
+        compiled = [job.result() for _, job in jobs]
+        laps.lap("gpu_wait")  # the GPU thread's rest and the families' compiles
     finally:
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)  # all done, unless something raised: then do not wait
     steps["compile"] = done.compile_step
     seconds.update(done.seconds)
+    proven = proof.ok and all(p["ok"] for p in family_proofs.values())
+    # every compile step passed (NVRTC ran, and its PTX carries the Plan's instructions and every entry point)
+    built = done.compile_step["ok"] and all(step["ok"] for step, _ in compiled)
     if not proof.ok:
         steps["gpu"] = {"ok": True, "skipped": True, "line": "not run: the proof failed"}
-        return
-    if not use_gpu:
+    elif not use_gpu:
         steps["gpu"] = {"ok": True, "skipped": True, "line": "no GPU: skipped"}
     elif done.kernel is None:
         steps["gpu"] = {"ok": True, "skipped": True, "line": "not run: NVRTC failed"}
     else:
         steps["gpu"] = _check_step(done, seconds, laps, reference, digests, problems)
-        if steps["gpu"]["ok"] and done.tuning is not None:
+        if steps["gpu"]["ok"] and done.tuning is not None and proven and built:
             from ..run.tune import save_tuning
 
             save_tuning(done.kernel.artifact, 0, done.tuning)
-    report["files"] = [str(p) for p in write_sources(artifact, out_dir)]
-    if done.ptx is not None:
-        ptx_path = out_dir / f"{spec.name}.{arch}.ptx"
-        ptx_path.write_text(done.ptx)
-        report["files"].append(str(ptx_path))
+    report["families"] = [
+        {
+            "family": "dequant",
+            "ok": all(steps[s]["ok"] for s in ("proof", "compile", "gpu")),
+            "source": cu.stem,
+            "entry_points": _dequant_entry_points(artifact),
+            "files": [],
+            "steps": {
+                "proof": {"ok": proof.ok, "words": proof.words, "plan": spec.name, "line": proof.line()},
+                "compile": steps["compile"],
+                "gpu": steps["gpu"],
+            },
+        }
+    ]
+    outputs = [
+        [(cu, whole_source(artifact)), (cuh, artifact.header), (out_dir / f"{spec.name}.{arch}.ptx", done.ptx or "")]
+    ]
+    for fam, (compile_step, ptx) in zip(families, compiled, strict=True):
+        source_path, ptx_path = family_paths(spec, fam.family, arch, out_dir)
+        gpu_step = _family_gpu_step(fam, done, proven, use_gpu, ptx is not None)
+        fam_steps = {"proof": family_proofs[fam.family], "compile": compile_step, "gpu": gpu_step}
+        report["families"].append(
+            {
+                "family": fam.family,
+                "ok": all(s["ok"] for s in fam_steps.values()),
+                "source": source_path.stem,
+                "entry_points": list(fam.entry_points),
+                "files": [],
+                "steps": fam_steps,
+            }
+        )
+        outputs.append([(source_path, fam.source), (ptx_path, ptx or "")])
+    if not (proven and built):
+        return  # a failed proof or compile of any family: nothing is written
+    write_all([o for family_outputs in outputs for o in family_outputs])
+    for entry, family_outputs in zip(report["families"], outputs, strict=True):
+        entry["files"] = [str(path) for path, _ in family_outputs]
+        report["files"] += entry["files"]
     laps.lap("write")  # the tuning's cache file included
+
+
+def _family_proof(
+    fam: FamilySource,
+    artifact: Artifact,
+    shared: ProofResult,
+    words: int,
+    progress: Callable[[int, int], None] | None,
+) -> dict:
+    """A family's proof step: a converter Plan of its own (the GEMM's converter spec) is proven here with the
+    build's words; the spec's own converter (the GEMV's) is the dequantize kernel's Plan, whose proof is
+    ``shared``."""
+    if fam.converter.key != artifact.key and not shared.ok:  # the build has failed: no more proving, or storing
+        return {
+            "ok": True,
+            "skipped": True,
+            "plan": fam.converter.spec.name,
+            "line": "not run: the spec's proof failed",
+        }
+    if fam.converter.key == artifact.key:
+        return {
+            "ok": shared.ok,
+            "words": shared.words,
+            "plan": artifact.spec.name,
+            "shared_with": "dequant",
+            "line": "the spec's own converter (the dequantize kernel's Plan: its proof above)",
+        }
+    proof = compile_artifact(fam.converter.spec, proof_words=words, progress=progress).proof
+    assert proof is not None
+    return {
+        "ok": proof.ok,
+        "words": proof.words,
+        "plan": fam.converter.spec.name,
+        "line": f"{fam.converter.spec.name}: {proof.line()}",
+        "failures": proof.failures,
+    }
+
+
+def _family_gpu_step(fam: FamilySource, done: _GpuThread, proven: bool, use_gpu: bool, compiled: bool) -> dict:
+    if not proven:
+        return {"ok": True, "skipped": True, "reason": "a proof failed", "line": "not run: a proof failed"}
+    if not use_gpu:
+        return {"ok": True, "skipped": True, "reason": "no GPU", "line": "skipped: no GPU"}
+    if not compiled or done.kernel is None:
+        return {"ok": True, "skipped": True, "reason": "NVRTC failed", "line": "not run: NVRTC failed"}
+    step = done.matmul.get(fam.family)
+    if step is None:  # the GPU thread stopped before it (a proof failed meanwhile)
+        return {"ok": True, "skipped": True, "reason": "the build stopped", "line": "not run: the build stopped"}
+    return step
 
 
 def _check_step(
@@ -400,6 +650,22 @@ def _check_step(
     }
 
 
+def _mark(ok: bool) -> str:
+    return f"[{'green' if ok else 'red'}]{'OK' if ok else 'FAILED'}[/] "
+
+
+def family_line(fam: dict) -> str:
+    """A matmul family in one line (its failures' texts on the lines after it): entry points, proof, compile,
+    GPU check."""
+    steps = fam["steps"]
+    proof, compile_step, gpu = steps["proof"], steps["compile"], steps["gpu"]
+    line = (
+        f"{len(fam['entry_points'])} entry points; proof: {proof['line']}; {compile_step['line']}; GPU: {gpu['line']}"
+    )
+    extra = compile_step.get("problems", []) + proof.get("failures", [])
+    return line + ("\n" + "\n".join(extra) if extra else "")
+
+
 def print_summary(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -418,10 +684,10 @@ def print_summary(report: dict) -> None:
     for name, step in report["steps"].items():
         extra = "\n".join(step.get("problems", []) + step.get("failures", []))
         # a skipped step's line says so itself ("no GPU: skipped")
-        mark = (
-            "" if step.get("skipped") else f"[{'green' if step['ok'] else 'red'}]{'OK' if step['ok'] else 'FAILED'}[/] "
-        )
+        mark = "" if step.get("skipped") else _mark(step["ok"])
         # the line and problems are plain text (NVRTC messages hold [brackets]), only the mark is markup
         t.add_row(name, Text.from_markup(mark) + Text(step["line"] + (f"\n{extra}" if extra else "")))
+    for fam in report.get("families", [])[1:]:  # the dequantize kernel's steps are the rows above
+        t.add_row(fam["family"], Text.from_markup(_mark(fam["ok"])) + Text(family_line(fam)))
     t.add_row("files", "\n".join(report["files"]))
     console.print(t)
