@@ -117,7 +117,7 @@ def test_flat_grid(name: str, K: int, group: int) -> None:
     k = Kernel(spec)
     N = 1448
     (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=K + 7, group_size=group)
-    w = matmul.pack(k, to_torch(q), to_torch(s), to_torch(z), tuning=Tuning(flat="on"))
+    w = matmul.pack_gemv(k.artifact, to_torch(q), to_torch(s), to_torch(z), tuning=Tuning(flat="on"))
     assert w.mode == GROUPED and w.flat[0] is not None and w.flat[1] is not None
     assert max(f.slots for f in w.flat if f is not None) > 2  # tiles shared by several warps
     rng = np.random.default_rng(K)

@@ -3,6 +3,10 @@ matmul (``Kernel.matmul``), y = x @ dequant(W) + bias over any leading dimension
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -12,6 +16,22 @@ from ..core.spec import Spec, SpecLike, load_spec
 from ..layout.layout import Layout
 from ..run import fastcall
 from .quantize import quantize
+
+_compiling = torch.compiler.is_compiling
+_ident = threading.get_ident
+
+
+@dataclass(slots=True, eq=False)
+class _LayerHit:
+    """A layer's remembered decode call: the Kernel's checked launch (dqgen.run.fastcall.Patched) and what it was
+    bound to, the packed weight and the bias (its pointer, and a weak reference: a buffer replaced by another at
+    the same address is no hit)."""
+
+    launch: fastcall.Patched
+    weight: Callable[[], Any]
+    bias: int | None
+    bias_ref: Callable[[], Any]
+
 
 #: The checkpoint tensors a layer holds as buffers (None where the spec has no such tensor), in state_dict order.
 CHECKPOINT_NAMES = ("qweight", "scales", "zeros", "g_idx", "global_scale", "bias")
@@ -65,6 +85,8 @@ class QuantLinear(torch.nn.Module):
             self.register_buffer(name, t)
         self._kernel = _kernel(self.spec)
         self._packed: Any = None
+        #: Decode calls checked before, by x's signature (forward); a copy or pickle of the layer starts empty.
+        self._fast = fastcall.FastTable()
         self.register_load_state_dict_post_hook(lambda module, _keys: module._repack())
         self._repack()
 
@@ -104,6 +126,7 @@ class QuantLinear(torch.nn.Module):
     def _repack(self) -> None:
         """Pack the buffers for the matmul where they are on a GPU (dropped elsewhere: a CPU layer cannot run)."""
         self._packed = None
+        self._fast.clear()  # bound to the old packed weight (a hit checks it too: this frees the entries at once)
         if self.qweight.is_cuda:
             self._packed = self._kernel.pack_matmul(
                 self.qweight, self.scales, self.zeros, g_idx=self.g_idx, global_scale=self.global_scale
@@ -125,19 +148,48 @@ class QuantLinear(torch.nn.Module):
     # ------------------------------------------------------------------------------------------ forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        packed = self._packed
-        if packed is not None and not torch.compiler.is_compiling():
-            # eager: the Kernel's signature table first (dqgen.run.fastcall), where a decode call checked before
-            # only launches (the bias buffer read without nn.Module.__getattr__'s detour)
-            bias = self._buffers["bias"]
-            y = fastcall.matmul_hit(self._kernel.fast, x, packed, None, None, bias, None)
-            if y is not None:
+        if not _compiling():
+            # eager: this layer's own signature table first (x's shape, dtype, device, contiguity, alignment and the
+            # thread: the weight and the bias are the layer's), whose entries are the Kernel's checked launches
+            try:
+                hit = self._fast.get(
+                    (x.shape, x.dtype, x.get_device(), x.is_contiguous(), not x.data_ptr() % 16, _ident())
+                )
+            except AttributeError:  # not a tensor: the checked path names it
+                hit = None
+            if hit is not None:
+                bias = self._buffers["bias"]
+                same_bias = hit.bias is None if bias is None else hit.bias == bias.data_ptr() and hit.bias_ref() is bias
+                if same_bias and hit.weight() is self._packed:
+                    return fastcall.run_patched(hit.launch, x)
+            packed = self._packed
+            if packed is not None and x.shape[-1] == self.in_features and x.is_contiguous():
+                # Kernel.matmul takes [..., K] as it is (the rows of the reshape below): a decode call it checked and
+                # remembered is then this layer's too
+                bias = self._buffers["bias"]
+                y = self._kernel.matmul(x, packed, bias=bias)
+                self._remember(x, packed, bias)
                 return y
-            if x.shape[-1] == self.in_features and x.is_contiguous():
-                # Kernel.matmul takes [..., K] as it is (the rows of the reshape below): its table then holds x's
-                # own shape, which the next call looks up
-                return self._kernel.matmul(x, packed, bias=bias)
         return self._forward(x)
+
+    def _remember(self, x: torch.Tensor, packed: Any, bias: torch.Tensor | None) -> None:
+        """After a checked call: the Kernel's table entry of this signature (dqgen.run.fastcall), if it kept one,
+        becomes this layer's, with weak references to the packed weight and the bias it was bound with."""
+        try:
+            launch = self._kernel.fast.get(fastcall.matmul_key(x, packed, None, None, bias, None))
+        except (AttributeError, RuntimeError):
+            return
+        if launch is not None:
+            key = (x.shape, x.dtype, x.get_device(), x.is_contiguous(), not x.data_ptr() % 16, _ident())
+            self._fast.put(
+                key,
+                _LayerHit(
+                    launch,
+                    weakref.ref(packed),
+                    None if bias is None else bias.data_ptr(),
+                    (lambda: None) if bias is None else weakref.ref(bias),
+                ),
+            )
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         """The forward on x [..., K] as rows [M, K] (what torch.compile traces)."""

@@ -161,8 +161,9 @@ class W8A8Linear(torch.nn.Module):
             or (smooth is not None and smooth.data_ptr() != hit.pointers[3])
         ):
             return None  # the same tensor over other memory (set_): checked again
-        scratch = _empty((hit.scratch_bytes,), dtype=_int8, device=hit.device)
-        y = _empty(hit.out_shape, dtype=hit.out_dtype, device=hit.device)
+        # sizes passed as ints: torch parses them faster than a tuple (about 0.5 us an allocation)
+        scratch = _empty(hit.scratch_bytes, dtype=_int8, device=hit.device)
+        y = _empty(*hit.out_shape, dtype=hit.out_dtype, device=hit.device)
         base = scratch.data_ptr()
         stream = _raw_stream(hit.ordinal)
         qc = hit.quant

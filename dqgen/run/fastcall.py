@@ -140,7 +140,13 @@ def matmul_hit(table: FastTable, x: Any, w: Any, scales: Any, zeros: Any, bias: 
     for ref in hit.refs:
         if ref() is None:  # the weight (or a checkpoint tensor) is gone: its id may be another object's now
             return None
-    y = _empty(hit.out_shape, dtype=hit.out_dtype, device=hit.out_device) if out is None else out
+    return run_patched(hit, x, out)
+
+
+def run_patched(hit: Patched, x: Any, out: Any = None) -> Any:
+    """Launch a checked entry on this call's x (its pointer patched in) into ``out``, or into a new output."""
+    # the sizes as ints: torch parses them faster than a tuple (about 0.5 us a call)
+    y = _empty(*hit.out_shape, dtype=hit.out_dtype, device=hit.out_device) if out is None else out
     slots = hit.slots
     slots[hit.x_slot] = x.data_ptr()
     slots[hit.out_slot] = y.data_ptr()

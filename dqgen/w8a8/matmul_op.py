@@ -264,7 +264,7 @@ def _call(
         if hit is None:  # empty, padded copies, strided scales: the checked launch, every time
             return _launch(x_q, x_scale, w, w_scale, bias, out_dtype)
         remember(_CALLS, key, hit, CALLS_MAX)
-    y = _empty(hit.mn, dtype=hit.out_dtype, device=hit.device)
+    y = _empty(*hit.mn, dtype=hit.out_dtype, device=hit.device)  # sizes as ints: torch parses them faster
     ws = _empty(hit.ws_elems, dtype=hit.ws_dtype, device=hit.device) if hit.ws_elems else None
     slots = hit.slots
     slots[hit.x_slot] = x_q.data_ptr()

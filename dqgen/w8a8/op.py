@@ -192,8 +192,9 @@ def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> 
         if hit is None:  # empty, or slots that cannot be told apart: the checked launch, every time
             return _launch(x, smooth, scale)
         remember(_CALLS, key, hit, CALLS_MAX)
-    q = _empty(hit.shape, dtype=_int8, device=hit.device)
-    row_scale = _empty(hit.shape[:1], dtype=_float32, device=hit.device)
+    rows, k = hit.shape  # sizes passed as ints: torch parses them faster than a tuple (about 0.5 us a call)
+    q = _empty(rows, k, dtype=_int8, device=hit.device)
+    row_scale = _empty(rows, dtype=_float32, device=hit.device)
     q_ptr = q.data_ptr()
     if hit.aligned and q_ptr % 16:  # never from torch's allocator; the general variant then
         return _launch(x, smooth, scale)
