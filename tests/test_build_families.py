@@ -258,6 +258,56 @@ def test_a_family_whose_gpu_check_fails_fails_the_build(tmp_path: Path, monkeypa
     assert len(list(out.iterdir())) == 7
 
 
+def test_a_passed_family_check_is_remembered_for_its_source_on_this_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A family's check that passed on this GPU is not run again for the same source (a cached build then needs
+    neither torch nor a launch for it, as the dequant check reuses its reference's outputs); a failed check, another
+    GPU or a new check version checks again."""
+    import dqgen.run.gpucheck as gpucheck
+    import dqgen.run.tune as tune
+    import dqgen.tools.build as build
+
+    from .test_build_cold import install_fake_gpu
+
+    monkeypatch.setenv("DQGEN_CACHE_DIR", str(tmp_path / "cache"))
+    install_fake_gpu(monkeypatch.setattr)
+    monkeypatch.setattr(gpucheck, "matmul_torch_problem", lambda: None)
+    ran: list[str] = []
+    error = {"gemv": 1e-4, "gemm": 1e-4}
+
+    def stand_in(artifact: Any, family: str, device: int = 0) -> list[gpucheck.MatmulCheck]:
+        ran.append(family)
+        return [gpucheck.MatmulCheck(family, m, 1152, 1448, error[family], 2e-3) for m in (1, 17)]
+
+    monkeypatch.setattr(gpucheck, "check_matmul", stand_in)
+
+    def families(out: str) -> dict[str, dict]:
+        report = build.build_spec(load_spec(SPEC), "sm_90", tmp_path / out, words=WORDS, gpu=True)
+        return {f: by_family(report)[f]["steps"]["gpu"] for f in ("gemv", "gemm")}
+
+    error["gemm"] = 0.5  # the GEMM fails its bound once: its verdict is not kept
+    first = families("a")
+    assert ran == ["gemv", "gemm"] and first["gemv"]["ok"] and not first["gemm"]["ok"]
+    error["gemm"] = 1e-4
+    second = families("b")
+    assert ran == ["gemv", "gemm", "gemm"]  # the GEMV's pass was remembered, the GEMM checked again
+    assert (
+        second["gemv"]["ok"]
+        and second["gemv"]["cached"]
+        and second["gemv"]["line"].endswith("(checked earlier on this GPU: cached)")
+    )
+    assert second["gemm"]["ok"] and "cached" not in second["gemm"]
+    monkeypatch.setattr(gpucheck, "matmul_torch_problem", lambda: pytest.fail("torch probed for a cached check"))
+    assert families("c")["gemm"]["cached"] and ran == ["gemv", "gemm", "gemm"]
+    monkeypatch.setattr(gpucheck, "matmul_torch_problem", lambda: None)
+    monkeypatch.setattr(tune, "gpu_name", lambda ordinal=0: "Another GPU")
+    families("d")
+    monkeypatch.setattr(build, "CHECK_VERSION", build.CHECK_VERSION + 1)
+    families("e")
+    assert ran == ["gemv", "gemm", "gemm"] + ["gemv", "gemm"] * 2
+
+
 def test_without_torch_the_families_checks_are_skipped_saying_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

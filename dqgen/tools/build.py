@@ -368,6 +368,10 @@ def _check_families(kernel: Kernel, families: tuple[FamilyJob, ...], stop: threa
             return
         if job.result()[1] is None:  # NVRTC failed: the main thread reports it
             continue
+        remembered = _checked_before(kernel.spec, fam)
+        if remembered is not None:  # this source passed on this GPU before: no torch import, no launch
+            done.matmul[fam.family] = remembered
+            continue
         if missing is None:
             missing = gpucheck.matmul_torch_problem() or ""
         if missing:
@@ -385,7 +389,55 @@ def _check_families(kernel: Kernel, families: tuple[FamilyJob, ...], stop: threa
                 "seconds": round(time.perf_counter() - t0, 4),
             }
             continue
-        done.matmul[fam.family] = _matmul_step(checks, round(time.perf_counter() - t0, 4))
+        done.matmul[fam.family] = step = _matmul_step(checks, round(time.perf_counter() - t0, 4))
+        if step["ok"]:
+            _remember_check(kernel.spec, fam, step)
+
+
+#: Bumped when the families' GPU check (its shapes, inputs or tolerance) changes: older verdicts are not reused.
+CHECK_VERSION = 1
+
+
+def _check_path(spec: Spec, fam: FamilySource) -> Path:
+    """Where a family's passed GPU check is kept: keyed by what decides its outcome (the check's version and shapes,
+    the GPU's name and arch, the family's source; the loader compiles that source for the check)."""
+    import hashlib
+    import json
+
+    from ..emit.nvrtc import default_cache_dir
+    from ..run import device as dev
+    from ..run import gpucheck
+    from ..run.tune import gpu_name
+
+    what = [CHECK_VERSION, gpu_name(0), dev.device_arch(0), fam.family, gpucheck.BUILD_MATMUL_M[fam.family]]
+    what += [list(gpucheck.matmul_shape(spec)), fam.source]
+    key = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:32]
+    return default_cache_dir() / "checks" / f"{key}.json"
+
+
+def _checked_before(spec: Spec, fam: FamilySource) -> dict | None:
+    """The step of a check this GPU passed on this very source before (as the dequant check remembers its reference's
+    outputs and the tuner its choice), marked cached; None where there is none or it cannot be read."""
+    import json
+
+    try:
+        step = json.loads(_check_path(spec, fam).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(step, dict) or step.get("ok") is not True or not isinstance(step.get("line"), str):
+        return None
+    return step | {"line": step["line"] + " (checked earlier on this GPU: cached)", "cached": True, "seconds": 0.0}
+
+
+def _remember_check(spec: Spec, fam: FamilySource, step: dict) -> None:
+    from ..core.files import write_json
+
+    try:
+        path = _check_path(spec, fam)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, step)
+    except OSError:  # an unwritable cache checks again next time
+        pass
 
 
 def _matmul_step(checks: list[gpucheck.MatmulCheck], seconds: float) -> dict:
