@@ -22,8 +22,8 @@ PAD_GROUPS = 4
 
 @dataclass(frozen=True)
 class Tuning:
-    """Code-shape choices of the kernel that scripts/matmul_variants.py times side by side; the defaults are the
-    ones kept (docs/performance.md, "Fused GEMV speed work", rounds 2 and 3, has the H100 figures).
+    """Code-shape choices of the kernel that docs/experiments/matmul_variants.py times side by side; the defaults are
+    the ones kept (docs/performance.md, "Fused GEMV speed work", rounds 2 and 3, has the H100 figures).
 
     ``wload``: how the streamed weights are read: "na" ld.global.nc.L1::no_allocate (x and the scales stay in L1),
     "na256" the same with an L2 256-byte prefetch, "cs" __ldcs (allocates in L1); the three timed within 2%.

@@ -16,7 +16,7 @@ The paths take a ``MatmulTarget`` (the compiled spec, its key, whether the GEMM 
 dequantize call), built once by ``Kernel``; whether the call is traced is decided once, by the caller.
 
 The rule of a GPU (by name, looked up once per device): this machine's measurement in ``<cache>/dispatch.json``
-(``scripts/gemm_dispatch_rule.py --write-rule``), else the release's (``dispatch_rules.json`` beside this module,
+(``devtools/gemm_dispatch_rule.py --write-rule``), else the release's (``dispatch_rules.json`` beside this module,
 measured on an H100), else the defaults below.
 """
 
@@ -44,7 +44,7 @@ from .problem import output_shape
 #: Rows of x the GEMV takes best (its two mma token tiles); the GEMM takes more.
 GEMV_MAX_M = 16
 #: Default of the dense rule where none was measured on this GPU: cuBLAS on dequantized weights from this M on
-#: (the H100's measured rule, scripts/gemm_dispatch_rule.py: the GEMM's mma.sync loop reaches ~300 TFLOP/s, so
+#: (the H100's measured rule, devtools/gemm_dispatch_rule.py: the GEMM's mma.sync loop reaches ~300 TFLOP/s, so
 #: from M = 512 dequantize + cuBLAS is faster on every shape of the issue).
 DEFAULT_DENSE_MIN_M = 512
 
@@ -127,11 +127,11 @@ class DispatchRule:
 
 
 def rule_path() -> Path:
-    """This machine's measured rules (scripts/gemm_dispatch_rule.py --write-rule), by GPU name."""
+    """This machine's measured rules (devtools/gemm_dispatch_rule.py --write-rule), by GPU name."""
     return default_cache_dir() / "dispatch.json"
 
 
-#: The rules measured for dqgen's release, by GPU name (scripts/gemm_dispatch_rule.py on that GPU; shipped in
+#: The rules measured for dqgen's release, by GPU name (devtools/gemm_dispatch_rule.py on that GPU; shipped in
 #: the wheel): what a GPU of that name gets before, or without, a measurement of its own.
 SHIPPED_RULES = Path(__file__).with_name("dispatch_rules.json")
 
@@ -168,7 +168,7 @@ def rule_for(device: int) -> DispatchRule:
 
 
 def save_rule(device: int, rule: DispatchRule) -> Path:
-    """Store a measured rule for this GPU's name on this machine (scripts/gemm_dispatch_rule.py --write-rule)."""
+    """Store a measured rule for this GPU's name on this machine (devtools/gemm_dispatch_rule.py --write-rule)."""
     path = rule_path()
     try:
         rules = json.loads(path.read_text())

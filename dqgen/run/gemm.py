@@ -99,7 +99,7 @@ def workspace_floats(cfg: GemmConfig, tiles: int, splits: int) -> int:
 
 #: The split model's costs in K tiles of one CTA: a CTA's pipeline fill and epilogue, and per split the partial
 #: tile it writes and the last CTA reads back (of a 64-row tile; scaled by BM / 64). Fitted to the H100 sweep of
-#: split counts 1, 2, 4, 8 (scripts/gemm_sweep.py, docs/bench/gemm_speed.json): with these the model's pick was
+#: split counts 1, 2, 4, 8 (docs/experiments/gemm_sweep.py, docs/bench/gemm_speed.json): with these the model's pick was
 #: within 7% of the best measured count at every shape and M, and the best at 28 of 38.
 FILL_TILES = 6.0
 REDUCE_TILES_PER_64_ROWS = 3.0

@@ -170,7 +170,7 @@ def pack_gemv(
     tuning: Tuning = DEFAULT_TUNING,
 ) -> MatmulWeight:
     """Check the checkpoint tensors and prepack them (on the host, once) into a MatmulWeight, run by the GEMV of
-    ``tuning`` (the kept code shape by default; scripts/matmul_variants.py times others)."""
+    ``tuning`` (the kept code shape by default; docs/experiments/matmul_variants.py times others)."""
     torch = _torch()
     spec = artifact.spec
     check_torch_tensors(torch, zip(_CHECKPOINT_NAMES, (qweight, scales, zeros, g_idx, global_scale), strict=True))

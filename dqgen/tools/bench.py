@@ -381,7 +381,7 @@ def _bench_shape(
 
 def host_median_us(fn: Callable[[], Any], calls: int = 10_000) -> float:
     """Median host microseconds of one ``fn()`` over ``calls`` calls (after 100 untimed), CPU timer; a synchronize
-    every 1000 calls, outside the timed region, keeps the launch queue short. scripts/cuda_core_overhead.py times
+    every 1000 calls, outside the timed region, keeps the launch queue short. devtools/cuda_core_overhead.py times
     every launch path it compares with this too."""
     import time
 
