@@ -305,6 +305,17 @@ def test_checkpoint_tensors_written_in_place_are_repacked(fake) -> None:
     assert y is not None and fake.driver.calls[-1][1][0] == fake.binds[-1][0].wq
 
 
+@pytest.mark.parametrize("moved", [0, 1, 2])
+def test_checkpoint_tensors_over_new_memory_are_a_miss(fake, moved: int) -> None:
+    """``t.data = other`` (or set_) keeps a tensor's id and its version counter but not its memory: a miss."""
+    table = fastcall.FastTable()
+    q, s, z = Tensor((256, 64)), Tensor((2, 512)), Tensor((2, 64))
+    _run(table, Tensor((1, 256)), q, s, z)
+    assert fastcall.matmul_hit(table, Tensor((1, 256)), q, s, z, None, None) is not None
+    (q, s, z)[moved]._ptr += 0x10_0000
+    assert fastcall.matmul_hit(table, Tensor((1, 256)), q, s, z, None, None) is None
+
+
 def test_inference_tensors_take_the_checked_path(fake) -> None:
     table = fastcall.FastTable()
     q, s = Tensor((256, 64), inference=True), Tensor((2, 512))

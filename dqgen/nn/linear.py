@@ -19,6 +19,7 @@ from .quantize import quantize
 
 _compiling = torch.compiler.is_compiling
 _ident = threading.get_ident
+_Tensor = torch.Tensor
 
 
 @dataclass(slots=True, eq=False)
@@ -151,12 +152,14 @@ class QuantLinear(torch.nn.Module):
         if not _compiling():
             # eager: this layer's own signature table first (x's shape, dtype, device, contiguity, alignment and the
             # thread: the weight and the bias are the layer's), whose entries are the Kernel's checked launches
-            try:
-                hit = self._fast.get(
-                    (x.shape, x.dtype, x.get_device(), x.is_contiguous(), not x.data_ptr() % 16, _ident())
-                )
-            except AttributeError:  # not a tensor: the checked path names it
-                hit = None
+            hit = None
+            if type(x) is _Tensor:  # a subclass keeps its own dispatch; a non-tensor is named by the checked path
+                try:
+                    hit = self._fast.get(
+                        (x.shape, x.dtype, x.get_device(), x.is_contiguous(), not x.data_ptr() % 16, _ident())
+                    )
+                except RuntimeError:  # no storage (a fake tensor): the checked path
+                    hit = None
             if hit is not None:
                 bias = self._buffers["bias"]
                 same_bias = hit.bias is None if bias is None else hit.bias == bias.data_ptr() and hit.bias_ref() is bias

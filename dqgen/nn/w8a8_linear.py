@@ -47,6 +47,7 @@ class _Forward:
 
 
 _ident = threading.get_ident
+_Tensor = torch.Tensor
 _empty = torch.empty
 _int8 = torch.int8
 _raw_stream = dev.torch_raw_stream_fn(torch)
@@ -87,6 +88,8 @@ class W8A8Linear(torch.nn.Module):
         self.register_buffer("smooth", None if smooth is None else smooth.float())
         #: forward's launches by input signature (a copy or a pickle of the layer starts with none)
         self._fast = FastTable()
+        # load_state_dict copies into the buffers (pointers kept) or, with assign=True, replaces them: let go
+        self.register_load_state_dict_post_hook(lambda module, _keys: module._fast.clear())
 
     @classmethod
     def from_linear(
@@ -121,6 +124,7 @@ class W8A8Linear(torch.nn.Module):
             if moved.dtype != t.dtype:
                 moved = t.to(moved.device)
             self._buffers[name] = moved
+        self._fast.clear()  # its entries hold the old buffers (a hit would miss them, but they would stay allocated)
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -145,9 +149,11 @@ class W8A8Linear(torch.nn.Module):
     def _forward_hit(self, x: torch.Tensor) -> torch.Tensor | None:
         """The forward of a signature checked before (the quantizer's and the GEMM's launches with this call's
         pointers patched in: one scratch allocation for x_q, x_scale and the workspace, one for y), or None."""
+        if type(x) is not _Tensor:  # a subclass keeps its own dispatch; a non-tensor is named by the checked path
+            return None
         try:
             hit = self._fast.get((x.shape, x.dtype, x.get_device(), x.is_contiguous(), not x.data_ptr() % 16, _ident()))
-        except AttributeError:  # not a tensor: the checked path names it
+        except RuntimeError:  # no storage (a fake tensor): the checked path
             return None
         if hit is None:
             return None

@@ -8,9 +8,6 @@ from typing import TypeVar
 
 #: Signatures a W8A8 op keeps (pointers change with every new input tensor: the table starts over when full).
 CALLS_MAX = 1024
-#: Bound launches kept per W8A8 signature: the outputs (and the matmul's workspace) come from torch's caching
-#: allocator, where a few addresses recur.
-BOUND_MAX = 16
 #: Checked launches a dequantize Kernel keeps; past this many tensor signatures the table starts over.
 SIGNATURES_MAX = 256
 #: Bound launches a packed GEMV or GEMM weight keeps, by (x, out, bias) pointers and M.

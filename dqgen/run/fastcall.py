@@ -106,14 +106,19 @@ def patched(
 
 def matmul_key(x: Any, w: Any, scales: Any, zeros: Any, bias: Any, out: Any) -> tuple:
     """What a fused-matmul launch on these tensors was checked for: the weight (a MatmulWeight by identity; the
-    checkpoint tensors by identity and torch's in-place version, so a write into one repacks), x's shape, dtype,
+    checkpoint tensors by identity, torch's in-place version and pointer, so a write into one, or new memory under
+    it, repacks), x's shape, dtype,
     device, contiguity and pointer alignment (the GEMV's vector loads of x), the bias by pointer, shape, dtype and
     contiguity (its pointer is bound), the given out's shape, dtype, device and contiguity, the thread.
     Raises AttributeError for non-tensors and RuntimeError for an inference tensor's version (no fast path)."""
     if scales is None:
         wkey: Any = id(w)
     else:
-        wkey = (id(w), w._version, id(scales), scales._version, None if zeros is None else (id(zeros), zeros._version))
+        # the pointer too: ``t.data = other`` (or set_) keeps a tensor's id and version but not its memory
+        wkey = (
+            id(w), w._version, w.data_ptr(), id(scales), scales._version, scales.data_ptr(),
+            None if zeros is None else (id(zeros), zeros._version, zeros.data_ptr()),
+        )  # fmt: skip
     return (
         wkey,
         x.shape,

@@ -107,7 +107,6 @@ class Kernel:
         self._tuned: dict[int, tuple[int, dict[str, DequantVariant] | None]] = {}
         self._by_name = {kernel_name(self.spec, v): v for v in variants(self.spec)}
         self._signatures: dict[tuple, _Checked] = {}
-        #: matmul's launches checked once per signature, re-run with x's and y's pointers patched in (fastcall)
         #: Checked decode matmuls by signature (dqgen.run.fastcall): QuantLinear's forward looks its calls up here too.
         self.fast = fastcall.FastTable()
         self.compiled: list[str] = []  # entry points this Kernel compiled or loaded, in order

@@ -19,6 +19,7 @@ The heavier modules (NVRTC and driver bindings, the solver, the templates) are i
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import threading
@@ -398,19 +399,33 @@ def _check_families(kernel: Kernel, families: tuple[FamilyJob, ...], stop: threa
 CHECK_VERSION = 1
 
 
+@functools.cache
+def _host_code_digest() -> str:
+    """The check's outcome depends on host code as much as on the kernel's source (the packing of the weights, the
+    choice of entry point and splits, the reference): any change to dqgen's Python checks again."""
+    import hashlib
+
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def _check_path(spec: Spec, fam: FamilySource) -> Path:
     """Where a family's passed GPU check is kept: keyed by what decides its outcome (the check's version and shapes,
-    the GPU's name and arch, the family's source; the loader compiles that source for the check)."""
+    dqgen's host code, NVRTC's version, the GPU's name and arch, the family's source; the loader compiles that
+    source for the check)."""
     import hashlib
     import json
 
-    from ..emit.nvrtc import default_cache_dir
+    from ..emit.nvrtc import default_cache_dir, nvrtc_version
     from ..run import device as dev
     from ..run import gpucheck
     from ..run.tune import gpu_name
 
     what = [CHECK_VERSION, gpu_name(0), dev.device_arch(0), fam.family, gpucheck.BUILD_MATMUL_M[fam.family]]
-    what += [list(gpucheck.matmul_shape(spec)), fam.source]
+    what += [list(gpucheck.matmul_shape(spec)), _host_code_digest(), list(nvrtc_version()), fam.source]
     key = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:32]
     return default_cache_dir() / "checks" / f"{key}.json"
 

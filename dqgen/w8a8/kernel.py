@@ -14,14 +14,6 @@ if TYPE_CHECKING:
     from ..run import device as dev
 
 
-def compile_variant(v: ActQuantConfig, arch: str = "sm_90", want: Any = "cubin") -> Any:
-    """NVRTC result (PTX or cubin) of one variant for ``arch``, for the tests that read its PTX or SASS without a
-    GPU; a launch loads through dqgen.run.loader."""
-    from ..run.loader import compile_config
-
-    return compile_config(v, arch, want)
-
-
 class ActQuantKernel:
     """One variant loaded on a device. Pointers are raw device addresses (ints): the torch op passes
     ``data_ptr()``; a call packs its few arguments as typed numpy scalars through dqgen.run.device's launch
