@@ -22,22 +22,12 @@ import dqgen.run.matmul as mm
 from dqgen.run import device as dev
 from dqgen.run import fastcall
 
+from .test_launch import ARG_CASES
+
 # --------------------------------------------------------------------------- the slots a launch reads
 
 
-@pytest.mark.parametrize(
-    ("arg", "ctype"),
-    [
-        (np.uint64(0xDEAD_BEEF_0123_4567), ctypes.c_uint64),
-        (np.int64(-(2**40) - 3), ctypes.c_int64),
-        (np.int32(-7), ctypes.c_int32),
-        (np.uint32(0xFFFF_FFFE), ctypes.c_uint32),
-        (np.float32(1.5), ctypes.c_float),
-        (np.uint8(200), ctypes.c_uint8),
-        (ctypes.c_int16(-300), ctypes.c_int16),
-        (np.array(9, dtype=np.int64), ctypes.c_int64),
-    ],
-)
+@pytest.mark.parametrize(("arg", "ctype"), ARG_CASES)
 def test_slot_bytes_are_the_c_types_bytes(arg: Any, ctype: Any) -> None:
     value = arg.value if isinstance(arg, ctypes._SimpleCData) else arg.item()
     slots, addresses = dev.pack_slots([np.uint64(1), arg, np.int32(2)])

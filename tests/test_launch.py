@@ -18,19 +18,22 @@ def _slots(holder: Any, n: int) -> list[int]:
     return list((ctypes.c_void_p * n).from_address(holder.ptr))
 
 
-@pytest.mark.parametrize(
-    ("arg", "ctype"),
-    [
-        (np.uint64(0xDEAD_BEEF_0123_4567), ctypes.c_uint64),
-        (np.int64(-(2**40) - 3), ctypes.c_int64),
-        (np.int32(-7), ctypes.c_int32),
-        (np.uint32(0xFFFF_FFFE), ctypes.c_uint32),
-        (np.float32(1.5), ctypes.c_float),
-        (np.uint8(200), ctypes.c_uint8),
-        (ctypes.c_int16(-300), ctypes.c_int16),
-        (ctypes.c_uint64(2**63 + 5), ctypes.c_uint64),
-    ],
-)
+#: Every kind of kernel argument with a width, and the C type whose bytes it must pack to (the ParamHolder packing
+#: here and the patchable slots of tests/test_fastcall.py read the same table).
+ARG_CASES = [
+    (np.uint64(0xDEAD_BEEF_0123_4567), ctypes.c_uint64),
+    (np.int64(-(2**40) - 3), ctypes.c_int64),
+    (np.int32(-7), ctypes.c_int32),
+    (np.uint32(0xFFFF_FFFE), ctypes.c_uint32),
+    (np.float32(1.5), ctypes.c_float),
+    (np.uint8(200), ctypes.c_uint8),
+    (ctypes.c_int16(-300), ctypes.c_int16),
+    (ctypes.c_uint64(2**63 + 5), ctypes.c_uint64),
+    (np.array(9, dtype=np.int64), ctypes.c_int64),
+]
+
+
+@pytest.mark.parametrize(("arg", "ctype"), ARG_CASES)
 def test_packed_bytes_are_the_c_types_bytes(arg: Any, ctype: Any) -> None:
     value = arg.value if isinstance(arg, ctypes._SimpleCData) else arg.item()
     holder = dev.pack_args([np.uint64(1), arg, np.int32(2)])

@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..core.formats import torch_dtype
 from ..emit.nvrtc import default_cache_dir
@@ -39,7 +39,7 @@ from .gemm import GemmWeight, pack_gemm, packed_gemm, run_gemm
 from .matmul import MatmulWeight, packed_gemv, run_gemv
 from .operands import check_activation
 from .packcache import version
-from .problem import output_shape
+from .problem import Dequantizer, output_shape
 
 #: Rows of x the GEMV takes best (its two mma token tiles); the GEMM takes more.
 GEMV_MAX_M = 16
@@ -47,12 +47,6 @@ GEMV_MAX_M = 16
 #: (the H100's measured rule, devtools/gemm_dispatch_rule.py: the GEMM's mma.sync loop reaches ~300 TFLOP/s, so
 #: from M = 512 dequantize + cuBLAS is faster on every shape of the issue).
 DEFAULT_DENSE_MIN_M = 512
-
-
-class Dequantize(Protocol):
-    """The dense path's dequantize call (``Kernel.__call__``): the checkpoint tensors into a dense [K, N] weight."""
-
-    def __call__(self, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, out: Any = None) -> Any: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,7 +58,7 @@ class MatmulTarget:
     #: Whether the tensor-core GEMM takes this spec: decided once, so that the dispatch reads a constant when
     #: torch.compile traces it (dynamo cannot trace the spec's properties).
     gemm_ok: bool
-    dequantize: Dequantize
+    dequantize: Dequantizer  # the dense path's dequantize call (the Kernel itself)
 
 
 @dataclass
