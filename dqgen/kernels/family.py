@@ -90,6 +90,9 @@ class KernelConfig(ABC):
 
     family: ClassVar[str]
     template: ClassVar[str]
+    #: Whether the source uses instructions of the architecture-specific target only (wgmma, setmaxnreg: sm_90a),
+    #: so that it is compiled for "sm_90a" rather than "sm_90" (such a cubin runs on that architecture alone).
+    arch_specific: ClassVar[bool] = False
 
     @property
     @abstractmethod

@@ -26,10 +26,12 @@ __all__ = [
     "DeviceArray",
     "DeviceBuffer",
     "LoadedKernel",
+    "TensorMapArg",
     "allocate_like",
     "as_device_array",
     "current_stream",
     "device_arch",
+    "encode_tensor_map_2d",
     "gpu_available",
     "primary_context",
     "stream_handle",
@@ -182,8 +184,58 @@ def pack_args(args: Sequence[Any]) -> Any:
     return param_holder_type()(packed)
 
 
+#: Bytes of a TMA tensor map (CUtensorMap): an opaque, 64-byte aligned kernel parameter.
+TENSOR_MAP_BYTES = 128
+
+
+@dataclass(frozen=True)
+class TensorMapArg:
+    """A tensor map passed by value (a ``const __grid_constant__`` parameter of 128 bytes): ``encode_tensor_map_2d``."""
+
+    raw: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.raw) != TENSOR_MAP_BYTES:
+            raise ValueError(f"TensorMapArg: expected {TENSOR_MAP_BYTES} bytes, got {len(self.raw)}")
+
+
+def encode_tensor_map_2d(
+    ptr: int, elem_bytes: int, inner: int, outer: int, row_bytes: int, box: tuple[int, int]
+) -> TensorMapArg:
+    """A 2-D tensor map over ``outer`` rows of ``inner`` elements of ``elem_bytes`` (1 or 2) bytes, rows
+    ``row_bytes`` apart (a multiple of 16; ``ptr`` 16-byte aligned), copied in boxes of (inner, outer) elements
+    with the 128-byte swizzle (box[0] x elem_bytes must be 128); out-of-bounds elements read as zeros."""
+    if elem_bytes not in (1, 2):
+        raise ValueError(f"elem_bytes: expected 1 or 2, got {elem_bytes}")
+    if ptr % 16 or row_bytes % 16:
+        raise ValueError(f"tensor map: address and row stride must be 16-byte aligned, got {ptr:#x}, {row_bytes}")
+    dt = driver.CUtensorMapDataType
+    dtype = dt.CU_TENSOR_MAP_DATA_TYPE_UINT8 if elem_bytes == 1 else dt.CU_TENSOR_MAP_DATA_TYPE_UINT16
+    u64, u32 = driver.cuuint64_t, driver.cuuint32_t
+    tmap = _check(
+        driver.cuTensorMapEncodeTiled(
+            dtype,
+            2,
+            int(ptr),
+            [u64(int(inner)), u64(int(outer))],
+            [u64(int(row_bytes))],
+            [u32(int(box[0])), u32(int(box[1]))],
+            [u32(1), u32(1)],
+            driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        ),
+        "cuTensorMapEncodeTiled",
+    )
+    return TensorMapArg(ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES))
+
+
 def _arg_bytes(i: int, arg: Any) -> bytes:
-    """One kernel argument's bytes, by pack_args' rules (a width-carrying scalar or a DeviceArray's pointer)."""
+    """One kernel argument's bytes, by pack_args' rules (a width-carrying scalar or a DeviceArray's pointer), or a
+    tensor map's 128."""
+    if isinstance(arg, TensorMapArg):
+        return arg.raw
     if isinstance(arg, DeviceArray):
         return np.uint64(arg.ptr).tobytes()
     if isinstance(arg, np.ndarray) and arg.ndim == 0:
@@ -195,7 +247,7 @@ def _arg_bytes(i: int, arg: Any) -> bytes:
     else:
         raise TypeError(
             f"kernel argument {i}: expected a numpy scalar (np.uint64 for pointers, np.int32/np.int64, ...), "
-            f"a ctypes scalar or a DeviceArray, got {type(arg).__name__}"
+            f"a ctypes scalar, a DeviceArray or a TensorMapArg, got {type(arg).__name__}"
         )
     if len(raw) > 8:
         raise TypeError(f"kernel argument {i}: {len(raw)} bytes; a bound launch takes arguments of up to 8 bytes")
@@ -203,16 +255,24 @@ def _arg_bytes(i: int, arg: Any) -> bytes:
 
 
 def pack_slots(args: Sequence[Any]) -> tuple[array.array, array.array]:
-    """(slots, addresses): each argument's bytes in its own 8-byte slot (little-endian, so a 4-byte argument is the
-    first half of its slot, where the driver reads it), and the array of the slots' addresses that cuLaunchKernel
-    takes as ``kernelParams``. Neither array is ever resized (their buffers must not move)."""
-    slots = array.array("Q", bytes(8 * len(args)))
+    """(slots, addresses): each argument's bytes in 8-byte slots of one array (little-endian, so a 4-byte argument
+    is the first half of its slot, where the driver reads it; a tensor map takes 16 slots from a 64-byte boundary),
+    and the array of the arguments' addresses that cuLaunchKernel takes as ``kernelParams``. Neither array is ever
+    resized (their buffers must not move). Without tensor maps, argument i is slot i."""
+    raws = [_arg_bytes(i, arg) for i, arg in enumerate(args)]
+    maps = any(len(r) > 8 for r in raws)
+    words = sum(-(-len(r) // 8) for r in raws) + (8 if maps else 0)  # slack to reach a 64-byte boundary
+    slots = array.array("Q", bytes(8 * words))
     view = memoryview(slots).cast("B")
-    for i, arg in enumerate(args):
-        raw = _arg_bytes(i, arg)
-        view[8 * i : 8 * i + len(raw)] = raw
     base = slots.buffer_info()[0]
-    addresses = array.array("Q", [base + 8 * i for i in range(len(args))])
+    at, offsets = 0, []
+    for raw in raws:
+        if len(raw) > 8:
+            at += (-(base + at)) % 64
+        view[at : at + len(raw)] = raw
+        offsets.append(at)
+        at += -(-len(raw) // 8) * 8
+    addresses = array.array("Q", [base + off for off in offsets])
     return slots, addresses
 
 

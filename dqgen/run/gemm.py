@@ -20,11 +20,13 @@ import numpy as np
 
 from ..core.spec import Spec
 from ..kernels.gemm import CONFIGS, GemmConfig, GemmEntry, GemmKernelConfig, has_zeros, supports
+from ..kernels.gemm90 import Gemm90Config
 from ..layout import gemm as gemm_layout
 from ..layout.gemm import TILE_K, TILE_N
 from . import device as dev
 from .calls import WEIGHT_BOUND_MAX, remember
 from .errors import imported_torch as _torch
+from .gemm90 import bind90, hopper_eligible
 from .loader import load
 from .operands import check_activation, check_torch_tensors, x_aligned
 from .packcache import PackCache
@@ -70,6 +72,8 @@ class GemmWeight:
     key: str = ""
     #: split-K partials and counters by (BM, output tiles, splits): configs of one BM share the layout
     workspace: SplitKWorkspace[Any] | None = field(default=None, repr=False)
+    #: TMA tensor maps of the Hopper GEMM (dqgen.run.gemm90), made on first use
+    tensor_maps: dict[str, Any] = field(default_factory=dict, repr=False)
     _bound: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -186,11 +190,13 @@ def run_gemm(
     *,
     bias: Any = None,
     out: Any = None,
-    config: GemmConfig | None = None,
+    config: GemmConfig | Gemm90Config | None = None,
     splits: int | None = None,
 ) -> Any:
-    """The GEMM launch on checked tensors: y = x @ W (+ bias), any M. ``config`` / ``splits`` override
-    choose_config / choose_gemm_splits (tuning and benchmarks; any tile of the template, any split count >= 1)."""
+    """The GEMM launch on checked tensors: y = x @ W (+ bias), any M: on an H100 / H200 the Hopper main loop
+    (dqgen.run.gemm90) where it takes the launch, else the sm_80 one. ``config`` / ``splits`` override the choice
+    of main loop and tile and choose_gemm_splits (tuning and benchmarks; any tile of either template, any split
+    count >= 1)."""
     torch = _torch()
     if w.spec_name != spec.name:
         raise ValueError(f"w: packed for spec {w.spec_name!r}, but this kernel is {spec.name!r}")
@@ -217,9 +223,16 @@ def _bind(
     M: int,
     bias: Any,
     out: Any,
-    config: GemmConfig | None = None,
+    config: GemmConfig | Gemm90Config | None = None,
     want_splits: int | None = None,
 ) -> Any:
+    if isinstance(config, Gemm90Config) or (config is None and hopper_eligible(w, x2.data_ptr(), x_stride)):
+        if not hopper_eligible(w, x2.data_ptr(), x_stride):
+            raise ValueError(
+                "config: the Hopper GEMM needs an sm_90 GPU, K slots in order (no act-order) and x rows 16-byte aligned"
+            )
+        h90 = config if isinstance(config, Gemm90Config) else None
+        return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, h90, want_splits, choose_gemm_splits)
     cfg = config if config is not None else choose_config(M)
     entry = GemmEntry(cfg, w.gather or not x_aligned(x2.data_ptr(), x_stride, w.K))
     fn = _function(spec, entry, w.device)

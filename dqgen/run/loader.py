@@ -25,6 +25,14 @@ def arch_sm(arch: str) -> int:
     return int(arch[3:].rstrip("af"))
 
 
+def target_arch(config: KernelConfig, arch: str) -> str:
+    """The architecture ``config`` compiles for on a GPU of ``arch``: "sm_90a" for an architecture-specific
+    source (wgmma) on an sm_90 GPU, else ``arch``."""
+    if config.arch_specific and not arch.endswith(("a", "f")):
+        return arch + "a"
+    return arch
+
+
 def check_arch_of(config: KernelConfig, device: int, arch: str) -> None:
     """One line naming the config and the GPU when the GPU is older than the config's architecture."""
     if arch_sm(arch) < config.min_sm:
@@ -50,7 +58,7 @@ def compile_config(config: KernelConfig, arch: str, want: Literal["ptx", "cubin"
     the PTX or SASS of, and what ``load`` finds in the cache."""
     if arch_sm(arch) < config.min_sm:
         raise ValueError(f"arch: {config.what} needs sm_{config.min_sm} or newer, got {arch}")
-    return compile_source(config.source(), arch=arch, want=want, name=config.source_name)
+    return compile_source(config.source(), arch=target_arch(config, arch), want=want, name=config.source_name)
 
 
 def compile_for(config: KernelConfig, device: int = 0) -> CompileResult:
@@ -58,7 +66,7 @@ def compile_for(config: KernelConfig, device: int = 0) -> CompileResult:
     what a source holding several entry points needs before ``load`` finds each of them in it."""
     arch = dev.device_arch(device)
     check_arch_of(config, device, arch)
-    return compile_config(config, arch)
+    return compile_config(config, arch)  # target_arch there
 
 
 def load(config: KernelConfig, device: int = 0) -> dev.LoadedKernel:
@@ -69,7 +77,7 @@ def load(config: KernelConfig, device: int = 0) -> dev.LoadedKernel:
         return fn
     arch = dev.device_arch(device)
     check_arch_of(config, device, arch)
-    res = _cubin(config, arch)
+    res = _cubin(config, target_arch(config, arch))
     assert res.cubin is not None
     module = _MODULES.get((res.key, device))
     if module is None:

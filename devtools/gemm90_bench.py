@@ -1,0 +1,90 @@
+"""Time the Hopper GEMM (dqgen.run.gemm90) beside the sm_80 GEMM, the GEMV and cuBLAS on dense fp16 weights, on one
+GPU, L2 flushed before each call (triton.testing.do_bench, median), AWQ int4 g128 fp16 by default. Prints a table
+and writes JSON (--out). Also checks the Hopper output against the sm_80 kernel's on every case (relative error).
+
+    python devtools/gemm90_bench.py --out $OUT/gemm90.json [--shapes 4096x6144,8192x28672] [--ms 1,16,64,256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", default="awq_int4_fp16")
+    ap.add_argument("--shapes", default="4096x6144,8192x28672,28672x8192,4096x28672,14336x4096")
+    ap.add_argument("--ms", default="1,8,16,32,64,128,256,512,1024")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--configs", action="store_true", help="also time every Hopper token tile that holds M")
+    args = ap.parse_args()
+
+    import torch
+    import triton.testing as tt
+
+    import dqgen
+    from dqgen.kernels.gemm90 import CONFIGS90, choose_config90
+    from dqgen.run import gemm
+    from dqgen.run.matmul import run_gemv
+
+    k = dqgen.compile(args.spec)
+    spec = k.spec
+    dev_name = torch.cuda.get_device_name(0)
+    rows = []
+    torch.manual_seed(0)
+    for shape in args.shapes.split(","):
+        K, N = (int(v) for v in shape.split("x"))
+        G = K // 128
+        qweight = torch.randint(-(2**31), 2**31 - 1, (K, N // 8), dtype=torch.int32, device="cuda")
+        qzeros = torch.randint(-(2**31), 2**31 - 1, (G, N // 8), dtype=torch.int32, device="cuda")
+        scales = (torch.rand(G, N, device="cuda") * 0.01 + 0.001).half()
+        t0 = time.time()
+        w = k.pack_matmul(qweight, scales, qzeros)
+        gw = gemm.pack_gemm(spec, qweight, scales, qzeros)
+        pack_s = time.time() - t0
+        W = k(qweight, scales, qzeros)
+        floor_us = (K * N / 2 + G * N * 2 + G * N / 2) / 3.0e12 * 1e6
+        for M in (int(v) for v in args.ms.split(",")):
+            x = (torch.randn(M, K, device="cuda") / K**0.5).half()
+            y80 = gemm.run_gemm(spec, x, gw, config=gemm.choose_config(M))
+            y90 = gemm.run_gemm(spec, x, gw, config=choose_config90(M))
+            torch.cuda.synchronize()
+            err = float((y90.float() - y80.float()).norm() / y80.float().norm())
+            cands = {
+                "sm80 gemm": lambda: gemm.run_gemm(spec, x, gw, config=gemm.choose_config(M)),  # noqa: B023
+                "sm90 gemm": lambda: gemm.run_gemm(spec, x, gw, config=choose_config90(M)),  # noqa: B023
+                "cuBLAS fp16": lambda: torch.matmul(x, W),  # noqa: B023
+            }
+            if M <= 16:
+                cands["gemv"] = lambda: run_gemv(k.artifact, x, w)  # noqa: B023
+            if args.configs:
+                for cfg in CONFIGS90:
+                    if cfg.bn >= M and cfg != choose_config90(M):
+                        cands[f"sm90 n{cfg.bn}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
+            res = {}
+            for name, fn in cands.items():
+                fn()
+                res[name] = float(tt.do_bench(fn, warmup=25, rep=100, return_mode="median")) * 1e3
+            flops = 2 * M * K * N
+            row = {"K": K, "N": N, "M": M, "floor_us": floor_us, "err_90_vs_80": err, "us": res, "gpu": dev_name}
+            rows.append(row)
+            best = min(res, key=res.get)  # type: ignore[arg-type]
+            print(
+                f"{K}x{N} M={M:5d} floor {floor_us:6.1f} | "
+                + " | ".join(f"{n} {v:7.1f}" for n, v in res.items())
+                + f" | sm90 {flops / res['sm90 gemm'] / 1e6:6.1f} TF/s  err {err:.1e}  best {best}",
+                flush=True,
+            )
+        print(f"  (packed in {pack_s:.1f} s)", flush=True)
+        del qweight, qzeros, scales, w, gw, W
+        torch.cuda.empty_cache()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"spec": args.spec, "gpu": rows[0]["gpu"] if rows else "", "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""The Hopper GEMM (templates/gemm90.cu.j2) of a spec: swap-AB wgmma with the weights as the register-sourced A
+operand, fed by TMA through an mbarrier ring, one producer warpgroup and one or two consumer warpgroups.
+
+It reads the tensor-core GEMM's weight layout (dqgen.layout.gemm: TensorRT-LLM's layout over K slots, the scales
+and zeros padded to 128 columns), so one packed weight serves the sm_80 and the sm_90 main loops, and converts one
+word of it with the same proven Plan (``converter_spec(spec)``): the words a thread needs for wgmma's A fragment
+(rows g and g + 8 of its warp's 16 features) are the words the sm_80 kernel's B fragments take (column g of two n8
+tiles), read by the same ldmatrix rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+from ..core.spec import Spec
+from ..emit.pipeline import compile_artifact, spec_key
+from ..emit.render import context
+from ..layout.gemm import TILE_K, TILE_N
+from ..layout.gemm_trt import columns_interleaved, converter_spec
+from .family import Epilogue, KernelConfig, Mainloop, SplitK
+from .gemm import supports
+
+#: Registers a producer thread keeps (setmaxnreg.dec): it computes addresses and issues copies, nothing else.
+PRODUCER_REGS: Final = 40
+#: Shared memory one SM gives its blocks (the H100's and H200's 228 KB less 1 KB the system keeps per block is what
+#: a block may opt in to: 227 KB).
+SM_SHARED_BYTES: Final = 228 * 1024
+BLOCK_RESERVED_BYTES: Final = 1024
+#: wgmma's n per CTA (tokens): the smallest that holds M is picked (choose_config90); 8 is wgmma's least.
+TOKEN_TILES: Final = (8, 16, 32, 64, 128, 256)
+
+
+def zero_bytes(spec: Spec) -> int:
+    """Bytes of one staged zero: 1 (a packed integer zero field), 2 (a 16-bit float zero) or 0 (no zeros)."""
+    return 1 if spec.zeros.packed else 2 if spec.zeros.dense else 0
+
+
+def stage_bytes(bn: int, bits: int, zero_elem: int) -> int:
+    """One pipeline stage (the template's stage_bytes<BN>): W lines, x rows, scales, zeros, to 1024 bytes."""
+    w = TILE_N // columns_interleaved(bits) * 128
+    raw = w + bn * 128 + TILE_N * 2 + TILE_N * zero_elem
+    return -(-raw // 1024) * 1024
+
+
+@dataclass(frozen=True)
+class Gemm90Config:
+    """One CTA shape: ``bn`` tokens x 128 features, ``consumers`` math warpgroups (1: each wgmma step is two m64
+    instructions of one warpgroup; 2: one each), ``stages`` TMA stages, ``min_blocks`` CTAs per SM."""
+
+    bn: int
+    consumers: int
+    stages: int
+    min_blocks: int
+
+    def __post_init__(self) -> None:
+        if self.bn not in TOKEN_TILES:
+            raise ValueError(f"Gemm90Config.bn: expected one of {TOKEN_TILES}, got {self.bn}")
+        if self.consumers not in (1, 2):
+            raise ValueError(f"Gemm90Config.consumers: expected 1 or 2, got {self.consumers}")
+        if self.consumers == 1 and self.bn > 128:
+            raise ValueError("Gemm90Config: one consumer warpgroup holds at most 128 tokens (256 accumulators)")
+        for bits in (4, 8):
+            if self.shared_bytes(bits, 2) > SM_SHARED_BYTES // self.min_blocks - BLOCK_RESERVED_BYTES:
+                raise ValueError(f"Gemm90Config: {self} does not fit {self.min_blocks} blocks an SM ({bits}-bit)")
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)
+
+    @property
+    def consumer_regs(self) -> int:
+        """setmaxnreg.inc of the consumers: what the producer gives back, shared out (a multiple of 8, <= 240)."""
+        budget = 65536 // self.min_blocks
+        entry = min(255, budget // self.threads) // 8 * 8
+        per = (self.threads * entry - 128 * PRODUCER_REGS) // (128 * self.consumers)
+        return min(240, per // 8 * 8)
+
+    @property
+    def mainloop(self) -> Mainloop:
+        return Mainloop("wgmma_tma_sm90", (self.bn, TILE_N, TILE_K), (self.consumers, 4), self.stages, swap_ab=True)
+
+    @property
+    def tag(self) -> str:
+        return f"n{self.bn}c{self.consumers}s{self.stages}b{self.min_blocks}"
+
+    def shared_bytes(self, bits: int, zero_elem: int) -> int:
+        """The template's smem_bytes<BN, STAGES>: alignment slack, the stages, two mbarriers a stage."""
+        return 1024 + self.stages * stage_bytes(self.bn, bits, zero_elem) + self.stages * 16
+
+
+#: The CTA shapes, by token tile: up to 64 tokens one consumer warpgroup (two m64 wgmmas a step) and 2 CTAs an SM
+#: (humming's recipe for small M: many small CTAs keep enough weight bytes in flight); from 128 tokens two consumer
+#: warpgroups and one CTA (the accumulators: 64 or 128 registers a thread).
+CONFIGS90: Final = (
+    Gemm90Config(8, 1, 8, 2),
+    Gemm90Config(16, 1, 8, 2),
+    Gemm90Config(32, 1, 8, 2),
+    Gemm90Config(64, 1, 6, 2),
+    Gemm90Config(128, 2, 8, 1),
+    Gemm90Config(256, 2, 5, 1),
+)
+
+
+def choose_config90(M: int) -> Gemm90Config:
+    """The smallest token tile that holds M rows (256 past that: several token tiles)."""
+    for cfg in CONFIGS90:
+        if cfg.bn >= M:
+            return cfg
+    return CONFIGS90[-1]
+
+
+def gemm90_entry_name(spec: Spec, cfg: Gemm90Config) -> str:
+    return f"dqgen_gemm90_{spec.name}_{cfg.tag}"
+
+
+@dataclass(frozen=True)
+class Gemm90KernelConfig(KernelConfig):
+    """The Hopper GEMM of ``spec`` with ``configs``' entry points in one source (a launch compiles the one it
+    runs). Takes the specs the sm_80 GEMM takes (4- and 8-bit integer codes)."""
+
+    family: ClassVar[str] = "gemm90"
+    template: ClassVar[str] = "gemm90.cu.j2"
+    #: wgmma and setmaxnreg exist only in the architecture-specific target (compiled for sm_90a).
+    arch_specific: ClassVar[bool] = True
+
+    spec: Spec = field(compare=False, repr=False)
+    configs: tuple[Gemm90Config, ...] = CONFIGS90
+    key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "configs", tuple(self.configs))
+        object.__setattr__(self, "key", spec_key(self.spec))
+        if not self.configs:
+            raise ValueError("configs: expected at least one Gemm90Config")
+
+    @classmethod
+    def one(cls, spec: Spec, cfg: Gemm90Config) -> Gemm90KernelConfig:
+        return cls(spec, (cfg,))
+
+    @property
+    def config(self) -> Gemm90Config:
+        if len(self.configs) != 1:
+            raise ValueError(f"{self.spec.name}: the Hopper GEMM source has {len(self.configs)} entry points; name one")
+        return self.configs[0]
+
+    @property
+    def name(self) -> str:
+        return gemm90_entry_name(self.spec, self.config)
+
+    @property
+    def mainloop(self) -> Mainloop:
+        return self.config.mainloop
+
+    @property
+    def split_k(self) -> SplitK:
+        return "last_arriver"
+
+    @property
+    def epilogue(self) -> Epilogue:
+        return Epilogue(self.spec.target.value, bias=True, row_scale=False, col_scale=False)
+
+    @property
+    def threads(self) -> int:
+        return self.config.threads
+
+    @property
+    def shared_bytes(self) -> int:
+        return max(c.shared_bytes(self.spec.source.bits, zero_bytes(self.spec)) for c in self.configs)
+
+    @property
+    def min_sm(self) -> int:
+        return max(self.spec.sm, 90)
+
+    @classmethod
+    def supports(cls, spec: Spec) -> bool:
+        return supports(spec)
+
+    def context(self) -> dict[str, Any]:
+        conv = converter_spec(self.spec)
+        ctx = context(conv, compile_artifact(conv).plan)
+        bits = conv.source.bits
+        zeros = zero_bytes(self.spec)
+        ctx.update(
+            spec_name=self.spec.name,
+            cols=columns_interleaved(bits),
+            blocks=TILE_K // (4 * conv.per_word),
+            zero_bytes=zero_bytes(conv),
+            mma_type="bf16" if conv.target.value == "bf16" else "f16",
+            ns=sorted({c.bn for c in self.configs}),
+            entries=[
+                {
+                    "entry": gemm90_entry_name(self.spec, c),
+                    "bn": c.bn,
+                    "consumers": c.consumers,
+                    "stages": c.stages,
+                    "threads": c.threads,
+                    "min_blocks": c.min_blocks,
+                    "regs_producer": PRODUCER_REGS,
+                    "regs_consumer": c.consumer_regs,
+                    "shared_bytes": c.shared_bytes(bits, zeros),
+                }
+                for c in self.configs
+            ],
+        )
+        return ctx
+
+    @property
+    def source_name(self) -> str:
+        return f"{self.spec.name}_gemm90.cu"
+
+    @property
+    def what(self) -> str:
+        entry = self.name if len(self.configs) == 1 else f"({len(self.configs)} entry points)"
+        return f"{self.spec.name} (spec targets {self.spec.arch}), {self.family} kernel {entry}"

@@ -1,0 +1,105 @@
+"""The Hopper GEMM's launch (dqgen.kernels.gemm90) on a GemmWeight: the same packed weight as the sm_80 GEMM,
+read by TMA through a tensor map made once per weight and device; x through a tensor map made per (address,
+rows, stride) of x (a bound launch is cached on those, so a repeated call makes none).
+
+``hopper_eligible`` says when it runs instead of the sm_80 kernel: an sm_90 GPU, a weight whose K slots are in
+order (no act-order gather), and an x whose rows TMA can address (16-byte aligned address and row stride)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ..core.spec import Spec
+from ..kernels.gemm90 import Gemm90Config, Gemm90KernelConfig, choose_config90, zero_bytes
+from ..layout.gemm import TILE_N
+from ..layout.gemm_trt import columns_interleaved
+from . import device as dev
+from .loader import load
+
+#: The entry points' parameters in order with their widths (tests/test_gemm90.py holds this equal to the rendered
+#: signature): the two tensor maps by value, pointers as uint64, int as int32.
+PARAMS90: tuple[tuple[str, Any], ...] = (
+    ("wmap", dev.TensorMapArg),
+    ("xmap", dev.TensorMapArg),
+    *((name, np.uint64) for name in ("scales", "zeros", "tile_group", "bias", "y", "ws", "counters")),
+    *((name, np.int32) for name in ("M", "N", "Ns", "k_tiles", "tiles_per_split")),
+)
+
+
+@functools.cache
+def is_hopper(device: int) -> bool:
+    """Whether the GPU runs the sm_90a kernels (an H100 / H200: compute capability 9.0)."""
+    return dev.device_arch(device) == "sm_90"
+
+
+def hopper_eligible(w: Any, x_ptr: int, x_stride: int) -> bool:
+    """Whether the Hopper GEMM takes this launch: sm_90, slots in order, x addressable by TMA."""
+    return not w.gather and is_hopper(w.device) and x_ptr % 16 == 0 and (x_stride * 2) % 16 == 0 and w.K % 8 == 0
+
+
+def weight_map(spec: Spec, w: Any) -> dev.TensorMapArg:
+    """The weight's tensor map: rows are the 128-byte-line rows of wq, a box is one K tile of a CTA's 128 features."""
+    hit = w.tensor_maps.get("w")
+    if hit is None:
+        line_bytes = w.slots * 2
+        lines_per_tile = TILE_N // columns_interleaved(spec.source.bits)
+        hit = w.tensor_maps["w"] = dev.encode_tensor_map_2d(
+            w.wq.data_ptr(), 1, line_bytes, w.n_lines, line_bytes, (128, lines_per_tile)
+        )
+    return hit
+
+
+def x_map(x_ptr: int, M: int, K: int, x_stride: int, bn: int) -> dev.TensorMapArg:
+    """x's tensor map: M rows of K halves, ``x_stride`` halves apart; a box is 64 k of ``bn`` tokens."""
+    return dev.encode_tensor_map_2d(x_ptr, 2, K, M, x_stride * 2, (64, bn))
+
+
+def bind90(
+    spec: Spec,
+    w: Any,
+    x_ptr: int,
+    x_stride: int,
+    M: int,
+    bias: Any,
+    out: Any,
+    cfg: Gemm90Config | None,
+    want_splits: int | None,
+    choose_splits: Any,
+) -> Any:
+    """The bound launch of the Hopper GEMM for this call (``choose_splits``: run.gemm's split model)."""
+    cfg = cfg if cfg is not None else choose_config90(M)
+    kc = Gemm90KernelConfig.one(spec, cfg)
+    fn = load(kc, w.device)
+    smem = cfg.shared_bytes(spec.source.bits, zero_bytes(spec))
+    m_tiles, n_tiles = -(-M // cfg.bn), -(-w.N // TILE_N)
+    tiles = m_tiles * n_tiles
+    resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
+    splits = want_splits if want_splits is not None else choose_splits(tiles, w.k_tiles, resident, cfg.bn)
+    splits = max(1, min(splits, w.k_tiles))
+    per_split = -(-w.k_tiles // splits)
+    splits = -(-w.k_tiles // per_split)  # no empty split
+    ws, counters = None, None
+    if splits > 1:
+        assert w.workspace is not None
+        ws, counters = w.workspace.get((("sm90", cfg.bn), tiles, splits), splits * tiles * cfg.bn * TILE_N, tiles)
+    values = {
+        "wmap": weight_map(spec, w),
+        "xmap": x_map(x_ptr, M, w.K, x_stride, cfg.bn),
+        "scales": w.scales.data_ptr(),
+        "zeros": 0 if w.zeros is None else w.zeros.data_ptr(),
+        "tile_group": w.tile_group.data_ptr(),
+        "bias": 0 if bias is None else bias.data_ptr(),
+        "y": out.data_ptr(),
+        "ws": 0 if ws is None else ws.data_ptr(),
+        "counters": 0 if counters is None else counters.data_ptr(),
+        "M": M,
+        "N": w.N,
+        "Ns": w.Ns,
+        "k_tiles": w.k_tiles,
+        "tiles_per_split": per_split,
+    }
+    args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in PARAMS90]
+    return fn.bind((m_tiles, n_tiles, splits), (cfg.threads,), args, shared_mem=smem)

@@ -1,0 +1,118 @@
+"""GPU (sm_90): the Hopper GEMM (dqgen.run.gemm90) against a float64 reference of x @ W: every 4/8-bit integer spec
+and every token tile (wgmma n 8 .. 256) on shapes with tails (a partial 128-feature tile, K past the last 64-k
+tile, M not a multiple of the token tile), outputs poisoned with NaN, the same bits twice; forced split-K the same
+bits as one split's sum order allows (deterministic); a bias; the launch picks the Hopper kernel by itself on an
+H100 where it may, and the sm_80 kernel for act-order (gather)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
+from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
+from dqgen.kernels.gemm90 import CONFIGS90
+from dqgen.run import gemm, gemm90
+from dqgen.run.gpucheck import to_numpy, to_torch
+
+from .matmul_checks import check, twice
+
+pytestmark = pytest.mark.gpu
+
+SPECS = [s for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))) if gemm.supports(s)]
+IDS = [s.name for s in SPECS]
+
+
+def _hopper() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability(0) != (9, 0):
+        pytest.skip("needs an sm_90 GPU (H100 / H200)")
+
+
+def _dtype(W: np.ndarray):
+    return to_torch(np.zeros(1, W.dtype)).dtype
+
+
+def _weight(spec: Spec, K: int, N: int, seed: int, group: int | None):
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=seed, group_size=group)
+    gw = gemm.pack_gemm(spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
+    return gw, W
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_every_spec_every_token_tile_with_tails(spec: Spec) -> None:
+    _hopper()
+    if spec.act_order:
+        pytest.skip("act-order gathers x: the sm_80 kernel (test_act_order_stays_on_sm80)")
+    auto = spec.scales.group_size == "auto"
+    K, N = (4096 + 128 if auto else 4096 + 8), 1448  # a partial feature tile; per-channel: a K tail
+    gw, W = _weight(spec, K, N, K + N, 128 if auto else None)
+    assert not gw.gather
+    for cfg in CONFIGS90:
+        for M in {1, cfg.bn - 3 if cfg.bn > 8 else 5, cfg.bn + 5}:
+            x_np = random_x(spec, M, K, seed=M + cfg.bn)
+            x = to_torch(x_np)
+            y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=cfg), (M, N), _dtype(W))  # noqa: B023
+            check(spec, y, matmul_reference(x_np, W))
+
+
+@pytest.mark.quick
+def test_split_k_bias_and_automatic_choice() -> None:
+    _hopper()
+    import torch
+
+    spec = load_spec("awq_int4_fp16")
+    K, N = 8192 + 128, 384
+    gw, W = _weight(spec, K, N, 3, 128)
+    rng = np.random.default_rng(0)
+    bias_np = rng.standard_normal(N).astype(np.float16)
+    bias = to_torch(bias_np)
+    for M in (7, 100, 300):
+        x_np = random_x(spec, M, K, seed=M)
+        x = to_torch(x_np)
+        ref = matmul_reference(x_np, W, bias_np)
+        outs = []
+        for splits in (1, 3, 7):
+            y = twice(
+                lambda out: gemm.run_gemm(spec, x, gw, bias=bias, out=out, splits=splits),  # noqa: B023
+                (M, N),
+                _dtype(W),
+            )
+            check(spec, y, ref)
+            outs.append(to_numpy(y))
+        auto = gemm.run_gemm(spec, x, gw, bias=bias)
+        torch.cuda.synchronize()
+        check(spec, auto, ref)
+    assert any(isinstance(k[0], tuple) and k[0][0] == "sm90" and k[2] > 1 for k in gw.workspace), "no Hopper split"
+    # the automatic choice took the Hopper kernel: its bound launches hold tensor maps
+    assert "w" in gw.tensor_maps
+
+
+def test_act_order_stays_on_sm80() -> None:
+    _hopper()
+    spec = load_spec("gptq_int4_asym_act_order_fp16")
+    K, N = 128 * 20, 256
+    gw, W = _weight(spec, K, N, 5, 128)
+    assert gw.gather
+    x_np = random_x(spec, 33, K, seed=2)
+    y = gemm.run_gemm(spec, to_torch(x_np), gw)
+    check(spec, y, matmul_reference(x_np, W))
+    assert "w" not in gw.tensor_maps
+    with pytest.raises(ValueError, match="config: the Hopper GEMM needs"):
+        gemm.run_gemm(spec, to_torch(x_np), gw, config=CONFIGS90[0])
+
+
+def test_unaligned_x_falls_back() -> None:
+    _hopper()
+    import torch
+
+    spec = load_spec("awq_int4_fp16")
+    K, N = 1024, 256
+    gw, W = _weight(spec, K, N, 9, 128)
+    x_np = random_x(spec, 20, K + 1, seed=1)
+    x = to_torch(x_np)[:, 1:]  # rows 2 bytes off a 16-byte boundary
+    assert not gemm90.hopper_eligible(gw, x.data_ptr(), int(x.stride(0)))
+    y = gemm.run_gemm(spec, x, gw)
+    torch.cuda.synchronize()
+    check(spec, y, matmul_reference(x_np[:, 1:], W))
