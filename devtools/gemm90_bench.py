@@ -12,7 +12,6 @@ import json
 import time
 
 
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", default="awq_int4_fp16")
@@ -79,7 +78,6 @@ def main() -> None:
                 flush=True,
             )
         print(f"  (packed in {pack_s:.1f} s)", flush=True)
-        del qweight, qzeros, scales, w, gw, W
         torch.cuda.empty_cache()
     if args.out:
         with open(args.out, "w") as f:

@@ -5,8 +5,9 @@ tensor-core GEMM (dqgen.run.gemm.run_gemm on a packed weight) and dequantize + c
 buffer, then torch.matmul), with cuBLAS on the dense weight alone beside them; one call after an L2 flush, median
 (dqgen.run.timing.single_call_us). Every output is checked against float64 x @ W first.
 
-The rule: ``gemm_min_m`` = 16 where the GEMM is faster than the GEMV at M = 16 on every shape, else 17 (the
-GEMV launches 16 rows at a time; smaller M is not timed here); ``dense_min_m`` = the smallest M of the list from
+The rule: ``gemm_min_m`` = the M (of the list up to 16, or 17: the GEMV launches 16 rows at a time) from
+which the GEMM replaces the GEMV that costs the least over the faster of the two at its worst M and shape;
+``dense_min_m`` = the smallest M of the list from
 which dequantize + cuBLAS is faster than the GEMM by more than 3% on every shape (None: never). Prints a table;
 writes the rows as JSON to --json.
 
@@ -19,7 +20,7 @@ import argparse
 import json
 import sys
 
-MS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+MS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SHAPES = ((4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192))
 
 
@@ -88,16 +89,27 @@ def main() -> int:
         if M > 16 and all(t("dequant + cublas", M, K, N) * 1.03 < t("gemm", M, K, N) for K, N in shapes):
             dense_min = M
             break
-    print("\n| M | " + " | ".join(f"{K}x{N} gemm / dense / cublas (us)" for K, N in shapes) + " |")
+    print("\n| M | " + " | ".join(f"{K}x{N} gemv / gemm / dense / cublas (us)" for K, N in shapes) + " |")
     for M in ms:
         cells = [
-            f"{t('gemm', M, K, N):.1f} / {t('dequant + cublas', M, K, N):.1f} / {t('cublas dense', M, K, N):.1f}"
+            (f"{t('gemv', M, K, N):.1f} / " if M <= 16 else "- / ")
+            + f"{t('gemm', M, K, N):.1f} / {t('dequant + cublas', M, K, N):.1f} / {t('cublas dense', M, K, N):.1f}"
             for K, N in shapes
         ]
         print(f"| {M} | " + " | ".join(cells) + " |")
-    gemm_min = dispatch.GEMV_MAX_M + 1
-    if 16 in ms and all(t("gemm", 16, K, N) < t("gemv", 16, K, N) for K, N in shapes):
-        gemm_min = 16
+    small = [M for M in ms if M <= dispatch.GEMV_MAX_M]
+
+    def regret(start: int) -> float:
+        """The worst ratio over the faster path, GEMV below ``start``, GEMM from it, over the small M and shapes."""
+        worst = 1.0
+        for M in small:
+            for K, N in shapes:
+                gv, gm = t("gemv", M, K, N), t("gemm", M, K, N)
+                worst = max(worst, (gm if start <= M else gv) / min(gv, gm))
+        return worst
+
+    gemm_min = min([*small, dispatch.GEMV_MAX_M + 1], key=lambda m: (regret(m), -m))
+    print(f"gemm_min_m {gemm_min}: at most {regret(gemm_min):.3f}x the faster of GEMV and GEMM up to M = 16")
     rule = dispatch.DispatchRule(gemm_min_m=gemm_min, dense_min_m=dense_min)
     print(f"rule for {torch.cuda.get_device_name(0)}: {rule}")
     if a.json:

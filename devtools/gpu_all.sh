@@ -73,7 +73,9 @@ if [[ " $STEPS " == *" quick "* ]]; then
   bg_pytest quick-gemm -m gpu tests/test_gpu_gemm.py -k "not test_every_spec or awq_int4_fp16-128 or int8_bf16-128"
   # the W8A8 GEMM: bit-exact int32 and epilogue, fp8 tolerance, SmoothQuant MLP, W8A8Linear under torch.compile
   bg_pytest quick-w8a8gemm -m gpu tests/test_w8a8_gemm_gpu.py
-  quick_jobs=(quick-tests quick-matmul quick-entry quick-gemm quick-w8a8gemm)
+  # the Hopper GEMM (sm_90 only; skipped elsewhere): every int4 / int8 spec at every token tile with tails
+  bg_pytest quick-gemm90 -m gpu tests/test_gpu_gemm90.py
+  quick_jobs=(quick-tests quick-matmul quick-entry quick-gemm quick-w8a8gemm quick-gemm90)
   if [[ " $STEPS " != *" sanitize "* ]]; then
     collect "${quick_jobs[@]}"
     echo "test step: $(( $(date +%s) - t0 )) s"
@@ -83,7 +85,8 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
   t0=$(date +%s)
   jobs=(sanitize_entry_points-memcheck gru_persist_sanitize-racecheck gru_persist_sanitize-synccheck
         matmul_sanitize-memcheck matmul_sanitize-racecheck w8a8_memcheck-memcheck w8a8_memcheck-racecheck
-        gemm_sanitize-memcheck gemm_sanitize-racecheck w8a8_gemm_memcheck-memcheck w8a8_gemm_memcheck-racecheck)
+        gemm_sanitize-memcheck gemm_sanitize-racecheck w8a8_gemm_memcheck-memcheck w8a8_gemm_memcheck-racecheck
+        gemm90_sanitize-memcheck gemm90_sanitize-racecheck gemm90_sanitize-synccheck)
   sanitize memcheck devtools/sanitize_entry_points.py
   shared=$(python devtools/sanitize_entry_points.py --shared)
   if [[ -n "$shared" ]]; then
@@ -106,6 +109,10 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
   sanitize racecheck devtools/gemm_sanitize.py
   sanitize memcheck devtools/w8a8_gemm_memcheck.py
   sanitize racecheck devtools/w8a8_gemm_memcheck.py
+  # the Hopper GEMM: TMA stages recycled through mbarriers, consumers on a named barrier (sm_90 only)
+  sanitize memcheck devtools/gemm90_sanitize.py
+  sanitize racecheck devtools/gemm90_sanitize.py
+  sanitize synccheck devtools/gemm90_sanitize.py
   collect "${jobs[@]}" ${quick_jobs[@]+"${quick_jobs[@]}"}
   echo "sanitizer step (with the quick tests beside it, when both run): $(( $(date +%s) - t0 )) s"
 fi

@@ -25,6 +25,7 @@ def gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
         return names[device]
 
     monkeypatch.setattr(dispatch, "dev_name", dev_name)
+    monkeypatch.setattr(dispatch, "is_hopper", lambda device: names[device].startswith("NVIDIA H"))
     monkeypatch.setattr(dispatch, "rule_path", lambda: tmp_path / "dispatch.json")
     monkeypatch.setattr(dispatch, "_RULES", {})
     monkeypatch.setattr(dispatch, "_NAMES", {})
@@ -46,6 +47,16 @@ def test_this_machines_measurement_wins_and_unknown_gpus_get_the_defaults(gpu, t
     assert dispatch.rule_for(1) == DispatchRule()
     assert dispatch.rule_for(0) == DispatchRule(17, None) and dispatch.rule_for(1) == DispatchRule()
     assert asked == [0, 1]  # the driver is asked each device's name once
+
+
+def test_an_sm90_gpu_without_a_rule_gets_the_hopper_rule(gpu) -> None:
+    """An H200 (no measurement of its own, none shipped) takes the H100's Hopper rule, not the sm_80 defaults: the
+    defaults send M >= 512 to dequantize + cuBLAS, which the Hopper GEMM beats (docs/bench/gemm_dispatch.json)."""
+    names, _ = gpu
+    names[2] = "NVIDIA H200"
+    shipped = json.loads(dispatch.SHIPPED_RULES.read_text())[H100]
+    assert dispatch.rule_for(2) == dispatch.HOPPER_RULE == DispatchRule(shipped["gemm_min_m"], shipped["dense_min_m"])
+    assert DispatchRule() != dispatch.HOPPER_RULE
 
 
 @pytest.mark.parametrize(

@@ -200,11 +200,12 @@ class TensorMapArg:
 
 
 def encode_tensor_map_2d(
-    ptr: int, elem_bytes: int, inner: int, outer: int, row_bytes: int, box: tuple[int, int]
+    ptr: int, elem_bytes: int, inner: int, outer: int, row_bytes: int, box: tuple[int, int], swizzle: bool = True
 ) -> TensorMapArg:
     """A 2-D tensor map over ``outer`` rows of ``inner`` elements of ``elem_bytes`` (1 or 2) bytes, rows
-    ``row_bytes`` apart (a multiple of 16; ``ptr`` 16-byte aligned), copied in boxes of (inner, outer) elements
-    with the 128-byte swizzle (box[0] x elem_bytes must be 128); out-of-bounds elements read as zeros."""
+    ``row_bytes`` apart (a multiple of 16; ``ptr`` 16-byte aligned), copied in boxes of (inner, outer) elements,
+    with the 128-byte swizzle (box[0] x elem_bytes must then be 128) or none; out-of-bounds elements read as
+    zeros."""
     if elem_bytes not in (1, 2):
         raise ValueError(f"elem_bytes: expected 1 or 2, got {elem_bytes}")
     if ptr % 16 or row_bytes % 16:
@@ -222,7 +223,9 @@ def encode_tensor_map_2d(
             [u32(int(box[0])), u32(int(box[1]))],
             [u32(1), u32(1)],
             driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B
+            if swizzle
+            else driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
             driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         ),

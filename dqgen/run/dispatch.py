@@ -1,13 +1,13 @@
 """``Kernel.matmul``: y = x @ dequant(W) by the fastest path for M, by a per-GPU ``DispatchRule``.
 
-- M below the rule's ``gemm_min_m`` (17 by default; 16 on the H100, whose measured GEMM beats the GEMV at 16
-  tokens): the fused GEMV (dqgen.run.matmul), up to 16 tokens a launch;
-- from there, for 4- and 8-bit integer specs: the tensor-core GEMM (dqgen.run.gemm), on the GemmWeight packed
-  beside the MatmulWeight by ``Kernel.pack_matmul`` or, for checkpoint tensors, packed once per tensor version
-  (cached like the GEMV's);
-- from the rule's ``dense_min_m`` on, where the checkpoint tensors are at hand (passed in the call, or alive and
-  unchanged beside a packed weight): dequantize into a dense weight and ``torch.matmul`` (cuBLAS), where a
-  compute-bound GEMM of fp16 weights beats mma.sync with a conversion in its loop;
+- M below the rule's ``gemm_min_m`` (17 by default; 4 on the H100 and other sm_90 GPUs, where the Hopper GEMM
+  beats the GEMV from 4 tokens): the fused GEMV (dqgen.run.matmul), up to 16 tokens a launch;
+- from there, for 4- and 8-bit integer specs: the tensor-core GEMM (dqgen.run.gemm; on sm_90 its wgmma main
+  loop, dqgen.run.gemm90), on the GemmWeight packed beside the MatmulWeight by ``Kernel.pack_matmul`` or, for
+  checkpoint tensors, packed once per tensor version (cached like the GEMV's);
+- from the rule's ``dense_min_m`` on (512 by default; never on sm_90), where the checkpoint tensors are at hand
+  (passed in the call, or alive and unchanged beside a packed weight): dequantize into a dense weight and
+  ``torch.matmul`` (cuBLAS), where a compute-bound GEMM of fp16 weights beats mma.sync with a conversion in its loop;
 - other specs (floats, codebooks, 2/3-bit) keep the GEMV for every M;
 - under torch.compile, one custom op of dqgen.run.torch_op (``dqgen::matmul_dispatch*``; ``dqgen::matmul*`` for
   specs the GEMM does not take), which makes the same choice when it runs.
@@ -36,6 +36,7 @@ from ..emit.nvrtc import default_cache_dir
 from ..emit.pipeline import Artifact
 from .errors import imported_torch as _torch
 from .gemm import GemmWeight, pack_gemm, packed_gemm, run_gemm
+from .gemm90 import is_hopper
 from .matmul import MatmulWeight, packed_gemv, run_gemv
 from .operands import check_activation
 from .packcache import version
@@ -120,6 +121,11 @@ class DispatchRule:
     dense_min_m: int | None = DEFAULT_DENSE_MIN_M
 
 
+#: The rule of an sm_90 GPU with no measurement of its own (an H200, an H100 of another name): the H100's measured
+#: rule with the Hopper GEMM (dispatch_rules.json): the GEMM from 4 tokens, never dequantize + cuBLAS.
+HOPPER_RULE = DispatchRule(gemm_min_m=4, dense_min_m=None)
+
+
 def rule_path() -> Path:
     """This machine's measured rules (devtools/gemm_dispatch_rule.py --write-rule), by GPU name."""
     return default_cache_dir() / "dispatch.json"
@@ -156,7 +162,9 @@ def rule_for(device: int) -> DispatchRule:
         name = _NAMES[device] = dev_name(device)
     hit = _RULES.get(name)
     if hit is None:
-        hit = _stored(rule_path(), name) or _stored(SHIPPED_RULES, name) or DispatchRule()
+        hit = _stored(rule_path(), name) or _stored(SHIPPED_RULES, name)
+        if hit is None:
+            hit = HOPPER_RULE if is_hopper(device) else DispatchRule()
         _RULES[name] = hit
     return hit
 

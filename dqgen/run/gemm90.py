@@ -22,10 +22,9 @@ from .loader import load
 #: The entry points' parameters in order with their widths (tests/test_gemm90.py holds this equal to the rendered
 #: signature): the two tensor maps by value, pointers as uint64, int as int32.
 PARAMS90: tuple[tuple[str, Any], ...] = (
-    ("wmap", dev.TensorMapArg),
-    ("xmap", dev.TensorMapArg),
-    *((name, np.uint64) for name in ("scales", "zeros", "tile_group", "bias", "y", "ws", "counters")),
-    *((name, np.int32) for name in ("M", "N", "Ns", "k_tiles", "tiles_per_split")),
+    *((name, dev.TensorMapArg) for name in ("wmap", "xmap", "smap", "zmap")),
+    *((name, np.uint64) for name in ("tile_group", "bias", "y", "ws", "counters")),
+    *((name, np.int32) for name in ("M", "N", "k_tiles", "tiles_per_split")),
 )
 
 
@@ -40,15 +39,22 @@ def hopper_eligible(w: Any, x_ptr: int, x_stride: int) -> bool:
     return not w.gather and is_hopper(w.device) and x_ptr % 16 == 0 and (x_stride * 2) % 16 == 0 and w.K % 8 == 0
 
 
-def weight_map(spec: Spec, w: Any) -> dev.TensorMapArg:
-    """The weight's tensor map: rows are the 128-byte-line rows of wq, a box is one K tile of a CTA's 128 features."""
+def weight_maps(spec: Spec, w: Any) -> tuple[dev.TensorMapArg, dev.TensorMapArg, dev.TensorMapArg]:
+    """The weight's tensor maps, made once: wq (rows are its 128-byte-line rows; a box is one K tile of a CTA's 128
+    features, 128-byte swizzled), the scales and the zeros ([G, Ns]; a box is one group's 128 columns; without
+    zeros the scales' map stands in, never read)."""
     hit = w.tensor_maps.get("w")
     if hit is None:
         line_bytes = w.slots * 2
         lines_per_tile = TILE_N // columns_interleaved(spec.source.bits)
-        hit = w.tensor_maps["w"] = dev.encode_tensor_map_2d(
-            w.wq.data_ptr(), 1, line_bytes, w.n_lines, line_bytes, (128, lines_per_tile)
-        )
+        wmap = dev.encode_tensor_map_2d(w.wq.data_ptr(), 1, line_bytes, w.n_lines, line_bytes, (128, lines_per_tile))
+        groups = int(w.scales.shape[0])
+        smap = dev.encode_tensor_map_2d(w.scales.data_ptr(), 2, w.Ns, groups, w.Ns * 2, (TILE_N, 1), swizzle=False)
+        zmap = smap
+        if w.zeros is not None:
+            ze = int(w.zeros.element_size())
+            zmap = dev.encode_tensor_map_2d(w.zeros.data_ptr(), ze, w.Ns, groups, w.Ns * ze, (TILE_N, 1), swizzle=False)
+        hit = w.tensor_maps["w"] = (wmap, smap, zmap)
     return hit
 
 
@@ -85,11 +91,12 @@ def bind90(
     if splits > 1:
         assert w.workspace is not None
         ws, counters = w.workspace.get((("sm90", cfg.bn), tiles, splits), splits * tiles * cfg.bn * TILE_N, tiles)
+    wmap, smap, zmap = weight_maps(spec, w)
     values = {
-        "wmap": weight_map(spec, w),
+        "wmap": wmap,
         "xmap": x_map(x_ptr, M, w.K, x_stride, cfg.bn),
-        "scales": w.scales.data_ptr(),
-        "zeros": 0 if w.zeros is None else w.zeros.data_ptr(),
+        "smap": smap,
+        "zmap": zmap,
         "tile_group": w.tile_group.data_ptr(),
         "bias": 0 if bias is None else bias.data_ptr(),
         "y": out.data_ptr(),
@@ -97,7 +104,6 @@ def bind90(
         "counters": 0 if counters is None else counters.data_ptr(),
         "M": M,
         "N": w.N,
-        "Ns": w.Ns,
         "k_tiles": w.k_tiles,
         "tiles_per_split": per_split,
     }

@@ -1,0 +1,88 @@
+"""CPU: the Hopper GEMM (dqgen.kernels.gemm90) renders and compiles for sm_90a for every spec it takes, with wgmma
+(HGMMA) in the SASS, no slow conversion (I2F), no local memory (no spills, no stack frame); its launch arguments are
+the rendered signature; its configs fit the shared memory and registers they claim; the loader compiles it for the
+architecture-specific target."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
+from dqgen.emit.nvrtc import compile_source
+from dqgen.emit.sass import disassemble
+from dqgen.kernels.gemm import supports
+from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config, Gemm90KernelConfig, choose_config90, gemm90_entry_name
+from dqgen.run.loader import target_arch
+
+SPECS = [s for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))) if supports(s)]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_compiles_for_sm90a_with_wgmma_and_no_local_memory(spec: Spec) -> None:
+    kc = Gemm90KernelConfig(spec)
+    res = compile_source(kc.source(), arch="sm_90a", want="cubin", name=kc.source_name, options=["-Xptxas=-v"])
+    assert res.cubin is not None
+    # every entry point: no stack frame, no spills (ptxas -v prints one line of each per function)
+    frames = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", res.log)
+    assert len(frames) == len(CONFIGS90) and all(f == ("0", "0", "0") for f in frames), res.log
+    ops = Counter(line.split()[0] for line in disassemble(res.cubin) if line.strip())
+    assert ops["HGMMA.64x8x16.F32"] + sum(v for k, v in ops.items() if k.startswith("HGMMA")) > 0
+    assert not any(k.startswith(("I2F", "LDL", "STL")) for k in ops), sorted(k for k in ops if k[:3] in ("I2F", "LDL"))
+    # the warp-specialised pipeline: TMA loads completing on mbarriers
+    assert any(k.startswith("UTMALDG") for k in ops) and any(k.startswith("SYNCS") for k in ops)
+
+
+def test_launch_arguments_match_the_rendered_signature() -> None:
+    from dqgen.run.device import TensorMapArg
+    from dqgen.run.gemm90 import PARAMS90
+
+    spec = load_spec("awq_int4_fp16")
+    src = Gemm90KernelConfig(spec).source()
+    widths = {"int": np.int32, "TensorMap": TensorMapArg}
+    for cfg in CONFIGS90:
+        m = re.search(re.escape(gemm90_entry_name(spec, cfg)) + r"\((.*?)\)\s*\{", src, re.S)
+        assert m is not None
+        params = []
+        for decl in m.group(1).split(","):
+            decl = " ".join(decl.split())
+            name = decl.split(" ")[-1]
+            ctype = decl[: -len(name)].replace("const", "").replace("__restrict__", "").strip()
+            ctype = ctype.replace("__grid_constant__", "").strip().split("::")[-1]
+            params.append((name, np.uint64 if "*" in ctype else widths[ctype]))
+        assert params == list(PARAMS90)
+
+
+def test_configs_fit_and_the_choice_holds_m() -> None:
+    for cfg in CONFIGS90:
+        for bits, zero_elem in ((4, 1), (8, 2), (4, 0)):
+            assert cfg.shared_bytes(bits, zero_elem) <= 228 * 1024 // cfg.min_blocks - 1024
+        # what setmaxnreg moves: the producer's give-back pays for the consumers' raise
+        entry = min(255, 65536 // cfg.min_blocks // cfg.threads) // 8 * 8
+        assert 128 * 40 + cfg.consumers * 128 * cfg.consumer_regs <= cfg.threads * entry
+    for M in (1, 8, 9, 64, 65, 200, 256, 257, 4096):
+        cfg = choose_config90(M)
+        assert cfg.bn >= min(M, 256) and (cfg.bn == 8 or cfg.bn // 2 < M)
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"bn": 24, "consumers": 1, "stages": 4, "min_blocks": 1}, "bn"),
+        ({"bn": 64, "consumers": 3, "stages": 4, "min_blocks": 1}, "consumers"),
+        ({"bn": 256, "consumers": 1, "stages": 2, "min_blocks": 1}, "one consumer"),
+        ({"bn": 256, "consumers": 2, "stages": 8, "min_blocks": 1}, "does not fit"),
+    ],
+)
+def test_config_errors_name_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        Gemm90Config(**kwargs)
+
+
+def test_the_loader_compiles_the_architecture_specific_target() -> None:
+    kc = Gemm90KernelConfig.one(load_spec("awq_int4_fp16"), CONFIGS90[0])
+    assert target_arch(kc, "sm_90") == "sm_90a" and target_arch(kc, "sm_90a") == "sm_90a"
+    assert kc.min_sm == 90
