@@ -601,16 +601,15 @@ def _bench_model(e2e: dict[str, Any], impls: str | None, as_json: bool, record: 
     from .tools import bench_model as bmod
 
     try:
-        layers = bmod.parse_int("--layers", e2e["--layers"] if e2e["--layers"] is not None else bmod.MAX_LAYERS, 1,
-                                bmod.MAX_LAYERS)  # fmt: skip
-        batches = bmod.parse_list("--batches", e2e["--batches"], 1, 1024) if e2e["--batches"] else list(
-            bmod.DEFAULT_BATCHES)  # fmt: skip
-        prefill = bmod.parse_int("--prefill", e2e["--prefill"], 0, 8192) if e2e["--prefill"] is not None else (
-            bmod.DEFAULT_PREFILL)  # fmt: skip
-        new_tokens = bmod.parse_int("--new-tokens", e2e["--new-tokens"], 2, 4096) if e2e["--new-tokens"] else (
-            bmod.DEFAULT_NEW_TOKENS)  # fmt: skip
-        runs = bmod.parse_int("--runs", e2e["--runs"], 1, 100) if e2e["--runs"] is not None else bmod.DEFAULT_RUNS
-        modes = bmod.parse_names("--modes", e2e["--modes"], bmod.MODES) if e2e["--modes"] else list(bmod.MODES)
+        given = {flag: value for flag, value in e2e.items() if value is not None}
+        layers = bmod.parse_int("--layers", given.get("--layers", bmod.MAX_LAYERS), 1, bmod.MAX_LAYERS)
+        batches = bmod.parse_list(
+            "--batches", given.get("--batches", ",".join(map(str, bmod.DEFAULT_BATCHES))), 1, 1024
+        )
+        prefill = bmod.parse_int("--prefill", given.get("--prefill", bmod.DEFAULT_PREFILL), 0, bmod.MAX_POSITIONS)
+        new_tokens = bmod.parse_int("--new-tokens", given.get("--new-tokens", bmod.DEFAULT_NEW_TOKENS), 2, 4096)
+        runs = bmod.parse_int("--runs", given.get("--runs", bmod.DEFAULT_RUNS), 1, 100)
+        modes = bmod.parse_names("--modes", given.get("--modes", ",".join(bmod.MODES)), bmod.MODES)
         wanted = bmod.parse_names("--impls", impls, bmod.IMPLS) if impls else list(bmod.IMPLS)
     except ValueError as e:
         _fail(str(e))

@@ -153,13 +153,11 @@ def table(doc: dict) -> str:
 # ----------------------------------------------------------------------------------------------- torch int4
 
 
-def tinygemm_linear(W_nk: Any, group: int = GROUP) -> tuple[Callable[[Any], Any], Any]:
-    """torch's int4 kernel (aten._weight_int4pack_mm, bf16) on W [N, K]: round-to-nearest per group of ``group``
-    along K, codes q in 0..15 with scale = (max - min) / 15, tinygemm's additive zero = min + 8 * scale, so that
-    W ~ (q - 8) * scale + zero. Returns the call on x [M, K] bf16 and the weight it computes with (bf16-rounded
-    scales and zeros, [N, K] float32: the reference). Torch packs the codes itself
-    (_convert_weight_to_int4pack, uint8 [N, K / 2]); which nibble holds the even k has changed between torch
-    versions, so both are tried on a probe and the one that reproduces the weight is kept."""
+def tinygemm_quantize(W_nk: Any, group: int = GROUP) -> tuple[Any, Any, Any]:
+    """Round-to-nearest of W [N, K] for tinygemm, per group of ``group`` along K: codes [N, K] int32 in 0..15 with
+    scale = (max - min) / 15 and the additive zero = min + 8 * scale, both rounded to bf16, so that
+    W ~ (q - 8) * scale + zero. Returns the codes, scales-and-zeros [K / group, N, 2] bf16 (the kernel's operand)
+    and the weight they stand for, [N, K] float32."""
     import torch
 
     N, K = (int(d) for d in W_nk.shape)
@@ -172,8 +170,20 @@ def tinygemm_linear(W_nk: Any, group: int = GROUP) -> tuple[Callable[[Any], Any]
     scale_b = scale.to(torch.bfloat16)
     zero_b = (lo + 8 * scale).to(torch.bfloat16)
     w_ref = ((codes - 8).float() * scale_b.float() + zero_b.float()).reshape(N, K)
-    sz = torch.stack([scale_b.squeeze(2).t(), zero_b.squeeze(2).t()], dim=2).contiguous()  # [K / group, N, 2]
-    codes = codes.reshape(N, K)
+    sz = torch.stack([scale_b.squeeze(2).t(), zero_b.squeeze(2).t()], dim=2).contiguous()
+    return codes.reshape(N, K), sz, w_ref
+
+
+def tinygemm_linear(W_nk: Any, group: int = GROUP) -> tuple[Callable[[Any], Any], Any]:
+    """torch's int4 kernel (aten._weight_int4pack_mm, bf16) on W [N, K], quantized by :func:`tinygemm_quantize`.
+    Returns the call on x [M, K] bf16 and the weight it computes with (bf16-rounded
+    scales and zeros, [N, K] float32: the reference). Torch packs the codes itself
+    (_convert_weight_to_int4pack, uint8 [N, K / 2]); which nibble holds the even k has changed between torch
+    versions, so both are tried on a probe and the one that reproduces the weight is kept."""
+    import torch
+
+    codes, sz, w_ref = tinygemm_quantize(W_nk, group)
+    K = int(W_nk.shape[1])
     probe = torch.randn((CHECK_M, K), dtype=torch.bfloat16, device=W_nk.device, generator=_gen(7))
     ref = probe.double() @ w_ref.double().t()
     errs = []
