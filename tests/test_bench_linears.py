@@ -175,3 +175,65 @@ def test_every_implementation_small_run() -> None:
     assert {"fp16 cublas", "dqgen", "torch int4"} <= impls
     assert not bl.failed(rows)
     assert all(r.us > 0 and r.M in (1, 16) and r.layers == 1 and len(r.us_rounds) == bl.ROUNDS for r in rows)
+
+
+# ----------------------------------------------------------------------------------------------- humming in --matmul
+
+
+def test_humming_applies_to_awq_like_int4_g128_only() -> None:
+    from dqgen.core.spec import load_spec
+    from dqgen.tools import bench_matmul as bm
+
+    assert bm.humming_applies(load_spec("awq_int4_fp16"), 32, 4096)  # 4096 / 32 = group 128
+    assert bm.humming_applies(load_spec("awq_int4_bf16"), 32, 4096)
+    assert not bm.humming_applies(load_spec("awq_int4_fp16"), 64, 4096)  # group 64
+    assert not bm.humming_applies(load_spec("nvfp4_fp16"), 256, 4096)  # fp4 codes
+    assert "humming" in bm.IMPLS and bm.parse_impls("dqgen,humming") == ["dqgen", "humming"]
+
+
+def test_matmul_section_names_humming_where_it_ran() -> None:
+    from dqgen.tools import bench_matmul as bm
+
+    def row(impl: str, us: float) -> bm.MatmulRow:
+        return bm.MatmulRow(impl, "awq_int4_fp16", "fp16", 64, 8192, 28672, us, bm.pct_floor(40.0, us), 1e-4, 40.0, 64)
+
+    with_h = bm.markdown_section(bm.matmul_document("H100", 3000.0, [row("dqgen", 123.1), row("humming", 87.3)], "m"))
+    assert "| spec | K x N | M | floor us | dqgen | humming | rel_err |" in with_h
+    assert "| awq_int4_fp16 | 8192x28672 | 64 | 40.0 | 123.1 (32%) | 87.3 (46%) |" in with_h
+    assert "`humming` (humming-kernels' HummingLayer" in with_h
+    without = bm.markdown_section(bm.matmul_document("H100", 3000.0, [row("dqgen", 123.1)], "m"))
+    assert "HummingLayer" not in without
+
+
+def test_matmul_without_humming_says_so_in_one_line(monkeypatch) -> None:
+    pytest.importorskip("torch")
+    from dqgen.tools import bench_matmul as bm
+
+    lines: list[str] = []
+    monkeypatch.setattr(bm, "humming_installed", lambda: False)
+    assert bm.bench_matmul([], [], [1], 3000.0, impls=["dqgen", "humming"], log=lines.append) == []
+    assert [ln for ln in lines if ln.startswith("humming")] == [
+        "humming: not installed (pip install humming-kernels): no humming rows"
+    ]
+    lines.clear()
+    monkeypatch.setattr(bm, "humming_installed", lambda: True)
+    bm.bench_matmul([], [], [1], 3000.0, impls=["humming"], log=lines.append)
+    assert not [ln for ln in lines if ln.startswith("humming")]
+
+
+@pytest.mark.gpu
+def test_humming_layer_computes_the_awq_weight() -> None:
+    pytest.importorskip("humming")
+    import torch
+
+    from dqgen.core.spec import load_spec
+    from dqgen.run.inputs import make_inputs
+    from dqgen.run.runtime import Kernel
+    from dqgen.tools import bench_matmul as bm
+
+    spec = load_spec("awq_int4_fp16")
+    q, s, z = make_inputs(spec, 4096, 6144, 5)
+    W = Kernel(spec)(q, s, z)  # [K, N], every group of 128 on a 16-level grid
+    layer = bm.humming_layer(W.t())
+    x = torch.randn((16, 4096), dtype=torch.float16, device="cuda")
+    assert bl.rel_err(layer(x), x.double() @ W.double()) < 1e-2

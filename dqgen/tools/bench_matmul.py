@@ -615,8 +615,12 @@ def markdown_section(doc: dict) -> str:
         "the GEMV up to M = 16, then what the per-GPU dispatch rule picks), `dqgen gemm` (the tensor-core GEMM "
         "alone, M >= 16), `cublas dense` (torch.matmul on W, unquantized), `dequant + cublas` (dqgen's dequantize, "
         "then torch.matmul), `torch int4` (aten._weight_int4pack_mm, bf16 and group 128 only, its weight packed by "
-        "torch from the same codes), `humming` (humming-kernels' HummingLayer, uint4 g128 with zero points, "
-        "quantizing the same W itself; where installed).",
+        "torch from the same codes)"
+        + (
+            ", `humming` (humming-kernels' HummingLayer, uint4 g128 with zero points, quantizing the same W itself)."
+            if "humming" in impls
+            else "."
+        ),
         "",
         "| spec | K x N | M | floor us | " + " | ".join(impls) + " | rel_err |",
         "|---|---|---|---|" + "---|" * len(impls) + "---|",
