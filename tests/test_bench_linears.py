@@ -237,3 +237,56 @@ def test_humming_layer_computes_the_awq_weight() -> None:
     layer = bm.humming_layer(W.t())
     x = torch.randn((16, 4096), dtype=torch.float16, device="cuda")
     assert bl.rel_err(layer(x), x.double() @ W.double()) < 1e-2
+
+
+def test_bench_bookkeeping_on_cpu_stand_ins(monkeypatch) -> None:
+    """The bench's own bookkeeping with the GPU parts stood in for: each implementation checked against x @ W, one
+    graph per implementation and M, rounds in alternating order, the lowest round kept, a failing one left out."""
+    torch = pytest.importorskip("torch")
+    import dqgen.run.inputs as inputs
+    import dqgen.run.runtime as runtime
+    from dqgen.tools import bench_matmul as bm
+
+    monkeypatch.setattr(bl, "DEVICE", "cpu")
+    monkeypatch.setattr(bl, "LINEARS", (("q", 256, 128), ("down", 384, 256)))
+    # make_inputs' "codes" are the dense weight itself, and the stand-in Kernel dequantizes by returning it
+    monkeypatch.setattr(inputs, "make_inputs", lambda spec, K, N, seed: (torch.randn(K, N).half(), None, None))
+    monkeypatch.setattr(runtime, "Kernel", lambda spec: lambda q, s, z: q)
+    monkeypatch.setattr(bm, "humming_installed", lambda: False)
+    real_build = bl._build
+
+    def build(impl, weights):
+        if impl == "torch int4":
+            raise RuntimeError("stand-in failure")
+        return real_build("fp16 cublas", weights)  # dqgen stands in as a second F.linear
+
+    monkeypatch.setattr(bl, "_build", build)
+    graphs: list[int] = []  # replays asked for, per graph
+    calls: list[int] = []  # which graph each timing call hit
+
+    def fake_graph(run, replays):
+        run()  # every linear of the implementation, on inputs of its K
+        index = len(graphs)
+        graphs.append(replays)
+        figures = iter([100.0 + index, 90.0 + index])  # the second round is the faster one
+
+        def timed() -> float:
+            calls.append(index)
+            return next(figures)
+
+        return object(), timed
+
+    monkeypatch.setattr(bl, "graph_replays_us", fake_graph)
+    lines: list[str] = []
+    rows = bl.bench_linears(2, [1, 16], ["fp16 cublas", "dqgen", "torch int4", "humming"], 5, log=lines.append)
+    assert "humming: not installed (pip install humming-kernels): no humming rows" in lines
+    assert "torch int4: failed (RuntimeError: stand-in failure): no rows" in lines  # the others still measured
+    assert len([ln for ln in lines if "rel_err" in ln and "against float64 x @ W" in ln]) == 2
+    assert [(r.impl, r.M, r.layers, r.us, r.us_rounds) for r in rows] == [
+        ("fp16 cublas", 1, 2, 90.0, [100.0, 90.0]),
+        ("dqgen", 1, 2, 91.0, [101.0, 91.0]),
+        ("fp16 cublas", 16, 2, 92.0, [102.0, 92.0]),
+        ("dqgen", 16, 2, 93.0, [103.0, 93.0]),
+    ]
+    assert calls == [0, 1, 1, 0, 2, 3, 3, 2]  # round two in reverse order
+    assert graphs == [5, 5, 5, 5] and all(r.rel_err < bl.TOLERANCE["fp16"] for r in rows)

@@ -210,3 +210,46 @@ def test_short_run_every_implementation() -> None:
             ("prefill", 1),
         ]
     assert set(prepare_s) == set(bmod.IMPLS) and all(how.values())
+
+
+def test_bench_bookkeeping_on_a_tiny_cpu_llama(monkeypatch) -> None:
+    """bench_model's loop with the GPU timing stood in for, on a tiny Llama on the CPU: every implementation gets
+    a row per mode, batch and the prefill; one that cannot run here (dqgen's kernels and torch's int4 need a GPU)
+    is rows with its error, not a crash; the fp16 linears are back in the model afterwards."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=100)  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval().requires_grad_(False)
+    originals = bmod.decoder_linears(model)
+    monkeypatch.setattr(bmod, "build_model", lambda layers: model)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)  # around the swaps' timing: nothing queued here
+    modes_seen: list[str] = []
+    monkeypatch.setattr(bmod, "_graphs_on", lambda m: modes_seen.append("on"))
+    monkeypatch.setattr(bmod, "_graphs_off", lambda m: modes_seen.append("off"))
+
+    def fake_decode(m, batch, new_tokens):
+        m(torch.randint(0, 100, (batch, 3)))  # the model as prepared must run
+        return 2.0 * batch  # ms per step
+
+    monkeypatch.setattr(bmod, "decode_ms", fake_decode)
+    monkeypatch.setattr(bmod, "prefill_ms", lambda m, tokens: (m(torch.randint(0, 100, (1, tokens))), 4.0)[1])
+    rows, prepare_s, how = bmod.bench_model(1, [1, 2], 8, 4, 2, list(bmod.MODES), list(bmod.IMPLS), log=print)
+    keys = [(r.impl, r.mode, r.phase, r.batch) for r in rows]
+    for impl in ("fp16", "dqgen w4a16", "dqgen w8a8"):
+        for mode in bmod.MODES:
+            assert [k for k in keys if k[:2] == (impl, mode)] == [
+                (impl, mode, "decode", 1), (impl, mode, "decode", 2), (impl, mode, "prefill", 1)
+            ]  # fmt: skip
+    fp16 = [r for r in rows if r.impl == "fp16"]
+    assert all(r.error is None for r in fp16)
+    # decode: batch tokens per 2 * batch ms = 500 tok/s; prefill: 8 tokens in 4 ms = 2000 tok/s
+    assert [r.tok_s for r in fp16] == [500.0, 500.0, 2000.0] * 2 and fp16[0].runs_ms == [2.0, 2.0]
+    w4 = [r for r in rows if r.impl == "dqgen w4a16"]
+    assert all(r.tok_s is None and r.error and r.error.startswith("RuntimeError: QuantLinear") for r in w4)
+    assert how["dqgen w4a16"] and "dqgen w4a16" in prepare_s
+    int4 = [r for r in rows if r.impl == "torch int4"]
+    assert len(int4) == 2 * 3 and all(r.error and r.error.startswith("prepare: ") for r in int4)
+    assert modes_seen == ["on", "off"] * 3  # graphs mode entered and left for each implementation that prepared
+    assert all(model.get_submodule(n) is lin for n, lin in originals.items())
+    assert model.lm_head.weight.dtype == torch.float32  # the model's own dtype, back after torch int4's bf16

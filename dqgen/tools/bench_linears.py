@@ -37,6 +37,8 @@ LINEARS: tuple[tuple[str, int, int], ...] = (
     ("down", 14336, 4096),
 )
 SPEC = "awq_int4_fp16"
+#: Where the inputs are drawn (a CPU test of the bench's bookkeeping draws them on the CPU).
+DEVICE = "cuda"
 GROUP = 128
 DEFAULT_LAYERS = 4
 #: Llama-3-8B has 32 decoder layers; more would only measure a model that does not exist.
@@ -206,7 +208,7 @@ def tinygemm_linear(W_nk: Any, group: int = GROUP) -> tuple[Callable[[Any], Any]
 def _gen(seed: int) -> Any:
     import torch
 
-    return torch.Generator(device="cuda").manual_seed(seed)
+    return torch.Generator(device=DEVICE).manual_seed(seed)
 
 
 def rel_err(y: Any, ref: Any) -> float:
@@ -252,7 +254,7 @@ def graph_replays_us(run: Callable[[], None], replays: int) -> tuple[Any, Callab
     return graph, timed
 
 
-def _build(impl: str, weights: list[dict[str, Any]], log: Callable[[str], None]) -> list[Callable[[Any], Any]]:
+def _build(impl: str, weights: list[dict[str, Any]]) -> list[Callable[[Any], Any]]:
     """One callable per linear (in ``weights``' order) for ``impl``."""
     import torch
 
@@ -304,16 +306,17 @@ def bench_linears(
     fns: dict[str, list[Callable[[Any], Any]]] = {}
     errs: dict[str, float] = {}
     for impl in wanted:
-        try:
-            fns[impl] = _build(impl, weights, log)
-        except Exception as e:  # a peer that fails to build (a JIT compile, a refused format) loses its rows only
-            log(f"{impl}: failed to build ({type(e).__name__}: {str(e)[:200]}): no rows")
-            continue
         dtype = torch.bfloat16 if impl == "torch int4" else torch.float16
-        worst = 0.0
-        for w, fn in list(zip(weights, fns[impl], strict=True))[: len(LINEARS)]:
-            x = torch.randn((CHECK_M, w["K"]), dtype=dtype, device="cuda", generator=_gen(w["K"]))
-            worst = max(worst, rel_err(fn(x), x.double() @ w["W_nk"].double().t()))
+        try:
+            calls = _build(impl, weights)
+            worst = 0.0
+            for w, fn in list(zip(weights, calls, strict=True))[: len(LINEARS)]:
+                x = torch.randn((CHECK_M, w["K"]), dtype=dtype, device=DEVICE, generator=_gen(w["K"]))
+                worst = max(worst, rel_err(fn(x), x.double() @ w["W_nk"].double().t()))
+        except Exception as e:  # a peer that fails to build or run (a JIT compile, a refused format): its rows only
+            log(f"{impl}: failed ({type(e).__name__}: {str(e)[:200]}): no rows")
+            continue
+        fns[impl] = calls
         errs[impl] = worst
         tol = TOLERANCE["bf16" if impl == "torch int4" else "fp16"]
         log(f"{impl}: rel_err {worst:.2e} against float64 x @ W (layer 0, M = {CHECK_M}; bound {tol:g})")
@@ -325,7 +328,10 @@ def bench_linears(
         graphs = []
         for impl, calls in fns.items():
             dtype = torch.bfloat16 if impl == "torch int4" else torch.float16
-            xs = {K: torch.randn((M, K), dtype=dtype, device="cuda", generator=_gen(M * 31 + K)) for K in (4096, 14336)}
+            xs = {
+                K: torch.randn((M, K), dtype=dtype, device=DEVICE, generator=_gen(M * 31 + K))
+                for K in sorted({k for _, k, _ in LINEARS})
+            }
             pairs = [(xs[w["K"]], fn) for w, fn in zip(weights, calls, strict=True)]
 
             def run(pairs: list[tuple[Any, Callable[[Any], Any]]] = pairs) -> None:

@@ -467,7 +467,7 @@ def _graphs_off(model: Any) -> None:
     torch._dynamo.reset()
 
 
-def _median_runs(fn: Callable[[], float], runs: int) -> list[float]:
+def _timed_runs(fn: Callable[[], float], runs: int) -> list[float]:
     fn()  # warm-up: module loads, checked first calls, compile and capture in graphs mode
     return [fn() for _ in range(runs)]
 
@@ -494,10 +494,19 @@ def bench_model(
     model = build_model(layers)
     originals = decoder_linears(model)
     lm_head = model.lm_head
-    log(f"model: {layers} layers, {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters, fp16")
+    dtype = next(model.parameters()).dtype
+    log(f"model: {layers} layers, {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters, {dtype}")
     rows: list[ModelRow] = []
     prepare_s: dict[str, float] = {}
     prepare_how: dict[str, str] = {}
+
+    def failed(impl: str, mode: str, err: str) -> list[ModelRow]:
+        """Rows of every figure of ``impl`` in ``mode`` that could not be measured, with the error."""
+        keys: list[tuple[Phase, int, int]] = [("decode", b, new_tokens) for b in batches]
+        keys += [("prefill", 1, prefill)] if prefill else []
+        return [ModelRow(impl=impl, mode=mode, phase=phase, batch=b, tokens=n, tok_s=None, ms=None, runs_ms=[],
+                         error=err) for phase, b, n in keys]  # fmt: skip
+
     order = [i for i in IMPLS if i in impls]  # torch int4 last: it turns the model bf16
     for impl in order:
         torch.cuda.synchronize()
@@ -511,33 +520,31 @@ def bench_model(
             err = _error(e)
             log(f"{impl}: failed to prepare ({err}): error rows")
             for mode in modes:
-                rows += [ModelRow(impl=impl, mode=mode, phase="decode", batch=b, tokens=new_tokens, tok_s=None,
-                                  ms=None, runs_ms=[], error=f"prepare: {err}") for b in batches]  # fmt: skip
+                rows += failed(impl, mode, f"prepare: {err}")
             restore(model, originals, lm_head)
-            model.half()
+            model.to(dtype)
             continue
-        if model.lm_head is not lm_head:  # lm_head stays fp16 (as AWQ / GPTQ checkpoints keep it)
+        if model.lm_head is not lm_head:  # lm_head stays unquantized (as AWQ / GPTQ checkpoints keep it)
             model.lm_head = lm_head
         for mode in modes:
             try:
                 if mode == "graphs":
                     _graphs_on(model)
             except Exception as e:
-                err = _error(e)
-                rows += [ModelRow(impl=impl, mode=mode, phase="decode", batch=b, tokens=new_tokens, tok_s=None,
-                                  ms=None, runs_ms=[], error=f"setup: {err}") for b in batches]  # fmt: skip
+                rows += failed(impl, mode, f"setup: {_error(e)}")
                 continue
-            for b in batches:
-                decode = functools.partial(decode_ms, model, b, new_tokens)
-                rows.append(_measure(impl, mode, "decode", b, new_tokens, runs, decode, log))
-            if prefill:
-                forward = functools.partial(prefill_ms, model, prefill)
-                rows.append(_measure(impl, mode, "prefill", 1, prefill, runs, forward, log))
-            if mode == "graphs":
-                _graphs_off(model)
+            try:
+                for b in batches:
+                    decode = functools.partial(decode_ms, model, b, new_tokens)
+                    rows.append(_measure(impl, mode, "decode", b, new_tokens, runs, decode, log))
+                if prefill:
+                    forward = functools.partial(prefill_ms, model, prefill)
+                    rows.append(_measure(impl, mode, "prefill", 1, prefill, runs, forward, log))
+            finally:
+                if mode == "graphs":
+                    _graphs_off(model)
         restore(model, originals, lm_head)
-        if impl == "torch int4":
-            model.half()
+        model.to(dtype)  # after torch int4's bf16
         torch.cuda.empty_cache()
     return rows, prepare_s, prepare_how
 
@@ -547,7 +554,7 @@ def _measure(
 ) -> ModelRow:
     """One row: ``fn`` (ms per decode step, or per prefill) run ``runs`` times after a warm-up; its error if any."""
     try:
-        times = _median_runs(fn, runs)
+        times = _timed_runs(fn, runs)
     except Exception as e:  # a mode this transformers / torch cannot run: recorded, the other rows still measured
         err = _error(e)
         log(f"{impl} {mode} {phase} batch {batch}: failed ({err})")
