@@ -241,7 +241,8 @@ def plot_available() -> bool:
 
 
 def plot(doc: dict, path: Path) -> None:
-    """Tokens/s bars per batch size, one bar per implementation, one panel per (mode, phase); written whole."""
+    """The speed-up over fp16 (tokens/s ratio) per batch size, one bar per implementation, one panel per (mode,
+    phase), fp16's own tokens/s under each group; written whole."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -255,15 +256,22 @@ def plot(doc: dict, path: Path) -> None:
     for ax, (mode, phase) in zip(axes.flat, panels, strict=True):
         here = [r for r in rows if (r["mode"], r["phase"]) == (mode, phase)]
         batches = sorted({r["batch"] for r in here})
+        base = {r["batch"]: r["tok_s"] for r in here if r["impl"] == "fp16"}
         impls = [i for i in IMPLS if any(r["impl"] == i for r in here)]
         width = 0.8 / max(len(impls), 1)
         for j, impl in enumerate(impls):
             vals = {r["batch"]: r["tok_s"] for r in here if r["impl"] == impl}
             xs = [b + (j - (len(impls) - 1) / 2) * width for b in range(len(batches))]
-            ax.bar(xs, [vals.get(b, 0.0) for b in batches], width, label=impl, color=f"C{IMPLS.index(impl)}")
-        ax.set_xticks(range(len(batches)), [str(b) for b in batches])
-        ax.set_xlabel("batch" if phase == "decode" else "batch (prompt tokens per sequence: see rows)")
-        ax.set_ylabel("tokens/s")
+            ratios = [vals[b] / base[b] if b in vals and b in base else 0.0 for b in batches]
+            ax.bar(xs, ratios, width, label=impl, color=f"C{IMPLS.index(impl)}")
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        what = "batch" if phase == "decode" else f"prompt of {'/'.join(str(r['tokens']) for r in here[:1])} tokens"
+        ax.set_xticks(
+            range(len(batches)),
+            [f"{b}\nfp16 {base[b]:.0f} tok/s" if b in base else str(b) for b in batches],
+        )
+        ax.set_xlabel(what)
+        ax.set_ylabel("tokens/s over fp16's")
         ax.set_title(f"{phase}, {mode}")
         ax.legend(fontsize=7)
     fig.suptitle(f"Llama-3-8B-shaped ({doc['layers']} layers), random weights, on {doc['gpu']}, {doc['date']}")
