@@ -228,7 +228,10 @@ def test_bench_bookkeeping_on_a_tiny_cpu_llama(monkeypatch) -> None:
     monkeypatch.setattr(bmod, "_graphs_on", lambda m: modes_seen.append("on"))
     monkeypatch.setattr(bmod, "_graphs_off", lambda m: modes_seen.append("off"))
 
-    def fake_decode(m, batch, new_tokens):
+    cache_kinds: set[tuple[str, bool]] = set()
+
+    def fake_decode(m, batch, new_tokens, caches):
+        cache_kinds.add((modes_seen[-1] if modes_seen else "", caches is None))
         m(torch.randint(0, 100, (batch, 3)))  # the model as prepared must run
         return 2.0 * batch  # ms per step
 
@@ -251,5 +254,35 @@ def test_bench_bookkeeping_on_a_tiny_cpu_llama(monkeypatch) -> None:
     int4 = [r for r in rows if r.impl == "torch int4"]
     assert len(int4) == 2 * 3 and all(r.error and r.error.startswith("prepare: ") for r in int4)
     assert modes_seen == ["on", "off"] * 3  # graphs mode entered and left for each implementation that prepared
+    assert cache_kinds == {("", True), ("off", True), ("on", False)}  # kept static caches in graphs mode only
     assert all(model.get_submodule(n) is lin for n, lin in originals.items())
     assert model.lm_head.weight.dtype == torch.float32  # the model's own dtype, back after torch int4's bf16
+
+
+def _tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+                                      max_position_embeddings=256)  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval().requires_grad_(False)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def test_greedy_reuses_one_static_cache_per_batch() -> None:
+    torch = pytest.importorskip("torch")
+    model = _tiny_llama()
+    ids = torch.randint(3, 100, (2, 5), generator=torch.Generator().manual_seed(0))
+    eager = bmod.greedy(model, ids, 4, None, None)
+    assert eager.shape == (2, 9)
+    model.generation_config.cache_implementation = "static"  # as graphs mode sets it
+    caches: dict = {}
+    first = bmod.greedy(model, ids, 4, None, caches)
+    cache = caches[2]
+    second = bmod.greedy(model, ids, 4, None, caches)  # the same cache, reset: the same tokens again
+    assert caches[2] is cache and list(caches) == [2]
+    assert torch.equal(first, second) and torch.equal(first, eager)  # greedy on a static cache = on a dynamic one
+    assert model.generation_config.cache_implementation == "static"  # put back after each call
+    bmod.greedy(model, ids[:1], 4, None, caches)
+    assert sorted(caches) == [1, 2]

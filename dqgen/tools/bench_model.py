@@ -11,8 +11,9 @@ where that is not in this dqgen yet, each linear becomes ``QuantLinear.from_line
 each linear on aten._weight_int4pack_mm: dqgen.tools.bench_linears.tinygemm_linear). ``lm_head`` stays fp16 in
 every implementation, as AWQ / GPTQ checkpoints keep it.
 
-Timing: decode = the time between the first and the last generated token's logits (CUDA events recorded by a
-logits processor, so the prompt's prefill is not in it) over (new tokens - 1) steps, each step ``batch`` tokens;
+Timing: decode = the median time between consecutive generated tokens' logits (CUDA events recorded by a logits
+processor, so the prompt's prefill is not in it), each step ``batch`` tokens (the median, not the mean: a graphs-mode
+generate() may re-record its graphs in its first steps, where it makes a new static cache per call);
 prefill = one forward of [1, prefill] tokens (no cache, the last position's logits only), CUDA events around it.
 Each figure the median of ``runs`` runs after a warm-up run (which also compiles and captures, in graphs mode). A
 mode that fails (a compile error, an unsupported op) is a row with its error, not a crash.
@@ -134,8 +135,8 @@ def _now() -> str:
 
 def method_text(runs: int, prompt: int = PROMPT_TOKENS) -> str:
     return (
-        f"greedy generate(); decode: CUDA events at each generated token's logits, (last - first) / (new tokens - "
-        f"1) per step after a {prompt}-token prompt; prefill: one forward, no cache, last position's logits, "
+        f"greedy generate(); decode: CUDA events at each generated token's logits, the median step (batch tokens) "
+        f"after a {prompt}-token prompt; prefill: one forward, no cache, last position's logits, "
         f"events around it; a warm-up run first (compiles and captures in graphs mode), then the median of {runs} "
         "runs; graphs: static cache + torch.compile(model.forward, mode='reduce-overhead')"
     )
@@ -406,8 +407,62 @@ def _step_timer() -> Any:
     return StepTimer()
 
 
-def decode_ms(model: Any, batch: int, new_tokens: int, prompt: int = PROMPT_TOKENS) -> float:
-    """One greedy generate: milliseconds per decode step (first token's logits to the last's / (steps))."""
+def _static_cache(model: Any, batch: int, max_len: int, caches: dict[int, Any]) -> Any:
+    """graphs mode: one static cache per batch size, kept across generate() calls and reset before each (as
+    transformers documents it: a new cache per call would give the CUDA graphs new addresses, so re-recording or
+    recompiling in every run), or None where this transformers' StaticCache takes other arguments (then generate()
+    makes its own, cache_implementation="static")."""
+    if batch in caches:
+        cache = caches[batch]
+        if cache is not None:
+            cache.reset()
+        return cache
+    try:
+        from transformers import StaticCache
+
+        cache = StaticCache(config=model.config, max_cache_len=max_len)
+    except (ImportError, TypeError):
+        cache = None
+    caches[batch] = cache
+    return cache
+
+
+def greedy(model: Any, ids: Any, new_tokens: int, processors: Any, caches: dict[int, Any] | None) -> Any:
+    """``model.generate`` greedy for exactly ``new_tokens`` tokens after ``ids`` [batch, prompt]; with ``caches``
+    (graphs mode) on the batch size's kept static cache (:func:`_static_cache`) where this transformers takes one."""
+    import inspect
+
+    import torch
+
+    batch, prompt = (int(d) for d in ids.shape)
+    kw: dict[str, Any] = {}
+    cache = None if caches is None else _static_cache(model, batch, prompt + new_tokens, caches)
+    config = model.generation_config
+    implementation = config.cache_implementation
+    if cache is not None:
+        # the forward's name for it: "cache" in transformers 5, "past_key_values" before
+        name = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+        kw[name] = cache
+        config.cache_implementation = None  # generate() refuses a cache object and a cache_implementation together
+    try:
+        return model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            logits_processor=processors,
+            **kw,
+        )
+    finally:
+        config.cache_implementation = implementation
+
+
+def decode_ms(
+    model: Any, batch: int, new_tokens: int, caches: dict[int, Any] | None = None, prompt: int = PROMPT_TOKENS
+) -> float:
+    """One greedy generate: the median milliseconds between consecutive generated tokens' logits (a decode step:
+    ``batch`` tokens). ``caches``: graphs mode's static caches by batch size (None in eager mode)."""
+
     import torch
     from transformers import LogitsProcessorList
 
@@ -415,19 +470,16 @@ def decode_ms(model: Any, batch: int, new_tokens: int, prompt: int = PROMPT_TOKE
         1000, 100000, (batch, prompt), device="cuda", generator=torch.Generator(device="cuda").manual_seed(batch)
     )
     timer = _step_timer()
-    out = model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=new_tokens,
-        do_sample=False,
-        logits_processor=LogitsProcessorList([timer]),
-    )
+    out = greedy(model, ids, new_tokens, LogitsProcessorList([timer]), caches)
     torch.cuda.synchronize()
     if out.shape[1] - prompt != new_tokens or len(timer.events) != new_tokens:
         raise RuntimeError(
             f"generate made {out.shape[1] - prompt} tokens ({len(timer.events)} steps timed), not {new_tokens}"
         )
-    return float(timer.events[0].elapsed_time(timer.events[-1])) / (new_tokens - 1)
+    # the median step, not the mean: where generate() makes a new static cache per call, the first steps after the
+    # prompt may re-record the CUDA graphs for the new cache's addresses
+    steps = [float(a.elapsed_time(b)) for a, b in zip(timer.events, timer.events[1:], strict=False)]
+    return statistics.median(steps)
 
 
 def prefill_ms(model: Any, tokens: int) -> float:
@@ -541,9 +593,10 @@ def bench_model(
             except Exception as e:
                 rows += failed(impl, mode, f"setup: {_error(e)}")
                 continue
+            caches: dict[int, Any] | None = {} if mode == "graphs" else None
             try:
                 for b in batches:
-                    decode = functools.partial(decode_ms, model, b, new_tokens)
+                    decode = functools.partial(decode_ms, model, b, new_tokens, caches)
                     rows.append(_measure(impl, mode, "decode", b, new_tokens, runs, decode, log))
                 if prefill:
                     forward = functools.partial(prefill_ms, model, prefill)
