@@ -631,9 +631,13 @@ def _measure(
 
 
 def versions() -> dict[str, str]:
+    from importlib import metadata
+
     import torch
     import transformers
 
-    from .. import __version__
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "dqgen": __version__}
+    try:  # the distribution's version (dqgen/__init__ is the api layer, above tools)
+        dqgen_version = metadata.version("dqgen")
+    except metadata.PackageNotFoundError:
+        dqgen_version = "not installed (a checkout)"
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "dqgen": dqgen_version}
