@@ -35,7 +35,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kernels": frozenset({"core", "ir", "layout", "check", "solve", "emit"}),
     "run": frozenset({"core", "ir", "check", "layout", "solve", "emit", "kernels"}),
     "io": frozenset({"core", "layout", "check", "run"}),
-    "tools": frozenset({"core", "ir", "check", "layout", "solve", "emit", "kernels", "run"}),
+    # nn: the end-to-end benches (--model-linears, --model) time QuantLinear / W8A8Linear / quantize_model as a user
+    # runs them
+    "tools": frozenset({"core", "ir", "check", "layout", "solve", "emit", "kernels", "run", "nn"}),
     "gru": frozenset({"core", "emit", "kernels", "run"}),
     # nn: dqgen.quantize (numpy, on the Layout's packing) and QuantLinear (a Kernel's matmul)
     # w8a8: W8A8Linear (the W8A8 GEMM and the activation quantization)

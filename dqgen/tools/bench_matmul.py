@@ -7,8 +7,10 @@ activation x. Implementations: ``dqgen`` (``Kernel.pack_matmul`` once, then ``Ke
 (torch.matmul on W: what the weight costs unquantized), ``dequant + cublas`` (dqgen's dequantize into a buffer, then
 torch.matmul), ``torch int4`` (``torch.ops.aten._weight_int4pack_mm``, bf16 specs with 4-bit codes, integer zeros and
 group 128 only; its weight made by ``torch._convert_weight_to_int4pack`` from the same codes, its zero the same
-zero point as tinygemm's additive form; left out when its output does not match the reference). ``humming`` and
-``gemlite`` are named when importable (no adapter here yet) and reported 'not installed' otherwise.
+zero point as tinygemm's additive form; left out when its output does not match the reference), ``humming``
+(``humming-kernels``' HummingLayer, uint4 with zero points, group 128, quantizing the same dense W itself: int4 specs
+with integer zeros and group 128 only; left out, in one line, where humming is not installed). ``gemlite`` is named
+when importable (no adapter here yet) and reported 'not installed' otherwise.
 
 Each row: ``rel_err`` = ||y - ref|| / ||ref|| against ref = float64(x) @ float64(W) on the same input, so a wrong
 fast path shows; ``us`` = one call after an L2 flush, median (dqgen.run.timing.single_call_us); ``pct_floor`` =
@@ -40,12 +42,14 @@ DEFAULT_MS = (1, 2, 4, 8, 16)
 #: Issue 14's M (the GEMM's range); ``--m`` takes both lists joined for the whole table.
 GEMM_MS = (16, 32, 64, 128, 256, 512, 1024, 4096)
 #: Implementation names, as rows and ``--impls`` give them.
-IMPLS = ("dqgen", "dqgen gemm", "cublas dense", "dequant + cublas", "torch int4")
+IMPLS = ("dqgen", "dqgen gemm", "cublas dense", "dequant + cublas", "torch int4", "humming")
 #: The GEMV's largest M; from it on, ``dqgen gemm`` (the tensor-core GEMM alone, whatever the dispatch picks) is
 #: timed beside ``dqgen``.
 GEMV_MAX_M = 16
 #: Optional pip packages named in the output when present ("not installed" otherwise); they add no rows yet.
-EXTRAS = ("humming", "gemlite")
+EXTRAS = ("gemlite",)
+#: humming's (``pip install humming-kernels``) weight format as the issue measured it: AWQ's int4 g128 with zeros.
+HUMMING_WEIGHT_CONFIG = {"dtype": "uint4", "group_size": 128, "has_zero_point": True}
 #: Keys every JSON row carries (issue 13 item 7), in this order; later keys are extra.
 ROW_KEYS = ("impl", "spec", "dtype", "M", "K", "N", "us", "pct_floor", "rel_err")
 HEADER_KEYS = ("gpu", "date", "copy_gbps")
@@ -173,6 +177,37 @@ def torch_int4(spec: Spec, q: Any, s: Any, z: Any, high_first: bool) -> Callable
     return fn
 
 
+def humming_installed() -> bool:
+    """Whether ``humming`` (pip package humming-kernels) is importable here (looked up, not imported)."""
+    return importlib.util.find_spec("humming") is not None
+
+
+def humming_applies(spec: Spec, G: int, K: int) -> bool:
+    """The format HUMMING_WEIGHT_CONFIG times: 4-bit unsigned codes with integer zeros, group 128, no act-order."""
+    return (
+        spec.source.bits == 4
+        and spec.source.kind is SourceKind.unsigned
+        and spec.zeros.mode in ("integer", "gptq_v2", "gptq_v1")
+        and not spec.act_order
+        and K // G == 128
+    )
+
+
+def humming_layer(W_nk: Any) -> Callable[[Any], Any]:
+    """humming's W4A16 layer on the dense weight ``W_nk`` [N, K] (fp16 or bf16, on the GPU), which it quantizes
+    itself (round-to-nearest, uint4, group 128, zero points): for W made of a spec's codes, every group of 128 on
+    a 16-level grid, its codes are the same weight up to the rounding of its own scales."""
+    from humming.layer import HummingLayer
+
+    torch = _torch()
+    N, K = (int(d) for d in W_nk.shape)
+    layer = HummingLayer(shape_n=N, shape_k=K, weight_config=dict(HUMMING_WEIGHT_CONFIG), torch_dtype=W_nk.dtype).cuda()
+    layer.load_from_unquantized(W_nk.contiguous())
+    layer.transform()
+    torch.cuda.synchronize()
+    return layer
+
+
 def _rel_err(y: Any, ref: Any) -> float:
     torch = _torch()
     d = y.double() - ref
@@ -230,6 +265,9 @@ def bench_matmul(
 
     torch = _torch()
     wanted = list(impls or IMPLS)
+    if "humming" in wanted and not humming_installed():
+        log("humming: not installed (pip install humming-kernels): no humming rows")
+        wanted.remove("humming")
     for extra in EXTRAS:
         present = importlib.util.find_spec(extra) is not None
         log(
@@ -285,6 +323,11 @@ def bench_matmul(
                     log(f"{spec.name} {K}x{N} torch int4: output differs from the reference (rel_err {errs}): no row")
                 else:
                     fns["torch int4"] = torch_int4_fn
+            if "humming" in wanted and humming_applies(spec, G, K):
+                try:
+                    fns["humming"] = humming_layer(W.t())
+                except Exception as e:  # a JIT compile or a format humming refuses: its rows only are lost
+                    log(f"{spec.name} {K}x{N} humming: failed ({type(e).__name__}: {str(e)[:200]}): no row")
             calls: list[tuple[int, str, Callable[[], Any], float]] = []  # (M, impl, the call, rel_err)
             for M in ms:
                 x = torch.randn((M, K), dtype=tdt, device="cuda", generator=_gen(torch, M))
@@ -292,7 +335,14 @@ def bench_matmul(
                 for name, fn in fns.items():
                     if name == "dqgen gemm" and M < GEMV_MAX_M:
                         continue
-                    calls.append((M, name, functools.partial(fn, x), _rel_err(fn(x), ref)))
+                    try:
+                        err = _rel_err(fn(x), ref)
+                    except Exception as e:  # humming JIT-compiles per M: a failure there loses that row only
+                        if name != "humming":
+                            raise
+                        log(f"{spec.name} {K}x{N} M={M} humming: failed ({type(e).__name__}: {str(e)[:200]}): no row")
+                        continue
+                    calls.append((M, name, functools.partial(fn, x), err))
             # ROUNDS rounds over every call of this shape, every other one in reverse order; a call's figure is the
             # lowest of its rounds' medians: a transient slowdown of the machine (seen on the H100 at ~1 point in
             # 25, torch's kernels included, 2-3x for one ~100 ms median) then needs to hit every round to show
@@ -572,7 +622,12 @@ def markdown_section(doc: dict) -> str:
         "the GEMV up to M = 16, then what the per-GPU dispatch rule picks), `dqgen gemm` (the tensor-core GEMM "
         "alone, M >= 16), `cublas dense` (torch.matmul on W, unquantized), `dequant + cublas` (dqgen's dequantize, "
         "then torch.matmul), `torch int4` (aten._weight_int4pack_mm, bf16 and group 128 only, its weight packed by "
-        "torch from the same codes).",
+        "torch from the same codes)"
+        + (
+            ", `humming` (humming-kernels' HummingLayer, uint4 g128 with zero points, quantizing the same W itself)."
+            if "humming" in impls
+            else "."
+        ),
         "",
         "| spec | K x N | M | floor us | " + " | ".join(impls) + " | rel_err |",
         "|---|---|---|---|" + "---|" * len(impls) + "---|",

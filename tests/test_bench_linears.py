@@ -1,0 +1,292 @@
+"""dqgen bench --model-linears on the CPU: flags refused before any GPU work, the JSON record and the table from
+stand-in rows (ratios computed by hand), the correctness verdict, tinygemm's quantizer on a weight it must give back
+exactly; on a GPU, one small run of every implementation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dqgen.cli import app
+from dqgen.core.files import write_json
+from dqgen.tools import bench_linears as bl
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--layers", "0"], "error: [--layers] got 0; expected 1..32 decoder layers"),
+        (["--layers", "33"], "error: [--layers] got 33; expected 1..32"),
+        (["--m", "0"], "error: [--m] got '0'; expected comma-separated positive integers"),
+        (["--m", "1,x"], "error: [--m] got '1,x'"),
+        (["--impls", "dqgen,marlin"], "error: [--impls] got 'marlin'; with --model-linears expected a subset of"),
+        (["--replays", "2"], "error: [--replays] got 2; expected at least 3"),
+        (["--batches", "1"], "error: [--batches] does not apply to --model-linears"),
+        (["--runs", "3"], "error: [--runs] does not apply to --model-linears"),
+        (["--merge"], "error: [--merge] does not apply to --model-linears"),
+        (["--matmul"], "error: --model-linears is a bench of its own"),
+        (["--model"], "error: --model and --model-linears are separate benches"),
+        (["awq_int4_fp16"], "error: --model-linears times fixed Llama-3-8B shapes and writes its JSON record only; "
+                            "got specs"),
+        (["--docs", "perf.md"], "error: --model-linears times fixed Llama-3-8B shapes and writes its JSON record "
+                                "only; got --docs"),
+        (["--shapes", "4096x4096"], "error: --model-linears times fixed Llama-3-8B shapes"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("gpu", [True, False])
+def test_flags_refused_before_the_gpu(monkeypatch, tmp_path, args, message, gpu) -> None:
+    from dqgen.run import device as dev
+
+    monkeypatch.setattr(dev, "gpu_available", lambda: gpu)  # the same message with or without a GPU: checked first
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["bench", "--model-linears", *args])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(message), r.stderr
+    assert not (tmp_path / "docs").exists()
+
+
+def test_e2e_flags_without_their_bench(monkeypatch, tmp_path) -> None:
+    monkeypatch.chdir(tmp_path)
+    for flag, value in (("--layers", "2"), ("--replays", "5"), ("--batches", "1"), ("--modes", "eager")):
+        r = CliRunner().invoke(app, ["bench", flag, value])
+        assert r.exit_code == 2, r.output
+        assert r.stderr.strip() == f"error: [{flag}] applies to --model or --model-linears only"
+
+
+def test_valid_flags_then_no_gpu(monkeypatch, tmp_path) -> None:
+    from dqgen.run import device as dev
+
+    monkeypatch.setattr(dev, "gpu_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["bench", "--model-linears", "--layers", "2", "--m", "1,16", "--impls", "dqgen"])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip() == "error: dqgen bench --model-linears needs an NVIDIA GPU (none found)"
+    assert not (tmp_path / "docs").exists()
+
+
+def _row(impl: str, M: int, us: float, rel_err: float = 1e-4) -> bl.LinearsRow:
+    return bl.LinearsRow(impl=impl, M=M, layers=4, us=us, us_rounds=[us, us + 1.0], rel_err=rel_err)
+
+
+# the issue's H200 figures at M = 1 and 64 (µs)
+ROWS = [
+    _row("fp16 cublas", 1, 552.0),
+    _row("dqgen", 1, 322.0),
+    _row("humming", 1, 340.0),
+    _row("torch int4", 1, 317.0, rel_err=4e-3),
+    _row("fp16 cublas", 64, 557.0),
+    _row("dqgen", 64, 700.0),
+    _row("humming", 64, 490.0),
+]
+
+
+def _doc(rows: list[bl.LinearsRow]) -> dict:
+    return bl.document("NVIDIA H100 80GB HBM3", 4, rows, bl.method_text(20), when="2026-11-27 16:00 UTC")
+
+
+def test_record_keys_schema_and_round_trip(tmp_path) -> None:
+    doc = _doc(ROWS)
+    assert list(doc["rows"][0])[:4] == ["impl", "M", "layers", "us"]  # the issue's fields first
+    assert doc["linears"][0] == ("q", 4096, 4096) and doc["linears"][-1] == ("down", 14336, 4096)
+    assert sum(k * n for _, k, n in doc["linears"]) == 218_103_808  # Llama-3-8B's weights per decoder layer
+    path = tmp_path / "bench" / "e2e_linears.json"
+    write_json(path, doc)
+    back = json.loads(path.read_text())
+    assert bl.LinearsDocument.model_validate(back).model_dump() == bl.LinearsDocument.model_validate(doc).model_dump()
+    assert back["gpu"] == "NVIDIA H100 80GB HBM3" and back["date"] == "2026-11-27 16:00 UTC"
+    with pytest.raises(ValueError, match="extra"):
+        bl.LinearsRow.model_validate(back["rows"][0] | {"speed": 1})
+
+
+def test_table_columns_and_ratios_by_hand() -> None:
+    text = bl.table(_doc(ROWS))
+    assert "| M | fp16 cublas us | dqgen us | torch int4 us | humming us | dqgen / fp16 | torch int4 / fp16 |" in text
+    # 322 / 552 = 0.583, 317 / 552 = 0.574, 340 / 552 = 0.616
+    assert "| 1 | 552.0 | 322.0 | 317.0 | 340.0 | 0.58x | 0.57x | 0.62x |" in text
+    # torch int4 not timed at 64: blank cells; 700 / 557 = 1.257, 490 / 557 = 0.880
+    assert "| 64 | 557.0 | 700.0 |  | 490.0 | 1.26x |  | 0.88x |" in text
+    no_base = bl.table(_doc([_row("dqgen", 1, 322.0)]))
+    assert "| M | dqgen us |" in no_base and "/ fp16" not in no_base
+
+
+def test_failed_rows_by_dtype_bound() -> None:
+    rows = [
+        _row("dqgen", 1, 1.0, rel_err=2.5e-3),  # over fp16's 2e-3
+        _row("torch int4", 1, 1.0, rel_err=5e-3),  # bf16: within 1e-2
+        _row("humming", 1, 1.0, rel_err=0.5),  # its own quantization: reported, not judged
+        _row("fp16 cublas", 1, 1.0, rel_err=float("inf")),
+    ]
+    assert [r.impl for r in bl.failed(rows)] == ["dqgen", "fp16 cublas"]
+
+
+def test_cli_writes_record_and_table_from_stand_in_rows(monkeypatch, tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    from dqgen.run import device as dev
+
+    seen = {}
+
+    def fake_bench(layers, ms, impls, replays, log):
+        seen.update(layers=layers, ms=ms, impls=impls, replays=replays)
+        return [_row("fp16 cublas", 1, 552.0), _row("dqgen", 1, 322.0)]
+
+    monkeypatch.setattr(dev, "gpu_available", lambda: True)
+    monkeypatch.setattr(bl, "bench_linears", fake_bench)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Stand-in GPU")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["bench", "--model-linears", "--layers", "2", "--m", "1", "--replays", "5"])
+    assert r.exit_code == 0, r.output
+    assert seen == {"layers": 2, "ms": [1], "impls": list(bl.IMPLS), "replays": 5}
+    doc = json.loads((tmp_path / "docs/bench/e2e_linears.json").read_text())
+    assert doc["gpu"] == "Stand-in GPU" and doc["layers"] == 2 and len(doc["rows"]) == 2
+    assert "| 1 | 552.0 | 322.0 | 0.58x |" in r.stdout
+
+    monkeypatch.setattr(bl, "bench_linears", lambda *a, **k: [_row("dqgen", 1, 322.0, rel_err=0.1)])
+    r = CliRunner().invoke(app, ["bench", "--model-linears", "--record", "x.json"])
+    assert r.exit_code == 3 and "error: dqgen does not compute x @ W (rel_err 1.00e-01)" in r.stderr
+    assert (tmp_path / "x.json").is_file()  # the record is kept to look at
+
+
+def test_tinygemm_quantize_gives_a_grid_weight_back() -> None:
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(3)
+    N, K, G = 8, 256, 128
+    # every group on a 16-level grid that uses its two ends: scale and min are found exactly
+    codes = torch.randint(0, 16, (N, K), generator=g)
+    codes[:, 0], codes[:, 1], codes[:, 128], codes[:, 129] = 0, 15, 0, 15
+    scale = torch.tensor([0.5, 0.25]).repeat(N, 1)  # [N, groups], powers of two: exact in bf16
+    lo = torch.tensor([-4.0, -1.0]).repeat(N, 1)
+    W = codes.float() * scale.repeat_interleave(G, 1) + lo.repeat_interleave(G, 1)
+    q, sz, w_ref = bl.tinygemm_quantize(W, G)
+    assert torch.equal(q, codes.to(torch.int32))
+    assert torch.equal(w_ref, W)
+    assert sz.shape == (K // G, N, 2) and sz.dtype == torch.bfloat16
+    assert sz[0, 0].tolist() == [0.5, -4.0 + 8 * 0.5] and sz[1, 0].tolist() == [0.25, -1.0 + 8 * 0.25]
+    with pytest.raises(ValueError, match="K = 200 is not a multiple of the group size 128"):
+        bl.tinygemm_quantize(torch.zeros(4, 200), 128)
+
+
+@pytest.mark.gpu
+def test_every_implementation_small_run() -> None:
+    rows = bl.bench_linears(1, [1, 16], ["fp16 cublas", "dqgen", "torch int4", "humming"], replays=3, log=print)
+    impls = {r.impl for r in rows}
+    assert {"fp16 cublas", "dqgen", "torch int4"} <= impls
+    assert not bl.failed(rows)
+    assert all(r.us > 0 and r.M in (1, 16) and r.layers == 1 and len(r.us_rounds) == bl.ROUNDS for r in rows)
+
+
+# ----------------------------------------------------------------------------------------------- humming in --matmul
+
+
+def test_humming_applies_to_awq_like_int4_g128_only() -> None:
+    from dqgen.core.spec import load_spec
+    from dqgen.tools import bench_matmul as bm
+
+    assert bm.humming_applies(load_spec("awq_int4_fp16"), 32, 4096)  # 4096 / 32 = group 128
+    assert bm.humming_applies(load_spec("awq_int4_bf16"), 32, 4096)
+    assert not bm.humming_applies(load_spec("awq_int4_fp16"), 64, 4096)  # group 64
+    assert not bm.humming_applies(load_spec("nvfp4_fp16"), 256, 4096)  # fp4 codes
+    assert "humming" in bm.IMPLS and bm.parse_impls("dqgen,humming") == ["dqgen", "humming"]
+
+
+def test_matmul_section_names_humming_where_it_ran() -> None:
+    from dqgen.tools import bench_matmul as bm
+
+    def row(impl: str, us: float) -> bm.MatmulRow:
+        return bm.MatmulRow(impl, "awq_int4_fp16", "fp16", 64, 8192, 28672, us, bm.pct_floor(40.0, us), 1e-4, 40.0, 64)
+
+    with_h = bm.markdown_section(bm.matmul_document("H100", 3000.0, [row("dqgen", 123.1), row("humming", 87.3)], "m"))
+    assert "| spec | K x N | M | floor us | dqgen | humming | rel_err |" in with_h
+    assert "| awq_int4_fp16 | 8192x28672 | 64 | 40.0 | 123.1 (32%) | 87.3 (46%) |" in with_h
+    assert "`humming` (humming-kernels' HummingLayer" in with_h
+    without = bm.markdown_section(bm.matmul_document("H100", 3000.0, [row("dqgen", 123.1)], "m"))
+    assert "HummingLayer" not in without
+
+
+def test_matmul_without_humming_says_so_in_one_line(monkeypatch) -> None:
+    pytest.importorskip("torch")
+    from dqgen.tools import bench_matmul as bm
+
+    lines: list[str] = []
+    monkeypatch.setattr(bm, "humming_installed", lambda: False)
+    assert bm.bench_matmul([], [], [1], 3000.0, impls=["dqgen", "humming"], log=lines.append) == []
+    assert [ln for ln in lines if ln.startswith("humming")] == [
+        "humming: not installed (pip install humming-kernels): no humming rows"
+    ]
+    lines.clear()
+    monkeypatch.setattr(bm, "humming_installed", lambda: True)
+    bm.bench_matmul([], [], [1], 3000.0, impls=["humming"], log=lines.append)
+    assert not [ln for ln in lines if ln.startswith("humming")]
+
+
+@pytest.mark.gpu
+def test_humming_layer_computes_the_awq_weight() -> None:
+    pytest.importorskip("humming")
+    import torch
+
+    from dqgen.core.spec import load_spec
+    from dqgen.run.inputs import make_inputs
+    from dqgen.run.runtime import Kernel
+    from dqgen.tools import bench_matmul as bm
+
+    spec = load_spec("awq_int4_fp16")
+    q, s, z = make_inputs(spec, 4096, 6144, 5)
+    W = Kernel(spec)(q, s, z)  # [K, N], every group of 128 on a 16-level grid
+    layer = bm.humming_layer(W.t())
+    x = torch.randn((16, 4096), dtype=torch.float16, device="cuda")
+    assert bl.rel_err(layer(x), x.double() @ W.double()) < 1e-2
+
+
+def test_bench_bookkeeping_on_cpu_stand_ins(monkeypatch) -> None:
+    """The bench's own bookkeeping with the GPU parts stood in for: each implementation checked against x @ W, one
+    graph per implementation and M, rounds in alternating order, the lowest round kept, a failing one left out."""
+    torch = pytest.importorskip("torch")
+    import dqgen.run.inputs as inputs
+    import dqgen.run.runtime as runtime
+    from dqgen.tools import bench_matmul as bm
+
+    monkeypatch.setattr(bl, "DEVICE", "cpu")
+    monkeypatch.setattr(bl, "LINEARS", (("q", 256, 128), ("down", 384, 256)))
+    # make_inputs' "codes" are the dense weight itself, and the stand-in Kernel dequantizes by returning it
+    monkeypatch.setattr(inputs, "make_inputs", lambda spec, K, N, seed: (torch.randn(K, N).half(), None, None))
+    monkeypatch.setattr(runtime, "Kernel", lambda spec: lambda q, s, z: q)
+    monkeypatch.setattr(bm, "humming_installed", lambda: False)
+    real_build = bl._build
+
+    def build(impl, weights):
+        if impl == "torch int4":
+            raise RuntimeError("stand-in failure")
+        return real_build("fp16 cublas", weights)  # dqgen stands in as a second F.linear
+
+    monkeypatch.setattr(bl, "_build", build)
+    graphs: list[int] = []  # replays asked for, per graph
+    calls: list[int] = []  # which graph each timing call hit
+
+    def fake_graph(run, replays):
+        run()  # every linear of the implementation, on inputs of its K
+        index = len(graphs)
+        graphs.append(replays)
+        figures = iter([100.0 + index, 90.0 + index])  # the second round is the faster one
+
+        def timed() -> float:
+            calls.append(index)
+            return next(figures)
+
+        return object(), timed
+
+    monkeypatch.setattr(bl, "graph_replays_us", fake_graph)
+    lines: list[str] = []
+    rows = bl.bench_linears(2, [1, 16], ["fp16 cublas", "dqgen", "torch int4", "humming"], 5, log=lines.append)
+    assert "humming: not installed (pip install humming-kernels): no humming rows" in lines
+    assert "torch int4: failed (RuntimeError: stand-in failure): no rows" in lines  # the others still measured
+    assert len([ln for ln in lines if "rel_err" in ln and "against float64 x @ W" in ln]) == 2
+    assert [(r.impl, r.M, r.layers, r.us, r.us_rounds) for r in rows] == [
+        ("fp16 cublas", 1, 2, 90.0, [100.0, 90.0]),
+        ("dqgen", 1, 2, 91.0, [101.0, 91.0]),
+        ("fp16 cublas", 16, 2, 92.0, [102.0, 92.0]),
+        ("dqgen", 16, 2, 93.0, [103.0, 93.0]),
+    ]
+    assert calls == [0, 1, 1, 0, 2, 3, 3, 2]  # round two in reverse order
+    assert graphs == [5, 5, 5, 5] and all(r.rel_err < bl.TOLERANCE["fp16"] for r in rows)

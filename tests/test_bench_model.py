@@ -1,0 +1,288 @@
+"""dqgen bench --model on the CPU: flags refused before any GPU work, the record's schema, merge and one-line errors,
+the speed-up table (ratios by hand), the plot, the linear swap that gives every implementation the same weights (a
+tiny Llama); on a GPU, one short run of every implementation and mode."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dqgen.cli import app
+from dqgen.core.files import write_json
+from dqgen.tools import bench_model as bmod
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--layers", "0"], "error: [--layers] got 0; expected 1..32"),
+        (["--layers", "40"], "error: [--layers] got 40; expected 1..32"),
+        (["--batches", "0"], "error: [--batches] got '0'; expected comma-separated integers in 1..1024"),
+        (["--batches", "1,a"], "error: [--batches] got '1,a'"),
+        (["--prefill", "-1"], "error: [--prefill] got -1; expected 0..8192"),
+        (["--new-tokens", "1"], "error: [--new-tokens] got 1; expected 2..4096"),
+        (["--runs", "0"], "error: [--runs] got 0; expected 1..100"),
+        (["--modes", "eager,compiled"], "error: [--modes] got 'compiled'; with --model expected a subset of eager"),
+        (["--impls", "fp16,awq"], "error: [--impls] got 'awq'; with --model expected a subset of fp16, dqgen w4a16"),
+        (["--m", "1"], "error: [--m] does not apply to --model"),
+        (["--replays", "5"], "error: [--replays] does not apply to --model"),
+        (["--gru"], "error: --model is a bench of its own"),
+        (["--plot", "x.json"], "error: --model times fixed Llama-3-8B shapes and writes its JSON record only; got"),
+        (["--merge"], "error: --merge: docs/bench/model.json: cannot read the model record"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("gpu", [True, False])
+def test_flags_refused_before_the_gpu(monkeypatch, tmp_path, args, message, gpu) -> None:
+    from dqgen.run import device as dev
+
+    monkeypatch.setattr(dev, "gpu_available", lambda: gpu)
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["bench", "--model", *args])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(message), r.stderr
+    assert not (tmp_path / "docs").exists()
+
+
+def test_missing_transformers_then_gpu(monkeypatch, tmp_path) -> None:
+    import importlib.util
+
+    from dqgen.run import device as dev
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name))
+    monkeypatch.setattr(dev, "gpu_available", lambda: True)
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["bench", "--model", "--layers", "2"])
+    assert (
+        r.exit_code == 2
+        and r.stderr.strip() == "error: dqgen bench --model needs transformers (pip install transformers)"
+    )
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "transformers" else real(name)
+    )
+    monkeypatch.setattr(dev, "gpu_available", lambda: False)
+    r = CliRunner().invoke(app, ["bench", "--model", "--layers", "2"])
+    assert r.exit_code == 2 and r.stderr.strip() == "error: dqgen bench --model needs an NVIDIA GPU (none found)"
+
+
+def _row(impl: str, mode: str, phase: str, batch: int, tok_s: float | None, error: str | None = None) -> bmod.ModelRow:
+    tokens = 32 if phase == "decode" else 2048
+    ms = None if tok_s is None else (batch if phase == "decode" else tokens) * 1000.0 / tok_s
+    return bmod.ModelRow(impl=impl, mode=mode, phase=phase, batch=batch, tokens=tokens, tok_s=tok_s, ms=ms,
+                         runs_ms=[] if ms is None else [ms], error=error)  # fmt: skip
+
+
+ROWS = [
+    _row("fp16", "eager", "decode", 1, 30.0),
+    _row("dqgen w4a16", "eager", "decode", 1, 48.0),
+    _row("dqgen w8a8", "eager", "decode", 1, 36.0),
+    _row("fp16", "eager", "decode", 64, 1600.0),
+    _row("dqgen w4a16", "eager", "decode", 64, 1200.0),
+    _row("fp16", "graphs", "decode", 1, 110.0),
+    _row("dqgen w4a16", "graphs", "decode", 1, None, error="TorchRuntimeError: something"),
+    _row("fp16", "eager", "prefill", 1, 9000.0),
+    _row("dqgen w4a16", "eager", "prefill", 1, 8100.0),
+]
+
+
+def _doc(rows: list[bmod.ModelRow], gpu: str = "NVIDIA H100 80GB HBM3", layers: int = 32, when: str = "") -> dict:
+    return bmod.document(gpu, layers, rows, bmod.method_text(3), {"torch": "2.11"}, {"dqgen w4a16": 7.5},
+                         {"dqgen w4a16": "dqgen.nn.quantize_model"}, when=when or "2026-11-27 16:00 UTC")  # fmt: skip
+
+
+def test_speedups_by_hand() -> None:
+    text = bmod.speedups(_doc(ROWS))
+    assert "| mode | phase | batch | dqgen w4a16 | dqgen w8a8 |" in text  # no torch int4 row: no column
+    assert "| eager | decode | 1 | 1.60x | 1.20x |" in text  # 48 / 30, 36 / 30
+    assert "| eager | decode | 64 | 0.75x |  |" in text  # 1200 / 1600
+    assert "| eager | prefill | 1 | 0.90x |  |" in text  # 8100 / 9000
+    assert "| graphs | decode | 1 |  |  |" in text  # the failed row has no figure
+    assert text.index("| eager | decode | 64") < text.index("| graphs | decode | 1")
+
+
+def test_table_shows_errors_and_figures() -> None:
+    text = bmod.table(_doc(ROWS))
+    assert "| dqgen w4a16 | graphs | decode | 1 | 32 |  |  | TorchRuntimeError: something |" in text
+    assert "| fp16 | eager | decode | 64 | 32 | 1600.0 | 40.00 |  |" in text  # 64 tokens a step in 40 ms
+
+
+def test_record_round_trip_and_bad_records(tmp_path) -> None:
+    path = tmp_path / "model.json"
+    doc = _doc(ROWS)
+    write_json(path, doc)
+    assert bmod.load_document(path) == json.loads(json.dumps(doc))
+    assert doc["config"]["num_hidden_layers"] == 32 and doc["config"]["intermediate_size"] == 14336
+    path.write_text(json.dumps(doc | {"rows": [{"impl": "fp16"}]}))
+    with pytest.raises(ValueError) as e:
+        bmod.load_document(path)
+    assert str(e.value).startswith(f"{path}: rows.0.mode: ") and "\n" not in str(e.value)
+    path.write_text("{nope")
+    with pytest.raises(ValueError, match="not JSON"):
+        bmod.load_document(path)
+
+
+def test_merge_keeps_rows_not_remeasured() -> None:
+    old = _doc(ROWS, when="2026-11-27 15:00 UTC")
+    new = _doc([_row("fp16", "eager", "decode", 1, 31.0)])
+    merged = bmod.merge_documents(old, new)
+    assert len(merged["rows"]) == len(ROWS)
+    fp16_b1 = [
+        r for r in merged["rows"] if (r["impl"], r["mode"], r["phase"], r["batch"]) == ("fp16", "eager", "decode", 1)
+    ]
+    assert [r["tok_s"] for r in fp16_b1] == [31.0]  # re-measured: the new figure only
+    assert f"{len(ROWS) - 1} rows from the run of 2026-11-27 15:00 UTC" in merged["method"]
+    with pytest.raises(ValueError, match="the record has layers 32, this run 2"):
+        bmod.merge_documents(old, _doc([_row("fp16", "eager", "decode", 1, 31.0)], layers=2))
+    with pytest.raises(ValueError, match="the record has gpu"):
+        bmod.merge_documents(old, _doc([], gpu="NVIDIA H200"))
+
+
+@pytest.mark.skipif(not bmod.plot_available(), reason="matplotlib is not installed")
+def test_plot_from_stand_in_rows(tmp_path) -> None:
+    png = tmp_path / "model.png"
+    bmod.plot(_doc(ROWS), png)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_cli_writes_record_speedups_first(monkeypatch, tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from dqgen.run import device as dev
+
+    seen = {}
+
+    def fake_bench(layers, batches, prefill, new_tokens, runs, modes, impls, log):
+        seen.update(layers=layers, batches=batches, prefill=prefill, new_tokens=new_tokens, modes=modes, impls=impls)
+        return ROWS, {"dqgen w4a16": 7.5}, {"dqgen w4a16": "dqgen.nn.quantize_model"}
+
+    monkeypatch.setattr(dev, "gpu_available", lambda: True)
+    monkeypatch.setattr(bmod, "bench_model", fake_bench)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Stand-in GPU")
+    monkeypatch.chdir(tmp_path)
+    args = ["bench", "--model", "--layers", "2", "--batches", "1,64", "--prefill", "0", "--modes", "eager"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert seen == {"layers": 2, "batches": [1, 64], "prefill": None, "new_tokens": 32, "modes": ["eager"],
+                    "impls": list(bmod.IMPLS)}  # fmt: skip
+    assert r.stdout.startswith("Speed-up over fp16")
+    doc = bmod.load_document(tmp_path / "docs/bench/model.json")
+    assert doc["gpu"] == "Stand-in GPU" and doc["layers"] == 2 and doc["versions"]["torch"] == torch.__version__
+    r = CliRunner().invoke(app, [*args, "--merge", "--impls", "fp16"])
+    assert r.exit_code == 0, r.output
+    assert len(bmod.load_document(tmp_path / "docs/bench/model.json")["rows"]) == len(ROWS)
+
+
+def test_swap_and_restore_keep_the_fp16_linears() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=100)  # fmt: skip
+    model = transformers.LlamaForCausalLM(config)
+    originals = bmod.decoder_linears(model)
+    assert len(originals) == 2 * 7 and not any(n.endswith("lm_head") for n in originals)
+    assert sorted({n.rsplit(".", 1)[-1] for n in originals}) == sorted(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    lm_head = model.lm_head
+    for name in originals:
+        bmod._set(model, name, torch.nn.Identity())
+    model.lm_head = torch.nn.Identity()
+    assert not bmod.decoder_linears(model)
+    bmod.restore(model, originals, lm_head)
+    assert all(model.get_submodule(n) is lin for n, lin in originals.items()) and model.lm_head is lm_head
+
+
+@pytest.mark.gpu
+def test_short_run_every_implementation() -> None:
+    pytest.importorskip("transformers")
+    rows, prepare_s, how = bmod.bench_model(1, [1, 4], 64, 4, 1, list(bmod.MODES), list(bmod.IMPLS), log=print)
+    eager = [r for r in rows if r.mode == "eager"]
+    assert {r.impl for r in eager} == set(bmod.IMPLS)
+    assert all(r.error is None and r.tok_s and r.tok_s > 0 for r in eager), [r for r in eager if r.error]
+    for impl in bmod.IMPLS:
+        assert sorted((r.phase, r.batch) for r in eager if r.impl == impl) == [
+            ("decode", 1),
+            ("decode", 4),
+            ("prefill", 1),
+        ]
+    assert set(prepare_s) == set(bmod.IMPLS) and all(how.values())
+
+
+def test_bench_bookkeeping_on_a_tiny_cpu_llama(monkeypatch) -> None:
+    """bench_model's loop with the GPU timing stood in for, on a tiny Llama on the CPU: every implementation gets
+    a row per mode, batch and the prefill; one that cannot run here (dqgen's kernels and torch's int4 need a GPU)
+    is rows with its error, not a crash; the fp16 linears are back in the model afterwards."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=100)  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval().requires_grad_(False)
+    originals = bmod.decoder_linears(model)
+    monkeypatch.setattr(bmod, "build_model", lambda layers: model)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)  # around the swaps' timing: nothing queued here
+    modes_seen: list[str] = []
+    monkeypatch.setattr(bmod, "_graphs_on", lambda m: modes_seen.append("on"))
+    monkeypatch.setattr(bmod, "_graphs_off", lambda m: modes_seen.append("off"))
+
+    cache_kinds: set[tuple[str, bool]] = set()
+
+    def fake_decode(m, batch, new_tokens, caches):
+        cache_kinds.add((modes_seen[-1] if modes_seen else "", caches is None))
+        m(torch.randint(0, 100, (batch, 3)))  # the model as prepared must run
+        return 2.0 * batch  # ms per step
+
+    monkeypatch.setattr(bmod, "decode_ms", fake_decode)
+    monkeypatch.setattr(bmod, "prefill_ms", lambda m, tokens: (m(torch.randint(0, 100, (1, tokens))), 4.0)[1])
+    rows, prepare_s, how = bmod.bench_model(1, [1, 2], 8, 4, 2, list(bmod.MODES), list(bmod.IMPLS), log=print)
+    keys = [(r.impl, r.mode, r.phase, r.batch) for r in rows]
+    for impl in ("fp16", "dqgen w4a16", "dqgen w8a8"):
+        for mode in bmod.MODES:
+            assert [k for k in keys if k[:2] == (impl, mode)] == [
+                (impl, mode, "decode", 1), (impl, mode, "decode", 2), (impl, mode, "prefill", 1)
+            ]  # fmt: skip
+    fp16 = [r for r in rows if r.impl == "fp16"]
+    assert all(r.error is None for r in fp16)
+    # decode: batch tokens per 2 * batch ms = 500 tok/s; prefill: 8 tokens in 4 ms = 2000 tok/s
+    assert [r.tok_s for r in fp16] == [500.0, 500.0, 2000.0] * 2 and fp16[0].runs_ms == [2.0, 2.0]
+    w4 = [r for r in rows if r.impl == "dqgen w4a16"]
+    assert all(r.tok_s is None and r.error and r.error.startswith("RuntimeError: QuantLinear") for r in w4)
+    assert how["dqgen w4a16"] and "dqgen w4a16" in prepare_s
+    int4 = [r for r in rows if r.impl == "torch int4"]
+    assert len(int4) == 2 * 3 and all(r.error and r.error.startswith("prepare: ") for r in int4)
+    assert modes_seen == ["on", "off"] * 3  # graphs mode entered and left for each implementation that prepared
+    assert cache_kinds == {("", True), ("off", True), ("on", False)}  # kept static caches in graphs mode only
+    assert all(model.get_submodule(n) is lin for n, lin in originals.items())
+    assert model.lm_head.weight.dtype == torch.float32  # the model's own dtype, back after torch int4's bf16
+
+
+def _tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+                                      max_position_embeddings=256)  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval().requires_grad_(False)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def test_greedy_reuses_one_static_cache_per_batch() -> None:
+    torch = pytest.importorskip("torch")
+    model = _tiny_llama()
+    ids = torch.randint(3, 100, (2, 5), generator=torch.Generator().manual_seed(0))
+    eager = bmod.greedy(model, ids, 4, None, None)
+    assert eager.shape == (2, 9)
+    model.generation_config.cache_implementation = "static"  # as graphs mode sets it
+    caches: dict = {}
+    first = bmod.greedy(model, ids, 4, None, caches)
+    cache = caches[2]
+    second = bmod.greedy(model, ids, 4, None, caches)  # the same cache, reset: the same tokens again
+    assert caches[2] is cache and list(caches) == [2]
+    assert torch.equal(first, second) and torch.equal(first, eager)  # greedy on a static cache = on a dynamic one
+    assert model.generation_config.cache_implementation == "static"  # put back after each call
+    bmod.greedy(model, ids[:1], 4, None, caches)
+    assert sorted(caches) == [1, 2]
