@@ -268,6 +268,7 @@ def from_pretrained(
     ``from_config`` (``attn_implementation``, ...). ``output_loading_info``: also return ``{"quantized": {name:
     spec}, "notes": {name: [...]}, "unexpected_keys": [...]}``. The folder must be local."""
     try:
+        import transformers
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError:
         raise ImportError("dqgen.from_pretrained needs transformers (pip install transformers)") from None
@@ -289,11 +290,14 @@ def from_pretrained(
     if dt is None:
         dt = _scales_dtype(folder)
     if dt is None:
-        cfg_dt = getattr(config, "torch_dtype", None)
+        cfg_dt = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
         dt = cfg_dt if cfg_dt in _DTYPES else torch.float16
     layers = read_linear_layers(folder, _DTYPES[dt], qc, arch=_arch(dev))
+    # transformers 4.56 renamed from_config's torch_dtype to dtype (the old name warns from then on)
+    major, minor = (int(v) for v in transformers.__version__.split(".")[:2])
+    dtype_kw = {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dt}
     with _parameters_on_meta():
-        model = AutoModelForCausalLM.from_config(config, torch_dtype=dt, trust_remote_code=trust_remote_code, **kwargs)
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code, **dtype_kw, **kwargs)
     source = _Source(folder)
     specs = _swap(model, layers, source, dev)
     consumed = {n for lay in layers.values() for n in lay.consumed}

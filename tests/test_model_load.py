@@ -1,0 +1,691 @@
+"""Loading a quantized model (issue 26): ``dqgen.from_pretrained`` and ``dqgen.nn.replace_linears`` on a tiny Llama
+whose linears this module quantizes and packs itself, in each format's own tensor names, layouts and config schema:
+
+- AWQ gemm (AutoAWQ ``awq/modules/linear/gemm.py``): qweight [K, N/8] and qzeros [G, N/8] int32 packed along N in
+  the order [0,2,4,6,1,3,5,7], scales fp16 [G, N]; value (q - z) * s.
+- GPTQ (AutoGPTQ ``qlinear_cuda_old.py``, GPTQModel ``checkpoint_format``): qweight [K/P, N] packed along K,
+  qzeros [G, N/P] along N, both sequential (v1 stores z - 1, v2 z); g_idx [K] with desc_act (act-order); sym:
+  value q - 2^(bits-1).
+- compressed-tensors pack-quantized (``pack_to_int32``): weight_packed [N, K/P] int32 packed along K of the
+  signed codes + 2^(bits-1), weight_scale [N, G], weight_zero_point [N/P, G] packed along N (asymmetric),
+  weight_g_idx [K] (actorder), weight_shape [2]; value (q - zp) * s.
+- ModelOpt (``hf_quant_config.json``, quant_method modelopt): FP8 weight float8_e4m3fn [N, K] with a per-tensor fp32
+  weight_scale; NVFP4 weight uint8 [N, K/2] (two e2m1 codes a byte, the first in the low nibble), weight_scale
+  float8_e4m3fn [N, K/16], weight_scale_2 fp32 (global); input_scale beside both.
+
+Expected weights never come from dqgen: each is recomputed here from the generated codes (an exact float64 product
+rounded once by numpy's cast; NVFP4: rounded to fp32, then to the target, as its format defines). The io-level tests
+need numpy only; the model-level ones need torch and transformers (skipped with the reason when missing), and run
+on the CPU by giving each QuantLinear the forward ``x @ W`` on dqgen's CPU reference dequantization of its own
+buffers. tests/test_model_load_gpu.py runs the real kernels."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from dqgen.check.reference import dequantize_reference
+from dqgen.io.hf_config import parse_config
+from dqgen.io.model_layers import read_linear_layers
+
+E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+
+# The tiny Llama: hidden 64, MLP 128, 4 heads of 16 (2 KV heads), 2 layers, vocabulary 96.
+HIDDEN, INTER, HEADS, KV_HEADS, LAYERS, VOCAB = 64, 128, 4, 2, 2, 96
+HEAD_DIM = HIDDEN // HEADS
+
+
+def linear_shapes() -> dict[str, tuple[int, int]]:
+    """Every decoder linear of the tiny Llama: module name -> (K = in_features, N = out_features)."""
+    out = {}
+    for i in range(LAYERS):
+        a, m = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        out |= {
+            f"{a}.q_proj": (HIDDEN, HEADS * HEAD_DIM),
+            f"{a}.k_proj": (HIDDEN, KV_HEADS * HEAD_DIM),
+            f"{a}.v_proj": (HIDDEN, KV_HEADS * HEAD_DIM),
+            f"{a}.o_proj": (HEADS * HEAD_DIM, HIDDEN),
+            f"{m}.gate_proj": (HIDDEN, INTER),
+            f"{m}.up_proj": (HIDDEN, INTER),
+            f"{m}.down_proj": (INTER, HIDDEN),
+        }
+    return out
+
+
+def llama_config(quantization_config: dict | None, dtype: str = "float16") -> dict:
+    cfg: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTER,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "num_hidden_layers": LAYERS,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 128,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+        "torch_dtype": dtype,
+        "hidden_act": "silu",
+    }
+    if quantization_config is not None:
+        cfg["quantization_config"] = quantization_config
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------- the test's packers
+
+
+def pack_rows(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Codes [R, C] -> int32 [R/P, C]: word r holds rows P*r + i at bits [bits*i, bits*i + bits)."""
+    p = 32 // bits
+    words = np.zeros((codes.shape[0] // p, codes.shape[1]), np.uint32)
+    for i in range(p):
+        words |= codes[i::p].astype(np.uint32) << np.uint32(bits * i)
+    return words.view(np.int32)
+
+
+def pack_cols(codes: np.ndarray, bits: int, order: tuple[int, ...] | None = None) -> np.ndarray:
+    """Codes [R, C] -> int32 [R, C/P]: word j holds column P*j + order[i] at bits [bits*i, ...)."""
+    p = 32 // bits
+    order = order or tuple(range(p))
+    words = np.zeros((codes.shape[0], codes.shape[1] // p), np.uint32)
+    for i, c in enumerate(order):
+        words |= codes[:, c::p].astype(np.uint32) << np.uint32(bits * i)
+    return words.view(np.int32)
+
+
+def exact(values: np.ndarray, dtype: Any = np.float16) -> np.ndarray:
+    """A float64 array (exact products) rounded once to ``dtype``."""
+    return values.astype(np.float64).astype(dtype)
+
+
+def scales_f16(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.uniform(0.002, 0.02, shape).astype(np.float16)
+
+
+@dataclass
+class Packed:
+    tensors: dict[str, np.ndarray]  # the checkpoint's tensors of this layer, by full name
+    weight: np.ndarray  # the test's dequantization, W [K, N] (x @ W), in the target dtype
+    fmt: str
+
+
+Packer = Callable[[np.random.Generator, str, int, int], Packed]
+
+
+def awq(rng: np.random.Generator, name: str, K: int, N: int, group: int = 32) -> Packed:
+    G = K // group
+    q, z, s = rng.integers(0, 16, (K, N)), rng.integers(0, 16, (G, N)), scales_f16(rng, (G, N))
+    rows = np.arange(K) // group
+    w = exact((q - z[rows]) * s[rows].astype(np.float64))
+    t = {"qweight": pack_cols(q, 4, AWQ_ORDER), "qzeros": pack_cols(z, 4, AWQ_ORDER), "scales": s}
+    return Packed({f"{name}.{k}": v for k, v in t.items()}, w, "awq")
+
+
+def gptq(
+    rng: np.random.Generator,
+    name: str,
+    K: int,
+    N: int,
+    *,
+    bits: int,
+    group: int = 32,
+    sym: bool = False,
+    v2: bool = False,
+    act_order: bool = False,
+) -> Packed:
+    G = K // group if group > 0 else 1
+    top = (1 << bits) - 1
+    half = 1 << (bits - 1)
+    q = rng.integers(0, top + 1, (K, N))
+    # v1 stores z - 1: a zero point of 0 would wrap, so the test's zeros start at 1 there (GPTQModel#2350)
+    z = np.full((G, N), half) if sym else rng.integers(0 if v2 else 1, top + 1, (G, N))
+    s = scales_f16(rng, (G, N))
+    if act_order:
+        rows = rng.permutation(np.arange(K) // group)
+    else:
+        rows = np.arange(K) // group if group > 0 else np.zeros(K, np.int64)
+    w = exact((q - z[rows]) * s[rows].astype(np.float64))
+    stored = z if v2 else z - 1
+    t = {"qweight": pack_rows(q, bits), "qzeros": pack_cols(stored, bits), "scales": s}
+    if act_order or group > 0:
+        t["g_idx"] = rows.astype(np.int32)
+    return Packed({f"{name}.{k}": v for k, v in t.items()}, w, "gptq")
+
+
+def compressed(
+    rng: np.random.Generator,
+    name: str,
+    K: int,
+    N: int,
+    *,
+    bits: int,
+    group: int = 32,
+    sym: bool = True,
+    actorder: bool = False,
+) -> Packed:
+    """compressed-tensors pack-quantized: signed codes in [-2^(b-1), 2^(b-1)), stored + 2^(b-1)."""
+    half = 1 << (bits - 1)
+    G = K // group if group > 0 else 1
+    q = rng.integers(-half, half, (N, K))
+    zp = np.zeros((N, G), np.int64) if sym else rng.integers(-half, half, (N, G))
+    s = scales_f16(rng, (N, G))
+    if actorder:
+        rows = rng.permutation(np.arange(K) // group)
+    else:
+        rows = np.arange(K) // group if group > 0 else np.zeros(K, np.int64)
+    w = exact(((q - zp[:, rows]) * s[:, rows].astype(np.float64)).T)
+    t = {
+        "weight_packed": pack_cols(q + half, bits),
+        "weight_scale": s,
+        "weight_shape": np.array([N, K], np.int64),
+    }
+    if not sym:
+        t["weight_zero_point"] = pack_rows(zp + half, bits)
+    if actorder:
+        t["weight_g_idx"] = rows.astype(np.int32)
+    return Packed({f"{name}.{k}": v for k, v in t.items()}, w, "compressed-tensors")
+
+
+def fp8_codes(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    codes = rng.integers(0, 256, shape).astype(np.uint8)
+    codes[(codes & 0x7F) == 0x7F] = 0x3C  # no NaN codes
+    return codes.view(E4M3)
+
+
+def modelopt_fp8(rng: np.random.Generator, name: str, K: int, N: int) -> Packed:
+    weight = fp8_codes(rng, (N, K))
+    scale = np.float32(np.float16(rng.uniform(0.001, 0.01)))  # exact in fp16: no rounding of the scale to argue
+    w = exact(weight.astype(np.float64).T * np.float64(scale))
+    t = {"weight": weight, "weight_scale": np.array(scale, np.float32), "input_scale": np.array(0.05, np.float32)}
+    return Packed({f"{name}.{k}": v for k, v in t.items()}, w, "modelopt")
+
+
+def modelopt_nvfp4(rng: np.random.Generator, name: str, K: int, N: int) -> Packed:
+    codes = rng.integers(0, 16, (N, K)).astype(np.uint8)
+    weight = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    block = rng.integers(0x18, 0x48, (N, K // 16)).astype(np.uint8).view(E4M3)  # positive normal e4m3
+    g = np.float32(rng.uniform(1e-3, 1e-2))
+    prod = E2M1[codes] * np.repeat(block.astype(np.float64), 16, axis=1) * np.float64(g)  # exact in float64
+    w = prod.astype(np.float32).astype(np.float16).T  # fp32 rounding, then the target's (docs/formats.md)
+    t = {
+        "weight": weight,
+        "weight_scale": block,
+        "weight_scale_2": np.array(g, np.float32),
+        "input_scale": np.array(0.05, np.float32),
+    }
+    return Packed({f"{name}.{k}": v for k, v in t.items()}, np.ascontiguousarray(w), "modelopt")
+
+
+def _ct_config(bits: int, group: int, sym: bool = True, actorder: bool = False) -> dict:
+    weights = {
+        "num_bits": bits,
+        "type": "int",
+        "symmetric": sym,
+        "strategy": "group" if group > 0 else "channel",
+        "group_size": group if group > 0 else None,
+        "dynamic": False,
+        "actorder": "group" if actorder else None,
+        "block_structure": None,
+        "observer": "minmax",
+        "observer_kwargs": {},
+    }
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": weights,
+                "input_activations": None,
+                "output_activations": None,
+                "format": "pack-quantized",
+            },
+        },
+        "ignore": ["lm_head"],
+        "quantization_status": "compressed",
+        "kv_cache_scheme": None,
+    }
+
+
+def _gptq_config(bits: int, group: int = 32, sym: bool = False, v2: bool = False, desc_act: bool = False) -> dict:
+    return {
+        "quant_method": "gptq",
+        "bits": bits,
+        "group_size": group,
+        "desc_act": desc_act,
+        "sym": sym,
+        "checkpoint_format": "gptq_v2" if v2 else "gptq",
+        "damp_percent": 0.01,
+        "true_sequential": True,
+    }
+
+
+def _modelopt_config(algo: str) -> dict:
+    cfg = {"quant_method": "modelopt", "quant_algo": algo, "kv_cache_quant_algo": None, "exclude_modules": ["lm_head"]}
+    return cfg | ({"group_size": 16} if algo == "NVFP4" else {})
+
+
+#: name -> (layer packer, quantization_config)
+CASES: dict[str, tuple[Packer, dict]] = {
+    "awq": (awq, {"quant_method": "awq", "bits": 4, "group_size": 32, "zero_point": True, "version": "gemm"}),
+    "gptq4_v1": (lambda r, n, k, m: gptq(r, n, k, m, bits=4), _gptq_config(4)),
+    "gptq4_v2_act": (
+        lambda r, n, k, m: gptq(r, n, k, m, bits=4, v2=True, act_order=True),
+        _gptq_config(4, v2=True, desc_act=True),
+    ),
+    "gptq4_sym": (lambda r, n, k, m: gptq(r, n, k, m, bits=4, sym=True), _gptq_config(4, sym=True)),
+    "gptq2_v2": (lambda r, n, k, m: gptq(r, n, k, m, bits=2, v2=True), _gptq_config(2, v2=True)),
+    "gptq8_v1_act": (lambda r, n, k, m: gptq(r, n, k, m, bits=8, act_order=True), _gptq_config(8, desc_act=True)),
+    "gptq8_sym_channel": (
+        lambda r, n, k, m: gptq(r, n, k, m, bits=8, sym=True, group=-1),
+        _gptq_config(8, group=-1, sym=True),
+    ),
+    "ct_int4": (lambda r, n, k, m: compressed(r, n, k, m, bits=4), _ct_config(4, 32)),
+    "ct_int4_asym": (lambda r, n, k, m: compressed(r, n, k, m, bits=4, sym=False), _ct_config(4, 32, sym=False)),
+    "ct_int4_actorder": (
+        lambda r, n, k, m: compressed(r, n, k, m, bits=4, actorder=True),
+        _ct_config(4, 32, actorder=True),
+    ),
+    "ct_int8_channel": (lambda r, n, k, m: compressed(r, n, k, m, bits=8, group=-1), _ct_config(8, -1)),
+    "modelopt_fp8": (modelopt_fp8, _modelopt_config("FP8")),
+    "modelopt_nvfp4": (modelopt_nvfp4, _modelopt_config("NVFP4")),
+}
+
+
+# ---------------------------------------------------------------------------------------------- checkpoint folders
+
+
+_ST = {
+    np.dtype(np.float16): "F16",
+    np.dtype(np.float32): "F32",
+    np.dtype(np.int32): "I32",
+    np.dtype(np.int64): "I64",
+    np.dtype(np.uint8): "U8",
+    E4M3: "F8_E4M3",
+}
+
+
+def save_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """safetensors as the format defines it: an 8-byte little-endian header length, the JSON header, the bytes."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    blobs, offset = [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        raw = a.tobytes()
+        header[name] = {"dtype": _ST[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def dense_tensors(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The tiny Llama's unquantized tensors: embeddings, norms, lm_head (fp16)."""
+    t = {
+        "model.embed_tokens.weight": rng.normal(0, 0.5, (VOCAB, HIDDEN)).astype(np.float16),
+        "model.norm.weight": rng.uniform(0.5, 1.5, HIDDEN).astype(np.float16),
+        "lm_head.weight": rng.normal(0, 0.1, (VOCAB, HIDDEN)).astype(np.float16),
+    }
+    for i in range(LAYERS):
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            t[f"model.layers.{i}.{norm}.weight"] = rng.uniform(0.5, 1.5, HIDDEN).astype(np.float16)
+    return t
+
+
+@dataclass
+class Checkpoint:
+    folder: Path
+    weights: dict[str, np.ndarray]  # module name -> the test's W [K, N]
+    dense: dict[str, np.ndarray]  # the unquantized tensors
+    quantization_config: dict
+    tensors: dict[str, np.ndarray]  # every tensor written
+    fmt: str
+
+
+def write_checkpoint(folder: Path, case: str, seed: int = 0, shards: int = 1) -> Checkpoint:
+    packer, qc = CASES[case]
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = dense_tensors(rng)
+    dense = dict(tensors)
+    weights, fmt = {}, ""
+    for name, (K, N) in linear_shapes().items():
+        p = packer(rng, name, K, N)
+        tensors |= p.tensors
+        weights[name], fmt = p.weight, p.fmt
+    (folder / "config.json").write_text(json.dumps(llama_config(qc)))
+    if qc["quant_method"] == "modelopt":  # ModelOpt's export writes its own file too
+        q = {k: v for k, v in qc.items() if k != "quant_method"}
+        (folder / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": q}))
+    names = sorted(tensors)
+    if shards == 1:
+        save_safetensors(folder / "model.safetensors", tensors)
+    else:
+        weight_map = {}
+        for s in range(shards):
+            fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+            part = names[s::shards]  # a layer's tensors land in different shards
+            save_safetensors(folder / fname, {n: tensors[n] for n in part})
+            weight_map |= dict.fromkeys(part, fname)
+        index = {"metadata": {"total_size": sum(a.nbytes for a in tensors.values())}, "weight_map": weight_map}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return Checkpoint(folder, weights, dense, qc, tensors, fmt)
+
+
+# ---------------------------------------------------------------------------------------------- io level (numpy)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_layer_dequantizes_to_the_tests_weights(tmp_path: Path, case: str) -> None:
+    """read_linear_layers finds each decoder linear (and nothing else) and its spec and tensors dequantize, on
+    dqgen's CPU reference, to the weights this test packed, bit for bit."""
+    ck = write_checkpoint(tmp_path / case, case)
+    layers = read_linear_layers(ck.folder, "fp16")
+    assert sorted(layers) == sorted(ck.weights)
+    for name, lay in layers.items():
+        assert lay.fmt == ck.fmt
+        K, N = linear_shapes()[name]
+        assert (lay.in_features, lay.out_features) == (K, N)
+        w = dequantize_reference(lay.spec, lay.qweight, lay.scales, lay.zeros, lay.g_idx, lay.global_scale)
+        assert w.dtype == np.float16 and w.shape == (K, N)
+        np.testing.assert_array_equal(w.view(np.uint16), ck.weights[name].view(np.uint16), err_msg=f"{case} {name}")
+        # every tensor of the layer is accounted for, none of another layer's
+        assert set(lay.consumed) == {t for t in ck.tensors if t.rsplit(".", 1)[0] == name}
+
+
+def test_specs_follow_the_formats(tmp_path: Path) -> None:
+    """What each format means, in the spec: act-order from g_idx, GPTQ v1 / v2 zeros, symmetric codes biased,
+    compressed-tensors' signed-plus-offset codes biased, ModelOpt's float codes and NVFP4's global scale."""
+    got = {}
+    for case in ("gptq4_v1", "gptq4_v2_act", "gptq4_sym", "ct_int4", "ct_int4_asym", "modelopt_fp8", "modelopt_nvfp4"):
+        lay = read_linear_layers(write_checkpoint(tmp_path / case, case).folder, "fp16")["model.layers.0.mlp.up_proj"]
+        s = lay.spec
+        got[case] = (s.source.short, s.zeros.mode, s.act_order, s.packing.axis, s.scales.global_scale)
+    assert got == {
+        "gptq4_v1": ("u4", "gptq_v1", False, "K", False),
+        "gptq4_v2_act": ("u4", "gptq_v2", True, "K", False),
+        "gptq4_sym": ("u4b8", "none", False, "K", False),
+        "ct_int4": ("u4b8", "none", False, "K", False),
+        "ct_int4_asym": ("u4", "gptq_v2", False, "K", False),
+        "modelopt_fp8": ("e4m3", "none", False, "N", False),
+        "modelopt_nvfp4": ("e2m1", "none", False, "K", True),
+    }
+
+
+def test_sharded_with_index(tmp_path: Path) -> None:
+    ck = write_checkpoint(tmp_path / "s", "gptq4_v2_act", shards=3)
+    assert len(list(ck.folder.glob("*.safetensors"))) == 3
+    layers = read_linear_layers(ck.folder, "fp16")
+    lay = layers["model.layers.1.self_attn.k_proj"]
+    w = dequantize_reference(lay.spec, lay.qweight, lay.scales, lay.zeros, lay.g_idx)
+    np.testing.assert_array_equal(w.view(np.uint16), ck.weights[lay.name].view(np.uint16))
+
+
+def test_three_bit_gptq(tmp_path: Path) -> None:
+    """3-bit GPTQ is a shipped spec's format; the loader takes it exactly when the dequant inference does, and
+    otherwise refuses it in one line naming the layer and the format."""
+    ck = write_checkpoint(tmp_path / "g4", "gptq4_v1")
+    cfg = json.loads((ck.folder / "config.json").read_text())
+    cfg["quantization_config"]["bits"] = 3
+    (ck.folder / "config.json").write_text(json.dumps(cfg))
+    try:
+        parse_config({**cfg["quantization_config"]})
+    except ValueError:
+        with pytest.raises(ValueError) as e:
+            read_linear_layers(ck.folder, "fp16")
+        msg = str(e.value)
+        assert "\n" not in msg and msg.startswith("layer model.layers.0.") and "gptq" in msg and "bits" in msg
+    else:  # the inference reads 3-bit: the 4-bit words must then be refused as the wrong shapes
+        with pytest.raises(ValueError, match=r"layer model\.layers"):
+            read_linear_layers(ck.folder, "fp16")
+
+
+def _edit_config(folder: Path, edit: Callable[[dict], None]) -> None:
+    cfg = json.loads((folder / "config.json").read_text())
+    edit(cfg["quantization_config"])
+    (folder / "config.json").write_text(json.dumps(cfg))
+    if (folder / "hf_quant_config.json").exists():
+        (folder / "hf_quant_config.json").unlink()
+
+
+@pytest.mark.parametrize(
+    "case, edit, words",
+    [
+        ("awq", lambda q: q.update(quant_method="bitsandbytes"), ["bitsandbytes", "quant_method"]),
+        ("awq", lambda q: q.update(version="gemv"), ["(awq)", "version", "gemv"]),
+        ("ct_int4", lambda q: q.update(format="float-quantized"), ["compressed-tensors", "float-quantized"]),
+        ("ct_int4", lambda q: q["config_groups"]["group_0"]["weights"].update(type="float"), ["scheme float"]),
+        ("modelopt_fp8", lambda q: q.update(quant_algo="W4A8_AWQ"), ["ModelOpt", "W4A8_AWQ"]),
+        ("gptq4_v1", lambda q: q.update(bits=8), ["g_idx", "bits=4"]),
+    ],
+)
+def test_unsupported_formats_name_layer_and_format(
+    tmp_path: Path, case: str, edit: Callable[[dict], None], words: list[str]
+) -> None:
+    ck = write_checkpoint(tmp_path / case, case)
+    _edit_config(ck.folder, edit)
+    with pytest.raises(ValueError) as e:
+        read_linear_layers(ck.folder, "fp16")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("layer model.layers.0."), msg
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+def test_ct_weight_shape_disagreeing(tmp_path: Path) -> None:
+    ck = write_checkpoint(tmp_path / "ct", "ct_int4")
+    t = dict(ck.tensors)
+    t["model.layers.1.mlp.down_proj.weight_shape"] = np.array([64, 120], np.int64)
+    save_safetensors(ck.folder / "model.safetensors", t)
+    with pytest.raises(ValueError, match=r"^layer model\.layers\.1\.mlp\.down_proj, weight_shape: \[64, 120\]"):
+        read_linear_layers(ck.folder, "fp16")
+
+
+def test_tensors_need_their_config() -> None:
+    with pytest.raises(ValueError, match=r"^quantization_config: "):
+        read_linear_layers({"a.qweight": np.zeros((8, 8), np.int32)}, "fp16")
+
+
+# ---------------------------------------------------------------------------------------------- model level (torch)
+
+
+def _torch() -> Any:
+    torch = pytest.importorskip("torch", reason="the model loader needs torch")
+    pytest.importorskip("transformers", reason="the model loader builds transformers models")
+    return torch
+
+
+def to_numpy(t: Any) -> np.ndarray | None:
+    import torch
+
+    if t is None:
+        return None
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    if t.dtype == torch.float8_e4m3fn:
+        return t.view(torch.uint8).numpy()
+    return t.numpy()
+
+
+def buffers_weight(ql: Any) -> np.ndarray:
+    """W [K, N] of a QuantLinear from its own buffers, on dqgen's CPU reference."""
+    return dequantize_reference(
+        ql.spec,
+        to_numpy(ql.qweight),
+        to_numpy(ql.scales),
+        to_numpy(ql.zeros),
+        to_numpy(ql.g_idx),
+        to_numpy(ql.global_scale),
+    )
+
+
+def fp16_llama() -> Any:
+    """The tiny Llama in fp16 as transformers builds one (float16 the default dtype while its modules are made:
+    the rotary inv_freq stays float32, which .to(torch.float16) would round)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = {k: v for k, v in llama_config(None).items() if k not in ("architectures", "model_type", "torch_dtype")}
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float16)
+    try:
+        return LlamaForCausalLM(LlamaConfig(**cfg))
+    finally:
+        torch.set_default_dtype(default)
+
+
+def reference_model(ck: Checkpoint) -> Any:
+    """The tiny Llama with nn.Linear weights = the test's dequantization (W^T) and the checkpoint's dense tensors."""
+    import torch
+
+    model = fp16_llama()
+    state = {k: torch.from_numpy(v) for k, v in ck.dense.items()}
+    state |= {f"{n}.weight": torch.from_numpy(np.ascontiguousarray(w.T)) for n, w in ck.weights.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and all(k.endswith("inv_freq") for k in missing), missing
+    return model.eval()
+
+
+def cpu_forward(ql: Any) -> Callable[[Any], Any]:
+    """x @ W on the CPU, W from the layer's buffers (QuantLinear's own forward needs a GPU)."""
+    import torch
+
+    # [N, K] like the reference model's nn.Linear weight, and the same op: the same fp32 sums in the same order
+    weight = torch.from_numpy(np.ascontiguousarray(buffers_weight(ql).T).astype(np.float32))
+
+    def forward(x: Any) -> Any:
+        return torch.nn.functional.linear(x, weight.to(x.dtype), ql.bias)
+
+    return forward
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_from_pretrained_cpu(tmp_path: Path, case: str) -> None:
+    """dqgen.from_pretrained builds the Llama, puts a QuantLinear at every decoder linear (lm_head stays dense),
+    with the checkpoint's dense tensors in place; run on x @ dequantize(buffers), its logits equal those of the
+    model built from this test's own dequantization, exactly (the same fp32 matmul on the same weights)."""
+    torch = _torch()
+    import dqgen
+    from dqgen.nn import QuantLinear
+
+    ck = write_checkpoint(tmp_path / case, case)
+    model, info = dqgen.from_pretrained(ck.folder, output_loading_info=True)
+    assert type(model).__name__ == "LlamaForCausalLM" and not model.training
+    assert getattr(model.config, "quantization_config", None) is None
+    replaced = {n for n, m in model.named_modules() if isinstance(m, QuantLinear)}
+    assert replaced == set(ck.weights) == set(info["quantized"])
+    assert isinstance(model.lm_head, torch.nn.Linear) and not isinstance(model.lm_head, QuantLinear)
+    for n, t in ck.dense.items():
+        got = model.get_parameter(n).detach()
+        assert got.dtype == torch.float16 and torch.equal(got, torch.from_numpy(t)), n
+    assert not any(p.is_meta for p in model.parameters()) and not any(b.is_meta for b in model.buffers())
+    for name in ck.weights:
+        ql = model.get_submodule(name)
+        assert ql.spec == info["quantized"][name]
+        np.testing.assert_array_equal(buffers_weight(ql).view(np.uint16), ck.weights[name].view(np.uint16))
+        ql.forward = cpu_forward(ql)
+    ids = torch.from_numpy(np.random.default_rng(1).integers(0, VOCAB, (2, 9)))
+    ref = reference_model(ck)
+    with torch.no_grad():
+        # fp32 on both sides: the comparison is about the weights and the wiring, not half-precision matmuls
+        got = model.float()(ids).logits
+        want = ref.float()(ids).logits
+    assert torch.equal(got, want)
+
+
+def test_from_pretrained_sharded_and_bf16(tmp_path: Path) -> None:
+    """A sharded checkpoint (index) loads, in the scales' dtype by default; torch_dtype=bfloat16 on fp16 scales that
+    bf16 cannot hold is refused, naming the layer (rounding them would change the weights)."""
+    torch = _torch()
+    import dqgen
+
+    ck = write_checkpoint(tmp_path / "s", "gptq4_v2_act", shards=2)
+    model = dqgen.from_pretrained(ck.folder, device_map="cpu")
+    assert model.get_submodule("model.layers.1.mlp.down_proj").spec.act_order
+    assert model.model.norm.weight.dtype == torch.float16
+    with pytest.raises(ValueError, match=r"^layer model\.layers\.0\..*not exact in bf16"):
+        dqgen.from_pretrained(ck.folder, torch_dtype=torch.bfloat16)
+
+
+def test_from_pretrained_refusals(tmp_path: Path) -> None:
+    _torch()
+    import dqgen
+
+    ck = write_checkpoint(tmp_path / "a", "awq")
+    with pytest.raises(ValueError, match="no such folder"):
+        dqgen.from_pretrained(tmp_path / "nope")
+    with pytest.raises(ValueError, match=r"^\[torch_dtype\] got 'float32'"):
+        dqgen.from_pretrained(ck.folder, torch_dtype="float32")
+    with pytest.raises(ValueError, match=r"^\[device_map\] got a dict"):
+        dqgen.from_pretrained(ck.folder, device_map={"": 0})
+    # a checkpoint whose layer the model does not have
+    t = dict(ck.tensors)
+    for part in ("qweight", "qzeros", "scales"):
+        t[f"model.layers.0.mlp.extra_proj.{part}"] = t[f"model.layers.0.mlp.up_proj.{part}"]
+    save_safetensors(ck.folder / "model.safetensors", t)
+    with pytest.raises(ValueError, match=r"^layer model\.layers\.0\.mlp\.extra_proj \(awq\): the model .* no module"):
+        dqgen.from_pretrained(ck.folder)
+    # a dense tensor missing
+    t = {k: v for k, v in ck.tensors.items() if k != "model.norm.weight"}
+    save_safetensors(ck.folder / "model.safetensors", t)
+    with pytest.raises(ValueError, match=r"^model\.norm\.weight: not in the checkpoint"):
+        dqgen.from_pretrained(ck.folder)
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_replace_linears(tmp_path: Path, as_dict: bool) -> None:
+    """A model the user built: only the checkpoint's layers become QuantLinears, the rest is left as it was; the
+    report maps each replaced name to its spec. A checkpoint given as a dict needs its quantization_config."""
+    torch = _torch()
+
+    import dqgen.nn
+
+    ck = write_checkpoint(tmp_path / "c", "ct_int4_asym")
+    model = fp16_llama()
+    embed = model.model.embed_tokens.weight.detach().clone()
+    # only layer 1's linears are in this checkpoint
+    tensors = {k: v for k, v in ck.tensors.items() if k.startswith("model.layers.1.")}
+    if as_dict:
+        tensors_t = {k: torch.from_numpy(v.copy()) for k, v in tensors.items()}
+        out, report = dqgen.nn.replace_linears(model, tensors_t, quantization_config=ck.quantization_config)
+    else:
+        save_safetensors(ck.folder / "model.safetensors", tensors)
+        out, report = dqgen.nn.replace_linears(model, ck.folder)
+    assert out is model
+    assert set(report) == {n for n in ck.weights if n.startswith("model.layers.1.")}
+    for name in ck.weights:
+        mod = model.get_submodule(name)
+        assert type(mod).__name__ == ("QuantLinear" if name in report else "Linear"), name
+        if name in report:
+            assert mod.spec == report[name]
+            np.testing.assert_array_equal(buffers_weight(mod).view(np.uint16), ck.weights[name].view(np.uint16))
+    assert torch.equal(model.model.embed_tokens.weight, embed)
+    with pytest.raises(ValueError, match=r"^quantization_config: "):
+        dqgen.nn.replace_linears(model, {k: torch.from_numpy(v.copy()) for k, v in tensors.items()})
+
+
+def test_import_dqgen_stays_light() -> None:
+    """dqgen.from_pretrained exists without importing torch or transformers at `import dqgen`."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, dqgen; assert callable(dqgen.from_pretrained); "
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
