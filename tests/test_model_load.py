@@ -689,3 +689,40 @@ def test_import_dqgen_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+def test_tied_embeddings_and_unused_tensors(tmp_path: Path) -> None:
+    """tie_word_embeddings: lm_head is the embedding (not in the checkpoint, not missing); a tensor that no module
+    takes is named in a warning, and in the loading info."""
+    _torch()
+    import dqgen
+
+    ck = write_checkpoint(tmp_path / "t", "awq")
+    cfg = json.loads((ck.folder / "config.json").read_text())
+    (ck.folder / "config.json").write_text(json.dumps(cfg | {"tie_word_embeddings": True}))
+    t = {k: v for k, v in ck.tensors.items() if k != "lm_head.weight"}
+    t["model.stray.weight"] = np.zeros(4, np.float16)
+    save_safetensors(ck.folder / "model.safetensors", t)
+    with pytest.warns(UserWarning, match=r"1 checkpoint tensors are not used by the model: model\.stray\.weight"):
+        model, info = dqgen.from_pretrained(ck.folder, output_loading_info=True)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert info["unexpected_keys"] == ["model.stray.weight"]
+
+
+def test_modelopt_own_config_file_and_rounded_scale(tmp_path: Path) -> None:
+    """ModelOpt's hf_quant_config.json alone names the format; an fp32 weight_scale that fp16 cannot hold is
+    rounded to fp16 once (the kernel's scales are fp16) and the layer's notes say so."""
+    ck = write_checkpoint(tmp_path / "m", "modelopt_fp8")
+    cfg = json.loads((ck.folder / "config.json").read_text())
+    del cfg["quantization_config"]
+    (ck.folder / "config.json").write_text(json.dumps(cfg))
+    name = "model.layers.0.mlp.up_proj"
+    t = dict(ck.tensors)
+    t[f"{name}.weight_scale"] = np.array(0.1, np.float32)  # 0.1 is not an fp16 value
+    save_safetensors(ck.folder / "model.safetensors", t)
+    layers = read_linear_layers(ck.folder, "fp16")
+    assert sorted(layers) == sorted(ck.weights)
+    lay = layers[name]
+    assert any("weight_scale rounded to fp16" in n for n in lay.notes)
+    assert lay.scales.dtype == np.float16 and np.all(lay.scales == np.float16(0.1))
+    assert not any("rounded" in n for n in layers["model.layers.0.mlp.gate_proj"].notes)
