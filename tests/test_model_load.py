@@ -37,6 +37,7 @@ from dqgen.io.hf_config import parse_config
 from dqgen.io.model_layers import read_linear_layers
 
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
+BF16 = np.dtype(ml_dtypes.bfloat16)
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
 
@@ -110,8 +111,8 @@ def exact(values: np.ndarray, dtype: Any = np.float16) -> np.ndarray:
     return values.astype(np.float64).astype(dtype)
 
 
-def scales_f16(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    return rng.uniform(0.002, 0.02, shape).astype(np.float16)
+def scales_f16(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any = np.float16) -> np.ndarray:
+    return rng.uniform(0.002, 0.02, shape).astype(dtype)
 
 
 @dataclass
@@ -174,18 +175,20 @@ def compressed(
     group: int = 32,
     sym: bool = True,
     actorder: bool = False,
+    dtype: Any = np.float16,
 ) -> Packed:
-    """compressed-tensors pack-quantized: signed codes in [-2^(b-1), 2^(b-1)), stored + 2^(b-1)."""
+    """compressed-tensors pack-quantized: signed codes in [-2^(b-1), 2^(b-1)), stored + 2^(b-1); scales and the
+    weights in ``dtype`` (the model's: llm-compressor saves bf16 models' scales in bf16)."""
     half = 1 << (bits - 1)
     G = K // group if group > 0 else 1
     q = rng.integers(-half, half, (N, K))
     zp = np.zeros((N, G), np.int64) if sym else rng.integers(-half, half, (N, G))
-    s = scales_f16(rng, (N, G))
+    s = scales_f16(rng, (N, G), dtype)
     if actorder:
         rows = rng.permutation(np.arange(K) // group)
     else:
         rows = np.arange(K) // group if group > 0 else np.zeros(K, np.int64)
-    w = exact(((q - zp[:, rows]) * s[:, rows].astype(np.float64)).T)
+    w = exact(((q - zp[:, rows]) * s[:, rows].astype(np.float64)).T, dtype)
     t = {
         "weight_packed": pack_cols(q + half, bits),
         "weight_scale": s,
@@ -304,10 +307,17 @@ CASES: dict[str, tuple[Packer, dict]] = {
 }
 
 
+#: Cases outside the fp16 matrix: a bf16 model (bf16 scales, bf16 dense tensors).
+EXTRA_CASES: dict[str, tuple[Packer, dict]] = {
+    "ct_int4_bf16": (lambda r, n, k, m: compressed(r, n, k, m, bits=4, dtype=BF16), _ct_config(4, 32)),
+}
+
+
 # ---------------------------------------------------------------------------------------------- checkpoint folders
 
 
 _ST = {
+    BF16: "BF16",
     np.dtype(np.float16): "F16",
     np.dtype(np.float32): "F32",
     np.dtype(np.int32): "I32",
@@ -332,16 +342,20 @@ def save_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
     path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
-def dense_tensors(rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """The tiny Llama's unquantized tensors: embeddings, norms, lm_head (fp16)."""
+def dense_tensors(rng: np.random.Generator, dtype: Any, attention_bias: bool) -> dict[str, np.ndarray]:
+    """The tiny Llama's unquantized tensors: embeddings, norms, lm_head (and the attention's biases)."""
     t = {
-        "model.embed_tokens.weight": rng.normal(0, 0.5, (VOCAB, HIDDEN)).astype(np.float16),
-        "model.norm.weight": rng.uniform(0.5, 1.5, HIDDEN).astype(np.float16),
-        "lm_head.weight": rng.normal(0, 0.1, (VOCAB, HIDDEN)).astype(np.float16),
+        "model.embed_tokens.weight": rng.normal(0, 0.5, (VOCAB, HIDDEN)).astype(dtype),
+        "model.norm.weight": rng.uniform(0.5, 1.5, HIDDEN).astype(dtype),
+        "lm_head.weight": rng.normal(0, 0.1, (VOCAB, HIDDEN)).astype(dtype),
     }
     for i in range(LAYERS):
         for norm in ("input_layernorm", "post_attention_layernorm"):
-            t[f"model.layers.{i}.{norm}.weight"] = rng.uniform(0.5, 1.5, HIDDEN).astype(np.float16)
+            t[f"model.layers.{i}.{norm}.weight"] = rng.uniform(0.5, 1.5, HIDDEN).astype(dtype)
+    if attention_bias:
+        for name, (_K, N) in linear_shapes().items():
+            if ".self_attn." in name:
+                t[f"{name}.bias"] = rng.normal(0, 0.5, N).astype(dtype)
     return t
 
 
@@ -353,20 +367,25 @@ class Checkpoint:
     quantization_config: dict
     tensors: dict[str, np.ndarray]  # every tensor written
     fmt: str
+    model_config: dict  # config.json without its quantization_config
 
 
-def write_checkpoint(folder: Path, case: str, seed: int = 0, shards: int = 1) -> Checkpoint:
-    packer, qc = CASES[case]
+def write_checkpoint(
+    folder: Path, case: str, seed: int = 0, shards: int = 1, attention_bias: bool = False
+) -> Checkpoint:
+    packer, qc = (CASES | EXTRA_CASES)[case]
+    dtype = "bfloat16" if case.endswith("_bf16") else "float16"
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = dense_tensors(rng)
+    tensors = dense_tensors(rng, BF16 if dtype == "bfloat16" else np.float16, attention_bias)
     dense = dict(tensors)
     weights, fmt = {}, ""
     for name, (K, N) in linear_shapes().items():
         p = packer(rng, name, K, N)
         tensors |= p.tensors
         weights[name], fmt = p.weight, p.fmt
-    (folder / "config.json").write_text(json.dumps(llama_config(qc)))
+    model_config = llama_config(None, dtype) | {"attention_bias": attention_bias}
+    (folder / "config.json").write_text(json.dumps(model_config | {"quantization_config": qc}))
     if qc["quant_method"] == "modelopt":  # ModelOpt's export writes its own file too
         q = {k: v for k, v in qc.items() if k != "quant_method"}
         (folder / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": q}))
@@ -382,7 +401,7 @@ def write_checkpoint(folder: Path, case: str, seed: int = 0, shards: int = 1) ->
             weight_map |= dict.fromkeys(part, fname)
         index = {"metadata": {"total_size": sum(a.nbytes for a in tensors.values())}, "weight_map": weight_map}
         (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    return Checkpoint(folder, weights, dense, qc, tensors, fmt)
+    return Checkpoint(folder, weights, dense, qc, tensors, fmt, model_config)
 
 
 # ---------------------------------------------------------------------------------------------- io level (numpy)
@@ -395,6 +414,8 @@ def test_every_layer_dequantizes_to_the_tests_weights(tmp_path: Path, case: str)
     ck = write_checkpoint(tmp_path / case, case)
     layers = read_linear_layers(ck.folder, "fp16")
     assert sorted(layers) == sorted(ck.weights)
+    # layers quantized alike share one spec (one solve and one kernel build per model, not one per layer)
+    assert len({lay.spec.model_dump_json() for lay in layers.values()}) == 1
     for name, lay in layers.items():
         assert lay.fmt == ck.fmt
         K, N = linear_shapes()[name]
@@ -403,7 +424,7 @@ def test_every_layer_dequantizes_to_the_tests_weights(tmp_path: Path, case: str)
         assert w.dtype == np.float16 and w.shape == (K, N)
         np.testing.assert_array_equal(w.view(np.uint16), ck.weights[name].view(np.uint16), err_msg=f"{case} {name}")
         # every tensor of the layer is accounted for, none of another layer's
-        assert set(lay.consumed) == {t for t in ck.tensors if t.rsplit(".", 1)[0] == name}
+        assert set(lay.consumed) == {t for t in ck.tensors if t.rsplit(".", 1)[0] == name and not t.endswith(".bias")}
 
 
 def test_specs_follow_the_formats(tmp_path: Path) -> None:
@@ -508,6 +529,14 @@ def _torch() -> Any:
     return torch
 
 
+def as_torch(a: np.ndarray) -> Any:
+    import torch
+
+    if a.dtype == BF16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
 def to_numpy(t: Any) -> np.ndarray | None:
     import torch
 
@@ -533,15 +562,16 @@ def buffers_weight(ql: Any) -> np.ndarray:
     )
 
 
-def fp16_llama() -> Any:
-    """The tiny Llama in fp16 as transformers builds one (float16 the default dtype while its modules are made:
-    the rotary inv_freq stays float32, which .to(torch.float16) would round)."""
+def fp16_llama(config: dict | None = None) -> Any:
+    """The tiny Llama as transformers builds one in its dtype (the default dtype while its modules are made: the
+    rotary inv_freq stays float32, which .to(torch.float16) would round)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = {k: v for k, v in llama_config(None).items() if k not in ("architectures", "model_type", "torch_dtype")}
+    config = config or llama_config(None)
+    cfg = {k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype")}
     default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float16)
+    torch.set_default_dtype(getattr(torch, config["torch_dtype"]))
     try:
         return LlamaForCausalLM(LlamaConfig(**cfg))
     finally:
@@ -550,11 +580,10 @@ def fp16_llama() -> Any:
 
 def reference_model(ck: Checkpoint) -> Any:
     """The tiny Llama with nn.Linear weights = the test's dequantization (W^T) and the checkpoint's dense tensors."""
-    import torch
 
-    model = fp16_llama()
-    state = {k: torch.from_numpy(v) for k, v in ck.dense.items()}
-    state |= {f"{n}.weight": torch.from_numpy(np.ascontiguousarray(w.T)) for n, w in ck.weights.items()}
+    model = fp16_llama(ck.model_config)
+    state = {k: as_torch(v) for k, v in ck.dense.items()}
+    state |= {f"{n}.weight": as_torch(np.ascontiguousarray(w.T)) for n, w in ck.weights.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and all(k.endswith("inv_freq") for k in missing), missing
     return model.eval()
@@ -568,21 +597,31 @@ def cpu_forward(ql: Any) -> Callable[[Any], Any]:
     weight = torch.from_numpy(np.ascontiguousarray(buffers_weight(ql).T).astype(np.float32))
 
     def forward(x: Any) -> Any:
-        return torch.nn.functional.linear(x, weight.to(x.dtype), ql.bias)
+        return torch.nn.functional.linear(x, weight.to(x.dtype), None if ql.bias is None else ql.bias.to(x.dtype))
 
     return forward
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+#: Every format, and two variants: biases on the attention's linears (AWQ), a bf16 model (compressed-tensors).
+MODEL_CASES = [*sorted(CASES), "awq+bias", "ct_int4_bf16"]
+
+
+def model_checkpoint(folder: Path, case: str, seed: int = 0) -> Checkpoint:
+    return write_checkpoint(folder, case.removesuffix("+bias"), seed=seed, attention_bias=case.endswith("+bias"))
+
+
+@pytest.mark.parametrize("case", MODEL_CASES)
 def test_from_pretrained_cpu(tmp_path: Path, case: str) -> None:
     """dqgen.from_pretrained builds the Llama, puts a QuantLinear at every decoder linear (lm_head stays dense),
-    with the checkpoint's dense tensors in place; run on x @ dequantize(buffers), its logits equal those of the
-    model built from this test's own dequantization, exactly (the same fp32 matmul on the same weights)."""
+    with the checkpoint's dense tensors (and biases) in place, in the checkpoint's dtype; run on x @
+    dequantize(buffers), its logits equal those of the model built from this test's own dequantization, exactly
+    (the same fp32 matmul on the same weights)."""
     torch = _torch()
     import dqgen
     from dqgen.nn import QuantLinear
 
-    ck = write_checkpoint(tmp_path / case, case)
+    ck = model_checkpoint(tmp_path / "c", case)
+    dtype = getattr(torch, ck.model_config["torch_dtype"])
     model, info = dqgen.from_pretrained(ck.folder, output_loading_info=True)
     assert type(model).__name__ == "LlamaForCausalLM" and not model.training
     assert getattr(model.config, "quantization_config", None) is None
@@ -590,12 +629,16 @@ def test_from_pretrained_cpu(tmp_path: Path, case: str) -> None:
     assert replaced == set(ck.weights) == set(info["quantized"])
     assert isinstance(model.lm_head, torch.nn.Linear) and not isinstance(model.lm_head, QuantLinear)
     for n, t in ck.dense.items():
-        got = model.get_parameter(n).detach()
-        assert got.dtype == torch.float16 and torch.equal(got, torch.from_numpy(t)), n
+        owner = n.rsplit(".", 1)[0]
+        got = model.get_submodule(owner).bias if owner in ck.weights else model.get_parameter(n).detach()
+        assert got.dtype == dtype and torch.equal(got, as_torch(t)), n
     assert not any(p.is_meta for p in model.parameters()) and not any(b.is_meta for b in model.buffers())
     for name in ck.weights:
         ql = model.get_submodule(name)
-        assert ql.spec == info["quantized"][name]
+        assert ql.spec == info["quantized"][name] and ql.spec.target.value == {"float16": "fp16"}.get(
+            ck.model_config["torch_dtype"], "bf16"
+        )
+        assert (ql.bias is not None) == (case.endswith("+bias") and ".self_attn." in name)
         np.testing.assert_array_equal(buffers_weight(ql).view(np.uint16), ck.weights[name].view(np.uint16))
         ql.forward = cpu_forward(ql)
     ids = torch.from_numpy(np.random.default_rng(1).integers(0, VOCAB, (2, 9)))

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .test_model_load import CASES, VOCAB, reference_model, write_checkpoint
+from .test_model_load import MODEL_CASES, VOCAB, model_checkpoint, reference_model
 
 pytestmark = pytest.mark.gpu
 
@@ -25,31 +25,32 @@ def _logits(model: Any, ids: Any) -> Any:
         return model(ids).logits.float()
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", MODEL_CASES)
 def test_logits_match_the_dequantized_model(tmp_path: Path, case: str) -> None:
-    """fp16 logits within 2% of the largest logit of the fp32 reference (fp16 activations and outputs round at
-    every layer; torch's own fp16 model is held to the same bound), while a model of other weights (a different
-    seed of the same format) is far outside it: the bound tells right weights from wrong ones."""
+    """fp16 logits within 2% of the largest logit of the fp32 reference (bf16: 5%; activations and outputs round at
+    every layer; torch's own model in that dtype is held to the same bound), while a model of other weights (a
+    different seed of the same format) is far outside it: the bound tells right weights from wrong ones."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     import dqgen
     from dqgen.nn import QuantLinear
 
-    ck = write_checkpoint(tmp_path / case, case)
+    ck = model_checkpoint(tmp_path / "c", case)
     model = dqgen.from_pretrained(ck.folder, device_map="cuda")
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
     assert len(layers) == len(ck.weights) and all(m.qweight.is_cuda for m in layers)
     ref16 = reference_model(ck).cuda()
     ref32 = reference_model(ck).float().cuda()
-    other = reference_model(write_checkpoint(tmp_path / "other", case, seed=1)).float().cuda()
+    other = reference_model(model_checkpoint(tmp_path / "other", case, seed=1)).float().cuda()
+    rel = 0.05 if ck.model_config["torch_dtype"] == "bfloat16" else 0.02
     rng = np.random.default_rng(3)
     for batch, seq in SHAPES:
         ids = torch.from_numpy(rng.integers(0, VOCAB, (batch, seq))).cuda()
         want = _logits(ref32, ids)
-        bound = 0.02 * float(want.abs().max())
+        bound = rel * float(want.abs().max())
         err = float((_logits(model, ids) - want).abs().max())
         err_torch = float((_logits(ref16, ids) - want).abs().max())
         err_other = float((_logits(other, ids) - want).abs().max())
         assert err_torch <= bound, (case, batch, seq, err_torch, bound)
         assert err <= bound, (case, batch, seq, err, err_torch, bound)
-        assert err_other > 10 * bound, (case, err_other, bound)
+        assert err_other > 3 * bound, (case, err_other, bound)

@@ -116,11 +116,13 @@ def _awq_gptq(qc: Mapping[str, Any], tensors: Mapping[str, Any], folder: Path | 
         consumed = tuple(
             f"{lay.name}.{p}" for p in ("qweight", "qzeros", "scales", "g_idx") if f"{lay.name}.{p}" in tensors
         )
+        # one spec for every layer of a kind (infer names the layer in its description): one solve, one build
+        spec = lay.spec.model_copy(update={"description": f"{q.method.upper()} checkpoint layer"})
         out.append(
             LinearCheckpoint(
                 lay.name,
                 q.method,
-                lay.spec,
+                spec,
                 np.asarray(lay.qweight),
                 lay.scales,
                 lay.zeros,
