@@ -81,14 +81,6 @@ def checkpoint_quant_config(folder: Path) -> dict:
     return read_config(folder)
 
 
-def config_method(qc: Mapping[str, Any]) -> str:
-    """The format a config names: 'compressed-tensors', 'modelopt', or 'awq' / 'gptq' (parse_config decides)."""
-    method = str(qc.get("quant_method", "")).lower()
-    if method in ("compressed-tensors", "modelopt"):
-        return method
-    return parse_config(qc).method
-
-
 def _first_layer(names: list[str], parts: tuple[str, ...]) -> str:
     for n in sorted(names):
         for p in parts:

@@ -139,6 +139,9 @@ class _Source:
             self._open[f] = safe_open(str(f), framework="pt")
         return self._open[f].get_tensor(name)
 
+    def close(self) -> None:
+        self._open.clear()  # the files' handles and maps go with them
+
 
 def _quant_linear(lay: LinearCheckpoint, bias: torch.Tensor | None, device: torch.device) -> QuantLinear:
     def up(a: np.ndarray | None) -> torch.Tensor | None:
@@ -231,7 +234,10 @@ def replace_linears(
     else:
         layers = read_linear_layers(Path(checkpoint), target, quantization_config, arch=_arch(dev))
         source = _Source(Path(checkpoint))
-    return model, _swap(model, layers, source, dev)
+    try:
+        return model, _swap(model, layers, source, dev)
+    finally:
+        source.close()
 
 
 def _scales_dtype(folder: Path) -> torch.dtype | None:
@@ -315,6 +321,7 @@ def from_pretrained(
         if t.shape != want.shape:
             raise ValueError(f"{name}: the checkpoint holds {list(t.shape)}, the model expects {list(want.shape)}")
         state[name] = t.to(device=dev, dtype=want.dtype if want.is_floating_point() else t.dtype)
+    source.close()
     model.load_state_dict(state, strict=False, assign=True)
     model.tie_weights()
     missing = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
