@@ -708,7 +708,7 @@ def test_from_pretrained_sharded_and_bf16(tmp_path: Path) -> None:
     import dqgen
 
     ck = write_checkpoint(tmp_path / "s", "gptq4_v2_act", shards=2)
-    model = dqgen.from_pretrained(ck.folder, device_map="cpu")
+    model = dqgen.from_pretrained(ck.folder, device_map={"": "cpu"}, low_cpu_mem_usage=True)
     assert model.get_submodule("model.layers.1.mlp.down_proj").spec.act_order
     assert model.model.norm.weight.dtype == torch.float16
     with pytest.raises(ValueError, match=r"^layer model\.layers\.0\..*not exact in bf16"):
@@ -725,7 +725,11 @@ def test_from_pretrained_refusals(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"^\[torch_dtype\] got 'float32'"):
         dqgen.from_pretrained(ck.folder, torch_dtype="float32")
     with pytest.raises(ValueError, match=r"^\[device_map\] got a dict"):
-        dqgen.from_pretrained(ck.folder, device_map={"": 0})
+        dqgen.from_pretrained(ck.folder, device_map={"model": 0, "lm_head": "cpu"})
+    with pytest.raises(ValueError, match=r"^\[device\] got 'gpu'; expected a device"):
+        dqgen.from_pretrained(ck.folder, device="gpu")
+    with pytest.raises(ValueError, match=r"^\[device_map\] 'cpu' disagrees with \[device\] 'meta'"):
+        dqgen.from_pretrained(ck.folder, device_map="cpu", device="meta")
     # a checkpoint whose layer the model does not have
     t = dict(ck.tensors)
     for part in ("qweight", "qzeros", "scales"):

@@ -69,22 +69,30 @@ def _dtype(value: Any, field: str) -> torch.dtype | None:
     return dt
 
 
-def _device(device: Any, device_map: Any) -> torch.device:
-    for fieldname, v in (("device_map", device_map), ("device", device)):
-        if v is not None and not isinstance(v, str | torch.device | int):
-            raise ValueError(
-                f"[{fieldname}] got a {type(v).__name__}; expected one device ('cuda', 'cuda:1', 'cpu'): dqgen puts "
-                "the whole model on one device"
-            )
-    if device is not None and device_map is not None and torch.device(device) != torch.device(device_map):
-        raise ValueError(f"[device_map] {device_map!r} disagrees with [device] {device!r}; give one of them")
-    v = device if device is not None else device_map if device_map is not None else "cpu"
-    if v == "auto":
-        v = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(f"cuda:{v}" if isinstance(v, int) else v)
+def _one_device(value: Any, fieldname: str) -> torch.device:
+    if isinstance(value, Mapping) and set(value) == {""}:  # transformers' {"": device}: the whole model on one
+        value = value[""]
+    if isinstance(value, bool) or not isinstance(value, str | torch.device | int):
+        raise ValueError(
+            f"[{fieldname}] got a {type(value).__name__}; expected one device ('cuda', 'cuda:1', 'cpu', 'auto' or "
+            '{"": device}): dqgen puts the whole model on one device'
+        )
+    if value == "auto":
+        value = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(f"cuda:{value}" if isinstance(value, int) else value)
+    except RuntimeError:
+        raise ValueError(f"[{fieldname}] got {value!r}; expected a device such as 'cuda', 'cuda:1' or 'cpu'") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"[device] {v!r}: torch sees no CUDA GPU here")
+        raise ValueError(f"[{fieldname}] {value!r}: torch sees no CUDA GPU here")
     return dev
+
+
+def _device(device: Any, device_map: Any) -> torch.device:
+    given = [(f, _one_device(v, f)) for f, v in (("device_map", device_map), ("device", device)) if v is not None]
+    if len(given) == 2 and given[0][1] != given[1][1]:
+        raise ValueError(f"[device_map] {device_map!r} disagrees with [device] {device!r}; give one of them")
+    return given[-1][1] if given else torch.device("cpu")
 
 
 @contextlib.contextmanager
@@ -287,6 +295,7 @@ def from_pretrained(
     if torch_dtype is not None and dtype is not None and _dtype(torch_dtype, "torch_dtype") != _dtype(dtype, "dtype"):
         raise ValueError(f"[dtype] {dtype!r} disagrees with [torch_dtype] {torch_dtype!r}; give one of them")
     dev = _device(device, device_map)
+    kwargs.pop("low_cpu_mem_usage", None)  # always: parameters are built on the meta device
     config = AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
     qc = checkpoint_quant_config(folder)
     # transformers would build its own quantizer (and its own layers) from this: dqgen's layers replace them
