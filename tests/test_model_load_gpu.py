@@ -54,3 +54,18 @@ def test_logits_match_the_dequantized_model(tmp_path: Path, case: str) -> None:
         assert err_torch <= bound, (case, batch, seq, err_torch, bound)
         assert err <= bound, (case, batch, seq, err, err_torch, bound)
         assert err_other > 3 * bound, (case, err_other, bound)
+
+
+@pytest.mark.parametrize("case", ["gptq4_v2_act", "modelopt_nvfp4"])
+def test_loaded_on_cpu_then_moved(tmp_path: Path, case: str) -> None:
+    """Loaded on the CPU (the default) and moved with .cuda(): the layers pack there, and the logits are the ones
+    of the model loaded onto the GPU directly, bit for bit."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import dqgen
+
+    ck = model_checkpoint(tmp_path / "c", case)
+    moved = dqgen.from_pretrained(ck.folder).cuda()
+    direct = dqgen.from_pretrained(ck.folder, device="cuda")
+    ids = torch.from_numpy(np.random.default_rng(4).integers(0, VOCAB, (2, 7))).cuda()
+    assert torch.equal(_logits(moved, ids), _logits(direct, ids))
