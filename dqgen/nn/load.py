@@ -53,10 +53,12 @@ def _to_numpy(t: Any) -> np.ndarray:
 
 
 def _arch(device: torch.device) -> str:
-    """The float formats' spec architecture: fp8 converts in hardware from sm_90 on."""
-    if device.type == "cuda" and torch.cuda.is_available():
-        return "sm_90" if torch.cuda.get_device_capability(device) >= (9, 0) else "sm_80"
-    return "sm_80"
+    """The float formats' spec architecture: fp8 converts in hardware from sm_90 on. The GPU the layers go to, or
+    for layers loaded on the CPU the one torch sees (where a later .cuda() takes them); sm_80 without a GPU."""
+    if not torch.cuda.is_available():
+        return "sm_80"
+    gpu = device if device.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
+    return "sm_90" if torch.cuda.get_device_capability(gpu) >= (9, 0) else "sm_80"
 
 
 def _dtype(value: Any, field: str) -> torch.dtype | None:
