@@ -46,7 +46,14 @@ def from_pretrained(pretrained_model_name_or_path: str | Path, **kwargs: Any) ->
     """A ``transformers`` model from a quantized checkpoint folder (AWQ, GPTQ, compressed-tensors, ModelOpt), with a
     ``dqgen.nn.QuantLinear`` for every quantized layer: ``dqgen.nn.from_pretrained`` (keyword arguments there)."""
     # imported here to keep `import dqgen` light: torch and transformers load on first use
-    from .nn.load import from_pretrained as load
+    try:
+        from .nn.load import from_pretrained as load
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        raise ImportError(
+            "dqgen.from_pretrained needs torch and transformers: pip install 'dqgen[torch]' transformers"
+        ) from None
 
     return load(pretrained_model_name_or_path, **kwargs)
 

@@ -855,3 +855,25 @@ def test_loads_what_save_quantized_writes(tmp_path: Path, fmt: str, spec: str) -
     for k, v in model.state_dict().items():
         if k.endswith(("norm.weight", "embed_tokens.weight", "lm_head.weight")):
             assert torch.equal(v, state[k]), k
+
+
+@pytest.mark.parametrize("missing", ["torch", "transformers"])
+def test_missing_dependency_is_one_line(tmp_path: Path, missing: str) -> None:
+    """Without torch (or transformers) dqgen.from_pretrained says which package it needs, in one line."""
+    import subprocess
+    import sys
+
+    if missing == "transformers":
+        _torch()
+    ck = write_checkpoint(tmp_path / "a", "awq")
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"  # an import of it now fails as if it were not installed
+        "import dqgen\n"
+        "try:\n"
+        f"    dqgen.from_pretrained({str(ck.folder)!r})\n"
+        "except ImportError as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("ImportError dqgen.from_pretrained needs ") and "pip install " in out, out
+    assert missing in out and out.count("\n") == 1, out

@@ -287,7 +287,7 @@ def from_pretrained(
         import transformers
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError:
-        raise ImportError("dqgen.from_pretrained needs transformers (pip install transformers)") from None
+        raise ImportError("dqgen.from_pretrained needs transformers: pip install transformers") from None
     folder = Path(pretrained_model_name_or_path)
     if not folder.is_dir():
         raise ValueError(
