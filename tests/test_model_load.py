@@ -716,7 +716,7 @@ def test_from_pretrained_sharded_and_bf16(tmp_path: Path) -> None:
 
 
 def test_from_pretrained_refusals(tmp_path: Path) -> None:
-    _torch()
+    torch = _torch()
     import dqgen
 
     ck = write_checkpoint(tmp_path / "a", "awq")
@@ -724,6 +724,8 @@ def test_from_pretrained_refusals(tmp_path: Path) -> None:
         dqgen.from_pretrained(tmp_path / "nope")
     with pytest.raises(ValueError, match=r"^\[torch_dtype\] got 'float32'"):
         dqgen.from_pretrained(ck.folder, torch_dtype="float32")
+    with pytest.raises(ValueError, match=r"^\[dtype\] got torch\.int8"):
+        dqgen.from_pretrained(ck.folder, dtype=torch.int8)
     with pytest.raises(ValueError, match=r"^\[device_map\] got a dict"):
         dqgen.from_pretrained(ck.folder, device_map={"model": 0, "lm_head": "cpu"})
     with pytest.raises(ValueError, match=r"^\[device\] got 'gpu'; expected a device"):

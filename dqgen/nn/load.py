@@ -100,7 +100,9 @@ def _device(device: Any, device_map: Any) -> torch.device:
 @contextlib.contextmanager
 def _parameters_on_meta() -> Iterator[None]:
     """Every parameter registered inside goes to the meta device (initializing it costs nothing, and the checkpoint
-    replaces it); buffers stay real, since the ones a model computes (rotary inv_freq) are not in checkpoints."""
+    replaces it); buffers stay real, since the ones a model computes (rotary inv_freq) are not in checkpoints. It
+    patches ``torch.nn.Module.register_parameter`` while the model is built (as accelerate's init_empty_weights
+    does): a module built meanwhile in another thread would get meta parameters too."""
     register = torch.nn.Module.register_parameter
 
     def on_meta(module: torch.nn.Module, name: str, param: torch.nn.Parameter | None) -> None:
@@ -303,7 +305,7 @@ def from_pretrained(
     # transformers would build its own quantizer (and its own layers) from this: dqgen's layers replace them
     if getattr(config, "quantization_config", None) is not None:
         delattr(config, "quantization_config")
-    dt = _dtype(torch_dtype if torch_dtype is not None else dtype, "torch_dtype")
+    dt = _dtype(torch_dtype, "torch_dtype") if torch_dtype is not None else _dtype(dtype, "dtype")
     if dt is None:
         dt = _scales_dtype(folder)
     if dt is None:
