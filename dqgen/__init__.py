@@ -5,7 +5,7 @@ from __future__ import annotations
 __version__ = "0.2.0"
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .core.spec import Spec, SpecError, load_spec
 from .layout.packing import pack, pack_zeros, repack, unpack, unpack_zeros
@@ -20,6 +20,7 @@ __all__ = [
     "SpecError",
     "__version__",
     "compile",
+    "from_pretrained",
     "load_spec",
     "pack",
     "pack_zeros",
@@ -39,6 +40,22 @@ def compile(spec: Spec | str | Path | dict) -> Kernel:
     from .run import runtime
 
     return runtime.Kernel(compile_artifact(spec if isinstance(spec, Spec) else load_spec(spec)))
+
+
+def from_pretrained(pretrained_model_name_or_path: str | Path, **kwargs: Any) -> Any:
+    """A ``transformers`` model from a quantized checkpoint folder (AWQ, GPTQ, compressed-tensors, ModelOpt), with a
+    ``dqgen.nn.QuantLinear`` for every quantized layer: ``dqgen.nn.from_pretrained`` (keyword arguments there)."""
+    # imported here to keep `import dqgen` light: torch and transformers load on first use
+    try:
+        from .nn.load import from_pretrained as load
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        raise ImportError(
+            "dqgen.from_pretrained needs torch and transformers: pip install 'dqgen[torch]' transformers"
+        ) from None
+
+    return load(pretrained_model_name_or_path, **kwargs)
 
 
 def __getattr__(name: str):

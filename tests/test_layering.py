@@ -41,7 +41,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "gru": frozenset({"core", "emit", "kernels", "run"}),
     # nn: dqgen.quantize (numpy, on the Layout's packing) and QuantLinear (a Kernel's matmul)
     # w8a8: W8A8Linear (the W8A8 GEMM and the activation quantization)
-    "nn": frozenset({"core", "layout", "emit", "run", "w8a8"}),
+    # io: from_pretrained / replace_linears read checkpoints through io's spec inference
+    "nn": frozenset({"core", "layout", "emit", "run", "w8a8", "io"}),
     "w8a8": frozenset({"core", "emit", "kernels", "run"}),
     "api": frozenset({"core", "layout", "emit", "run", "nn"}),  # dqgen.compile: the pipeline, a Kernel
     "cli": frozenset(

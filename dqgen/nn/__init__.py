@@ -4,7 +4,7 @@ torch)."""
 
 from .quantize import quantize
 
-__all__ = ["QuantLinear", "W8A8Linear", "quantize"]
+__all__ = ["QuantLinear", "W8A8Linear", "from_pretrained", "quantize", "replace_linears"]
 
 
 def __getattr__(name: str) -> object:
@@ -16,4 +16,8 @@ def __getattr__(name: str) -> object:
         from .w8a8_linear import W8A8Linear
 
         return W8A8Linear
+    if name in ("from_pretrained", "replace_linears"):
+        from . import load
+
+        return getattr(load, name)
     raise AttributeError(f"module 'dqgen.nn' has no attribute {name!r}")
