@@ -4,7 +4,7 @@ torch)."""
 
 from .quantize import quantize
 
-__all__ = ["QuantLinear", "W8A8Linear", "quantize"]
+__all__ = ["QuantLinear", "W8A8Linear", "quantize", "quantize_model", "save_quantized"]
 
 
 def __getattr__(name: str) -> object:
@@ -12,6 +12,14 @@ def __getattr__(name: str) -> object:
         from .linear import QuantLinear
 
         return QuantLinear
+    if name == "quantize_model":
+        from .quantize_model import quantize_model
+
+        return quantize_model
+    if name == "save_quantized":
+        from .save import save_quantized
+
+        return save_quantized
     if name == "W8A8Linear":
         from .w8a8_linear import W8A8Linear
 
