@@ -185,7 +185,7 @@ def test_torch_quantize_bf16_weight_and_errors() -> None:
         quantize_tensors("awq_int4_fp16", bad)
     with pytest.raises(ValueError, match=r"^group_size: expected -1 or a positive divisor of K = 128, got 48$"):
         quantize_tensors("gptq_int4_fp16", torch.from_numpy(w), group_size=48)
-    with pytest.raises(ValueError, match="^act_order: spec awq_int4_fp16 has no act-order"):
+    with pytest.raises(ValueError, match=r"^act_order: spec awq_int4_fp16 has no act-order"):
         quantize_tensors("awq_int4_fp16", torch.from_numpy(w), act_order=True)
 
 

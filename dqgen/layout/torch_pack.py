@@ -20,8 +20,8 @@ import numpy as np
 
 from ..core.spec import CONTAINER_BITS, SourceKind, Spec, block_words
 from .gemm import TILE_K, TILE_N, GemmSlots, gemm_slots
-from .gemm_trt import columns_interleaved, converter_spec, ldsm_row_permutation, register_order, threadblock_k
 from .gemm_trt import bias as trt_bias
+from .gemm_trt import columns_interleaved, converter_spec, ldsm_row_permutation, register_order, threadblock_k
 from .layout import Layout
 from .matmul import CHUNK_BLOCKS, K_LANES, LANE_BLOCKS, LANES, ROWS, ROWS_PER_LANE, VEC_WORDS, MatmulLayout, Slots
 

@@ -184,7 +184,6 @@ def _codes(w: Any, s: Any, z: Any, gs: int, gi: Any, lo: int, hi: int) -> Any:
 def _quantize(spec: Spec, w: Any, gs: int, G: int, gi: Any) -> dict[str, Any]:
     import torch
 
-    K, N = w.shape
     wmin, wmax = _group_stats(w, gs, G, gi)
     tdt = torch_dtype(spec.target_type, torch)
     lo, hi = _code_range(spec)
