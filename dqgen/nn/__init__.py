@@ -13,7 +13,7 @@ def __getattr__(name: str) -> object:
 
         return QuantLinear
     if name == "quantize_model":
-        from .quantize_model import quantize_model
+        from .model_quantize import quantize_model
 
         return quantize_model
     if name == "save_quantized":

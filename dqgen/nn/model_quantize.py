@@ -4,6 +4,7 @@ round-to-nearest on the weight's device (issue 26), with a report of what was re
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from typing import Any
@@ -99,15 +100,14 @@ def quantize_model(
     if reason:
         notes.append(reason)
     # every (parent, attribute) under which a Linear is reachable: a shared module is replaced everywhere
-    sites = [
-        (name, parent, child_name, child)
-        for name, parent in model.named_modules(remove_duplicate=False)
-        for child_name, child in parent.named_children()
-        if isinstance(child, torch.nn.Linear)
-        for name in [f"{name}.{child_name}" if name else child_name]
-    ]
-    devices = set()
-    for name, parent, child_name, child in sites:
+    sites: deque[tuple[str, torch.nn.Module, str, torch.nn.Linear]] = deque()
+    for parent_name, parent in model.named_modules(remove_duplicate=False):
+        for child_name, child in parent.named_children():
+            if isinstance(child, torch.nn.Linear):
+                sites.append((f"{parent_name}.{child_name}" if parent_name else child_name, parent, child_name, child))
+    devices: set[torch.device] = set()
+    while sites:  # popped: a replaced Linear's weight is freed as the loop goes on (the model's peak memory)
+        name, parent, child_name, child = sites.popleft()
         if id(child) in done:
             setattr(parent, child_name, done[id(child)])
             replaced.append(name)
@@ -135,6 +135,7 @@ def quantize_model(
         done[id(child)] = q
         replaced.append(name)
         devices.add(child.weight.device)
+        del child
     for d in devices:
         if d.type == "cuda":
             torch.cuda.synchronize(d)
