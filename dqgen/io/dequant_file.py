@@ -164,10 +164,13 @@ def is_folder_out(out: Path) -> bool:
 def _check_out(out: Path, folder: bool) -> None:
     """Refuse an output path that cannot be written before any input is read."""
     if folder:
-        if out.exists() and (not out.is_dir() or out.is_symlink()):
+        if out.is_file():
             raise ValueError(
-                f"output {out}: exists and is not a folder; expected a new or empty folder (or a .safetensors file)"
+                f"output {out}: is a file not named *.safetensors; expected a .safetensors file, or a new or empty "
+                "folder for a model folder"
             )
+        if out.exists() and (not out.is_dir() or out.is_symlink()):
+            raise ValueError(f"output {out}: exists and is not a regular file or a folder")
         if out.is_dir() and any(out.iterdir()):
             raise ValueError(f"output {out}: the folder is not empty; expected a new or empty folder")
     else:
