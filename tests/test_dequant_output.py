@@ -140,7 +140,7 @@ def test_single_file_output_is_in_natural_order(tmp_path: Path) -> None:
 
 
 def test_cli_folder_output_and_shard_size_option(tmp_path: Path) -> None:
-    folder, made, _extra = _model(tmp_path, layers=4)
+    folder, _made, _extra = _model(tmp_path, layers=4)
     out = tmp_path / "cli_out"
     r = CliRunner().invoke(app, ["dequant", str(folder), "--out", str(out), "--device", "cpu", "--shard-size", "5KB"])
     assert r.exit_code == 0, r.output
