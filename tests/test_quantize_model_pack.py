@@ -80,10 +80,10 @@ def test_fields_equal_numpy(bits: int, axis: str) -> None:
     shape = (3 * p, 5) if axis == "K" else (7, 4 * p)
     vals = rng.integers(0, 1 << bits, size=shape, dtype=np.uint8)
     words = pack_fields(vals, bits, order, axis)
-    tw = torch_pack.pack_fields(torch.from_numpy(vals), bits, order, axis)
+    tw = torch_pack.torch_pack_fields(torch.from_numpy(vals), bits, order, axis)
     assert tw.dtype == torch.int32
     assert np.array_equal(tw.numpy(), words)
-    back = torch_pack.unpack_fields(tw, bits, order, axis)
+    back = torch_pack.torch_unpack_fields(tw, bits, order, axis)
     assert np.array_equal(back.numpy(), unpack_fields(words.view(np.uint32), bits, order, axis))
     assert np.array_equal(back.numpy(), vals)
 
@@ -94,7 +94,7 @@ def test_gemv_prepack_equals_numpy(case: tuple[Spec, int, int, int]) -> None:
     q, s, z, gi = random_inputs(sp, K, N, seed=K + N)
     group = gs if gs > 0 and s.shape[0] > 1 else -1
     ref = prepack(sp, q, s, z, gi, group)
-    got = torch_pack.prepack(sp, _t(q), _t(s), _t(z), gi, group)
+    got = torch_pack.torch_prepack(sp, _t(q), _t(s), _t(z), gi, group)
     assert got.wq.shape == ref.wq.shape and got.wq.dtype == torch.int32
     assert _bytes(got.wq) == _bytes(ref.wq)
     assert _bytes(got.scales) == _bytes(ref.scales) and got.scales.shape == ref.scales.shape
@@ -118,7 +118,7 @@ def test_gemm_pack_equals_numpy(case: tuple[Spec, int, int, int]) -> None:
     q, s, z, gi = random_inputs(sp, K, N, seed=K * 3 + N)
     group = gs if gs > 0 and s.shape[0] > 1 else -1
     ref = gemm_layout.pack_gemm(sp, q, s, z, gi, group)
-    got = torch_pack.pack_gemm(sp, _t(q), _t(s), _t(z), gi, group)
+    got = torch_pack.torch_pack_gemm(sp, _t(q), _t(s), _t(z), gi, group)
     assert got.wq.dtype == torch.uint8 and tuple(got.wq.shape) == ref.wq.shape
     assert _bytes(got.wq) == _bytes(ref.wq)
     assert _bytes(got.scales) == _bytes(ref.scales) and tuple(got.scales.shape) == ref.scales.shape

@@ -25,7 +25,14 @@ from .gemm_trt import columns_interleaved, converter_spec, ldsm_row_permutation,
 from .layout import Layout
 from .matmul import CHUNK_BLOCKS, K_LANES, LANE_BLOCKS, LANES, ROWS, ROWS_PER_LANE, VEC_WORDS, MatmulLayout, Slots
 
-__all__ = ["TorchGemmPacked", "TorchPrepacked", "pack_fields", "pack_gemm", "prepack", "unpack_fields"]
+__all__ = [
+    "TorchGemmPacked",
+    "TorchPrepacked",
+    "torch_pack_fields",
+    "torch_pack_gemm",
+    "torch_prepack",
+    "torch_unpack_fields",
+]
 
 _WORD = 1 << CONTAINER_BITS
 
@@ -42,7 +49,7 @@ def _to_int32(words: Any) -> Any:
     return torch.where(words >= (1 << 31), words - _WORD, words).to(torch.int32)
 
 
-def pack_fields(vals: Any, bits: int, order: tuple[int, ...] | list[int], axis: str) -> Any:
+def torch_pack_fields(vals: Any, bits: int, order: tuple[int, ...] | list[int], axis: str) -> Any:
     """layout.pack_fields on a torch tensor of field values (already in [0, 2^bits)): int32 words."""
     torch = _torch()
     nw = block_words(bits)
@@ -68,7 +75,7 @@ def pack_fields(vals: Any, bits: int, order: tuple[int, ...] | list[int], axis: 
     return _to_int32(blocks.reshape(rows // p * nw, cols))
 
 
-def unpack_fields(words: Any, bits: int, order: tuple[int, ...] | list[int], axis: str) -> Any:
+def torch_unpack_fields(words: Any, bits: int, order: tuple[int, ...] | list[int], axis: str) -> Any:
     """layout.unpack_fields on int32 torch words: uint8 field values."""
     torch = _torch()
     nw = block_words(bits)
@@ -109,21 +116,21 @@ def _padded(t: Any, columns: int) -> Any:
     return out
 
 
-def group_columns(lay: Layout, scales: Any, zeros: Any, columns: int) -> tuple[Any, Any]:
+def torch_group_columns(lay: Layout, scales: Any, zeros: Any, columns: int) -> tuple[Any, Any]:
     """Layout.group_columns on torch tensors: raw scales (int16 / uint8), zero fields (uint8) or raw 16-bit zeros,
     zero-padded to ``columns``."""
     z = None
     if zeros is not None and lay.zeros == "packed":
-        z = _padded(unpack_fields(zeros.contiguous(), lay.bits, lay.zero_order, "N"), columns)
+        z = _padded(torch_unpack_fields(zeros.contiguous(), lay.bits, lay.zero_order, "N"), columns)
     elif zeros is not None:
         z = _padded(_raw(zeros), columns)
     return _padded(_raw(scales), columns), z
 
 
-def unpack_codes(spec: Spec, qweight: Any) -> Any:
+def torch_unpack_codes(spec: Spec, qweight: Any) -> Any:
     """The stored field values W[K, N] (uint8) of a checkpoint's int32 ``qweight``."""
     lay = Layout.of(spec)
-    return unpack_fields(qweight.contiguous(), lay.bits, lay.order, lay.axis)
+    return torch_unpack_fields(qweight.contiguous(), lay.bits, lay.order, lay.axis)
 
 
 def _slot_codes(codes: Any, perm: np.ndarray, slots: int, columns: int) -> Any:
@@ -163,7 +170,7 @@ def _gemv_words(mm: MatmulLayout, codes: Any, sl: Slots) -> Any:
     N, W = codes.shape[1], mm.words
     Np = mm.n_padded(N)
     slot_codes = _slot_codes(codes, sl.perm, sl.slots, Np)
-    blocks = pack_fields(slot_codes, mm.bits, mm.order, "K")
+    blocks = torch_pack_fields(slot_codes, mm.bits, mm.order, "K")
     chunks, tiles = sl.slots // mm.chunk_k, Np // ROWS
     a = blocks.reshape(chunks, K_LANES, LANE_BLOCKS, W, tiles, ROWS_PER_LANE, ROWS // ROWS_PER_LANE)
     a = a.permute(4, 0, 6, 1, 5, 2, 3)
@@ -171,16 +178,16 @@ def _gemv_words(mm: MatmulLayout, codes: Any, sl: Slots) -> Any:
     return units.reshape(tiles, chunks, LANES, W, VEC_WORDS).permute(0, 1, 3, 2, 4).contiguous()
 
 
-def prepack(
+def torch_prepack(
     spec: Spec, qweight: Any, scales: Any, zeros: Any, g_idx: np.ndarray | None, group_size: int
 ) -> TorchPrepacked:
     """layout.matmul.prepack on torch tensors (validated by the caller), on their device; ``g_idx`` on the host."""
     lay, mm = Layout.of(spec), MatmulLayout.of(spec)
-    codes = unpack_codes(spec, qweight)
+    codes = torch_unpack_codes(spec, qweight)
     K, N = codes.shape
     Np = mm.n_padded(N)
     sl = mm.slots(K, group_size, g_idx)
-    s, z = group_columns(lay, scales, zeros, Np)
+    s, z = torch_group_columns(lay, scales, zeros, Np)
     assert CHUNK_BLOCKS * mm.per_block == mm.chunk_k
     return TorchPrepacked(_gemv_words(mm, codes, sl), s, z, sl, N, int(scales.shape[0]), group_size)
 
@@ -208,7 +215,7 @@ def _row_sources(K: int, bits: int) -> np.ndarray:
     return (p // perm.size) * perm.size + perm[p % perm.size]
 
 
-def to_trt_layout(fields: Any, bits: int) -> Any:
+def torch_to_trt_layout(fields: Any, bits: int) -> Any:
     """gemm_trt.to_trt_layout (unsigned fields, fp16/bf16 activations) on a torch uint8 tensor."""
     torch = _torch()
     K, N = fields.shape
@@ -223,14 +230,14 @@ def to_trt_layout(fields: Any, bits: int) -> Any:
     return stream.reshape(N // cols, K * cols * bits // 8)
 
 
-def pack_gemm(
+def torch_pack_gemm(
     spec: Spec, qweight: Any, scales: Any, zeros: Any, g_idx: np.ndarray | None, group_size: int
 ) -> TorchGemmPacked:
     """layout.gemm.pack_gemm on torch tensors (validated by the caller), on their device; ``g_idx`` on the host."""
     converter_spec(spec)  # the same one-line refusal of a spec the layout cannot hold
     lay = Layout.of(spec)
     bits = spec.source.bits
-    codes = unpack_codes(spec, qweight)
+    codes = torch_unpack_codes(spec, qweight)
     if spec.source.kind is SourceKind.signed:
         codes = codes ^ trt_bias(bits)
     K, N = codes.shape
@@ -239,9 +246,9 @@ def pack_gemm(
     Nw = -(-N // cols) * cols
     Ns = -(-N // TILE_N) * TILE_N
     assert sl.slots % TILE_K == 0
-    wq = to_trt_layout(_slot_codes(codes, sl.perm, sl.slots, Nw), bits)
+    wq = torch_to_trt_layout(_slot_codes(codes, sl.perm, sl.slots, Nw), bits)
     for name, t in (("scales", scales), ("zeros", None if spec.zeros.packed else zeros)):
         if t is not None and t.element_size() != 2:
             raise ValueError(f"{name}: expected 16-bit values (fp16/bf16), got {t.dtype}")
-    s, z = group_columns(lay, scales, zeros, Ns)
+    s, z = torch_group_columns(lay, scales, zeros, Ns)
     return TorchGemmPacked(wq, s, z, sl, N, Nw, int(scales.shape[0]))

@@ -228,7 +228,7 @@ def _quantize(spec: Spec, w: Any, gs: int, G: int, gi: Any) -> dict[str, Any]:
         if spec.zeros.packed:
             lay = Layout.of(spec)
             stored = (z.to(torch.int64) - spec.zeros.stored_offset).to(torch.uint8)
-            out["zeros"] = torch_pack.pack_fields(stored, lay.bits, lay.zero_order, "N")
+            out["zeros"] = torch_pack.torch_pack_fields(stored, lay.bits, lay.zero_order, "N")
         else:  # float zeros: the integer zero point, exact in the target
             out["zeros"] = z.to(tdt)
     bits = spec.source.bits
@@ -237,7 +237,7 @@ def _quantize(spec: Spec, w: Any, gs: int, G: int, gi: Any) -> dict[str, Any]:
     # stored fields: two's complement bits of signed codes (pack's mask)
     fields = (codes & ((1 << bits) - 1)).to(torch.uint8)
     lay = Layout.of(spec)
-    out = {"qweight": torch_pack.pack_fields(fields, lay.bits, lay.order, lay.axis), **out}
+    out = {"qweight": torch_pack.torch_pack_fields(fields, lay.bits, lay.order, lay.axis), **out}
     return out
 
 

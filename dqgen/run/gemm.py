@@ -159,7 +159,7 @@ def pack_gemm(
         )
         zdtype = np.uint8 if pk.zeros is not None and pk.zeros.dtype == np.uint8 else np.int16
     else:  # the same bytes, packed where the tensors are (issue 26: no host round trip of the weight)
-        pk = torch_pack.pack_gemm(spec, qweight, scales, zeros, host_gidx, group_size)
+        pk = torch_pack.torch_pack_gemm(spec, qweight, scales, zeros, host_gidx, group_size)
         zdtype = None
     w = GemmWeight(
         spec_name=spec.name,

@@ -200,7 +200,7 @@ def pack_gemv(
             spec, dev.to_host(q), dev.to_host(s), dev.to_host(z) if z is not None else None, host_gidx, gs
         )
     else:  # the same bytes, packed where the tensors are (issue 26: no host round trip of the weight)
-        pre = torch_pack.prepack(spec, qweight, scales, zeros, host_gidx, gs)
+        pre = torch_pack.torch_prepack(spec, qweight, scales, zeros, host_gidx, gs)
     sl = pre.slots
     mm = MatmulLayout.of(spec)
     chunks = sl.slots // mm.chunk_k
