@@ -236,3 +236,24 @@ def test_gptq_3bit_asym_is_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"^layer l: no dqgen spec fits .*3-bit") as e:
         read_layers(folder)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.gpu
+def test_gpu_gptq_3bit_equals_cpu(tmp_path: Path) -> None:
+    """The generated kernel of the inferred 3-bit spec gives the CPU reference's bits."""
+    rng = np.random.default_rng(33)
+    K, N, G = 256, 96, 64
+    tensors = {
+        "l.qweight": _pack3_along_rows(rng.integers(0, 8, size=(K, N))),
+        "l.qzeros": np.ascontiguousarray(_pack3_along_rows(np.full((N, K // G), 3)).T),
+        "l.scales": (rng.standard_normal((K // G, N)) * 0.01).astype(np.float16),
+    }
+    folder = tmp_path / "g3"
+    folder.mkdir()
+    save_file(tensors, str(folder / "model.safetensors"))
+    (folder / "quantize_config.json").write_text(json.dumps(gptq_config(bits=3, group=G, sym=True)))
+    outs = {}
+    for device in ("cpu", "cuda"):
+        outs[device] = tmp_path / f"{device}.safetensors"
+        dequantize_file(folder, outs[device], device=device, progress=False)
+    assert outs["cpu"].read_bytes() == outs["cuda"].read_bytes()
