@@ -209,3 +209,24 @@ def test_additive_zeros_round_like_numpy() -> None:
         got = quantize_tensors(spec, torch.from_numpy(w))
         for name, a in ref.items():
             assert _bytes(got[name]) == _bytes(a), (target, name)
+
+
+def test_target_rounding_is_numpys_on_double_rounding_cases() -> None:
+    """Values just above a tie of the target, whose float32 rounding lands on the tie: numpy rounds float64 to fp16
+    once (up), torch's cast goes through float32 (to the even value below); ml_dtypes' bf16 goes through float32."""
+    from dqgen.core.spec import load_spec as ls
+    from dqgen.nn.quantize_torch import _to_target
+
+    x = np.array([1 + 2**-11 + 2**-40, -(1 + 2**-11 + 2**-40), 1 + 2**-8 + 2**-30, 3.0, 2.0**-20 + 2**-60])
+    fp16 = _to_target(ls("awq_int4_fp16"), torch.from_numpy(x))
+    assert fp16.dtype == torch.float16
+    assert np.array_equal(fp16.numpy().view(np.uint16), x.astype(np.float16).view(np.uint16))
+    assert float(fp16[0]) == 1 + 2**-10  # the case torch's own cast gets wrong
+    bf16 = _to_target(ls("awq_int4_bf16"), torch.from_numpy(x))
+    assert np.array_equal(bf16.view(torch.int16).numpy(), x.astype(_bf16()).view(np.int16))
+
+
+def _bf16() -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)

@@ -144,3 +144,15 @@ def test_refusals(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"folder .*full: exists and is not an empty folder$"):
         save_quantized(model, tmp_path / "full")
     assert not (tmp_path / "x").exists()
+
+
+def test_tied_lm_head_is_written_once(tmp_path: Path) -> None:
+    model = _Tiny()
+    model.lm_head.weight = model.embed_tokens.weight  # tie_word_embeddings: one tensor under two names
+    quantize_model(model, "awq_int4_fp16")
+    out = save_quantized(model, tmp_path / "tied", "awq", config={"tie_word_embeddings": True, "model_type": "x"})
+    t = _all_tensors(out)
+    assert "embed_tokens.weight" in t and "lm_head.weight" not in t
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["tie_word_embeddings"] is True and cfg["model_type"] == "x"
+    assert cfg["quantization_config"]["quant_method"] == "awq"
