@@ -30,32 +30,34 @@ HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 4096, 14336, 32, 8, 128
 BOUND_S = 10.0
 
 
-def build(torch: object, layers: int, vocab: int) -> object:
-    """The decoder's linears as modules named as transformers' LlamaForCausalLM names them."""
+def build(layers: int, vocab: int, device: str = "cuda", shrink: int = 1) -> object:
+    """The decoder's linears as modules named as transformers' LlamaForCausalLM names them (every size divided by
+    ``shrink``: a smoke test off the GPU)."""
     import torch as t
 
     nn = t.nn
+    hidden, inter, head_dim = HIDDEN // shrink, INTERMEDIATE // shrink, HEAD_DIM // shrink
 
     def linear(k: int, n: int) -> nn.Linear:
-        # made on the GPU in fp16 with no initialisation pass, then filled: random weights of a trained layer's scale
+        # made in fp16 with no initialisation pass, then filled: random weights of a trained layer's scale
         lin = nn.Linear(k, n, bias=False, device="meta")
-        lin.weight = nn.Parameter(t.empty((n, k), device="cuda", dtype=t.float16).normal_(0.0, 0.02))
+        lin.weight = nn.Parameter(t.empty((n, k), device=device, dtype=t.float16).normal_(0.0, 0.02))
         return lin
 
     class Attn(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.q_proj = linear(HIDDEN, HEADS * HEAD_DIM)
-            self.k_proj = linear(HIDDEN, KV_HEADS * HEAD_DIM)
-            self.v_proj = linear(HIDDEN, KV_HEADS * HEAD_DIM)
-            self.o_proj = linear(HEADS * HEAD_DIM, HIDDEN)
+            self.q_proj = linear(hidden, HEADS * head_dim)
+            self.k_proj = linear(hidden, KV_HEADS * head_dim)
+            self.v_proj = linear(hidden, KV_HEADS * head_dim)
+            self.o_proj = linear(HEADS * head_dim, hidden)
 
     class Mlp(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.gate_proj = linear(HIDDEN, INTERMEDIATE)
-            self.up_proj = linear(HIDDEN, INTERMEDIATE)
-            self.down_proj = linear(INTERMEDIATE, HIDDEN)
+            self.gate_proj = linear(hidden, inter)
+            self.up_proj = linear(hidden, inter)
+            self.down_proj = linear(inter, hidden)
 
     class Layer(nn.Module):
         def __init__(self) -> None:
@@ -72,7 +74,7 @@ def build(torch: object, layers: int, vocab: int) -> object:
         def __init__(self) -> None:
             super().__init__()
             self.model = Inner()
-            self.lm_head = linear(HIDDEN, vocab)
+            self.lm_head = linear(hidden, vocab)
 
     return Model()
 
@@ -84,21 +86,30 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=1, help="quantize a fresh model this many times (median)")
     ap.add_argument("--vocab", type=int, default=VOCAB)
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke test of the script (with --shrink)")
+    ap.add_argument("--shrink", type=int, default=1, help="divide every size by this (smoke tests)")
     args = ap.parse_args()
 
     import torch
 
     from dqgen.nn import quantize_model
 
-    if not torch.cuda.is_available():
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
         print(json.dumps({"error": "no CUDA GPU"}))
         sys.exit(2)
-    dev = torch.cuda.get_device_name()
+    dev = torch.cuda.get_device_name() if cuda else args.device
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    sh = args.shrink
     # warm-up: compile the spec's kernels (GEMV modes, GEMM) on one small model of every distinct (K, N)
     t0 = time.perf_counter()
     warm = torch.nn.ModuleList(
         [
-            torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.float16)
+            torch.nn.Linear(k // sh, n // sh, bias=False, device=args.device, dtype=torch.float16)
             for k, n in {
                 (HIDDEN, HEADS * HEAD_DIM),
                 (HIDDEN, KV_HEADS * HEAD_DIM),
@@ -108,25 +119,27 @@ def main() -> None:
         ]
     )
     quantize_model(warm, args.spec, group_size=args.group_size)
-    torch.cuda.synchronize()
+    sync()
     warm_s = time.perf_counter() - t0
     del warm
 
     runs = []
     report = None
     for _ in range(args.repeat):
-        model = build(torch, args.layers, args.vocab)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
+        model = build(args.layers, args.vocab, args.device, sh)
+        sync()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated() if cuda else 0
         t0 = time.perf_counter()
         report = quantize_model(model, args.spec, group_size=args.group_size)
-        torch.cuda.synchronize()
+        sync()
         runs.append(time.perf_counter() - t0)
-        peak = torch.cuda.max_memory_allocated()
-        after = torch.cuda.memory_allocated()
+        peak = torch.cuda.max_memory_allocated() if cuda else 0
+        after = torch.cuda.memory_allocated() if cuda else 0
         del model
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
     assert report is not None
     n = len(report.replaced)
     seconds = statistics.median(runs)
@@ -149,7 +162,8 @@ def main() -> None:
                 "bytes_after": after,
                 "peak_bytes": peak,
                 "bound_s": BOUND_S,
-                "meets_bound": bool(n == 7 * args.layers and seconds <= BOUND_S),
+                "shrink": sh,
+                "meets_bound": bool(cuda and sh == 1 and n == 7 * args.layers and seconds <= BOUND_S),
             },
             indent=1,
         )
