@@ -199,3 +199,27 @@ def test_gpu_quantize_equals_cpu() -> None:
         gpu = quantize_tensors(spec, w.cuda(), act_order=act)
         for name, t in cpu.items():
             assert torch.equal(gpu[name].cpu(), t), (spec, name)
+
+
+def test_timing_script_smoke_on_cpu() -> None:
+    """devtools/quantize_model_time.py (the lead's H100 run) on a shrunken model on the CPU: its JSON counts the
+    seven linears of a Llama layer and leaves lm_head."""
+    import json
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    r = subprocess.run(
+        [sys.executable, "devtools/quantize_model_time.py", "--device", "cpu", "--shrink", "16", "--layers", "1"]
+        + ["--vocab", "256"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["linears_replaced"] == 7 and list(data["skipped"]) == ["lm_head"]
+    assert data["meets_bound"] is False and data["seconds"] > 0  # no bound off the GPU
