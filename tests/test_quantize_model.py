@@ -210,9 +210,9 @@ def test_timing_script_smoke_on_cpu() -> None:
 
     from .conftest import ROOT
 
+    args = ["--device", "cpu", "--shrink", "16", "--layers", "1", "--vocab", "256"]
     r = subprocess.run(
-        [sys.executable, "devtools/quantize_model_time.py", "--device", "cpu", "--shrink", "16", "--layers", "1"]
-        + ["--vocab", "256"],
+        [sys.executable, "devtools/quantize_model_time.py", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
