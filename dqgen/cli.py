@@ -817,7 +817,11 @@ def dequant(
         ..., help="An AWQ or GPTQ checkpoint: a .safetensors file, a folder, or a model.safetensors.index.json."
     ),
     out: str = typer.Option(
-        ..., "--out", help="The dense .safetensors file to write (<prefix>.weight as \\[out_features, in_features])."
+        ...,
+        "--out",
+        help="A new (or empty) model folder: shards, model.safetensors.index.json, config.json without "
+        "quantization_config, the tokenizer files; or one .safetensors file (<prefix>.weight as "
+        "\\[out_features, in_features]).",
     ),
     dtype: str = typer.Option("fp16", "--dtype", help="Output dtype: fp16 or bf16."),
     device: str | None = typer.Option(
@@ -825,24 +829,41 @@ def dequant(
         "--device",
         help="cuda (the generated kernels) or cpu (the reference); default cuda when a GPU is present.",
     ),
+    shard_size: str = typer.Option(
+        "5GB", "--shard-size", help="Most bytes of tensors per shard of a folder output: 5GB, 500MB, 2GiB, bytes."
+    ),
 ) -> None:
-    """Dequantize every AWQ / GPTQ layer of FILE into a dense checkpoint OUT; other tensors are copied unchanged."""
+    """Dequantize every AWQ / GPTQ layer of FILE into a dense model OUT; other tensors are copied unchanged."""
     from .emit.nvrtc import CompileError
     from .io.checkpoint import dequantize_file
+    from .io.safetensors_io import parse_size
 
     if dtype not in ("fp16", "bf16"):
         _fail(f"[--dtype] got {dtype!r}; expected fp16 or bf16")
-    if device is None:
+    if device not in (None, "cuda", "cpu"):
+        _fail(f"[--device] got {device!r}; expected cuda or cpu")
+    try:
+        shard_bytes = parse_size(shard_size, "--shard-size")
+    except ValueError as e:
+        _fail(str(e))
+    if device != "cpu":
         from .run import device as dev
 
         if not dev.gpu_available():
-            _fail("no NVIDIA GPU found; pass --device cpu to dequantize with the CPU reference (slower, same bits)")
+            which = "--device cuda: " if device == "cuda" else ""
+            _fail(f"{which}no NVIDIA GPU found; pass --device cpu to dequantize with the CPU reference (same bits)")
         device = "cuda"
-    if device not in ("cuda", "cpu"):
-        _fail(f"[--device] got {device!r}; expected cuda or cpu")
     try:
         # print, not typer.echo: while the progress bar runs on a terminal, rich redirects sys.stdout above it.
-        dequantize_file(file, out, target=dtype, device=device, progress=True, log=lambda line: print(line, flush=True))
+        dequantize_file(
+            file,
+            out,
+            target=dtype,
+            device=device,
+            progress=True,
+            log=lambda line: print(line, flush=True),
+            shard_size=shard_bytes,
+        )
     except (ValueError, OSError) as e:
         _fail(str(e).replace("\n", " "))
     except CompileError as e:

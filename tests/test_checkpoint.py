@@ -194,6 +194,9 @@ def ckpts(tmp_path_factory):
         tensors.update(extra)
         for prefix, kw in layers.items():
             made[prefix] = make_layer(rng, tensors, prefix, **kw)
+        # the bias holds one value per output feature of its layer (dequant refuses any other length)
+        bias = "model.layers.0.self_attn.q_proj.bias"
+        extra[bias] = tensors[bias] = extra[bias][: layers[bias.removesuffix(".bias")]["N"]].copy()
         out[name] = (write_checkpoint(root / name, tensors, config, config_name), made, extra)
 
     build(
@@ -925,12 +928,13 @@ def _spy_dequantize(monkeypatch) -> list[str]:
 
 @pytest.mark.parametrize("where", ["folder", "under_a_file", "unwritable"])
 def test_out_is_checked_before_any_layer(ckpts, tmp_path, monkeypatch, where):
-    """Issue 11 case 5: --out naming a folder, a path under a file, or a place that cannot be written
+    """Issue 11 case 5: --out naming a non-empty folder, a path under a file, or a place that cannot be written
     fails with one line, exit 2, before any layer is dequantized."""
     f = ckpts["awq"][0]
-    if where == "folder":
+    if where == "folder":  # a folder is a model folder output (issue 26): one already holding files is refused
         out = tmp_path / "existing"
         out.mkdir()
+        (out / "keep.txt").write_text("")
     elif where == "under_a_file":
         (tmp_path / "a_file").write_text("")
         out = tmp_path / "a_file" / "o.safetensors"

@@ -30,8 +30,10 @@ model's folder.
 ``dequantize_file`` writes ``<prefix>.weight`` as ``[N, K]`` (``torch.nn.Linear``'s
 ``[out_features, in_features]``; dqgen's kernels produce ``W[K, N]``, which is transposed) in the
 target dtype, drops the layer's ``qweight``, ``qzeros``, ``scales`` and ``g_idx``, and copies every
-other tensor (biases, embeddings, norms) byte for byte. To load the result as a dense model, remove
-``quantization_config`` from the model's ``config.json``.
+other tensor (biases, embeddings, norms) byte for byte, in natural order (``layers.9`` before ``layers.23``).
+An ``out`` that is no ``.safetensors`` file is a dense model folder as ``save_pretrained`` writes one (shards of
+at most ``shard_size`` with ``model.safetensors.index.json``, ``config.json`` without ``quantization_config``,
+the tokenizer files), which ``transformers``' ``from_pretrained`` loads as it is.
 
 Values: each element is ``round_target((q - z) * s)``, one rounding, with the scales as stored. When
 the scales' dtype differs from the target they are converted first if that is exact. Scales the target
@@ -43,8 +45,8 @@ so). Overflow is counted in the dtype written.
 Input files are validated by the ``safetensors`` package; their tensors are then read over ``mmap``
 from the byte ranges of the header. The output is written here (an 8-byte little-endian header length,
 a JSON header ``{name: {dtype, shape, data_offsets}}``, the raw little-endian bytes), streamed tensor
-by tensor so that a model larger than memory can be dequantized, into a temporary file of its own
-that replaces ``out`` when complete.
+by tensor so that a model larger than memory can be dequantized, into a temporary file (or folder) of its
+own that replaces ``out`` when complete; a later run removes those a killed run left.
 
 The code lives in four modules: ``safetensors_io`` (reading and writing the files), ``hf_config`` (the
 quantization config), ``infer`` (spec inference from the config and the tensor shapes) and ``dequant_file``

@@ -124,8 +124,8 @@ def parse_config(config: Mapping[str, Any]) -> QConfig:
                 "Marlin, casper-hansen/AutoAWQ#478)",
             )
         return QConfig("awq", bits, group, False, False, "awq", where)
-    if bits not in (2, 4, 8):
-        raise bad(bname, bits, "2, 4 or 8 (codes that divide a 32-bit word; 3-bit GPTQ straddles words)")
+    if bits not in (2, 3, 4, 8):
+        raise bad(bname, bits, "2, 3, 4 or 8 (the widths GPTQ packs)")
     fmt = config.get("checkpoint_format") or "gptq"
     if fmt not in ("gptq", "gptq_v2"):
         raise bad(

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from ..core import formats
 from ..core.formats import numpy_dtype
 from ..core.spec import Spec
+from ..layout.layout import Layout
 from ..layout.packing import unpack_zeros
 from .hf_config import QConfig, parse_config, read_config
 from .safetensors_io import BF16, ST_DTYPES, Tensors, safetensors_files
@@ -52,7 +53,7 @@ class QuantLayer:
 
     @property
     def K(self) -> int:
-        return int(self.qweight.shape[0] * (self.spec.per_word if self.spec.packing.axis == "K" else 1))
+        return Layout.of(self.spec).k_of(int(self.qweight.shape[0]))  # 3-bit: 32 rows per 3 words
 
     @property
     def N(self) -> int:
@@ -114,6 +115,24 @@ def _fits_bits(
         if b != current and (want_k is None or rows * p == want_k) and (want_n is None or words * p == want_n):
             return f" (the shapes fit bits={b})"
     return ""
+
+
+def _codes_in(words: int, bits: int) -> int:
+    """Codes that ``words`` int32 words hold along the packed axis: 32 / bits each, and 3-bit codes 32 per block of
+    3 words (GPTQ's 3-bit packing: code i at bits [3i, 3i + 3) of a 96-bit block, some straddling two words)."""
+    return words * 32 // bits
+
+
+def _gptq_zero_fields(qzeros: np.ndarray, probe: Spec) -> np.ndarray:
+    """GPTQ's stored zero fields [G, N] from qzeros [G, N * bits / 32], packed along N sequentially; 3-bit zeros
+    fill blocks of 3 words along N as the weights do along K (AutoGPTQ's pack), read as the transpose's K blocks."""
+    bits = probe.source.bits
+    if bits != 3:
+        return unpack_zeros(qzeros, probe)
+    words = np.ascontiguousarray(np.asarray(qzeros).T).view(np.uint32)
+    if words.shape[0] % 3:
+        raise ValueError(f"qzeros: {list(np.shape(qzeros))}: 3-bit zero points fill blocks of 3 words along N")
+    return np.ascontiguousarray(Layout.of(probe).unpack_fields(words, tuple(range(32)), "K").T)
 
 
 def _spec_name(q: QConfig, short: str, mode: str, act: bool, target: str) -> str:
@@ -191,12 +210,18 @@ def _analyze(config: Mapping[str, Any] | QConfig, tensors: Mapping[str, Any], na
 
     bits, P, gs = q.bits, 32 // q.bits, q.group_size
     N = scales.shape[1]
-    K = qshape[0] if q.method == "awq" else qshape[0] * P
+    if q.method == "gptq" and bits == 3 and qshape[0] % 3:
+        raise err(
+            "qweight",
+            f"{list(qshape)} has {qshape[0]} rows, not a multiple of 3: 3-bit GPTQ packs 32 rows of K in blocks "
+            f"of 3 int32 words ({cfg('bits')} = 3)",
+        )
+    K = qshape[0] if q.method == "awq" else _codes_in(qshape[0], bits)
     n_qweight = qshape[1] * P if q.method == "awq" else qshape[1]
     if n_qweight != N:
         # Which of qweight and scales is wrong: the other tensors that hold N decide.
         witnesses = []
-        if qzeros is not None and qzeros.shape[1] * P == n_qweight:
+        if qzeros is not None and _codes_in(qzeros.shape[1], bits) == n_qweight:
             witnesses.append(f"qzeros {list(qzeros.shape)}")
         bias = _meta(tensors, name, "bias")
         if bias is not None and bias[1] == (n_qweight,):
@@ -243,7 +268,7 @@ def _analyze(config: Mapping[str, Any] | QConfig, tensors: Mapping[str, Any], na
                 f"{cfg('bits')} = {bits}{_fits_bits(bits, rows=qshape[0], want_k=g_idx.shape[0])}",
             )
 
-    if qzeros is not None and qzeros.shape[1] * P != N:
+    if qzeros is not None and _codes_in(qzeros.shape[1], bits) != N:
         raise err(
             "qzeros",
             f"{list(qzeros.shape)} packs N = {qzeros.shape[1]} x {P} = {qzeros.shape[1] * P} zero points per row "
@@ -332,10 +357,10 @@ def _analyze(config: Mapping[str, Any] | QConfig, tensors: Mapping[str, Any], na
                 target="fp16",
                 packing=packing,
                 scales={"group_size": -1},
-                zeros={"mode": "gptq_v2"},
+                zeros={"mode": "gptq_v2" if bits != 3 else "none"},  # 3-bit: the Layout only (no packed zeros)
             )
         )
-        stored = unpack_zeros(qzeros, probe) if qzeros is not None else None
+        stored = _gptq_zero_fields(qzeros, probe) if qzeros is not None else None
         if q.sym:
             half = 1 << (bits - 1)
             src = {"bits": bits, "kind": "biased", "bias": half}

@@ -21,6 +21,16 @@ from safetensors import SafetensorError, safe_open
 
 from ..core import formats
 from ..core.formats import numpy_dtype
+from ..core.shards import (  # noqa: F401 - the sharded output's helpers, re-exported for dequant
+    DEFAULT_SHARD_BYTES,
+    INDEX_NAME,
+    SINGLE_NAME,
+    index_text,
+    natural_key,
+    parse_size,
+    plan_shards,
+    shard_names,
+)
 
 BF16 = numpy_dtype(formats.BF16)
 
@@ -234,3 +244,6 @@ def write_safetensors(
         fh.write(header_bytes(items, metadata))
         for a in tensors.values():
             fh.write(le_bytes(a))
+
+
+# -- sharded output: dqgen.core.shards (shared with dqgen.nn's save_quantized) ------------------------------------

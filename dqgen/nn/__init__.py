@@ -4,7 +4,15 @@ torch)."""
 
 from .quantize import quantize
 
-__all__ = ["QuantLinear", "W8A8Linear", "from_pretrained", "quantize", "replace_linears"]
+__all__ = [
+    "QuantLinear",
+    "W8A8Linear",
+    "from_pretrained",
+    "quantize",
+    "quantize_model",
+    "replace_linears",
+    "save_quantized",
+]
 
 
 def __getattr__(name: str) -> object:
@@ -12,6 +20,14 @@ def __getattr__(name: str) -> object:
         from .linear import QuantLinear
 
         return QuantLinear
+    if name == "quantize_model":
+        from .model_quantize import quantize_model
+
+        return quantize_model
+    if name == "save_quantized":
+        from .save import save_quantized
+
+        return save_quantized
     if name == "W8A8Linear":
         from .w8a8_linear import W8A8Linear
 

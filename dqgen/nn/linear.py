@@ -15,7 +15,7 @@ from ..core.formats import torch_dtype
 from ..core.spec import Spec, SpecLike, load_spec
 from ..layout.layout import Layout
 from ..run import fastcall
-from .quantize import quantize
+from .quantize_torch import quantize_tensors
 
 _compiling = torch.compiler.is_compiling
 _ident = threading.get_ident
@@ -111,12 +111,13 @@ class QuantLinear(torch.nn.Module):
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, spec: SpecLike, group_size: int | None = None) -> QuantLinear:
         """Quantize ``linear``'s weight (torch's [N, K], transposed to the checkpoints' [K, N]) with
-        ``dqgen.quantize`` (round-to-nearest; ``group_size`` None: the spec's, or 128) on its device."""
+        ``dqgen.quantize``'s round-to-nearest (``group_size`` None: the spec's, or 128) on its device: integer
+        specs in torch there (dqgen.nn.quantize_torch, no host round trip), others through the numpy path."""
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
         sp = load_spec(spec)
         weight = linear.weight.detach()
-        tensors = quantize(sp, weight.t(), group_size=group_size)
+        tensors = quantize_tensors(sp, weight.t(), group_size=group_size)
         bias = None
         if linear.bias is not None:
             bias = linear.bias.detach().to(torch_dtype(sp.target_type, torch)).clone()

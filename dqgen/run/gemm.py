@@ -22,6 +22,7 @@ from ..core.spec import Spec
 from ..kernels.gemm import CONFIGS, GemmConfig, GemmEntry, GemmKernelConfig, has_zeros, supports
 from ..kernels.gemm90 import Gemm90Config
 from ..layout import gemm as gemm_layout
+from ..layout import torch_pack
 from ..layout.gemm import TILE_K, TILE_N
 from . import device as dev
 from .calls import WEIGHT_BOUND_MAX, remember
@@ -126,8 +127,11 @@ def choose_gemm_splits(tiles: int, k_tiles: int, resident: int, bm: int = 64) ->
     return best
 
 
-def pack_gemm(spec: Spec, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None) -> GemmWeight:
-    """Check the checkpoint tensors and pack them (on the host, once) into a GemmWeight."""
+def pack_gemm(
+    spec: Spec, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, host_pack: bool = False
+) -> GemmWeight:
+    """Check the checkpoint tensors and pack them (once, on their GPU; ``host_pack``: through the numpy packer on
+    the host, the same bytes) into a GemmWeight."""
     torch = _torch()
     if not supports(spec):
         raise ValueError(
@@ -145,18 +149,22 @@ def pack_gemm(spec: Spec, qweight: Any, scales: Any, zeros: Any = None, *, g_idx
         check_g_idx(gi, prob.groups)
         host_gidx = dev.to_host(gi)
     group_size = prob.group_size if prob.group_size > 0 and prob.groups > 1 else -1
-    pk = gemm_layout.pack_gemm(
-        spec, dev.to_host(q), dev.to_host(s), dev.to_host(z) if z is not None else None, host_gidx, group_size
-    )
     device = q.device
     cuda = torch.device("cuda", device)
 
-    def up(a: np.ndarray | None, dtype: Any) -> Any:
-        if a is None:
-            return None
+    def up(a: Any, dtype: Any) -> Any:
+        if a is None or not isinstance(a, np.ndarray):
+            return a  # None, or a tensor the torch path made on the device
         return torch.from_numpy(np.ascontiguousarray(a).view(dtype)).to(cuda)
 
-    zdtype = np.uint8 if pk.zeros is not None and pk.zeros.dtype == np.uint8 else np.int16
+    if host_pack:  # the numpy packer on host copies (the torch path's reference: tests/test_quantize_model_pack.py)
+        pk: gemm_layout.GemmPacked | torch_pack.TorchGemmPacked = gemm_layout.pack_gemm(
+            spec, dev.to_host(q), dev.to_host(s), dev.to_host(z) if z is not None else None, host_gidx, group_size
+        )
+        zdtype = np.uint8 if pk.zeros is not None and pk.zeros.dtype == np.uint8 else np.int16
+    else:  # the same bytes, packed where the tensors are (issue 26: no host round trip of the weight)
+        pk = torch_pack.torch_pack_gemm(spec, qweight, scales, zeros, host_gidx, group_size)
+        zdtype = None
     w = GemmWeight(
         spec_name=spec.name,
         K=prob.K,

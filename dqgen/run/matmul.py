@@ -37,6 +37,7 @@ from ..kernels.gemv import (
     launch_mode,
     unroll,
 )
+from ..layout import torch_pack
 from ..layout.matmul import ROWS, MatmulLayout, Prepacked, prepack
 from . import device as dev
 from .calls import WEIGHT_BOUND_MAX, remember
@@ -168,9 +169,11 @@ def pack_gemv(
     g_idx: Any = None,
     global_scale: Any = None,
     tuning: Tuning = DEFAULT_TUNING,
+    host_pack: bool = False,
 ) -> MatmulWeight:
-    """Check the checkpoint tensors and prepack them (on the host, once) into a MatmulWeight, run by the GEMV of
-    ``tuning`` (the kept code shape by default; docs/experiments/matmul_variants.py times others)."""
+    """Check the checkpoint tensors and prepack them (once, on their GPU; ``host_pack``: through the numpy packer
+    on the host, the same bytes) into a MatmulWeight, run by the GEMV of ``tuning`` (the kept code shape by
+    default; docs/experiments/matmul_variants.py times others)."""
     torch = _torch()
     spec = artifact.spec
     check_torch_tensors(torch, zip(_CHECKPOINT_NAMES, (qweight, scales, zeros, g_idx, global_scale), strict=True))
@@ -183,14 +186,7 @@ def pack_gemv(
     if gi is not None:
         check_g_idx(gi, prob.groups)
         host_gidx = dev.to_host(gi)
-    pre: Prepacked = prepack(
-        spec,
-        dev.to_host(q),
-        dev.to_host(s),
-        dev.to_host(z) if z is not None else None,
-        host_gidx,
-        prob.group_size if prob.group_size > 0 and prob.groups > 1 else -1,
-    )
+    gs = prob.group_size if prob.group_size > 0 and prob.groups > 1 else -1
     device = q.device
     cuda = torch.device("cuda", device)
 
@@ -199,6 +195,12 @@ def pack_gemv(
             return None
         return torch.from_numpy(np.ascontiguousarray(a).view(dtype)).to(cuda)
 
+    if host_pack:  # the numpy packer on host copies (the torch path's reference: tests/test_quantize_model_pack.py)
+        pre: Prepacked | torch_pack.TorchPrepacked = prepack(
+            spec, dev.to_host(q), dev.to_host(s), dev.to_host(z) if z is not None else None, host_gidx, gs
+        )
+    else:  # the same bytes, packed where the tensors are (issue 26: no host round trip of the weight)
+        pre = torch_pack.torch_prepack(spec, qweight, scales, zeros, host_gidx, gs)
     sl = pre.slots
     mm = MatmulLayout.of(spec)
     chunks = sl.slots // mm.chunk_k
@@ -210,13 +212,27 @@ def pack_gemv(
     splits = choose_gemv_splits(n_tiles, chunks, resident)
     flat = _flat_grids(artifact, mode, n_tiles, chunks, splits, resident, device, tuning)
     partials = max([n_tiles * splits] + [n_tiles * f.slots for f in flat if f is not None])
-    zdtype = np.uint8 if pre.zeros is not None and pre.zeros.dtype == np.uint8 else np.int16
 
-    def group_rows(a: np.ndarray | None) -> np.ndarray | None:
+    def group_rows(a: Any) -> Any:
         """GROUPED: PAD_GROUPS rows of zeros after the last group (read ahead by the kernel, unused)."""
         if a is None or mode != GROUPED:
             return a
-        return np.concatenate([a, np.zeros((PAD_GROUPS, *a.shape[1:]), a.dtype)])
+        if isinstance(a, np.ndarray):
+            return np.concatenate([a, np.zeros((PAD_GROUPS, *a.shape[1:]), a.dtype)])
+        return torch.cat([a, torch.zeros((PAD_GROUPS, *a.shape[1:]), dtype=a.dtype, device=a.device)])
+
+    def words_up(a: Any) -> Any:
+        """The words, PAD_CHUNKS chunks of zeros after them, as int32 on the device."""
+        if isinstance(a, np.ndarray):
+            return up(np.concatenate([a.reshape(-1), np.zeros(PAD_CHUNKS * a[0, 0].size, np.uint32)]), np.int32)
+        pad = torch.zeros(PAD_CHUNKS * a[0, 0].numel(), dtype=torch.int32, device=a.device)
+        return torch.cat([a.reshape(-1), pad])
+
+    def raw_up(a: Any) -> Any:
+        """Raw scales / zeros: uint8 fields or codes stay uint8, 16-bit values go as int16."""
+        if a is None or not isinstance(a, np.ndarray):
+            return a
+        return up(a, np.uint8 if a.dtype == np.uint8 else np.int16)
 
     # one launch layout for every M: the partials of the tile grid or of the flat grid, whichever needs more
     workspace, counters = torch_workspace(torch, device, f"{spec.name} GEMV").get("gemv", partials * PARTIAL, n_tiles)
@@ -233,9 +249,9 @@ def pack_gemv(
         n_tiles=n_tiles,
         splits=splits,
         device=device,
-        wq=up(np.concatenate([pre.wq.reshape(-1), np.zeros(PAD_CHUNKS * pre.wq[0, 0].size, np.uint32)]), np.int32),
-        scales=up(group_rows(pre.scales), np.uint8 if pre.scales.dtype == np.uint8 else np.int16),
-        zeros=up(group_rows(pre.zeros), zdtype),
+        wq=words_up(pre.wq),
+        scales=raw_up(group_rows(pre.scales)),
+        zeros=raw_up(group_rows(pre.zeros)),
         global_scale=global_scale.detach().clone().reshape(1) if global_scale is not None else None,
         perm=up(sl.perm, np.int32) if sl.gather else None,
         # the kernel's loads run up to PAD_CHUNKS chunks past a warp's last one (unused): pad both tables
