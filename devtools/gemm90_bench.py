@@ -19,13 +19,14 @@ def main() -> None:
     ap.add_argument("--ms", default="1,8,16,32,64,128,256,512,1024")
     ap.add_argument("--out", default="")
     ap.add_argument("--configs", action="store_true", help="also time every Hopper token tile that holds M")
+    ap.add_argument("--try", dest="extra", default="", help="more Hopper configs: bn:consumers:stages:blocks,...")
     args = ap.parse_args()
 
     import torch
     import triton.testing as tt
 
     import dqgen
-    from dqgen.kernels.gemm90 import CONFIGS90, choose_config90
+    from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config, choose_config90
     from dqgen.run import gemm
     from dqgen.run.matmul import run_gemv
 
@@ -55,10 +56,15 @@ def main() -> None:
             cands = {
                 "sm80 gemm": lambda: gemm.run_gemm(spec, x, gw, config=gemm.choose_config(M)),  # noqa: B023
                 "sm90 gemm": lambda: gemm.run_gemm(spec, x, gw, config=choose_config90(M)),  # noqa: B023
+                "sm90 1/tile": lambda: gemm.run_gemm(spec, x, gw, config=choose_config90(M), splits=1),  # noqa: B023
                 "cuBLAS fp16": lambda: torch.matmul(x, W),  # noqa: B023
             }
             if M <= 16:
                 cands["gemv"] = lambda: run_gemv(k.artifact, x, w)  # noqa: B023
+            for spec_text in filter(None, args.extra.split(",")):
+                cfg = Gemm90Config(*(int(v) for v in spec_text.split(":")))
+                if cfg.bn >= M or cfg.bn == 256:
+                    cands[f"sm90 {cfg.tag}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
             if args.configs:
                 for cfg in CONFIGS90:
                     if cfg.bn >= M and cfg != choose_config90(M):

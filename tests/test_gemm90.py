@@ -31,7 +31,10 @@ def test_compiles_for_sm90a_with_wgmma_and_no_local_memory(spec: Spec) -> None:
     assert len(frames) == len(CONFIGS90) and all(f == ("0", "0", "0") for f in frames), res.log
     ops = Counter(line.split()[0] for line in disassemble(res.cubin) if line.strip())
     assert ops["HGMMA.64x8x16.F32"] + sum(v for k, v in ops.items() if k.startswith("HGMMA")) > 0
-    assert not any(k.startswith(("I2F", "LDL", "STL")) for k in ops), sorted(k for k in ops if k[:3] in ("I2F", "LDL"))
+    # no int -> float conversion of weights (the Plan's magic numbers do it): the only I2F allowed is the .RP
+    # reciprocal of the integer divisions that share the work out (stream-K ranges, once a CTA and a segment)
+    slow = sorted(k for k in ops if (k.startswith("I2F") and ".RP" not in k) or k.startswith(("LDL", "STL")))
+    assert not slow, slow
     # the warp-specialised pipeline: TMA loads completing on mbarriers
     assert any(k.startswith("UTMALDG") for k in ops) and any(k.startswith("SYNCS") for k in ops)
 

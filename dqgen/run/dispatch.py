@@ -34,9 +34,10 @@ from typing import Any
 from ..core.formats import torch_dtype
 from ..emit.nvrtc import default_cache_dir
 from ..emit.pipeline import Artifact
+from ..layout.gemm import TILE_K
 from .errors import imported_torch as _torch
 from .gemm import GemmWeight, pack_gemm, packed_gemm, run_gemm
-from .gemm90 import is_hopper
+from .gemm90 import hopper_pays, is_hopper
 from .matmul import MatmulWeight, packed_gemv, run_gemv
 from .operands import check_activation
 from .packcache import version
@@ -245,6 +246,10 @@ def dispatch(
     else:
         checkpoint = (w, scales, zeros, g_idx)
         dense_ok = True
+    if gemm_ok and M < GEMV_MAX_M and rule.gemm_min_m <= M:
+        n_k = _weight_dims(w, gw, scales, target)
+        if n_k is not None and not small_m_gemm(M, n_k[0], n_k[1], x.device.index or 0, rule):
+            rule = DispatchRule(GEMV_MAX_M, rule.dense_min_m)
     way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok)
     if way == "gemv":
         return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
@@ -255,6 +260,25 @@ def dispatch(
     if gw is None:
         gw = packed_gemm(spec, target.key, w, scales, zeros, g_idx=g_idx)
     return run_gemm(spec, x, gw, bias=bias, out=out)
+
+
+def small_m_gemm(M: int, N: int, k_tiles: int, device: int, rule: DispatchRule) -> bool:
+    """Whether M rows below 16 go to the GEMM under ``rule``: from its gemm_min_m, where the GEMM that runs is the
+    Hopper kernel (gemm90.hopper_pays); where the sm_80 kernel would run, the GEMV keeps M <= 15 (the sm_80 kernel
+    beats the GEMV from 16 tokens on the H100: issue 14's docs/bench/gemm_dispatch.json)."""
+    return rule.gemm_min_m <= M and (M >= GEMV_MAX_M or hopper_pays(N, k_tiles, M, device))
+
+
+def _weight_dims(w: Any, gw: GemmWeight | None, scales: Any, target: MatmulTarget) -> tuple[int, int] | None:
+    """(N, K tiles of the GEMM layout) of the weight a call multiplies by, or None where unknown without packing."""
+    if gw is not None:
+        return gw.N, gw.k_tiles
+    if isinstance(w, MatmulWeight):
+        return w.N, -(-w.K // TILE_K)
+    if scales is not None and hasattr(scales, "shape") and len(scales.shape) == 2:
+        K, N = output_shape(target.artifact.spec, tuple(w.shape))
+        return N, -(-K // TILE_K)
+    return None
 
 
 def _gemv(

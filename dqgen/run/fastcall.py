@@ -189,10 +189,11 @@ def matmul_remember(
         mw = mm.packed_gemv(target.artifact, target.key, w, scales, zeros)  # the PackCache's weight the call ran
         gemm_ok = target.gemm_ok
         refs = tuple(weakref.ref(t) for t in (w, scales, zeros, mw) if t is not None)
-    # the dispatch's choice for M rows (dispatch.pick): the GEMV wherever the GEMM is not taken
-    if gemm_ok and dispatch.rule_for(x.device.index or 0).gemm_min_m <= M:
-        return
     if mw.N == 0 or mw.K != K:
+        return
+    # the dispatch's choice for M rows (dispatch.pick, dispatch.small_m_gemm): the GEMV wherever the GEMM is not taken
+    device = x.device.index or 0
+    if gemm_ok and dispatch.small_m_gemm(M, mw.N, -(-K // dispatch.TILE_K), device, dispatch.rule_for(device)):
         return
     try:
         key = matmul_key(x, w, scales, zeros, bias, out)

@@ -27,7 +27,7 @@ from ..layout.gemm import TILE_K, TILE_N
 from . import device as dev
 from .calls import WEIGHT_BOUND_MAX, remember
 from .errors import imported_torch as _torch
-from .gemm90 import bind90, hopper_eligible
+from .gemm90 import bind90, hopper_eligible, hopper_pays
 from .loader import load
 from .operands import check_activation, check_torch_tensors, x_aligned
 from .packcache import PackCache
@@ -202,9 +202,9 @@ def run_gemm(
     splits: int | None = None,
 ) -> Any:
     """The GEMM launch on checked tensors: y = x @ W (+ bias), any M: on an H100 / H200 the Hopper main loop
-    (dqgen.run.gemm90) where it takes the launch, else the sm_80 one. ``config`` / ``splits`` override the choice
-    of main loop and tile and choose_gemm_splits (tuning and benchmarks; any tile of either template, any split
-    count >= 1)."""
+    (dqgen.run.gemm90) where it takes the launch and pays (gemm90.hopper_pays), else the sm_80 one. ``config`` /
+    ``splits`` override the choice of main loop and tile and the split (tuning and benchmarks; any tile of either
+    template, any split count >= 1)."""
     torch = _torch()
     if w.spec_name != spec.name:
         raise ValueError(f"w: packed for spec {w.spec_name!r}, but this kernel is {spec.name!r}")
@@ -234,13 +234,14 @@ def _bind(
     config: GemmConfig | Gemm90Config | None = None,
     want_splits: int | None = None,
 ) -> Any:
-    if isinstance(config, Gemm90Config) or (config is None and hopper_eligible(w, x2.data_ptr(), x_stride)):
+    auto90 = config is None and hopper_eligible(w, x2.data_ptr(), x_stride) and hopper_pays(w.N, w.k_tiles, M, w.device)
+    if isinstance(config, Gemm90Config) or auto90:
         if not hopper_eligible(w, x2.data_ptr(), x_stride):
             raise ValueError(
                 "config: the Hopper GEMM needs an sm_90 GPU, K slots in order (no act-order) and x rows 16-byte aligned"
             )
         h90 = config if isinstance(config, Gemm90Config) else None
-        return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, h90, want_splits, choose_gemm_splits)
+        return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, h90, want_splits)
     cfg = config if config is not None else choose_config(M)
     entry = GemmEntry(cfg, w.gather or not x_aligned(x2.data_ptr(), x_stride, w.K))
     fn = _function(spec, entry, w.device)

@@ -24,8 +24,25 @@ from .loader import load
 PARAMS90: tuple[tuple[str, Any], ...] = (
     *((name, dev.TensorMapArg) for name in ("wmap", "xmap", "smap", "zmap")),
     *((name, np.uint64) for name in ("tile_group", "bias", "y", "ws", "counters")),
-    *((name, np.int32) for name in ("M", "N", "k_tiles", "tiles_per_split")),
+    *((name, np.int32) for name in ("M", "N", "k_tiles", "m_tiles")),
+    ("units", np.int64),
 )
+
+
+def stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None = None) -> int:
+    """The CTAs that share the tiles x K tiles units (the kernel's stream-K split): ``splits`` a tile where given
+    (split-K); else, where the tiles do not fill the resident CTAs, as many equal pieces a tile as fill them (one
+    wave); up to two waves' worth of tiles, one tile a CTA (on the H100 a partial second wave cost less than the
+    stream-K pieces' workspace round trips: docs/bench/gemm90_h100.json); from two waves on, as many CTAs as can be
+    resident at once, each an equal range (no wave runs part-empty)."""
+    units = tiles * k_tiles
+    if splits is not None:
+        return max(1, min(units, tiles * splits))
+    if tiles < resident:
+        return min(units, tiles * max(1, resident // tiles))
+    if tiles < 2 * resident or tiles % resident == 0:
+        return tiles
+    return min(units, resident)
 
 
 @functools.cache
@@ -34,9 +51,28 @@ def is_hopper(device: int) -> bool:
     return dev.device_arch(device) == "sm_90"
 
 
+#: Fewest K tiles a resident CTA must get for the Hopper GEMM to beat the sm_80 one: below it, its deeper pipeline
+#: and split pieces cost more than they save (on the H100, docs/bench/gemm90_h100.json: 4096 x 1024 and 4096 x 4096
+#: up to 64 tokens, 4096 x 6144 up to 16, have fewer and run faster on the sm_80 kernel; every shape with 12 or
+#: more ran faster on this one).
+MIN_K_TILES_PER_CTA = 12
+
+
 def hopper_eligible(w: Any, x_ptr: int, x_stride: int) -> bool:
-    """Whether the Hopper GEMM takes this launch: sm_90, slots in order, x addressable by TMA."""
+    """Whether the Hopper GEMM can take this launch: sm_90, slots in order, x addressable by TMA."""
     return not w.gather and is_hopper(w.device) and x_ptr % 16 == 0 and (x_stride * 2) % 16 == 0 and w.K % 8 == 0
+
+
+def hopper_pays(N: int, k_tiles: int, M: int, device: int) -> bool:
+    """Whether the Hopper GEMM is the faster GEMM for M rows of this weight on this GPU: its resident CTAs (the
+    config's blocks an SM) get at least MIN_K_TILES_PER_CTA K tiles each."""
+    if not is_hopper(device):
+        return False
+    cfg = choose_config90(M)
+    tiles = -(-M // cfg.bn) * -(-N // TILE_N)
+    resident = dev.sm_count(device) * cfg.min_blocks
+    per_cta = k_tiles if tiles >= resident else tiles * k_tiles / resident
+    return per_cta >= MIN_K_TILES_PER_CTA
 
 
 def weight_maps(spec: Spec, w: Any) -> tuple[dev.TensorMapArg, dev.TensorMapArg, dev.TensorMapArg]:
@@ -73,9 +109,9 @@ def bind90(
     out: Any,
     cfg: Gemm90Config | None,
     want_splits: int | None,
-    choose_splits: Any,
 ) -> Any:
-    """The bound launch of the Hopper GEMM for this call (``choose_splits``: run.gemm's split model)."""
+    """The bound launch of the Hopper GEMM for this call (``want_splits``: split-K in that many pieces a tile,
+    else stream-K over the resident CTAs)."""
     cfg = cfg if cfg is not None else choose_config90(M)
     kc = Gemm90KernelConfig.one(spec, cfg)
     fn = load(kc, w.device)
@@ -83,14 +119,14 @@ def bind90(
     m_tiles, n_tiles = -(-M // cfg.bn), -(-w.N // TILE_N)
     tiles = m_tiles * n_tiles
     resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
-    splits = want_splits if want_splits is not None else choose_splits(tiles, w.k_tiles, resident, cfg.bn)
-    splits = max(1, min(splits, w.k_tiles))
-    per_split = -(-w.k_tiles // splits)
-    splits = -(-w.k_tiles // per_split)  # no empty split
+    if want_splits is not None and want_splits < 1:
+        raise ValueError(f"splits: expected an int >= 1, got {want_splits!r}")
+    ctas = stream_k_ctas(tiles, w.k_tiles, resident, want_splits)
     ws, counters = None, None
-    if splits > 1:
+    if ctas != tiles:
         assert w.workspace is not None
-        ws, counters = w.workspace.get((("sm90", cfg.bn), tiles, splits), splits * tiles * cfg.bn * TILE_N, tiles)
+        # two partial slots a CTA (its first and its last segment), one counter a tile
+        ws, counters = w.workspace.get((("sm90", cfg.bn), tiles, ctas), 2 * ctas * cfg.bn * TILE_N, tiles)
     wmap, smap, zmap = weight_maps(spec, w)
     values = {
         "wmap": wmap,
@@ -105,7 +141,8 @@ def bind90(
         "M": M,
         "N": w.N,
         "k_tiles": w.k_tiles,
-        "tiles_per_split": per_split,
+        "m_tiles": m_tiles,
+        "units": tiles * w.k_tiles,
     }
     args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in PARAMS90]
-    return fn.bind((m_tiles, n_tiles, splits), (cfg.threads,), args, shared_mem=smem)
+    return fn.bind((ctas,), (cfg.threads,), args, shared_mem=smem)

@@ -1,0 +1,33 @@
+"""One Hopper GEMM case run a few times (for ncu / compute-sanitizer): AWQ int4 g128 fp16 weights of K x N, M tokens.
+
+    ncu --kernel-name regex:gemm90 --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+        python devtools/gemm90_case.py 8192 28672 1
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    import torch
+
+    import dqgen
+    from dqgen.kernels.gemm90 import choose_config90
+    from dqgen.run import gemm
+
+    K, N, M = (int(v) for v in sys.argv[1:4])
+    k = dqgen.compile("awq_int4_fp16")
+    G = K // 128
+    q = torch.randint(-(2**31), 2**31 - 1, (K, N // 8), dtype=torch.int32, device="cuda")
+    z = torch.randint(-(2**31), 2**31 - 1, (G, N // 8), dtype=torch.int32, device="cuda")
+    s = (torch.rand(G, N, device="cuda") * 0.01 + 0.001).half()
+    gw = gemm.pack_gemm(k.spec, q, s, z)
+    x = (torch.randn(M, K, device="cuda") / K**0.5).half()
+    for _ in range(4):
+        gemm.run_gemm(k.spec, x, gw, config=choose_config90(M))
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
