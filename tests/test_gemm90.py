@@ -45,7 +45,7 @@ def test_launch_arguments_match_the_rendered_signature() -> None:
 
     spec = load_spec("awq_int4_fp16")
     src = Gemm90KernelConfig(spec).source()
-    widths = {"int": np.int32, "TensorMap": TensorMapArg}
+    widths = {"int": np.int32, "long long": np.int64, "TensorMap": TensorMapArg}
     for cfg in CONFIGS90:
         m = re.search(re.escape(gemm90_entry_name(spec, cfg)) + r"\((.*?)\)\s*\{", src, re.S)
         assert m is not None
