@@ -958,6 +958,10 @@ def _read_spec_file(p: Path) -> tuple[str, str]:
     except (OSError, ValueError) as e:
         raise SpecError(f"{origin}: cannot read the spec: {getattr(e, 'strerror', None) or e}") from None
     # stat first: opening a FIFO blocks, and /dev/zero never ends
+    if stat.S_ISDIR(st.st_mode):
+        raise SpecError(
+            f"{origin}: not a regular file but a folder (expected a YAML spec file or a shipped spec's name)"
+        )
     if not stat.S_ISREG(st.st_mode):
         raise SpecError(f"{origin}: not a regular file (expected a YAML spec file)")
     if st.st_size > MAX_SPEC_BYTES:
@@ -985,8 +989,12 @@ def shipped_specs() -> dict[str, Path]:
 
 
 def _shipped_path(name: str) -> Path | None:
-    """A bare name (no folder, no suffix) that is no file here names a shipped spec."""
-    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name) or os.path.lexists(name):
+    """A bare name (no folder, no suffix) that is no file here names a shipped spec. A folder of that name does not
+    hide it (a folder is never a spec; `dqgen build awq_int4_fp16 --out awq_int4_fp16` makes one); a file does: a
+    spec file in the working directory is what its name means there."""
+    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name):
+        return None
+    if os.path.lexists(name) and not os.path.isdir(name):
         return None
     return shipped_specs().get(name)
 
