@@ -650,7 +650,10 @@ class Spec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(description="C identifier (at most 64 characters) used for generated file names and namespaces.")
+    name: str = Field(
+        description="C identifier (at most 64 characters) used for generated file names and namespaces: no C/C++ "
+        "keyword, reserved name or CUDA global the kernels use (threadIdx, uint4, ...: CUDA_RESERVED_NAMES)."
+    )
     description: str = ""
     source: Source
     target: Target = Field(strict=False)
