@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -19,7 +20,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from .core.printable import printable
-from .core.spec import SpecError, load_spec
+from .core.spec import SpecError, load_spec, shown
 
 #: Exit codes of every command (README.md "Exit codes"; 130 / 143: Ctrl-C / SIGTERM).
 EXIT_INPUT = 2  # bad usage or input: a spec, a tensor, a file, an option
@@ -124,6 +125,24 @@ def _load(path: str):
 
 #: Proofs with at least this many random words show a progress bar on a terminal (a million take about a second).
 PROGRESS_MIN_WORDS = 4_000_000
+#: The most random words a proof takes: a billion is about a quarter of an hour; more is a typo, not a proof.
+MAX_PROOF_WORDS = 1_000_000_000
+
+
+def _words(text: str | int) -> int:
+    """--words as an int in [0, MAX_PROOF_WORDS], or one error line and exit 2 (click's own check of a bad value
+    prints a multi-line box); a parser so that it runs while the options are read, before any spec is loaded."""
+    if isinstance(text, int):  # the default, which click passes through the parser too
+        text = str(text)
+    digits = re.fullmatch(r"\s*([0-9](?:_?[0-9])*)\s*", text, flags=re.ASCII)  # 1000000 or 1_000_000
+    if digits is None or int(digits.group(1)) > MAX_PROOF_WORDS:
+        _fail(f"[--words] got {printable(shown(text))}; expected a whole number from 0 to {MAX_PROOF_WORDS:_}")
+    return int(digits.group(1))
+
+
+def _words_option(default: int, help: str) -> Any:
+    help += f" At most {MAX_PROOF_WORDS:_}."
+    return typer.Option(default, "--words", parser=_words, metavar="INTEGER", help=help)
 
 
 @contextmanager
@@ -148,7 +167,7 @@ def explain(
     spec: str = typer.Argument(..., help="A spec YAML file, or a shipped spec by name (dqgen list)."),
     as_json: bool = typer.Option(False, "--json", help="Print the Plan as JSON."),
     strategy: str | None = typer.Option(None, help="Show this strategy's best plan instead of the cheapest."),
-    words: int = typer.Option(1_000_000, min=0, help="Random words in the proof (besides every code at every lane)."),
+    words: int = _words_option(1_000_000, "Random words in the proof (besides every code at every lane)."),
     sass: bool = typer.Option(
         False, "--sass", help="Also count the conversion's SASS instructions (NVRTC cubin + nvdisasm, sm_80 and sm_90)."
     ),
@@ -201,8 +220,8 @@ def build(
     arch: str | None = typer.Option(None, help="Architecture to compile PTX and cubin for (default: the spec's)."),
     out: str = typer.Option("generated", help="Folder for the .cu, .cuh and .ptx files (the matmul kernels' too)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary (with seconds per step) as JSON."),
-    words: int = typer.Option(
-        1_000_000, min=0, help="Random words in the proof (besides every code at every lane); a passed proof is cached."
+    words: int = _words_option(
+        1_000_000, "Random words in the proof (besides every code at every lane); a passed proof is cached."
     ),
 ) -> None:
     """Solve, prove, render and compile SPEC and every matmul kernel that takes it (the GEMV; the GEMM for 4- and
@@ -232,10 +251,31 @@ def _parse_shapes(text: str) -> list[tuple[int, int, int | None]]:
         dims, _, group = part.partition(":")
         try:
             K, N = (int(v) for v in dims.lower().split("x"))
-            shapes.append((K, N, int(group) if group else None))
+            G = int(group) if group else None
         except ValueError:
-            _fail(f"[--shapes] got {part!r}; expected KxN or KxN:G, e.g. 4096x4096,3584x37888:-1")
+            K = N = G = 0
+        if K <= 0 or N <= 0 or (G is not None and G != -1 and G <= 0):  # nothing to time, or no group size
+            _fail(
+                f"[--shapes] got {printable(shown(part))}; expected KxN or KxN:G (K, N positive; G positive or -1), "
+                "e.g. 4096x4096,3584x37888:-1"
+            )
+        shapes.append((K, N, G))
     return shapes
+
+
+#: The implementations plain `dqgen bench` times beside dqgen and the copy (dqgen.tools.bench._bench_shape).
+DEQUANT_IMPLS = ("torch", "cuda-naive", "triton")
+
+
+def _parse_dequant_impls(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [part.strip() for part in text.split(",")]
+    for name in names:
+        if name not in DEQUANT_IMPLS:
+            subset = ", ".join(DEQUANT_IMPLS)
+            _fail(f"[--impls] got {printable(shown(name))}; expected a comma-separated subset of {subset}")
+    return names
 
 
 @app.command()
@@ -377,6 +417,8 @@ def bench(
     if not specs:
         _fail("specs: expected at least one spec (a YAML file or a shipped name), or --gru")
     loaded = [_load(s) for s in specs]
+    wanted = _parse_shapes(shapes) if shapes else DEFAULT_SHAPES  # every argument is checked before the GPU
+    impl_names = _parse_dequant_impls(impls)
     if not dev.gpu_available():
         _fail("dqgen bench needs an NVIDIA GPU (none found)")
     import torch
@@ -388,9 +430,8 @@ def bench(
     log = (lambda m: None) if as_json else (lambda m: typer.echo(m, err=True))
     rows = []
     for s in loaded:
-        wanted = _parse_shapes(shapes) if shapes else DEFAULT_SHAPES
         sh = [(K, N, G if G is not None else example_group_size(s, K)) for K, N, G in wanted]
-        rows += bench_spec(s, sh, copy, impls=impls.split(",") if impls else None, reps=reps, log=log)
+        rows += bench_spec(s, sh, copy, impls=impl_names, reps=reps, log=log)
     overhead: dict[str, dict] = {}
     compile_s: dict[str, dict] = {}
     if extras:

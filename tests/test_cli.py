@@ -230,7 +230,7 @@ def test_build_json_without_gpu(tmp_path):
     assert steps["proof"]["ok"] is True and steps["proof"]["line"].startswith("PROVEN")
     assert steps["compile"]["ok"] is True and steps["compile"]["problems"] == []
     assert "sm_80" in steps["compile"]["line"]
-    assert rep["ops_per_8"]["convert"] == "9"
+    assert rep["ops_per_8"]["convert"] == 9 and isinstance(rep["ops_per_8"]["convert"], float)
     assert {c["hex"] for c in rep["constants"]} >= {"0x64006400", "0x2C002C00"}
     cu, cuh, ptx = out / "awq_int4_fp16.cu", out / "awq_int4_fp16.cuh", out / "awq_int4_fp16.sm_80.ptx"
     # the matmul families that take AWQ int4 (the GEMV and the GEMM), each a source and its PTX beside the kernel's

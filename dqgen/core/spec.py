@@ -601,6 +601,29 @@ C_KEYWORDS = frozenset(
         "_Thread_local",
     ]
 )
+#: CUDA's built-in variables: any kernel of the spec refers to them from inside the spec's namespace.
+CUDA_BUILTIN_VARIABLES = ("threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize")
+#: CUDA's vector types (vector_types.h) and their make_ functions.
+_VECTOR_BASES = ("char", "uchar", "short", "ushort", "int", "uint", "long", "ulong", "longlong", "ulonglong")
+CUDA_VECTOR_TYPES = (*(f"{base}{n}" for base in (*_VECTOR_BASES, "float", "double") for n in (1, 2, 3, 4)), "dim3")
+#: Device functions and types that CUDA declares at global scope without a leading double underscore (those are
+#: reserved already): atomics, the float math the kernels use or may use, fixed-width integers, fp16 / bf16 types.
+CUDA_GLOBAL_NAMES = (
+    *(f"atomic{op}" for op in ("Add", "Sub", "Exch", "Min", "Max", "Inc", "Dec", "CAS", "And", "Or", "Xor")),
+    *("fmaf", "fminf", "fmaxf", "fabsf", "rintf", "roundf", "truncf", "floorf", "ceilf", "sqrtf", "rsqrtf"),
+    *("expf", "exp2f", "logf", "log2f", "tanhf", "fma", "fmin", "fmax", "fabs", "rint", "sqrt", "exp", "log"),
+    *("min", "max", "abs", "isnan", "isinf", "isfinite", "printf", "assert", "malloc", "free", "memcpy", "memset"),
+    *("clock", "clock64", "size_t", "ptrdiff_t", "intptr_t", "uintptr_t"),
+    *(f"{u}int{b}_t" for u in ("", "u") for b in (8, 16, 32, 64)),
+    *("half", "half2", "nv_bfloat16", "nv_bfloat162"),
+)
+#: Names that CUDA declares at global scope and the generated code uses unqualified inside the spec's C++ namespace
+#: (``dqgen::<name>``): a spec named after one hides it there, and NVRTC fails after the build wrote ``.cu`` /
+#: ``.cuh`` files. tests/test_defects_spec_names.py compiles every shipped spec's sources with every other name
+#: they use declared beside the spec's namespace, so that a template using a new global name fails there first.
+CUDA_RESERVED_NAMES = frozenset(CUDA_BUILTIN_VARIABLES + CUDA_VECTOR_TYPES)
+CUDA_RESERVED_NAMES |= {f"make_{t}" for t in CUDA_VECTOR_TYPES if t != "dim3"} | set(CUDA_GLOBAL_NAMES)
+
 #: The longest spec name: it names files and C++ identifiers (``dqgen_<name>_v4_r2_u``), well inside file-name limits.
 MAX_NAME_CHARS = 64
 
@@ -613,6 +636,9 @@ def name_problem(name: str) -> str | None:
         return "must be a C identifier (ASCII letters, digits and _, not starting with a digit)"
     if name in C_KEYWORDS:
         return "a C/C++ keyword cannot name the generated C++ namespace"
+    if name in CUDA_RESERVED_NAMES:
+        kind = "built-in variable" if name in CUDA_BUILTIN_VARIABLES else "global name"
+        return f"a CUDA {kind} the generated kernels use: as their C++ namespace the spec's name would hide it"
     if "__" in name or re.match(r"_[A-Z]", name):
         # reserved for the implementation (C++ [lex.name]); CUDA's __global__, __device__ ... are among them
         return "reserved in C++ (names with a double underscore, or starting with _ and a capital letter)"
@@ -624,7 +650,10 @@ class Spec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(description="C identifier (at most 64 characters) used for generated file names and namespaces.")
+    name: str = Field(
+        description="C identifier (at most 64 characters) used for generated file names and namespaces: no C/C++ "
+        "keyword, reserved name or CUDA global the kernels use (threadIdx, uint4, ...: CUDA_RESERVED_NAMES)."
+    )
     description: str = ""
     source: Source
     target: Target = Field(strict=False)
@@ -958,6 +987,10 @@ def _read_spec_file(p: Path) -> tuple[str, str]:
     except (OSError, ValueError) as e:
         raise SpecError(f"{origin}: cannot read the spec: {getattr(e, 'strerror', None) or e}") from None
     # stat first: opening a FIFO blocks, and /dev/zero never ends
+    if stat.S_ISDIR(st.st_mode):
+        raise SpecError(
+            f"{origin}: not a regular file but a folder (expected a YAML spec file or a shipped spec's name)"
+        )
     if not stat.S_ISREG(st.st_mode):
         raise SpecError(f"{origin}: not a regular file (expected a YAML spec file)")
     if st.st_size > MAX_SPEC_BYTES:
@@ -985,8 +1018,12 @@ def shipped_specs() -> dict[str, Path]:
 
 
 def _shipped_path(name: str) -> Path | None:
-    """A bare name (no folder, no suffix) that is no file here names a shipped spec."""
-    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name) or os.path.lexists(name):
+    """A bare name (no folder, no suffix) that is no file here names a shipped spec. A folder of that name does not
+    hide it (a folder is never a spec; `dqgen build awq_int4_fp16 --out awq_int4_fp16` makes one); a file does: a
+    spec file in the working directory is what its name means there."""
+    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name):
+        return None
+    if os.path.lexists(name) and not os.path.isdir(name):
         return None
     return shipped_specs().get(name)
 

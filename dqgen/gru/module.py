@@ -29,6 +29,20 @@ def _round8(v: int) -> int:
     return (v + 7) // 8 * 8
 
 
+def _on_gpu(name: str, t: object, device: torch.device | None = None) -> None:
+    """A ValueError naming ``name`` unless ``t`` is a tensor on a CUDA device (``device``, where given): the GRU's
+    kernels are generated CUDA, and a CPU tensor would otherwise fail deep inside torch.cuda."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch.Tensor on a CUDA device, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise ValueError(
+            f"{name}: expected a tensor on a CUDA device (QuantGRU runs generated GPU kernels), got one on {t.device}; "
+            "move the input and the module with .cuda()"
+        )
+    if device is not None and t.device != device:
+        raise ValueError(f"{name}: expected the input's device {device}, got {t.device}")
+
+
 class QuantGRU(nn.Module):
     """``persistent``: None runs the persistent kernel where it fits and the per-step loop elsewhere; True insists
     on the persistent kernel, False always runs per step. ``last_path`` says which one the last call ran."""
@@ -88,6 +102,8 @@ class QuantGRU(nn.Module):
 
     def forward_int(self, x_q: torch.Tensor, h0_q: torch.Tensor) -> torch.Tensor:
         """int8 x [T, N, C] and h0 [N, H] on the GPU -> int8 h [T, N, H] (bit-exact with reference.run)."""
+        _on_gpu("x_q", x_q)
+        _on_gpu("h0_q", h0_q, x_q.device)
         steps, rows, c = x_q.shape
         p = self.params
         if x_q.dtype != torch.int8 or c != p.input_size or tuple(h0_q.shape) != (rows, p.hidden_size):
@@ -120,6 +136,9 @@ class QuantGRU(nn.Module):
 
     def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         p = self.params
+        _on_gpu("input", input)  # before any arithmetic: the kernels below run on the GPU only
+        if hx is not None:
+            _on_gpu("hx", hx, input.device)
         x = input.transpose(0, 1) if self.batch_first else input
         if x.dim() != 3 or x.shape[2] != p.input_size:
             raise ValueError(f"input: expected [T, N, {p.input_size}] (or batch_first), got {list(input.shape)}")

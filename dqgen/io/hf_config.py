@@ -10,13 +10,27 @@ from pathlib import Path
 from typing import Any
 
 
+def json_kind(value: object) -> str:
+    """A JSON value's type as JSON names it (an error names what the file holds, not a Python class)."""
+    kinds = (
+        (bool, "true/false"),
+        (dict, "an object"),
+        (list, "an array"),
+        (str, "a string"),
+        ((int, float), "a number"),
+    )
+    return "null" if value is None else next((k for t, k in kinds if isinstance(value, t)), type(value).__name__)
+
+
 def _read_json(p: Path) -> dict:
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: not a UTF-8 text file (expected a JSON object)") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{p}: not valid JSON: {e}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{p}: expected a JSON object, got {type(data).__name__}")
+        raise ValueError(f"{p}: expected a JSON object, got {json_kind(data)}")
     return data
 
 
@@ -37,6 +51,10 @@ def read_config(path: Path | str) -> dict:
         qc = _read_json(p).get("quantization_config")
         if isinstance(qc, dict):
             return {**qc, "config_file": f"{p} (quantization_config)"}
+        if qc is not None:  # there, but not a config: say so rather than "no quantization_config"
+            raise ValueError(
+                f"{p}: [quantization_config] got {json_kind(qc)}; expected an object (the quant_method, bits...)"
+            )
         raise ValueError(
             f"{p} has no quantization_config, and there is no quantize_config.json or quant_config.json "
             f"in {folder}: cannot tell how the checkpoint was quantized"
@@ -85,7 +103,9 @@ def parse_config(config: Mapping[str, Any]) -> QConfig:
             raise bad(
                 "quant_method", None, "'awq' or 'gptq' (the config has no quant_method and no AWQ or GPTQ fields)"
             )
-    method = str(method).lower()
+    if not isinstance(method, str):
+        raise bad("quant_method", method, "'awq' or 'gptq', a string")
+    method = method.lower()
     if method not in ("awq", "gptq"):
         raise bad("quant_method", method, "'awq' or 'gptq' (dqgen reads AWQ gemm and GPTQ checkpoints)")
 
@@ -116,6 +136,8 @@ def parse_config(config: Mapping[str, Any]) -> QConfig:
         if bits != 4:
             raise bad(bname, bits, "4 (AWQ's GEMM layout packs 4-bit codes in the [0,2,4,6,1,3,5,7] order)")
         zp = config.get("zero_point", True)
+        if not isinstance(zp, bool):  # "false" (a string) would read as true
+            raise bad("zero_point", zp, "true or false")
         if not zp:
             raise bad(
                 "zero_point",

@@ -163,6 +163,31 @@ class Tensors(Mapping):
         self.close()
 
 
+def _weight_map(path: Path) -> dict[str, str]:
+    """The weight_map of a safetensors index (tensor name -> shard file name), its shape checked: a ValueError
+    naming the field and the JSON type it holds, not a Python exception's text."""
+    from .hf_config import json_kind
+
+    what = f"{path}: not a safetensors index"
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} (not a UTF-8 text file)") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{what} (not valid JSON: {e})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{what}: expected a JSON object with a weight_map, got {json_kind(doc)}")
+    if "weight_map" not in doc:
+        raise ValueError(f"{what}: the JSON object has no weight_map")
+    wm = doc["weight_map"]
+    if not isinstance(wm, dict):
+        raise ValueError(f"{what}: [weight_map] got {json_kind(wm)}; expected an object of tensor -> shard file name")
+    for tensor, n in wm.items():
+        if not isinstance(n, str):
+            raise ValueError(f"{what}: [weight_map] {tensor!r} got {json_kind(n)}; expected a shard file name")
+    return wm
+
+
 def safetensors_files(path: Path) -> list[Path]:
     """The files a path names: one .safetensors file, a *.index.json (its weight_map), or a folder
     (its model.safetensors.index.json when there is one, else every *.safetensors in it)."""
@@ -177,15 +202,8 @@ def safetensors_files(path: Path) -> list[Path]:
             raise ValueError(f"{path}: no .safetensors files in this folder")
         return files
     if path.name.endswith(".json"):
-        try:
-            wm = json.loads(path.read_text())["weight_map"]
-            names = sorted(set(wm.values()))
-            if not all(isinstance(n, str) for n in names):
-                raise TypeError("weight_map values must be file names")
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(
-                f"{path}: not a safetensors index (expected a JSON object with a weight_map): {e}"
-            ) from None
+        wm = _weight_map(path)
+        names = sorted(set(wm.values()))
         for tensor, n in wm.items():
             # Checked on the name, not on the resolved path: shards may be symlinks that leave the folder
             # (the Hugging Face cache links them to its blobs/), but the index itself must not point outside.

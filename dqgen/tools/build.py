@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.files import write_all_whole
 from ..core.spec import Spec
 from ..kernels.dequant import whole_source
 
@@ -119,25 +120,11 @@ def family_paths(spec: Spec, family: str, arch: str, out_dir: Path) -> tuple[Pat
 
 
 def write_all(outputs: list[tuple[Path, str]]) -> list[Path]:
-    """Write every file whole (a temporary file beside it, then a rename, as core.files.write_whole; opened as an
-    ordinary file, so that it has the umask's permissions as before, not mkstemp's 0600), or none: a file that
-    cannot be written removes those this call wrote before it."""
-    written: list[Path] = []
-    try:
-        for path, text in outputs:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            try:
-                tmp.write_text(text)
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
-            written.append(path)
-    except BaseException:
-        for path in written:
-            path.unlink(missing_ok=True)
-        raise
-    return written
+    """Write every file whole, or none (core.files.write_all_whole: all staged beside their paths, then renamed; a
+    write that fails, as on a full disk, leaves no new file and an earlier build's files as they were), each with
+    the umask's permissions."""
+    write_all_whole([(path, text.encode("utf-8")) for path, text in outputs])
+    return [path for path, _ in outputs]
 
 
 #: Random words of the build's proof, besides every code at every lane (and every zero): the 10^6 that the
@@ -508,7 +495,6 @@ def _build_steps(
     digests: list[str] | None,
     problems: list[CheckShape],
 ) -> None:
-    from ..ir.magic import fmt_num
     from ..solve.solver import NoPlanError
 
     steps, seconds = report["steps"], report["seconds"]
@@ -520,7 +506,9 @@ def _build_steps(
         raise ValueError(str(e)) from None
     plan = artifact.plan
     report["strategy"] = plan.strategy
-    report["ops_per_8"] = {s: fmt_num(plan.per8(s)) for s in ("convert", "scale")}
+    # numbers, as `dqgen explain --json` gives them (Plan.to_json): ops * 8 / codes per block (4 to 32) is a
+    # multiple of 1/4, exact as a float (the strings "17/2" needed parsing)
+    report["ops_per_8"] = {s: float(plan.per8(s)) for s in ("convert", "scale")}
     report["zero_ops_per_word"] = plan.count("zero")
     report["scale_prep_ops"] = plan.count("scale_prep")  # once per block scale (MXFP4 / NVFP4)
     report["constants"] = [{"hex": c.hex, "why": c.why} for c in plan.constants()]
@@ -742,8 +730,8 @@ def print_summary(report: dict) -> None:
     t = Table(title=f"dqgen build {report['spec']} ({report['arch']})", show_header=False)
     t.add_row(
         "plan",
-        f"{report['strategy']}: {report['ops_per_8']['convert']} conversion ops per 8 outputs "
-        f"(+{report['ops_per_8']['scale']} scale)"
+        f"{report['strategy']}: {report['ops_per_8']['convert']:g} conversion ops per 8 outputs "
+        f"(+{report['ops_per_8']['scale']:g} scale)"
         + (f", {report['zero_ops_per_word']} zero-point ops per zero word" if report["zero_ops_per_word"] else "")
         + (f", {report['scale_prep_ops']} ops per block scale" if report.get("scale_prep_ops") else ""),
     )

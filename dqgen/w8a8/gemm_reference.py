@@ -35,20 +35,28 @@ def fp8_product(x_q: Any, w: Any) -> np.ndarray:
     return np.asarray(x_q).astype(np.float64) @ np.asarray(w).astype(np.float64).T
 
 
+#: The output dtypes of the kernel's epilogue, by the names the kernel configs use.
+OUT_DTYPES: dict[str, Any] = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
 def out_dtype(name: str) -> Any:
-    return {"f16": np.float16, "bf16": ml_dtypes.bfloat16}[name]
+    """The numpy dtype of output ``name``; a ValueError naming ``out`` and the accepted names otherwise."""
+    if not isinstance(name, str) or name not in OUT_DTYPES:
+        raise ValueError(f"out: expected one of {', '.join(repr(n) for n in OUT_DTYPES)}, got {name!r}")
+    return OUT_DTYPES[name]
 
 
 def epilogue(acc: Any, s_tok: Any, s_ch: Any, bias: Any | None, out: str) -> np.ndarray:
     """y [M, N] in ``out`` ("f16" / "bf16") from acc [M, N] (int or float32), s_tok [M], s_ch [N] float32 and
     bias [N] (the output dtype) or None, in the kernel's order of float32 operations."""
+    dtype = out_dtype(out)  # a bad name is refused before any arithmetic
     acc32 = np.asarray(acc).astype(np.float32)  # int64 -> float32 rounds to nearest-even (one rounding)
     with np.errstate(over="ignore", invalid="ignore"):
         scale = np.asarray(s_tok, np.float32)[:, None] * np.asarray(s_ch, np.float32)[None, :]
         v = acc32 * scale
         if bias is not None:
             v = v + np.asarray(bias).astype(np.float32)[None, :]
-        return v.astype(out_dtype(out))
+        return v.astype(dtype)
 
 
 def quantize_weight(w: Any, kind: WeightKind = "int8") -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ which is why the reference does the same and not the division."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -44,12 +45,29 @@ def codes(xf: np.ndarray, inv: np.ndarray) -> np.ndarray:
 
 def quantize(x: Any, smooth: Any | None = None, scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(q int8 [M, K], row_scale float32 [M]) of x [M, K] (float16 or ml_dtypes bfloat16, any float array)."""
+    s = None if scale is None else static_scale(scale)  # refused before any arithmetic
     xf = smoothed(x, smooth)
     rows = xf.shape[0]
-    if scale is not None:
-        s = F32(scale)
+    if s is not None:
         return codes(xf, np.full(rows, F32(1) / s, np.float32)), np.full(rows, s, np.float32)
     amax = np.fmax.reduce(np.abs(xf), axis=1, initial=F32(0)).astype(np.float32)
     with np.errstate(divide="ignore"):
         inv = np.where(amax > 0, F32(127) / amax, F32(0)).astype(np.float32)
     return codes(xf, inv), (amax / F32(127)).astype(np.float32)
+
+
+def static_scale(scale: Any) -> np.float32:
+    """``scale`` rounded to float32, as the kernel gets it: a ValueError unless it is a real number whose float32 is
+    positive and finite with a finite reciprocal (0, -1, NaN or inf would quantize every row to garbage, and the
+    kernel path, dqgen.w8a8.op, refuses the same values)."""
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise ValueError(f"scale: expected a real number (the static scale) or None, got {type(scale).__name__}")
+    with np.errstate(over="ignore", divide="ignore"):
+        try:
+            s = F32(scale)
+        except OverflowError:  # an int past float64's range
+            s = F32(math.inf)
+        inv = F32(1) / s if s else F32(math.inf)
+    if not (math.isfinite(s) and s > 0 and math.isfinite(inv)):
+        raise ValueError(f"scale: expected a positive finite float32 with a finite reciprocal, got {scale!r}")
+    return s
