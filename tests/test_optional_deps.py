@@ -139,3 +139,15 @@ def test_the_readme_table_names_every_torch_only_part():
         said[answer] |= set(re.findall(r"`(dqgen\.[\w.]+)`", cells[0]))
     assert said["yes"] >= TORCH_ONLY, f"torch-only names the table misses: {sorted(TORCH_ONLY - said['yes'])}"
     assert not (said["no"] & TORCH_ONLY), f"the table says these need no torch: {sorted(said['no'] & TORCH_ONLY)}"
+
+
+def test_the_readme_names_the_specs_that_need_sm_90():
+    """The section's GPU sentence: the shipped specs it names as sm_90 are those whose arch is sm_90."""
+    from dqgen.core.spec import load_spec, shipped_specs
+
+    text = _readme_section("What needs torch, what needs a GPU")
+    said = re.search(r"the shipped specs: sm_80, but sm_90 for (.*?);", text, flags=re.S)
+    assert said, "the README no longer says which shipped specs need sm_90"
+    named = set(re.findall(r"`(\w+)`", said.group(1)))
+    assert named == {name for name in shipped_specs() if load_spec(name).arch == "sm_90"}
+    assert {load_spec(name).arch for name in shipped_specs()} == {"sm_80", "sm_90"}
