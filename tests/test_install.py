@@ -31,7 +31,10 @@ def test_the_tests_import_the_installed_package():
         pytest.skip("dqgen is not installed: imported from PYTHONPATH or the current folder")
     imported = Path(dqgen.__file__).resolve()
     # An installed dqgen exists, so the one imported must be it: not the checkout, through sys.path.
-    assert kind == "installed", f"dqgen imported from {imported}, not the installed {dist.locate_file('dqgen')}"
+    assert kind == "installed", (
+        f"dqgen imported from {imported}, not the installed {dist.locate_file('dqgen')} (`python -m pytest` puts the "
+        "current folder first on sys.path, as PYTHONPATH does: run `pytest`)"
+    )
     assert not imported.is_relative_to(ROOT.resolve()), f"dqgen imported from the checkout: {imported}"
     # ... and it is this checkout's code: a stale install would pass or fail tests of code it does not hold.
     files = {f.as_posix(): f for f in dist.files or () if f.parts[0] == "dqgen" and f.suffix != ".pyc"}
@@ -83,3 +86,14 @@ def test_the_readme_installs_extras_that_pyproject_declares():
     assert {"pytest", "torch", "transformers", "tomli"} <= set(test)
     assert not test["tomli"].marker.evaluate({"python_version": "3.11"})
     assert test["tomli"].marker.evaluate({"python_version": "3.10"})
+
+
+def test_the_changelog_has_a_section_for_this_version():
+    """CHANGELOG.md (Keep a Changelog): [Unreleased] on top, then one dated section per version, newest first,
+    the package's version among them (a version bump without its section fails here)."""
+    heads = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    assert heads[0] == ("Unreleased", "")
+    versions = [tuple(int(v) for v in name.split(".")) for name, _ in heads[1:]]
+    dates = [date for _, date in heads[1:]]
+    assert all(dates) and versions == sorted(versions, reverse=True) and dates == sorted(dates, reverse=True)
+    assert tuple(int(v) for v in dqgen.__version__.split(".")) in versions
