@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import atexit
 import json
+import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -10,6 +13,26 @@ from dqgen.core.spec import SHIPPED_SPECS
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted(SHIPPED_SPECS.glob("*.yaml"))
+
+
+def _tests_importable_by_name() -> None:
+    """Let a subprocess import ``tests.x`` (a function a test hands to dqgen's reference worker is pickled by that
+    name) without putting the checkout, and so its dqgen, on sys.path: --import-mode=importlib imports the test
+    modules from their files, so no folder on sys.path holds ``tests``. A folder holding only a link named tests is
+    appended instead (after site-packages); the worker takes this process's sys.path."""
+    if any(
+        (Path(p or ".") / "tests" / "__init__.py").resolve() == Path(__file__).resolve().with_name("__init__.py")
+        for p in sys.path
+    ):
+        return  # the checkout is on sys.path already (PYTHONPATH, `python -m pytest` from it)
+    folder = Path(tempfile.mkdtemp(prefix="dqgen-tests-"))
+    link = folder / "tests"
+    link.symlink_to(ROOT / "tests", target_is_directory=True)
+    sys.path.append(str(folder))
+    atexit.register(lambda: (link.unlink(), folder.rmdir()))
+
+
+_tests_importable_by_name()
 
 
 def installed_as() -> tuple[str, metadata.Distribution | None]:
