@@ -16,6 +16,15 @@ from dqgen.emit.render import TEMPLATES
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pyproject() -> dict:
+    """pyproject.toml, parsed: tomllib from Python 3.11, tomli (the test extra's, on 3.10) before it."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     # -c instead of -m: from a foreign folder `-m dqgen` would not find a checkout on sys.path by accident.
     env = os.environ | {"PYTHONPATH": str(Path(dqgen.__file__).parent.parent)}
@@ -31,10 +40,8 @@ def test_specs_and_templates_live_inside_the_package():
     assert {"kernel.cu.j2", "converter.cuh.j2"} <= {p.name for p in TEMPLATES.glob("*.j2")}
     # The wheel's package data must name both folders (and the shipped dispatch rules), or an installed dqgen has
     # none of them.
-    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-
-    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["dqgen"]
-    assert {"specs/*.yaml", "emit/templates/*.j2", "run/dispatch_rules.json"} <= set(data)
+    data = pyproject()["tool"]["setuptools"]["package-data"]["dqgen"]
+    assert {"py.typed", "specs/*.yaml", "emit/templates/*.j2", "run/dispatch_rules.json"} <= set(data)
     assert (pkg / "run/dispatch_rules.json").is_file()
 
 

@@ -73,6 +73,10 @@ def serve() -> None:
     os.close(devnull)
 
 
+#: The worker's program: `-c` puts "" (the current folder) first on sys.path; the parent's path comes by PYTHONPATH.
+_SERVE = "import sys\nif sys.path[:1] == ['']:\n    del sys.path[0]\nfrom dqgen.run.refworker import serve\nserve()"
+
+
 class ReferenceJob:
     """``work(spec, problems)`` running in a fresh Python process from construction; :meth:`result` collects it.
 
@@ -88,8 +92,10 @@ class ReferenceJob:
         self._started_at = time.time()  # wall clock: the child's finishing time is compared with it
         self.problems = list(problems)
         env = dict(os.environ)
-        # the child imports dqgen (and ``work``'s module) from where this process does
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        # the child imports dqgen (and ``work``'s module) from where this process does: this sys.path (its "" is the
+        # current folder), and not `-c`'s own "" first, which would put a checkout in the current folder before an
+        # installed dqgen
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
         self._proc: subprocess.Popen[bytes] | None = None
         self._start_error = ""
         with tempfile.TemporaryFile() as job:  # the child reads its job from a file: nothing to close or flush here
@@ -97,7 +103,7 @@ class ReferenceJob:
             job.seek(0)
             try:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-c", "from dqgen.run.refworker import serve; serve()"],
+                    [sys.executable, "-c", _SERVE],
                     stdin=job,
                     stdout=subprocess.PIPE,
                     env=env,

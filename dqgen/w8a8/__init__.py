@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..core.optional import require_torch
 from . import gemm_reference, reference
 from .smooth import SmoothedLinear, smooth_factors, smooth_linear
 
@@ -37,10 +38,12 @@ def quantize_weight(w: Any, kind: gemm_reference.WeightKind = "int8") -> tuple[A
 def __getattr__(name: str) -> object:
     # the torch custom ops are loaded on first use, so the numpy core imports without torch
     if name == "quantize_activations":
+        require_torch("dqgen.w8a8.quantize_activations")
         from .op import quantize_activations
 
         return quantize_activations
     if name == "matmul":
+        require_torch("dqgen.w8a8.matmul")
         from .matmul_op import matmul
 
         return matmul
