@@ -25,6 +25,10 @@ PACKAGES = ("dqgen", "dqgen.nn", "dqgen.w8a8", "dqgen.gru")
 TORCH_ONLY = {
     "dqgen.nn.QuantLinear",
     "dqgen.nn.W8A8Linear",
+    "dqgen.nn.from_pretrained",
+    "dqgen.nn.replace_linears",
+    "dqgen.nn.quantize_model",
+    "dqgen.nn.save_quantized",
     "dqgen.w8a8.matmul",
     "dqgen.w8a8.quantize_activations",
     "dqgen.gru.quantize",

@@ -24,10 +24,12 @@ def __getattr__(name: str) -> object:
 
         return QuantLinear
     if name == "quantize_model":
+        require_torch("dqgen.nn.quantize_model")
         from .model_quantize import quantize_model
 
         return quantize_model
     if name == "save_quantized":
+        require_torch("dqgen.nn.save_quantized")
         from .save import save_quantized
 
         return save_quantized
@@ -37,6 +39,7 @@ def __getattr__(name: str) -> object:
 
         return W8A8Linear
     if name in ("from_pretrained", "replace_linears"):
+        require_torch(f"dqgen.nn.{name}")
         from . import load
 
         return getattr(load, name)
