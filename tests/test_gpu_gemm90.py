@@ -13,7 +13,7 @@ from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.kernels.gemm90 import CONFIGS90
 from dqgen.run import gemm, gemm90
-from dqgen.run.gpucheck import to_numpy, to_torch
+from dqgen.run.gpucheck import to_torch
 
 from .matmul_checks import check, twice
 
@@ -58,12 +58,17 @@ def test_every_spec_every_token_tile_with_tails(spec: Spec) -> None:
 
 
 @pytest.mark.quick
-def test_split_k_bias_and_automatic_choice() -> None:
+def test_split_k_stream_k_bias_and_automatic_choice() -> None:
+    """Forced split-K (1, 3, 7 pieces a tile) and the automatic stream-K split agree with the reference, with a
+    bias; on a weight whose resident CTAs get enough K tiles (gemm90.hopper_pays) the automatic launch takes the
+    Hopper kernel by itself, on a narrow one the sm_80 kernel."""
     _hopper()
     import torch
 
+    from dqgen.kernels.gemm90 import choose_config90
+
     spec = load_spec("awq_int4_fp16")
-    K, N = 8192 + 128, 384
+    K, N = 8192 + 128, 4096 + 8  # 33 feature tiles x 65 K tiles: the automatic split is stream-K
     gw, W = _weight(spec, K, N, 3, 128)
     rng = np.random.default_rng(0)
     bias_np = rng.standard_normal(N).astype(np.float16)
@@ -72,21 +77,24 @@ def test_split_k_bias_and_automatic_choice() -> None:
         x_np = random_x(spec, M, K, seed=M)
         x = to_torch(x_np)
         ref = matmul_reference(x_np, W, bias_np)
-        outs = []
+        cfg = choose_config90(M)
         for splits in (1, 3, 7):
             y = twice(
-                lambda out: gemm.run_gemm(spec, x, gw, bias=bias, out=out, splits=splits),  # noqa: B023
+                lambda out: gemm.run_gemm(spec, x, gw, bias=bias, out=out, config=cfg, splits=splits),  # noqa: B023
                 (M, N),
                 _dtype(W),
             )
             check(spec, y, ref)
-            outs.append(to_numpy(y))
-        auto = gemm.run_gemm(spec, x, gw, bias=bias)
+        auto = twice(lambda out: gemm.run_gemm(spec, x, gw, bias=bias, out=out), (M, N), _dtype(W))  # noqa: B023
         torch.cuda.synchronize()
         check(spec, auto, ref)
-    assert any(isinstance(k[0], tuple) and k[0][0] == "sm90" and k[2] > 1 for k in gw.workspace), "no Hopper split"
-    # the automatic choice took the Hopper kernel: its bound launches hold tensor maps
-    assert "w" in gw.tensor_maps
+    hopper = [k for k in gw.workspace if isinstance(k[0], tuple) and k[0][0] == "sm90"]
+    assert any(k[2] > k[1] for k in hopper), "no Hopper launch shared tiles out among more CTAs than tiles"
+    assert gemm90.hopper_pays(gw.N, gw.k_tiles, 7, gw.device) and "w" in gw.tensor_maps
+    narrow, _ = _weight(spec, 4096, 1024, 4, 128)  # 8 feature tiles x 64 K tiles: under 12 K tiles a CTA
+    assert not gemm90.hopper_pays(narrow.N, narrow.k_tiles, 7, narrow.device)
+    gemm.run_gemm(spec, to_torch(random_x(spec, 7, 4096, seed=1)), narrow)
+    assert "w" not in narrow.tensor_maps  # the sm_80 kernel ran
 
 
 def test_act_order_stays_on_sm80() -> None:
