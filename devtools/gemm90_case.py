@@ -6,17 +6,23 @@
 
 from __future__ import annotations
 
-import sys
+import argparse
+
+from dqgen.run.gpucheck import exact_allocations
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description="one Hopper GEMM case, run 4 times")
+    for name in ("K", "N", "M"):
+        ap.add_argument(name, type=int)
+    a = ap.parse_args()
     import torch
 
     import dqgen
     from dqgen.kernels.gemm90 import choose_config90
     from dqgen.run import gemm
 
-    K, N, M = (int(v) for v in sys.argv[1:4])
+    K, N, M = a.K, a.N, a.M
     k = dqgen.compile("awq_int4_fp16")
     G = K // 128
     q = torch.randint(-(2**31), 2**31 - 1, (K, N // 8), dtype=torch.int32, device="cuda")
@@ -30,4 +36,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exact_allocations()  # under compute-sanitizer, each tensor's own end
     main()

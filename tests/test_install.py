@@ -35,7 +35,8 @@ def test_the_tests_import_the_installed_package():
         f"dqgen imported from {imported}, not the installed {dist.locate_file('dqgen')} (`python -m pytest` puts the "
         "current folder first on sys.path, as PYTHONPATH does: run `pytest`)"
     )
-    assert not imported.is_relative_to(ROOT.resolve()), f"dqgen imported from the checkout: {imported}"
+    # the checkout's own package folder (a venv inside the checkout, as CI's .venv, is not the checkout's code)
+    assert not imported.is_relative_to((ROOT / "dqgen").resolve()), f"dqgen imported from the checkout: {imported}"
     # ... and it is this checkout's code: a stale install would pass or fail tests of code it does not hold.
     files = {f.as_posix(): f for f in dist.files or () if f.parts[0] == "dqgen" and f.suffix != ".pyc"}
     assert "dqgen/py.typed" in files

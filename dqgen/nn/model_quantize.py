@@ -69,7 +69,7 @@ def quantize_model(
     model: torch.nn.Module,
     spec: SpecLike,
     group_size: int | None = None,
-    skip: Iterable[str] = (),
+    skip: Iterable[str] | None = (),
     *,
     quantize_lm_head: bool = False,
 ) -> QuantizeReport:
@@ -77,15 +77,15 @@ def quantize_model(
     nearest, ``dqgen.quantize``'s rules, ``group_size`` None: the spec's or 128), quantized and packed on the
     weight's device (integer specs in torch: no host round trip; a CUDA model is ready to run).
 
-    ``skip``: module names or fnmatch patterns (a full name or a suffix of whole components: ``"mlp.down_proj"``,
-    ``"layers.0.*"``); ``lm_head`` is skipped too unless ``quantize_lm_head``. Layers the spec cannot take
-    (in_features not a multiple of the group size or of the codes per block, out_features not a multiple of the
-    codes per word), subclasses of nn.Linear and weights on the meta device are left as they are, each with its
-    reason in the report. A module reached under several names is replaced under each."""
+    ``skip``: module names or fnmatch patterns, None for none (a full name or a suffix of whole components:
+    ``"mlp.down_proj"``, ``"layers.0.*"``); ``lm_head`` is skipped too unless ``quantize_lm_head``. Layers the spec
+    cannot take (in_features not a multiple of the group size or of the codes per block, out_features not a multiple
+    of the codes per word), subclasses of nn.Linear and weights on the meta device are left as they are, each with
+    its reason in the report. A module reached under several names is replaced under each."""
     sp = load_spec(spec)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-    given = (skip,) if isinstance(skip, str) else tuple(skip)
+    given = () if skip is None else (skip,) if isinstance(skip, str) else tuple(skip)
     patterns = given + (() if quantize_lm_head else DEFAULT_SKIP)
     for p in patterns:
         if not isinstance(p, str) or not p:

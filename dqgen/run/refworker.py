@@ -73,8 +73,14 @@ def serve() -> None:
     os.close(devnull)
 
 
-#: The worker's program: `-c` puts "" (the current folder) first on sys.path; the parent's path comes by PYTHONPATH.
-_SERVE = "import sys\nif sys.path[:1] == ['']:\n    del sys.path[0]\nfrom dqgen.run.refworker import serve\nserve()"
+#: The environment variable that carries the parent's sys.path to the worker (JSON).
+PATH_VAR = "DQGEN_REFWORKER_SYS_PATH"
+#: The worker's program: its sys.path becomes the parent's, in the parent's order (PYTHONPATH would put every entry
+#: before the child's own site-packages, so a checkout the parent has after them would win; `-c` adds "" first).
+_SERVE = (
+    "import json, os, sys\nsys.path[:] = json.loads(os.environ['" + PATH_VAR + "'])\n"
+    "from dqgen.run.refworker import serve\nserve()"
+)
 
 
 class ReferenceJob:
@@ -92,10 +98,9 @@ class ReferenceJob:
         self._started_at = time.time()  # wall clock: the child's finishing time is compared with it
         self.problems = list(problems)
         env = dict(os.environ)
-        # the child imports dqgen (and ``work``'s module) from where this process does: this sys.path (its "" is the
-        # current folder), and not `-c`'s own "" first, which would put a checkout in the current folder before an
-        # installed dqgen
-        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        # the child imports dqgen (and ``work``'s module) from where this process does: this sys.path in its order
+        # (its "" is the current folder)
+        env[PATH_VAR] = json.dumps([p or os.getcwd() for p in sys.path])
         self._proc: subprocess.Popen[bytes] | None = None
         self._start_error = ""
         with tempfile.TemporaryFile() as job:  # the child reads its job from a file: nothing to close or flush here

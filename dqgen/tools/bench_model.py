@@ -358,7 +358,7 @@ def quantize_w4a16(model: Any, originals: dict[str, Any]) -> str:
     # looked up, not imported by name: the branch that adds quantize_model may not be merged into this dqgen yet
     quantize_model: Any = getattr(importlib.import_module("dqgen.nn"), "quantize_model", None)
     if quantize_model is not None:
-        quantize_model(model, SPEC, group_size=GROUP, skip=None)
+        quantize_model(model, SPEC, group_size=GROUP)
         return "dqgen.nn.quantize_model"
     from ..nn.linear import QuantLinear
 
