@@ -10,6 +10,7 @@ Families and the configurations enumerated (what the product can launch):
 - dequant: every shipped spec's artifact source (every launch variant);
 - gemv: every shipped spec's fused GEMV source (every entry point);
 - gemm: every shipped spec the tensor-core GEMM takes (every tile config, plain and gather);
+- gemm90: the same specs' Hopper GEMM (every token-tile config; sm_90a only: wgmma is architecture-specific);
 - w8a8_gemm: every configuration ``choose`` returns for s8 / e4m3 x f16 / bf16 / acc over the M, N, K, SM counts and
   shared-memory sizes of the benches;
 - act_quant: every variant ``choose`` returns over fp16 / bf16, K in the benches' sizes (and an unaligned one),
@@ -47,6 +48,7 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
     from dqgen.emit.pipeline import compile_artifact
     from dqgen.kernels.dequant import DequantConfig
     from dqgen.kernels.gemm import GemmKernelConfig
+    from dqgen.kernels.gemm90 import Gemm90KernelConfig
     from dqgen.kernels.gemv import GemvConfig
 
     for name in shipped_specs():
@@ -56,6 +58,7 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
         yield "gemv", name, GemvConfig(art).source(), spec.sm  # every entry point, the kept tuning
         if GemmKernelConfig.supports(spec):
             yield "gemm", name, GemmKernelConfig(spec).source(), spec.sm  # every tile config, plain and gather
+            yield "gemm90", name, Gemm90KernelConfig(spec).source(), 90  # every token-tile config
 
     from dqgen.kernels import w8a8_gemm as wg
 
@@ -110,8 +113,8 @@ def _compile(item: tuple[str, str, str, int]) -> list[dict[str, object]]:
 
     family, name, source, sm = item
     rows = []
-    for arch in ARCHES:
-        if int(arch[3:]) < sm:
+    for arch in ("sm_90a",) if family == "gemm90" else ARCHES:
+        if int(arch[3:].rstrip("af")) < sm:
             continue
         ptx = compile_source(source, arch=arch, want="ptx", name=f"{family}_{name}.cu").ptx or ""
         starts = [(m.start(), m.group(1)) for m in _ENTRY.finditer(ptx)]

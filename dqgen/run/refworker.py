@@ -75,8 +75,8 @@ def serve() -> None:
 
 #: The environment variable that carries the parent's sys.path to the worker (JSON).
 PATH_VAR = "DQGEN_REFWORKER_SYS_PATH"
-#: The worker's program: its sys.path becomes the parent's, in the parent's order (PYTHONPATH would put every entry
-#: before the child's own site-packages, so a checkout the parent has after them would win; `-c` adds "" first).
+#: The worker's program: its sys.path becomes the parent's dqgen's folder, then the parent's sys.path in its order
+#: (PYTHONPATH would put every entry before the child's own site-packages; `-c` adds "" first).
 _SERVE = (
     "import json, os, sys\nsys.path[:] = json.loads(os.environ['" + PATH_VAR + "'])\n"
     "from dqgen.run.refworker import serve\nserve()"
@@ -98,9 +98,11 @@ class ReferenceJob:
         self._started_at = time.time()  # wall clock: the child's finishing time is compared with it
         self.problems = list(problems)
         env = dict(os.environ)
-        # the child imports dqgen (and ``work``'s module) from where this process does: this sys.path in its order
-        # (its "" is the current folder)
-        env[PATH_VAR] = json.dumps([p or os.getcwd() for p in sys.path])
+        # the child imports dqgen from the folder this process's dqgen came from (first: this sys.path may list a
+        # checkout before the installed package, entered after dqgen was imported, as pytest does), then ``work``'s
+        # module from this sys.path in its order (its "" is the current folder)
+        package_parent = str(Path(__file__).resolve().parents[2])
+        env[PATH_VAR] = json.dumps([package_parent, *(p or os.getcwd() for p in sys.path)])
         self._proc: subprocess.Popen[bytes] | None = None
         self._start_error = ""
         with tempfile.TemporaryFile() as job:  # the child reads its job from a file: nothing to close or flush here
