@@ -23,6 +23,7 @@ from dqgen.run.dispatch import DispatchRule, pick
 from dqgen.run.gemm import choose_config, choose_gemm_splits
 
 from .gemm_emulator import emulate
+from .kernel_signature import entry_params
 
 ALL = [load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))]
 SPECS = [s for s in ALL if supports(s)]
@@ -373,9 +374,6 @@ def test_gemm_compiles_with_tensor_cores_and_no_i2f(spec: Spec, arch: str) -> No
             assert ops["LDL"] == 0 and ops["STL"] == 0, "register spills in the main entry"
 
 
-_C_WIDTH = {"int": np.int32, "long long": np.int64}
-
-
 @pytest.mark.parametrize("spec", [load_spec("awq_int4_fp16"), load_spec("int8_bf16")], ids=["int4", "int8"])
 def test_launch_arguments_match_the_rendered_signature(spec: Spec) -> None:
     """run.gemm.PARAMS (what _bind packs, in order, at which width) is each entry point's parameter list."""
@@ -383,15 +381,7 @@ def test_launch_arguments_match_the_rendered_signature(spec: Spec) -> None:
 
     src = render_gemm(spec)
     for e in GEMM_ENTRIES:
-        m = re.search(re.escape(gemm_entry_name(spec, e)) + r"\((.*?)\)\s*\{", src, re.S)
-        assert m is not None
-        params = []
-        for decl in m.group(1).split(","):
-            decl = " ".join(decl.split())
-            name = decl.split(" ")[-1]
-            ctype = decl[: -len(name)].replace("const", "").replace("__restrict__", "").strip()
-            params.append((name, np.uint64 if "*" in ctype else _C_WIDTH[ctype]))
-        assert params == list(PARAMS)
+        assert entry_params(src, gemm_entry_name(spec, e)) == list(PARAMS)
 
 
 def _variant(base: str, mode: str, target: str, **extra: object) -> Spec:

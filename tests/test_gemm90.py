@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-import numpy as np
 import pytest
 
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
@@ -17,6 +16,8 @@ from dqgen.emit.sass import disassemble
 from dqgen.kernels.gemm import supports
 from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config, Gemm90KernelConfig, choose_config90, gemm90_entry_name
 from dqgen.run.loader import target_arch
+
+from .kernel_signature import C_WIDTHS, entry_params
 
 SPECS = [s for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))) if supports(s)]
 
@@ -45,18 +46,9 @@ def test_launch_arguments_match_the_rendered_signature() -> None:
 
     spec = load_spec("awq_int4_fp16")
     src = Gemm90KernelConfig(spec).source()
-    widths = {"int": np.int32, "long long": np.int64, "TensorMap": TensorMapArg}
+    widths = {**C_WIDTHS, "TensorMap": TensorMapArg}
     for cfg in CONFIGS90:
-        m = re.search(re.escape(gemm90_entry_name(spec, cfg)) + r"\((.*?)\)\s*\{", src, re.S)
-        assert m is not None
-        params = []
-        for decl in m.group(1).split(","):
-            decl = " ".join(decl.split())
-            name = decl.split(" ")[-1]
-            ctype = decl[: -len(name)].replace("const", "").replace("__restrict__", "").strip()
-            ctype = ctype.replace("__grid_constant__", "").strip().split("::")[-1]
-            params.append((name, np.uint64 if "*" in ctype else widths[ctype]))
-        assert params == list(PARAMS90)
+        assert entry_params(src, gemm90_entry_name(spec, cfg), widths) == list(PARAMS90)
 
 
 def test_configs_fit_and_the_choice_holds_m() -> None:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Literal
 
 from ..core.spec import Spec
+from ..emit.pipeline import spec_key
 from ..emit.render import template_env
 
 MainloopKind = Literal["simt", "mma_sync_sm80", "wgmma_tma_sm90"]
@@ -140,3 +141,43 @@ class KernelConfig(ABC):
     def what(self) -> str:
         """The config in an error message (the spec it was built from, where there is one)."""
         return f"{self.family} kernel {self.name}"
+
+
+@dataclass(frozen=True)
+class SpecEntriesConfig(KernelConfig):
+    """A family rendered from a quantization spec with several entry points in one source (the GEMMs: one entry per
+    tile config): ``entries`` (a launch compiles the config of its one entry, ``one(spec, entry)``), the spec's
+    content ``key`` (a Spec is not hashable; the key makes equal specs one config). Subclasses give ``entries`` its
+    default and say what an entry is."""
+
+    what_source: ClassVar[str] = "source"  # names the family's source in the "name one" error
+
+    spec: Spec = field(compare=False, repr=False)
+    entries: tuple[Any, ...] = ()
+    key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entries", tuple(self.entries))
+        object.__setattr__(self, "key", spec_key(self.spec))
+        if not self.entries:
+            raise ValueError(f"entries: expected at least one entry point of the {self.family} family")
+
+    @classmethod
+    def one(cls, spec: Spec, entry: Any) -> Any:
+        """The config of ``entry`` alone (what a launch compiles)."""
+        return cls(spec, (entry,))
+
+    @property
+    def entry(self) -> Any:
+        if len(self.entries) != 1:
+            raise ValueError(f"{self.spec.name}: the {self.what_source} has {len(self.entries)} entry points; name one")
+        return self.entries[0]
+
+    @property
+    def source_name(self) -> str:
+        return f"{self.spec.name}_{self.family}.cu"
+
+    @property
+    def what(self) -> str:
+        entry = self.name if len(self.entries) == 1 else f"({len(self.entries)} entry points)"
+        return f"{self.spec.name} (spec targets {self.spec.arch}), {self.family} kernel {entry}"

@@ -4,15 +4,15 @@ cp.async pipeline, the weights in TensorRT-LLM's layout (dqgen.layout.gemm), con
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..core.spec import SourceKind, Spec
-from ..emit.pipeline import compile_artifact, spec_key
+from ..emit.pipeline import compile_artifact
 from ..emit.render import context
 from ..layout.gemm import TILE_K, TILE_N
 from ..layout.gemm_trt import WEIGHT_BITS, columns_interleaved, converter_spec
-from .family import Epilogue, KernelConfig, Mainloop, MainloopKind, SplitK
+from .family import Epilogue, Mainloop, MainloopKind, SpecEntriesConfig, SplitK
 
 #: Bytes of one pipeline stage's scales: TILE_N 16-bit values; zeros take 256 bytes more when present.
 SCALE_BYTES = TILE_N * 2
@@ -94,34 +94,16 @@ def has_zeros(spec: Spec) -> bool:
 
 
 @dataclass(frozen=True)
-class GemmKernelConfig(KernelConfig):
+class GemmKernelConfig(SpecEntriesConfig):
     """The tensor-core GEMM of ``spec`` with ``entries``' entry points in one source (a launch compiles only the
     one it runs; all of GEMM_ENTRIES by default). ValueError (from converter_spec) naming the spec field for specs that
     are not 4- or 8-bit integer codes."""
 
     family: ClassVar[str] = "gemm"
     template: ClassVar[str] = "gemm.cu.j2"
+    what_source: ClassVar[str] = "GEMM source"
 
-    spec: Spec = field(compare=False, repr=False)
     entries: tuple[GemmEntry, ...] = GEMM_ENTRIES
-    key: str = field(init=False)  # the spec's content key (a Spec is not hashable)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "entries", tuple(self.entries))
-        object.__setattr__(self, "key", spec_key(self.spec))
-        if not self.entries:
-            raise ValueError("entries: expected at least one GemmEntry")
-
-    @classmethod
-    def one(cls, spec: Spec, entry: GemmEntry) -> GemmKernelConfig:
-        """The config of ``entry`` alone (what a launch compiles)."""
-        return cls(spec, (entry,))
-
-    @property
-    def entry(self) -> GemmEntry:
-        if len(self.entries) != 1:
-            raise ValueError(f"{self.spec.name}: the GEMM source has {len(self.entries)} entry points; name one")
-        return self.entries[0]
 
     @property
     def name(self) -> str:
@@ -159,15 +141,6 @@ class GemmKernelConfig(KernelConfig):
     def context(self) -> dict[str, Any]:
         conv = converter_spec(self.spec)
         return _context(self.spec, conv, compile_artifact(conv).plan, self.entries)
-
-    @property
-    def source_name(self) -> str:
-        return f"{self.spec.name}_gemm.cu"
-
-    @property
-    def what(self) -> str:
-        entry = self.name if len(self.entries) == 1 else f"({len(self.entries)} entry points)"
-        return f"{self.spec.name} (spec targets {self.spec.arch}), {self.family} kernel {entry}"
 
 
 def render_gemm(spec: Spec, entries: tuple[GemmEntry, ...] = GEMM_ENTRIES) -> str:

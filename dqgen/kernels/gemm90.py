@@ -9,15 +9,15 @@ tiles), read by the same ldmatrix rows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from ..core.spec import Spec
-from ..emit.pipeline import compile_artifact, spec_key
+from ..emit.pipeline import compile_artifact
 from ..emit.render import context
 from ..layout.gemm import TILE_K, TILE_N
 from ..layout.gemm_trt import columns_interleaved, converter_spec
-from .family import Epilogue, KernelConfig, Mainloop, SplitK
+from .family import Epilogue, Mainloop, SpecEntriesConfig, SplitK
 from .gemm import supports
 
 #: Registers a producer thread keeps (setmaxnreg.dec): it computes addresses and issues copies, nothing else.
@@ -114,42 +114,25 @@ def gemm90_entry_name(spec: Spec, cfg: Gemm90Config) -> str:
 
 
 @dataclass(frozen=True)
-class Gemm90KernelConfig(KernelConfig):
-    """The Hopper GEMM of ``spec`` with ``configs``' entry points in one source (a launch compiles the one it
-    runs). Takes the specs the sm_80 GEMM takes (4- and 8-bit integer codes)."""
+class Gemm90KernelConfig(SpecEntriesConfig):
+    """The Hopper GEMM of ``spec`` with ``entries``' CTA shapes (Gemm90Config) as entry points in one source (a
+    launch compiles the one it runs). Takes the specs the sm_80 GEMM takes (4- and 8-bit integer codes)."""
 
     family: ClassVar[str] = "gemm90"
     template: ClassVar[str] = "gemm90.cu.j2"
+    what_source: ClassVar[str] = "Hopper GEMM source"
     #: wgmma and setmaxnreg exist only in the architecture-specific target (compiled for sm_90a).
     arch_specific: ClassVar[bool] = True
 
-    spec: Spec = field(compare=False, repr=False)
-    configs: tuple[Gemm90Config, ...] = CONFIGS90
-    key: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "configs", tuple(self.configs))
-        object.__setattr__(self, "key", spec_key(self.spec))
-        if not self.configs:
-            raise ValueError("configs: expected at least one Gemm90Config")
-
-    @classmethod
-    def one(cls, spec: Spec, cfg: Gemm90Config) -> Gemm90KernelConfig:
-        return cls(spec, (cfg,))
-
-    @property
-    def config(self) -> Gemm90Config:
-        if len(self.configs) != 1:
-            raise ValueError(f"{self.spec.name}: the Hopper GEMM source has {len(self.configs)} entry points; name one")
-        return self.configs[0]
+    entries: tuple[Gemm90Config, ...] = CONFIGS90
 
     @property
     def name(self) -> str:
-        return gemm90_entry_name(self.spec, self.config)
+        return gemm90_entry_name(self.spec, self.entry)
 
     @property
     def mainloop(self) -> Mainloop:
-        return self.config.mainloop
+        return self.entry.mainloop
 
     @property
     def split_k(self) -> SplitK:
@@ -161,11 +144,11 @@ class Gemm90KernelConfig(KernelConfig):
 
     @property
     def threads(self) -> int:
-        return self.config.threads
+        return self.entry.threads
 
     @property
     def shared_bytes(self) -> int:
-        return max(c.shared_bytes(self.spec.source.bits, zero_bytes(self.spec)) for c in self.configs)
+        return max(c.shared_bytes(self.spec.source.bits, zero_bytes(self.spec)) for c in self.entries)
 
     @property
     def min_sm(self) -> int:
@@ -186,7 +169,7 @@ class Gemm90KernelConfig(KernelConfig):
             blocks=TILE_K // (4 * conv.per_word),
             zero_bytes=zero_bytes(conv),
             mma_type="bf16" if conv.target.value == "bf16" else "f16",
-            ns=sorted({c.bn for c in self.configs}),
+            ns=sorted({c.bn for c in self.entries}),
             entries=[
                 {
                     "entry": gemm90_entry_name(self.spec, c),
@@ -199,16 +182,7 @@ class Gemm90KernelConfig(KernelConfig):
                     "regs_consumer": c.consumer_regs,
                     "shared_bytes": c.shared_bytes(bits, zeros),
                 }
-                for c in self.configs
+                for c in self.entries
             ],
         )
         return ctx
-
-    @property
-    def source_name(self) -> str:
-        return f"{self.spec.name}_gemm90.cu"
-
-    @property
-    def what(self) -> str:
-        entry = self.name if len(self.configs) == 1 else f"({len(self.configs)} entry points)"
-        return f"{self.spec.name} (spec targets {self.spec.arch}), {self.family} kernel {entry}"
