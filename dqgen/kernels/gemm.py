@@ -94,7 +94,26 @@ def has_zeros(spec: Spec) -> bool:
 
 
 @dataclass(frozen=True)
-class GemmKernelConfig(SpecEntriesConfig):
+class WeightOnlyGemmConfig(SpecEntriesConfig):
+    """What the weight-only GEMMs' configs share, whichever main loop: the specs they take, the deterministic
+    split-K reduction, and an epilogue that adds a bias (the group scales and zeros act in the main loop, on the
+    converted weights)."""
+
+    @property
+    def split_k(self) -> SplitK:
+        return "last_arriver"
+
+    @property
+    def epilogue(self) -> Epilogue:
+        return Epilogue(self.spec.target.value, bias=True, row_scale=False, col_scale=False)
+
+    @classmethod
+    def supports(cls, spec: Spec) -> bool:
+        return supports(spec)
+
+
+@dataclass(frozen=True)
+class GemmKernelConfig(WeightOnlyGemmConfig):
     """The tensor-core GEMM of ``spec`` with ``entries``' entry points in one source (a launch compiles only the
     one it runs; all of GEMM_ENTRIES by default). ValueError (from converter_spec) naming the spec field for specs that
     are not 4- or 8-bit integer codes."""
@@ -114,15 +133,6 @@ class GemmKernelConfig(SpecEntriesConfig):
         return self.entry.config.mainloop
 
     @property
-    def split_k(self) -> SplitK:
-        return "last_arriver"
-
-    @property
-    def epilogue(self) -> Epilogue:
-        """The group scales (and zeros) act in the main loop, on the converted weights: the epilogue adds a bias."""
-        return Epilogue(self.spec.target.value, bias=True, row_scale=False, col_scale=False)
-
-    @property
     def threads(self) -> int:
         return self.entry.config.threads
 
@@ -133,10 +143,6 @@ class GemmKernelConfig(SpecEntriesConfig):
     @property
     def min_sm(self) -> int:
         return max(self.spec.sm, *(e.config.mainloop.min_sm for e in self.entries))
-
-    @classmethod
-    def supports(cls, spec: Spec) -> bool:
-        return supports(spec)
 
     def context(self) -> dict[str, Any]:
         conv = converter_spec(self.spec)

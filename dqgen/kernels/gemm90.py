@@ -17,8 +17,8 @@ from ..emit.pipeline import compile_artifact
 from ..emit.render import context
 from ..layout.gemm import TILE_K, TILE_N
 from ..layout.gemm_trt import columns_interleaved, converter_spec
-from .family import Epilogue, Mainloop, SpecEntriesConfig, SplitK
-from .gemm import supports
+from .family import Mainloop
+from .gemm import WeightOnlyGemmConfig
 
 #: Registers a producer thread keeps (setmaxnreg.dec): it computes addresses and issues copies, nothing else.
 PRODUCER_REGS: Final = 40
@@ -114,7 +114,7 @@ def gemm90_entry_name(spec: Spec, cfg: Gemm90Config) -> str:
 
 
 @dataclass(frozen=True)
-class Gemm90KernelConfig(SpecEntriesConfig):
+class Gemm90KernelConfig(WeightOnlyGemmConfig):
     """The Hopper GEMM of ``spec`` with ``entries``' CTA shapes (Gemm90Config) as entry points in one source (a
     launch compiles the one it runs). Takes the specs the sm_80 GEMM takes (4- and 8-bit integer codes)."""
 
@@ -135,14 +135,6 @@ class Gemm90KernelConfig(SpecEntriesConfig):
         return self.entry.mainloop
 
     @property
-    def split_k(self) -> SplitK:
-        return "last_arriver"
-
-    @property
-    def epilogue(self) -> Epilogue:
-        return Epilogue(self.spec.target.value, bias=True, row_scale=False, col_scale=False)
-
-    @property
     def threads(self) -> int:
         return self.entry.threads
 
@@ -153,10 +145,6 @@ class Gemm90KernelConfig(SpecEntriesConfig):
     @property
     def min_sm(self) -> int:
         return max(self.spec.sm, 90)
-
-    @classmethod
-    def supports(cls, spec: Spec) -> bool:
-        return supports(spec)
 
     def context(self) -> dict[str, Any]:
         conv = converter_spec(self.spec)

@@ -26,6 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from .options import parse_subset
+
 #: Llama-3-8B's decoder linears as (name, K = in_features, N = out_features).
 LINEARS: tuple[tuple[str, int, int], ...] = (
     ("q", 4096, 4096),
@@ -92,13 +94,7 @@ def parse_layers(value: int) -> int:
 
 def parse_impls(text: str) -> list[str]:
     """``--impls`` with --model-linears: a comma-separated subset of IMPLS."""
-    names = [p.strip() for p in text.split(",")]
-    bad = [n for n in names if n not in IMPLS]
-    if bad or not names:
-        raise ValueError(
-            f"[--impls] got {bad[0] if bad else text!r}; with --model-linears expected a subset of {', '.join(IMPLS)}"
-        )
-    return names
+    return parse_subset("--impls", text, IMPLS, "--model-linears")
 
 
 def parse_replays(value: int) -> int:

@@ -35,6 +35,7 @@ from typing import Any
 from ..check.matmul_reference import TOLERANCE
 from ..core.spec import SourceKind, Spec
 from ..layout.layout import Layout
+from .options import parse_subset
 
 DEFAULT_SPECS = ("awq_int4_fp16", "awq_int4_bf16")
 DEFAULT_SHAPES = ((4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192))
@@ -117,13 +118,7 @@ def parse_ms(text: str) -> list[int]:
 
 def parse_impls(text: str) -> list[str]:
     """``--impls`` with --matmul: a comma-separated subset of IMPLS."""
-    names = [p.strip() for p in text.split(",")]
-    bad = [n for n in names if n not in IMPLS]
-    if bad or not names:
-        raise ValueError(
-            f"[--impls] got {bad[0] if bad else text!r}; with --matmul expected a subset of {', '.join(IMPLS)}"
-        )
-    return names
+    return parse_subset("--impls", text, IMPLS, "--matmul")
 
 
 # ----------------------------------------------------------------------------------------------- measuring

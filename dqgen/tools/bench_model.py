@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from .bench_linears import GROUP, SPEC
+from .options import parse_subset
 
 DEFAULT_BATCHES = (1, 16, 64)
 DEFAULT_PREFILL = 2048
@@ -117,13 +118,8 @@ def parse_int(flag: str, value: int, lo: int, hi: int) -> int:
 
 
 def parse_names(flag: str, text: str, allowed: tuple[str, ...]) -> list[str]:
-    names = [p.strip() for p in text.split(",")]
-    bad = [n for n in names if n not in allowed]
-    if bad or not names:
-        raise ValueError(
-            f"[{flag}] got {bad[0] if bad else text!r}; with --model expected a subset of {', '.join(allowed)}"
-        )
-    return names
+    """``flag`` (--impls, --modes) with --model: a comma-separated subset of ``allowed``."""
+    return parse_subset(flag, text, allowed, "--model")
 
 
 # ----------------------------------------------------------------------------------------------- the record
