@@ -112,8 +112,10 @@ def device_arch(ordinal: int = 0) -> str:
     return f"sm_{int(major)}{int(minor)}"
 
 
+@functools.cache
 def sm_count(ordinal: int = 0) -> int:
-    """Number of streaming multiprocessors: sizes persistent grids."""
+    """Number of streaming multiprocessors: sizes persistent grids. Asked of the driver once per device (the dispatch
+    reads it on every small-M call)."""
     dev = _device(ordinal)
     attr = driver.CUdevice_attribute
     return int(
