@@ -224,7 +224,7 @@ def emulate90(
     pairs = len(plan.outputs)
 
     # the host side (dqgen.run.gemm90.bind90): tensors as the tensor maps see them, the launch's arguments
-    M, K = x.shape
+    M = x.shape[0]
     N = packed.N
     wq, scales, zeros = packed.wq, packed.scales, packed.zeros
     line_bytes = wq.shape[1]
@@ -259,7 +259,7 @@ def emulate90(
             f = row0 + 64 * mw + 8 * (i & 1) + (lane & 7)
             ld_off[mw, q] = np.broadcast_to(swz(f // kCols, (f % kCols) * kBlk + 2 * q + (i >> 1)), (CONSUMERS, 4, 32))
 
-    for cta in order if order is not None else range(P):
+    def run_cta(cta: int) -> None:
         # the shared window from address 0: the dynamic allocation is [RAW0, RAW0 + smem_size)
         smem = np.full(RAW0 + smem_size, 0xA5, dtype=np.uint8)  # garbage where no copy lands
         base = (RAW0 + 1023) & ~1023
@@ -271,7 +271,7 @@ def emulate90(
         u_begin, u_end = cta * units // P, (cta + 1) * units // P
         nt = u_end - u_begin
 
-        def producer(u_begin: int = u_begin, nt: int = nt, base: int = base, bars: int = bars) -> Iterator[None]:
+        def producer() -> Iterator[None]:
             tile = u_begin // k_tiles
             kt = u_begin - tile * k_tiles
             m0, f0 = tile % m_tiles * BN, tile // m_tiles * kTileN
@@ -305,7 +305,7 @@ def emulate90(
         prod = producer()
         prod_done = [False]
 
-        def pump(prod: Iterator[None] = prod, prod_done: list[bool] = prod_done) -> None:
+        def pump() -> None:
             """Let the producer copy as far ahead as its barriers allow (the most adversarial schedule)."""
             if not prod_done[0]:
                 try:
@@ -313,7 +313,7 @@ def emulate90(
                 except StopIteration:
                     prod_done[0] = True
 
-        def wait(bar: int, parity: int, pump: Callable[[], None] = pump) -> None:
+        def wait(bar: int, parity: int) -> None:
             pump()
             assert barrier[bar].ready(parity), "deadlock: a consumer waits on a phase no copy will complete"
 
@@ -322,7 +322,7 @@ def emulate90(
         areg = np.zeros((2, CONSUMERS, MW, kK16, 4, 32, 4), dtype=np.uint32)
         pending: list[list[Callable[[], None]]] = []  # committed wgmma groups, not yet retired
 
-        def load_convert(s: int, buf: int, base: int = base, smem: np.ndarray = smem, areg: np.ndarray = areg) -> None:
+        def load_convert(s: int, buf: int) -> None:
             st = base + s * kStage
             sp = st + kWBytes + BN * 128
             u16 = smem.view("<u2")
@@ -358,7 +358,7 @@ def emulate90(
                             areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
                             areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
 
-        def mma_stage(s: int, buf: int, first: bool, base: int = base, smem: np.ndarray = smem) -> None:
+        def mma_stage(s: int, buf: int, first: bool) -> None:
             xs = base + s * kStage + kWBytes
             group: list[Callable[[], None]] = []
             for ks in range(kK16):
@@ -401,10 +401,10 @@ def emulate90(
             r = np.arange(4)[None, None, None, None, None, :]
             th = ctid[:, None, :, :, None, None]
             idx = (c * 2 + slot) * (kAcc * kConsumerThreads) + th + ((i * NI + j) * 4 + r) * kConsumerThreads
-            assert 0 <= idx.min() and idx.max() < ws.size, "a partial past the workspace run.gemm90 allocates"
+            assert idx.min() >= 0 and idx.max() < ws.size, "a partial past the workspace run.gemm90 allocates"
             return idx
 
-        def finish_segment(tile: int, kb: int, ke: int, cta: int = cta, acc: np.ndarray = acc) -> None:
+        def finish_segment(tile: int, kb: int, ke: int) -> None:
             if kb == 0 and ke == k_tiles:
                 store_tile(tile, acc)
                 return
@@ -429,7 +429,7 @@ def emulate90(
                 store_tile(tile, acc)
                 counters[tile] = 0
 
-        def step(done: int, i: int, buf: int, nt: int = nt, bars: int = bars) -> None:
+        def step(done: int, i: int, buf: int) -> None:
             ii = done + i + buf
             mma_stage(ii % STAGES, buf, i + buf == 0)
             wgmma_wait(1)
@@ -462,6 +462,9 @@ def emulate90(
             kb = 0
         pump()
         assert prod_done[0], "the producer waits on a stage no consumer releases"
+
+    for cta in order if order is not None else range(P):
+        run_cta(cta)
 
     assert not counters.any(), "a tile counter not reset for the next launch"
     assert (y_writes == 1).all(), "a y element stored other than once"
