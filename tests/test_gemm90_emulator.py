@@ -75,6 +75,25 @@ def test_emulated_gemm90_other_zero_modes(spec: Spec) -> None:
     _check(spec, CONFIGS90[0], 7)
 
 
+@pytest.mark.parametrize("cfg", [CONFIGS90[0], CONFIGS90[3], CONFIGS90[5]], ids=lambda c: c.tag)
+@pytest.mark.parametrize("name,K", [("awq_int4_fp16", 704), ("int8_bf16", 680)])
+def test_emulated_gemm90_the_stage_ring_wraps(name: str, K: int, cfg: Gemm90Config) -> None:
+    """11 K tiles: a CTA's range runs more K tiles than the ring has stages (8, 6, 5), so each stage is refilled
+    while the wgmmas of the other stages may still read theirs (the model runs the producer as far ahead as the
+    mbarriers let it and a wgmma group at the wait that retires it): one tile a CTA, and stream-K on 3 CTAs."""
+    spec = load_spec(name)
+    auto = spec.scales.group_size == "auto"
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=4, group_size=64 if auto else None)
+    G = s.shape[0]
+    pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
+    M = 6
+    x = random_x(spec, M, K, seed=5)
+    ref = matmul_reference(x, W)
+    for P in (2, 3):
+        y = emu.emulate90(spec, pk, x, cfg, P, order=[P - 1 - c for c in range(P)])
+        assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max()), P
+
+
 def _awq() -> tuple[Spec, GemmPacked, np.ndarray, np.ndarray]:
     spec = load_spec("awq_int4_fp16")
     pk, x, ref = _case(spec, 13)
@@ -114,3 +133,15 @@ def test_the_model_catches_a_descriptor_off_the_swizzle_atom(monkeypatch: pytest
     except AssertionError:
         return
     assert not np.allclose(y, ref)
+
+
+def test_the_vectorised_ldmatrix_is_the_sm80_models() -> None:
+    """The model's ldmatrix (batched over warps) reads what tests/gemm_emulator.py's per-lane ldsm_x4 reads."""
+    from .gemm_emulator import ldsm_x4
+
+    rng = np.random.default_rng(0)
+    smem = rng.integers(0, 256, 4096, dtype=np.uint8)
+    addr = rng.integers(0, 4096 // 16, (3, 32)) * 16
+    got = emu.ldsm_x4(smem, addr)
+    for w in range(3):
+        assert np.array_equal(got[w], ldsm_x4(smem, addr[w]))
