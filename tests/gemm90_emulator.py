@@ -1,0 +1,471 @@
+"""A numpy model of one launch of templates/gemm90.cu.j2 (CPU): every CTA of the grid with its producer (the TMA
+copies into the stage ring, gated by the mbarriers) and its consumer warpgroups (ldmatrix, the converter as the
+solved Plan of converter_spec(spec), the register-sourced wgmma, the stream-K segments, the workspace partials and
+the last arriver's K-order sum, the epilogue). The kernel's index math is restated here expression by expression
+(named after the template's variables); the hardware is modelled by the PTX ISA (8.x, cited by section title):
+
+- ``cp.async.bulk.tensor.2d`` (Data Movement: cp.async.bulk.tensor; tensor maps of cuTensorMapEncodeTiled as
+  dqgen.run.gemm90 encodes them): a box of {inner, rows} elements at coordinates {c0, c1} (innermost first) lands
+  row after row; elements outside the tensor land as zeros and count as bytes; with CU_TENSOR_MAP_SWIZZLE_128B the
+  box rows are 128 bytes and 16-byte chunk c of box row r lands at chunk c ^ (r % 8) of that row (the pattern of
+  the shared address bits [4:6] ^= [7:9], so the destination is 1024-byte aligned). Completes its bytes on the
+  mbarrier (``complete_tx``).
+- ``mbarrier`` (Parallel Synchronization: mbarrier): a phase completes when its pending arrivals and its
+  transaction count both reach zero; ``try_wait.parity p`` succeeds once the phase of parity p has completed, i.e.
+  while the current (incomplete) phase's parity is not p.
+- ``ldmatrix .x4`` (Warp-level matrix load instruction: ldmatrix): lanes 8i..8i+7 give the rows of matrix i;
+  register i of lane 4g + t is the 32-bit word t of row g of matrix i.
+- ``wgmma.mma_async.m64nNk16`` with A in registers (Asynchronous Warpgroup Level Matrix Multiply-Accumulate; the
+  register fragment of A and the accumulator D, the shared-memory matrix descriptor with 128-byte swizzling):
+  warp w of the warpgroup holds rows 16w..16w+15 of A, register r of lane (g, t) holds A[16w + g + 8 (r & 1)]
+  [2t + 8 (r >> 1) + 0/1]; B (k16 x N, K-major) at byte (n // 8) SBO + (n % 8) 128 + 2k from the descriptor's
+  start address, the 128-byte swizzle applied to the address bits; D of lane (g, t), n8 chunk j: d[4j + 0..3] =
+  D[16w+g][8j+2t], D[16w+g][8j+2t+1], D[16w+g+8][8j+2t], D[16w+g+8][8j+2t+1]; scale-d 0 means D = A B. The wgmmas
+  of a committed group run asynchronously: the model executes a group (reading shared memory and the A registers
+  then) at the ``wgmma.wait_group`` that retires it, and the producer copies as far ahead as the barriers allow,
+  so a stage or register set reused too early gives a wrong y.
+
+Products and sums are float64 (as in tests/gemm_emulator.py): if the index math is right, y equals x @ W to
+float64 rounding. The CTAs run one after another in a given order (any order is a legal schedule of the
+counters); every workspace slot read must have been written exactly once, and every y element stored once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from dqgen.core.spec import Spec
+from dqgen.emit.pipeline import compile_artifact
+from dqgen.kernels.gemm90 import Gemm90Config, Gemm90KernelConfig, zero_bytes
+from dqgen.layout.gemm import TILE_K, TILE_N, GemmPacked
+from dqgen.layout.gemm_trt import columns_interleaved, converter_spec
+
+LINE = 128
+#: Where the dynamic shared memory starts (not 1024-aligned: the kernel aligns its stages itself; the static
+#: ``__shared__ bool last`` sits before it).
+RAW0 = 16
+
+
+def swz(r: int | np.ndarray, c: int | np.ndarray) -> int | np.ndarray:
+    """The template's swz(r, c) (blocks/memory swizzle("128"))."""
+    return r * LINE + ((c ^ (r & 7)) << 4)
+
+
+def owner(u: int, units: int, P: int) -> int:
+    """The template's owner(): the CTA whose range [c units / P, (c + 1) units / P) holds unit u."""
+    return ((u + 1) * P - 1) // units
+
+
+# -- the hardware ------------------------------------------------------------------------------------------------
+
+
+class Barrier:
+    """One mbarrier: ``count`` arrivals and the announced transaction bytes complete a phase."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.pending, self.tx, self.phases = count, count, 0, 0
+
+    def _check(self) -> None:
+        assert self.pending >= 0, "more arrivals on an mbarrier than its count"
+        if self.pending == 0 and self.tx == 0:
+            self.phases += 1
+            self.pending = self.count
+
+    def arrive(self, n: int = 1) -> None:
+        self.pending -= n
+        self._check()
+
+    def expect_tx(self, nbytes: int) -> None:  # mbarrier.arrive.expect_tx: the bytes first, then the arrival
+        self.tx += nbytes
+        self.pending -= 1
+        self._check()
+
+    def complete_tx(self, nbytes: int) -> None:
+        self.tx -= nbytes
+        assert self.tx >= 0, "a copy completed more bytes on an mbarrier than were announced"
+        self._check()
+
+    def ready(self, parity: int) -> bool:
+        return (self.phases & 1) != parity
+
+
+def tma_load_2d(
+    smem: np.ndarray, dst: int, tensor: np.ndarray, box: tuple[int, int], coords: tuple[int, int], swizzle: bool
+) -> int:
+    """cp.async.bulk.tensor.2d of a {box[0] inner, box[1] rows} box of ``tensor`` [rows, inner] at coords {c0
+    (inner), c1 (row)}: returns the bytes it completes (the whole box, out-of-bounds zeros included)."""
+    inner, rows = box
+    c0, c1 = coords
+    data = np.zeros((rows, inner), dtype=tensor.dtype)
+    r_lo, r_hi = max(c1, 0), min(c1 + rows, tensor.shape[0])
+    i_lo, i_hi = max(c0, 0), min(c0 + inner, tensor.shape[1])
+    if r_lo < r_hi and i_lo < i_hi:
+        data[r_lo - c1 : r_hi - c1, i_lo - c0 : i_hi - c0] = tensor[r_lo:r_hi, i_lo:i_hi]
+    raw = np.ascontiguousarray(data).view(np.uint8).reshape(rows, -1)
+    row_bytes = raw.shape[1]
+    assert dst % 128 == 0, f"TMA destination {dst} not 128-byte aligned"
+    if swizzle:
+        assert row_bytes == 128, "the 128-byte swizzle takes box rows of 128 bytes"
+        assert dst % 1024 == 0, f"a 128-byte-swizzled TMA destination ({dst}) not 1024-byte aligned"
+        chunks = raw.reshape(rows, 8, 16)
+        r = np.arange(rows)[:, None]
+        c = np.arange(8)[None, :]
+        out = np.empty_like(chunks)
+        out[r, c ^ (r % 8)] = chunks
+        raw = out.reshape(rows, 128)
+    assert dst + raw.size <= smem.size, "a TMA box past the shared memory"
+    smem[dst : dst + raw.size] = raw.reshape(-1)
+    return raw.size
+
+
+def ldsm_x4(smem: np.ndarray, addr: np.ndarray) -> np.ndarray:
+    """[..., 32 lanes] byte addresses -> [..., 32 lanes, 4] uint32 registers (ldmatrix .x4, non-transposed)."""
+    addr = np.asarray(addr)
+    assert (addr % 16 == 0).all(), "ldmatrix row address not 16-byte aligned"
+    words = smem.view("<u4")
+    lane = np.arange(32)
+    g, t = lane >> 2, lane & 3
+    i = np.arange(4)
+    rows = addr[..., 8 * i[None, :] + g[:, None]]  # [..., 32, 4]: the row address lane (g, t) reads for matrix i
+    return words[rows // 4 + t[:, None]]
+
+
+def to_f64(h: np.ndarray, bf16: bool) -> np.ndarray:
+    h = np.asarray(h, dtype=np.uint32)
+    if bf16:
+        return (h << np.uint32(16)).view(np.float32).astype(np.float64)
+    return h.astype(np.uint16).view(np.float16).astype(np.float64)
+
+
+_L = np.arange(32)
+_G, _T = _L >> 2, _L & 3
+#: A from registers [4 warps, 32 lanes, 4 regs, 2 halves] -> (row, column) of the m64 x k16 A.
+_A_ROW = 16 * np.arange(4)[:, None, None, None] + _G[None, :, None, None] + 8 * (np.arange(4)[None, None, :, None] & 1)
+_A_COL = 2 * _T[None, :, None, None] + 8 * (np.arange(4)[None, None, :, None] >> 1) + np.arange(2)[None, None, None, :]
+
+
+def wgmma_rs(d: np.ndarray, a: np.ndarray, desc: int, accumulate: bool, smem: np.ndarray, n: int, bf16: bool) -> None:
+    """wgmma.mma_async.sync.aligned.m64n{n}k16.f32 with A = a [4 warps, 32 lanes, 4] registers, B through the
+    descriptor; d [4 warps, 32 lanes, n / 8, 4] (the thread's d[4j + r])."""
+    start = (desc & 0x3FFF) << 4
+    sbo = ((desc >> 32) & 0x3FFF) << 4
+    assert (desc >> 62) & 3 == 1, "descriptor: expected the 128-byte swizzle mode"
+    assert (desc >> 49) & 7 == 0, "descriptor: base offset 0 expects the swizzle atom's 1024-byte alignment"
+    assert start % 1024 < 128 and start % 128 + 32 <= 128, "a k16 step's B rows must lie in one 128-byte row"
+    k = np.arange(16)[:, None]
+    nn = np.arange(n)[None, :]
+    addr = start + (nn // 8) * sbo + (nn % 8) * 128 + 2 * k
+    addr = addr ^ (((addr >> 7) & 7) << 4)  # the 128-byte swizzle on the address bits
+    assert addr.max() + 2 <= smem.size
+    B = to_f64(smem.view("<u2")[addr // 2], bf16)  # [16, n]
+    A = np.zeros((64, 16))
+    lo = a & np.uint32(0xFFFF)
+    hi = a >> np.uint32(16)
+    A[_A_ROW, _A_COL] = to_f64(np.stack([lo, hi], axis=-1), bf16)
+    D = A @ B
+    j = np.arange(n // 8)[None, None, :, None]
+    r = np.arange(4)[None, None, None, :]
+    w = np.arange(4)[:, None, None, None]
+    row = 16 * w + _G[None, :, None, None] + 8 * (r >> 1)
+    col = 8 * j + 2 * _T[None, :, None, None] + (r & 1)
+    d[...] = D[row, col] + (d if accumulate else 0.0)
+
+
+def wgmma_desc_sw128(addr: int) -> int:
+    """The template's wgmma_desc_sw128 (blocks/mma): start address, SBO 1024, 128-byte swizzle."""
+    return ((addr & 0x3FFFF) >> 4) | (1 << 16) | ((1024 >> 4) << 32) | (1 << 62)
+
+
+# -- the launch --------------------------------------------------------------------------------------------------
+
+
+def emulate90(
+    spec: Spec,
+    packed: GemmPacked,
+    x: np.ndarray,
+    cfg: Gemm90Config,
+    ctas: int,
+    *,
+    bias: np.ndarray | None = None,
+    order: Sequence[int] | None = None,
+) -> np.ndarray:
+    """y [M, N] (float64, before the output rounding) of one launch on ``ctas`` CTAs, run in ``order``."""
+    assert not packed.slots.gather, "the Hopper GEMM takes in-order slots only"
+    conv = converter_spec(spec)
+    plan = compile_artifact(conv).plan
+    ctx = Gemm90KernelConfig.one(spec, cfg).context()
+    bf16 = spec.target.value == "bf16"
+    # the template's constants (its render context)
+    kCols, kBlk, kPerWord = int(ctx["cols"]), int(ctx["blocks"]), int(ctx["per_word"])
+    assert kCols == columns_interleaved(conv.source.bits)
+    kZElem = int(ctx["zero_bytes"])
+    has_zeros, float_zeros = bool(ctx["has_zeros"]), bool(ctx["float_zeros"])
+    pair_rep, zero_rep = int(str(ctx["broadcast_pair"]), 16), int(str(ctx["zero_rep"]), 16)
+    BN, CONSUMERS, STAGES = cfg.bn, cfg.consumers, cfg.stages
+    kTileK, kTileN = 64, 128
+    assert (kTileK, kTileN) == (TILE_K, TILE_N)
+    kSteps = kPerWord // 4
+    kK16 = kTileK // 16
+    kBLines = kTileN // kCols
+    kWBytes = kBLines * 128
+    kSBytes = kTileN * 2
+    kZBytes = kZElem * kTileN
+    kStage = (kWBytes + BN * 128 + kSBytes + kZBytes + 1023) // 1024 * 1024
+    smem_size = 1024 + STAGES * kStage + STAGES * 16
+    assert smem_size == cfg.shared_bytes(spec.source.bits, zero_bytes(spec)), "host and kernel shared bytes differ"
+    kWgRows = kTileN // CONSUMERS
+    MW = kWgRows // 64
+    NI = BN // 8
+    kAcc = MW * NI * 4
+    kConsumerThreads = CONSUMERS * 128
+    kStageTx = kWBytes + BN * 128 + kSBytes + kZBytes
+    pairs = len(plan.outputs)
+
+    # the host side (dqgen.run.gemm90.bind90): tensors as the tensor maps see them, the launch's arguments
+    M = x.shape[0]
+    N = packed.N
+    wq, scales, zeros = packed.wq, packed.scales, packed.zeros
+    line_bytes = wq.shape[1]
+    tile_group = np.asarray(packed.slots.tile_group)
+    k_tiles = packed.slots.slots // TILE_K
+    assert line_bytes == packed.slots.slots * 2
+    x16 = np.ascontiguousarray(x).view(np.uint16)
+    m_tiles = -(-M // BN)
+    tiles = m_tiles * -(-N // TILE_N)
+    units = tiles * k_tiles
+    P = ctas
+    assert 1 <= P <= units
+    ws = np.full(2 * P * BN * TILE_N, np.nan)
+    ws_writes = np.zeros(ws.size, dtype=np.int64)
+    counters = np.zeros(tiles, dtype=np.int64)
+    y = np.full((M, N), np.nan)
+    y_writes = np.zeros((M, N), dtype=np.int64)
+
+    # the consumer threads, vectorised: [CONSUMERS warpgroups, 4 warps, 32 lanes]
+    wg = np.arange(CONSUMERS)[:, None, None]
+    warp = np.arange(4)[None, :, None]
+    lane = np.arange(32)[None, None, :]
+    ctid = wg * 128 + warp * 32 + lane
+    g, t = lane >> 2, lane & 3
+    row0 = wg * kWgRows + 16 * warp
+
+    # ld_off[mw][q]: [C, 4, 32]
+    ld_off = np.zeros((MW, kBlk // 2, CONSUMERS, 4, 32), dtype=np.int64)
+    for mw in range(MW):
+        for q in range(kBlk // 2):
+            i = lane >> 3
+            f = row0 + 64 * mw + 8 * (i & 1) + (lane & 7)
+            ld_off[mw, q] = np.broadcast_to(swz(f // kCols, (f % kCols) * kBlk + 2 * q + (i >> 1)), (CONSUMERS, 4, 32))
+
+    def run_cta(cta: int) -> None:
+        # the shared window from address 0: the dynamic allocation is [RAW0, RAW0 + smem_size)
+        smem = np.full(RAW0 + smem_size, 0xA5, dtype=np.uint8)  # garbage where no copy lands
+        base = (RAW0 + 1023) & ~1023
+        bars = base + STAGES * kStage
+        assert bars + 16 * STAGES <= RAW0 + smem_size, "the stages and barriers overrun the dynamic shared memory"
+        full = {bars + 8 * s: Barrier(1) for s in range(STAGES)}
+        empty = {bars + 8 * (STAGES + s): Barrier(CONSUMERS * 4) for s in range(STAGES)}
+        barrier = {**full, **empty}
+        u_begin, u_end = cta * units // P, (cta + 1) * units // P
+        nt = u_end - u_begin
+
+        def producer() -> Iterator[None]:
+            tile = u_begin // k_tiles
+            kt = u_begin - tile * k_tiles
+            m0, f0 = tile % m_tiles * BN, tile // m_tiles * kTileN
+            grp = int(tile_group[kt]) if nt > 0 else 0
+            for i in range(nt):
+                s = i % STAGES
+                kt_next = 0 if kt + 1 == k_tiles else kt + 1
+                grp_next = int(tile_group[kt_next]) if i + 1 < nt else 0
+                if i >= STAGES:
+                    while not barrier[bars + 8 * (STAGES + s)].ready(((i // STAGES) + 1) & 1):
+                        yield
+                st = base + s * kStage
+                bar = barrier[bars + 8 * s]
+                bar.expect_tx(kStageTx)
+                # the tensor maps of dqgen.run.gemm90: wq rows of line_bytes (box 128 x lines, swizzled), x [M, K]
+                # (box 64 x BN, swizzled), scales / zeros [G, Ns] (box 128 x 1)
+                bar.complete_tx(tma_load_2d(smem, st, wq, (128, kTileN // kCols), (kt * 128, f0 // kCols), True))
+                bar.complete_tx(tma_load_2d(smem, st + kWBytes, x16, (64, BN), (kt * kTileK, m0), True))
+                bar.complete_tx(tma_load_2d(smem, st + kWBytes + BN * 128, scales, (TILE_N, 1), (f0, grp), False))
+                if kZBytes > 0:
+                    assert zeros is not None
+                    zdst = st + kWBytes + BN * 128 + kSBytes
+                    bar.complete_tx(tma_load_2d(smem, zdst, zeros, (TILE_N, 1), (f0, grp), False))
+                grp = grp_next
+                kt = kt_next
+                if kt == 0:
+                    tile += 1
+                    m0 = tile % m_tiles * BN
+                    f0 = tile // m_tiles * kTileN
+
+        prod = producer()
+        prod_done = [False]
+
+        def pump() -> None:
+            """Let the producer copy as far ahead as its barriers allow (the most adversarial schedule)."""
+            if not prod_done[0]:
+                try:
+                    next(prod)
+                except StopIteration:
+                    prod_done[0] = True
+
+        def wait(bar: int, parity: int) -> None:
+            pump()
+            assert barrier[bar].ready(parity), "deadlock: a consumer waits on a phase no copy will complete"
+
+        pump()
+        acc = np.zeros((CONSUMERS, MW, 4, 32, NI, 4))
+        areg = np.zeros((2, CONSUMERS, MW, kK16, 4, 32, 4), dtype=np.uint32)
+        pending: list[list[Callable[[], None]]] = []  # committed wgmma groups, not yet retired
+
+        def load_convert(s: int, buf: int) -> None:
+            st = base + s * kStage
+            sp = st + kWBytes + BN * 128
+            u16 = smem.view("<u2")
+            for mw in range(MW):
+                sreg, zr, fz = [], [], []
+                for h in range(2):
+                    f = row0 + 64 * mw + 8 * h + g
+                    sreg.append(u16[(sp + 2 * f) // 2].astype(np.uint32) * np.uint32(pair_rep))
+                    if has_zeros:
+                        zr.append(smem[sp + kSBytes + f].astype(np.uint32) * np.uint32(zero_rep))
+                    elif float_zeros:
+                        fz.append(u16[(sp + kSBytes + 2 * f) // 2].astype(np.uint32) * np.uint32(pair_rep))
+                for q in range(kBlk // 2):
+                    w = ldsm_x4(smem, st + ld_off[mw, q])  # [C, 4, 32, 4]
+                    for bb in range(2):
+                        out = []
+                        for h in range(2):  # lo: rows g (w[2 bb]), hi: rows g + 8 (w[2 bb + 1])
+                            env = {"w": w[..., 2 * bb + h]}
+                            for name in plan.scale_regs:
+                                env[name] = sreg[h]
+                            if has_zeros:
+                                env["z"] = zr[h]
+                            elif float_zeros:
+                                for p in range(pairs):
+                                    env[f"f{p}"] = fz[h]
+                            regs = plan.run(env)
+                            out.append([regs[o] for o in plan.outputs])
+                        lo, hi = out
+                        for hs in range(kSteps):
+                            ks = (2 * q + bb) * kSteps + hs
+                            areg[buf, :, mw, ks, :, :, 0] = lo[2 * hs]
+                            areg[buf, :, mw, ks, :, :, 1] = hi[2 * hs]
+                            areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
+                            areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
+
+        def mma_stage(s: int, buf: int, first: bool) -> None:
+            xs = base + s * kStage + kWBytes
+            group: list[Callable[[], None]] = []
+            for ks in range(kK16):
+                for mw in range(MW):
+                    for c in range(CONSUMERS):
+
+                        def op(c: int = c, mw: int = mw, ks: int = ks, acc_on: bool = ks > 0 or not first) -> None:
+                            desc = wgmma_desc_sw128(xs + 32 * ks)
+                            wgmma_rs(acc[c, mw], areg[buf, c, mw, ks], desc, acc_on, smem, BN, bf16)
+
+                        group.append(op)
+            pending.append(group)  # wgmma_commit
+
+        def wgmma_wait(n: int) -> None:
+            while len(pending) > n:
+                for op in pending.pop(0):
+                    op()
+
+        def store_tile(tile: int, v: np.ndarray) -> None:
+            m0, n0 = tile % m_tiles * BN, tile // m_tiles * kTileN
+            for mw in range(MW):
+                for h in range(2):
+                    n = n0 + row0 + 64 * mw + g + 8 * h  # [C, 4, 32]
+                    for j in range(NI):
+                        for e in range(2):
+                            m = m0 + 8 * j + 2 * t + e
+                            val = v[:, mw, :, :, j, 2 * h + e]
+                            nb, mb = np.broadcast_arrays(n, m)
+                            ok = (nb < N) & (mb < M)
+                            b = 0.0 if bias is None else np.asarray(bias, np.float64)[np.minimum(nb, N - 1)]
+                            out = val + b
+                            y[mb[ok], nb[ok]] = out[ok]
+                            np.add.at(y_writes, (mb[ok], nb[ok]), 1)
+
+        def ws_index(c: int, slot: int) -> np.ndarray:
+            """[C, MW, 4, 32, NI, 4] indices: ws + (c * 2 + slot) (kAcc kConsumerThreads) + ctid, element [i][j][r]
+            at ((i NI + j) 4 + r) kConsumerThreads."""
+            i = np.arange(MW)[None, :, None, None, None, None]
+            j = np.arange(NI)[None, None, None, None, :, None]
+            r = np.arange(4)[None, None, None, None, None, :]
+            th = ctid[:, None, :, :, None, None]
+            idx = (c * 2 + slot) * (kAcc * kConsumerThreads) + th + ((i * NI + j) * 4 + r) * kConsumerThreads
+            assert idx.min() >= 0 and idx.max() < ws.size, "a partial past the workspace run.gemm90 allocates"
+            return idx
+
+        def finish_segment(tile: int, kb: int, ke: int) -> None:
+            if kb == 0 and ke == k_tiles:
+                store_tile(tile, acc)
+                return
+            first_unit = tile * k_tiles
+            c0, c1 = owner(first_unit, units, P), owner(first_unit + k_tiles - 1, units, P)
+
+            def slot(c: int) -> int:
+                return 0 if c * units // P >= first_unit else 1
+
+            idx = ws_index(cta, slot(cta))
+            assert (ws_writes[idx] == 0).all(), "two partial sums share a workspace slot"
+            ws[idx] = acc
+            ws_writes[idx] += 1
+            last = counters[tile] == c1 - c0
+            counters[tile] += 1
+            if last:
+                for c in range(c0, c1 + 1):
+                    part = ws_index(c, slot(c))
+                    assert (ws_writes[part] == 1).all(), "the last arriver reads a workspace slot not written once"
+                    v = ws[part]
+                    acc[...] = (0.0 if c == c0 else acc) + v
+                store_tile(tile, acc)
+                counters[tile] = 0
+
+        def step(done: int, i: int, buf: int) -> None:
+            ii = done + i + buf
+            mma_stage(ii % STAGES, buf, i + buf == 0)
+            wgmma_wait(1)
+            if ii >= 1:
+                barrier[bars + 8 * (STAGES + (ii - 1) % STAGES)].arrive(CONSUMERS * 4)  # lane 0 of every warp
+                pump()
+            if ii + 1 < nt:
+                sn = (ii + 1) % STAGES
+                wait(bars + 8 * sn, ((ii + 1) // STAGES) & 1)
+                load_convert(sn, 1 - buf)
+
+        if nt > 0:
+            wait(bars, 0)
+            load_convert(0, 0)
+        tile = u_begin // k_tiles
+        kb = u_begin - tile * k_tiles
+        done = 0
+        while done < nt:
+            seg = min(k_tiles - kb, nt - done)
+            for i in range(0, seg, 2):
+                step(done, i, 0)
+                if i + 1 < seg:
+                    step(done, i, 1)
+            wgmma_wait(0)
+            finish_segment(tile, kb, kb + seg)
+            done += seg
+            if seg % 2 != 0:
+                areg[0] = areg[1]
+            tile += 1
+            kb = 0
+        pump()
+        assert prod_done[0], "the producer waits on a stage no consumer releases"
+
+    for cta in order if order is not None else range(P):
+        run_cta(cta)
+
+    assert not counters.any(), "a tile counter not reset for the next launch"
+    assert (y_writes == 1).all(), "a y element stored other than once"
+    return y

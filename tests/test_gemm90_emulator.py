@@ -1,0 +1,147 @@
+"""The Hopper GEMM's index math on the CPU (tests/gemm90_emulator.py: one launch of templates/gemm90.cu.j2 with TMA,
+mbarriers, ldmatrix and wgmma as the PTX ISA states them, the converter as its solved Plan): for every in-order
+spec the GEMM takes, every shipped CTA shape and the grids that matter (one tile a CTA, split-K in three, stream-K
+ranges that cross tiles), on shapes with tails (N = 200: a partial feature tile past the weight's lines; K with a
+tail inside a 64-tile; M not a multiple of the token tile), the model's y equals x @ dequantize(W), every workspace
+slot read was written once and every output stored once. The GPU runs are in tests/test_gpu_gemm90.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
+from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
+from dqgen.kernels.gemm import supports
+from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config
+from dqgen.layout.gemm import GemmPacked, pack_gemm
+
+from . import gemm90_emulator as emu
+from .test_gemm import ZERO_VARIANTS
+
+SPECS = [s for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))) if supports(s) and not s.act_order]
+IDS = [s.name for s in SPECS]
+N = 200
+
+
+def _case(spec: Spec, M: int, seed: int = 1) -> tuple[GemmPacked, np.ndarray, np.ndarray]:
+    """Packed W, x [M, K], the float64 reference: per-channel K = 296 (5 K tiles, the last 40 k of 64: x's box
+    reads zeros past K), else groups of 64 over K = 320 (5 K tiles, a group each)."""
+    auto = spec.scales.group_size == "auto"
+    K = 296 if spec.scales.group_size == -1 else 320
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=seed, group_size=64 if auto else None)
+    G = s.shape[0]
+    pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
+    assert not pk.slots.gather and pk.slots.slots == 320
+    x = random_x(spec, M, K, seed=seed + 2)
+    return pk, x, matmul_reference(x, W)
+
+
+def _grids(tiles: int, units: int) -> list[int]:
+    """One tile a CTA, split-K in three, and stream-K grids whose ranges cross tiles (3 and 7 divide no units)."""
+    assert units % 3 and units % 7
+    return sorted({tiles, 3 * tiles, 3, 7})
+
+
+def _check(spec: Spec, cfg: Gemm90Config, M: int, bias: bool = False) -> None:
+    pk, x, ref = _case(spec, M)
+    b = np.random.default_rng(6).standard_normal(N) if bias else None
+    if b is not None:
+        ref = ref + b
+    tiles = -(-M // cfg.bn) * -(-N // 128)
+    for P in _grids(tiles, tiles * 5):
+        order = np.random.default_rng(P).permutation(P).tolist()  # any order is a schedule the counters allow
+        y = emu.emulate90(spec, pk, x, cfg, P, bias=b, order=order)
+        # the model sums exact products in float64, in another order than the reference: rounding only
+        assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max()), (cfg.tag, M, P)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS90, ids=[c.tag for c in CONFIGS90])
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_emulated_gemm90_equals_x_at_w(spec: Spec, cfg: Gemm90Config) -> None:
+    _check(spec, cfg, cfg.bn - 3 if cfg.bn > 8 else 5)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_emulated_gemm90_two_token_tiles_with_bias(spec: Spec) -> None:
+    """M = 21 on 16-token tiles: two m tiles (the second 5 rows), tiles ordered m fastest; bias in the epilogue."""
+    _check(spec, CONFIGS90[1], 21, bias=True)
+
+
+@pytest.mark.parametrize("spec", ZERO_VARIANTS, ids=[s.name for s in ZERO_VARIANTS])
+def test_emulated_gemm90_other_zero_modes(spec: Spec) -> None:
+    """GPTQ v2, float and additive 16-bit zeros (a 2-byte zero box), int8 with packed zeros."""
+    assert supports(spec) and not spec.act_order
+    _check(spec, CONFIGS90[0], 7)
+
+
+@pytest.mark.parametrize("cfg", [CONFIGS90[0], CONFIGS90[3], CONFIGS90[5]], ids=lambda c: c.tag)
+@pytest.mark.parametrize("name,K", [("awq_int4_fp16", 704), ("int8_bf16", 680)])
+def test_emulated_gemm90_the_stage_ring_wraps(name: str, K: int, cfg: Gemm90Config) -> None:
+    """11 K tiles: a CTA's range runs more K tiles than the ring has stages (8, 6, 5), so each stage is refilled
+    while the wgmmas of the other stages may still read theirs (the model runs the producer as far ahead as the
+    mbarriers let it and a wgmma group at the wait that retires it): one tile a CTA, and stream-K on 3 CTAs."""
+    spec = load_spec(name)
+    auto = spec.scales.group_size == "auto"
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=4, group_size=64 if auto else None)
+    G = s.shape[0]
+    pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
+    M = 6
+    x = random_x(spec, M, K, seed=5)
+    ref = matmul_reference(x, W)
+    for P in (2, 3):
+        y = emu.emulate90(spec, pk, x, cfg, P, order=[P - 1 - c for c in range(P)])
+        assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max()), P
+
+
+def _awq() -> tuple[Spec, GemmPacked, np.ndarray, np.ndarray]:
+    spec = load_spec("awq_int4_fp16")
+    pk, x, ref = _case(spec, 13)
+    return spec, pk, x, ref
+
+
+def test_the_model_catches_an_unswizzled_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """W read by ldmatrix without the swizzle TMA wrote it with: a wrong y."""
+    spec, pk, x, ref = _awq()
+    real = emu.ldsm_x4
+
+    def unswizzled(smem: np.ndarray, addr: np.ndarray) -> np.ndarray:
+        off = addr % 1024
+        row, chunk = off // 128, (off % 128) // 16
+        return real(smem, addr - off + row * 128 + ((chunk ^ (row & 7)) << 4))
+
+    monkeypatch.setattr(emu, "ldsm_x4", unswizzled)
+    assert not np.allclose(emu.emulate90(spec, pk, x, CONFIGS90[1], 2), ref)
+
+
+def test_the_model_catches_a_wrong_owner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """owner() off by one unit (floor(u P / units)): the last arriver waits for the wrong CTAs' pieces, which the
+    model refuses (a slot read that was never written, a counter left set, or a tile stored twice / never)."""
+    spec, pk, x, _ = _awq()
+    monkeypatch.setattr(emu, "owner", lambda u, units, P: u * P // units)
+    with pytest.raises(AssertionError):
+        emu.emulate90(spec, pk, x, CONFIGS90[1], 7)
+
+
+def test_the_model_catches_a_descriptor_off_the_swizzle_atom(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A B descriptor 16 bytes past the k16 step's start reads the wrong k (or is refused)."""
+    spec, pk, x, ref = _awq()
+    real = emu.wgmma_desc_sw128
+    monkeypatch.setattr(emu, "wgmma_desc_sw128", lambda addr: real(addr + 16))
+    try:
+        y = emu.emulate90(spec, pk, x, CONFIGS90[0], 2)
+    except AssertionError:
+        return
+    assert not np.allclose(y, ref)
+
+
+def test_the_vectorised_ldmatrix_is_the_sm80_models() -> None:
+    """The model's ldmatrix (batched over warps) reads what tests/gemm_emulator.py's per-lane ldsm_x4 reads."""
+    from .gemm_emulator import ldsm_x4
+
+    rng = np.random.default_rng(0)
+    smem = rng.integers(0, 256, 4096, dtype=np.uint8)
+    addr = rng.integers(0, 4096 // 16, (3, 32)) * 16
+    got = emu.ldsm_x4(smem, addr)
+    for w in range(3):
+        assert np.array_equal(got[w], ldsm_x4(smem, addr[w]))
