@@ -16,10 +16,10 @@ from dqgen.kernels.gemm90 import CONFIGS90
 from dqgen.run import gemm
 from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 
-#: (spec, K, N, group size, splits): int4 with zeros (a K tail past the last group: K = 5 groups + 1 tile of 64 is
-#: not a group multiple, so 640 + 128) and int8 per-channel with a K tail inside a tile; N leaves a partial tile.
+#: (spec, K, N, group size, splits a tile): int4 with zeros and int8 per-channel with a K tail inside a tile; N leaves a
+#: partial tile; 5 pieces of 12 K tiles put stream-K pieces across tiles (both partial slots, odd segments).
 CASES = (
-    ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3)),
+    ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3, 5)),  # 12 K tiles in 5 pieces: CTAs spanning two tiles
     ("int8_bf16", 64 * 3 + 8, 128 * 3 + 4, None, (1, 2)),
 )
 

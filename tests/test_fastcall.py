@@ -39,6 +39,28 @@ def test_slot_bytes_are_the_c_types_bytes(arg: Any, ctype: Any) -> None:
     assert addresses[0] == slots.buffer_info()[0] and slots[0] == 1  # the slots array is what is read
 
 
+@pytest.mark.parametrize("before", [0, 1, 3])
+def test_tensor_maps_take_128_bytes_from_a_64_byte_boundary(before: int) -> None:
+    """The Hopper GEMM's tensor maps (dev.TensorMapArg) among scalars: each map's 128 bytes at a 64-byte aligned
+    address, every argument readable at its address, none overlapping, all inside the slots array (however the
+    scalars and maps interleave)."""
+    maps = [dev.TensorMapArg(bytes([i + 1]) * 128) for i in range(3)]
+    args: list[Any] = [np.int32(7)] * before
+    for i, m in enumerate(maps):
+        args += [m, np.int32(100 + i)]
+    slots, addresses = dev.pack_slots(args)
+    base, end = slots.buffer_info()[0], slots.buffer_info()[0] + 8 * len(slots)
+    spans = []
+    for arg, at in zip(args, addresses, strict=True):
+        size = 128 if isinstance(arg, dev.TensorMapArg) else 4
+        want = arg.raw if isinstance(arg, dev.TensorMapArg) else bytes(ctypes.c_int32(int(arg)))
+        assert base <= at and at + size <= end and ctypes.string_at(at, size) == want
+        assert not isinstance(arg, dev.TensorMapArg) or at % 64 == 0
+        spans.append((at, at + size))
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+
+
 @pytest.mark.parametrize("bad", [12345, 1.5, ctypes.c_void_p(16), None, np.complex128(1)])
 def test_slots_refuse_what_has_no_width_or_is_too_wide(bad: Any) -> None:
     with pytest.raises(TypeError, match=r"^kernel argument 1: "):
@@ -175,6 +197,7 @@ def fake(monkeypatch: pytest.MonkeyPatch, driver: _Driver):
     monkeypatch.setattr(mm, "_bind", bind)
     rule = types.SimpleNamespace(gemm_min_m=17)
     monkeypatch.setattr(dispatch, "rule_for", lambda device: rule)
+    monkeypatch.setattr(dispatch, "is_hopper", lambda device: False)  # the GPU's measured rule alone decides
     monkeypatch.setattr(dispatch, "beside", lambda w: None)
     packs: dict[tuple, Any] = {}
 

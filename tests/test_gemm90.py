@@ -31,7 +31,7 @@ def test_compiles_for_sm90a_with_wgmma_and_no_local_memory(spec: Spec) -> None:
     frames = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", res.log)
     assert len(frames) == len(CONFIGS90) and all(f == ("0", "0", "0") for f in frames), res.log
     ops = Counter(line.split()[0] for line in disassemble(res.cubin) if line.strip())
-    assert ops["HGMMA.64x8x16.F32"] + sum(v for k, v in ops.items() if k.startswith("HGMMA")) > 0
+    assert sum(v for k, v in ops.items() if k.startswith("HGMMA")) > 0
     # no int -> float conversion of weights (the Plan's magic numbers do it): the only I2F allowed is the .RP
     # reciprocal of the integer divisions that share the work out (stream-K ranges, once a CTA and a segment)
     slow = sorted(k for k in ops if (k.startswith("I2F") and ".RP" not in k) or k.startswith(("LDL", "STL")))
@@ -55,9 +55,10 @@ def test_configs_fit_and_the_choice_holds_m() -> None:
     for cfg in CONFIGS90:
         for bits, zero_elem in ((4, 1), (8, 2), (4, 0)):
             assert cfg.shared_bytes(bits, zero_elem) <= 228 * 1024 // cfg.min_blocks - 1024
-        # what setmaxnreg moves: the producer's give-back pays for the consumers' raise
-        entry = min(255, 65536 // cfg.min_blocks // cfg.threads) // 8 * 8
-        assert 128 * 40 + cfg.consumers * 128 * cfg.consumer_regs <= cfg.threads * entry
+        # after setmaxnreg the CTA's registers fit the SM's 64K among min_blocks CTAs, the consumers holding what the
+        # accumulators and two register sets of A need (216 / 232: docs/layouts.md's table)
+        assert 128 * 40 + cfg.consumers * 128 * cfg.consumer_regs <= 65536 // cfg.min_blocks
+        assert cfg.consumer_regs == {(1, 2): 216, (2, 1): 232}[(cfg.consumers, cfg.min_blocks)]
     for M in (1, 8, 9, 64, 65, 200, 256, 257, 4096):
         cfg = choose_config90(M)
         assert cfg.bn >= min(M, 256) and (cfg.bn == 8 or cfg.bn // 2 < M)

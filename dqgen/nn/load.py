@@ -92,7 +92,14 @@ def _one_device(value: Any, fieldname: str) -> torch.device:
 
 def _device(device: Any, device_map: Any) -> torch.device:
     given = [(f, _one_device(v, f)) for f, v in (("device_map", device_map), ("device", device)) if v is not None]
-    if len(given) == 2 and given[0][1] != given[1][1]:
+
+    def index(d: torch.device) -> tuple[str, int | None]:
+        # "cuda" is the current CUDA device: the same as "cuda:<current>" (torch.device compares them unequal)
+        if d.type == "cuda" and d.index is None and torch.cuda.is_available():
+            return d.type, torch.cuda.current_device()
+        return d.type, d.index
+
+    if len(given) == 2 and index(given[0][1]) != index(given[1][1]):
         raise ValueError(f"[device_map] {device_map!r} disagrees with [device] {device!r}; give one of them")
     return given[-1][1] if given else torch.device("cpu")
 

@@ -265,8 +265,8 @@ def pack_slots(args: Sequence[Any]) -> tuple[array.array, array.array]:
     and the array of the arguments' addresses that cuLaunchKernel takes as ``kernelParams``. Neither array is ever
     resized (their buffers must not move). Without tensor maps, argument i is slot i."""
     raws = [_arg_bytes(i, arg) for i, arg in enumerate(args)]
-    maps = any(len(r) > 8 for r in raws)
-    words = sum(-(-len(r) // 8) for r in raws) + (8 if maps else 0)  # slack to reach a 64-byte boundary
+    maps = sum(len(r) > 8 for r in raws)
+    words = sum(-(-len(r) // 8) for r in raws) + 8 * maps  # up to 56 bytes of padding before each map
     slots = array.array("Q", bytes(8 * words))
     view = memoryview(slots).cast("B")
     base = slots.buffer_info()[0]

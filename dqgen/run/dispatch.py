@@ -125,6 +125,10 @@ class DispatchRule:
 #: The rule of an sm_90 GPU with no measurement of its own (an H200, an H100 of another name): the H100's measured
 #: rule with the Hopper GEMM (dispatch_rules.json): the GEMM from 4 tokens, never dequantize + cuBLAS.
 HOPPER_RULE = DispatchRule(gemm_min_m=4, dense_min_m=None)
+#: What an sm_90 GPU follows where the Hopper GEMM cannot take the call and the sm_80 GEMM runs (act-order or padded
+#: groups: its gather entry; x rows not 16-byte aligned): the H100's rule for the sm_80 GEMM, measured 2026-11-24
+#: (issue 14; the shipped rule before the Hopper GEMM): the GEMM from 16 tokens, dequantize + cuBLAS from 512.
+SM80_ON_HOPPER_RULE = DispatchRule(gemm_min_m=16, dense_min_m=512)
 
 
 def rule_path() -> Path:
@@ -238,7 +242,9 @@ def dispatch(
     M = _rows(x)
     gw = beside(w) if is_packed else None
     gemm_ok = (gw is not None or not is_packed) and global_scale is None
-    rule = rule_for(x.device.index or 0)
+    device = x.device.index or 0
+    hopper_ok = gemm_ok and is_hopper(device) and _hopper_can_take(gw, w, scales, g_idx, x, target)
+    rule = effective_rule(device, hopper_ok)
     if is_packed:
         # the dense path needs the checkpoint tensors: alive and unchanged beside a packed weight, or passed
         checkpoint = checkpoint_of(w) if gemm_ok and rule.dense_min_m is not None and rule.dense_min_m <= M else None
@@ -246,10 +252,8 @@ def dispatch(
     else:
         checkpoint = (w, scales, zeros, g_idx)
         dense_ok = True
-    if gemm_ok and M < GEMV_MAX_M and rule.gemm_min_m <= M:
-        n_k = _weight_dims(w, gw, scales, target)
-        if n_k is not None and not small_m_gemm(M, n_k[0], n_k[1], x.device.index or 0, rule):
-            rule = DispatchRule(GEMV_MAX_M, rule.dense_min_m)
+    if gemm_ok and M < GEMV_MAX_M and not small_m_gemm(M, rule, device, hopper_ok, _weight_dims(w, gw, scales, target)):
+        rule = DispatchRule(GEMV_MAX_M, rule.dense_min_m)
     way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok)
     if way == "gemv":
         return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
@@ -262,23 +266,62 @@ def dispatch(
     return run_gemm(spec, x, gw, bias=bias, out=out)
 
 
-def small_m_gemm(M: int, N: int, k_tiles: int, device: int, rule: DispatchRule) -> bool:
-    """Whether M rows below 16 go to the GEMM under ``rule``: from its gemm_min_m, where the GEMM that runs is the
-    Hopper kernel (gemm90.hopper_pays); where the sm_80 kernel would run, the GEMV keeps M <= 15 (the sm_80 kernel
-    beats the GEMV from 16 tokens on the H100: issue 14's docs/bench/gemm_dispatch.json)."""
-    return rule.gemm_min_m <= M and (M >= GEMV_MAX_M or hopper_pays(N, k_tiles, M, device))
+def small_m_gemm(M: int, rule: DispatchRule, device: int, hopper_ok: bool, n_k: tuple[int, int] | None) -> bool:
+    """Whether M rows below 16 go to the GEMM under ``rule``: from its gemm_min_m; on an sm_90 GPU only where the
+    GEMM that would run is the Hopper kernel (``hopper_ok``: it can take the call; gemm90.hopper_pays: it pays for
+    this weight's N and K tiles). The sm_80 kernel beats the GEMV only from 16 tokens on the H100 (issue 14)."""
+    if rule.gemm_min_m > M:
+        return False
+    if not is_hopper(device):
+        return True  # another GPU's measured rule
+    return hopper_ok and n_k is not None and hopper_pays(n_k[0], n_k[1], M, device)
+
+
+def effective_rule(device: int, hopper_ok: bool) -> DispatchRule:
+    """The rule a call follows: this GPU's (rule_for), but on an sm_90 GPU where the Hopper GEMM cannot take the
+    call (``hopper_ok`` False) the sm_80 GEMM's (SM80_ON_HOPPER_RULE)."""
+    return SM80_ON_HOPPER_RULE if not hopper_ok and is_hopper(device) else rule_for(device)
+
+
+def takes_gemv(target: MatmulTarget, x: Any, w: Any, scales: Any, g_idx: Any, M: int) -> bool:
+    """Whether ``dispatch`` gives these M <= 16 rows of a spec the GEMM takes to the GEMV (what the fast path
+    remembers): the same rule, Hopper check and small-M narrowing as the dispatch."""
+    device = x.device.index or 0
+    if not is_hopper(device):
+        return rule_for(device).gemm_min_m > M
+    gw = beside(w) if isinstance(w, MatmulWeight) else None
+    hopper_ok = _hopper_can_take(gw, w, scales, g_idx, x, target)
+    rule = effective_rule(device, hopper_ok)
+    if M < GEMV_MAX_M:
+        return not small_m_gemm(M, rule, device, hopper_ok, _weight_dims(w, gw, scales, target))
+    return rule.gemm_min_m > M
 
 
 def _weight_dims(w: Any, gw: GemmWeight | None, scales: Any, target: MatmulTarget) -> tuple[int, int] | None:
-    """(N, K tiles of the GEMM layout) of the weight a call multiplies by, or None where unknown without packing."""
+    """(N, K tiles of the GEMM layout) of the weight a call multiplies by: the packed GEMM weight's, or the
+    checkpoint tensors' (before they are packed)."""
     if gw is not None:
         return gw.N, gw.k_tiles
-    if isinstance(w, MatmulWeight):
-        return w.N, -(-w.K // TILE_K)
-    if scales is not None and hasattr(scales, "shape") and len(scales.shape) == 2:
+    if scales is not None and hasattr(w, "shape"):
         K, N = output_shape(target.artifact.spec, tuple(w.shape))
         return N, -(-K // TILE_K)
     return None
+
+
+def _hopper_can_take(gw: GemmWeight | None, w: Any, scales: Any, g_idx: Any, x: Any, target: MatmulTarget) -> bool:
+    """Whether the Hopper GEMM could run this call (gemm90.hopper_eligible's conditions, before packing for the
+    checkpoint form: a g_idx, or groups that are no whole 64-k tiles, may need the gather entry, which it does not
+    have): K slots in order, x's rows 16-byte aligned. The GPU is checked by the caller."""
+    K = int(x.shape[-1])
+    x_stride = int(x.stride(-2)) if x.dim() > 1 and x.shape[-2] > 1 else K
+    if x.data_ptr() % 16 or (x_stride * 2) % 16 or K % 8 or x_stride < K or x.stride(-1) != 1:
+        return False
+    if gw is not None:
+        return not gw.gather
+    if g_idx is not None or scales is None or not hasattr(scales, "shape"):
+        return False
+    groups = int(scales.shape[0])
+    return groups <= 1 or (K // groups) % TILE_K == 0
 
 
 def _gemv(

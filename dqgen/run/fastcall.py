@@ -191,9 +191,8 @@ def matmul_remember(
         refs = tuple(weakref.ref(t) for t in (w, scales, zeros, mw) if t is not None)
     if mw.N == 0 or mw.K != K:
         return
-    # the dispatch's choice for M rows (dispatch.pick, dispatch.small_m_gemm): the GEMV wherever the GEMM is not taken
-    device = x.device.index or 0
-    if gemm_ok and dispatch.small_m_gemm(M, mw.N, -(-K // dispatch.TILE_K), device, dispatch.rule_for(device)):
+    # the dispatch's choice for M rows (dispatch.takes_gemv): the GEMV wherever the GEMM is not taken
+    if gemm_ok and not dispatch.takes_gemv(target, x, w, scales, None, M):
         return
     try:
         key = matmul_key(x, w, scales, zeros, bias, out)

@@ -27,7 +27,7 @@ from ..layout.gemm import TILE_K, TILE_N
 from . import device as dev
 from .calls import WEIGHT_BOUND_MAX, remember
 from .errors import imported_torch as _torch
-from .gemm90 import bind90, hopper_eligible, hopper_pays
+from .gemm90 import bind90, hopper_ineligible, hopper_pays
 from .loader import load
 from .operands import check_activation, check_torch_tensors, x_aligned
 from .packcache import PackCache
@@ -234,14 +234,13 @@ def _bind(
     config: GemmConfig | Gemm90Config | None = None,
     want_splits: int | None = None,
 ) -> Any:
-    auto90 = config is None and hopper_eligible(w, x2.data_ptr(), x_stride) and hopper_pays(w.N, w.k_tiles, M, w.device)
-    if isinstance(config, Gemm90Config) or auto90:
-        if not hopper_eligible(w, x2.data_ptr(), x_stride):
-            raise ValueError(
-                "config: the Hopper GEMM needs an sm_90 GPU, K slots in order (no act-order) and x rows 16-byte aligned"
-            )
-        h90 = config if isinstance(config, Gemm90Config) else None
-        return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, h90, want_splits)
+    why_not = hopper_ineligible(w, x2.data_ptr(), x_stride)
+    if isinstance(config, Gemm90Config) and why_not:
+        raise ValueError(f"config: the Hopper GEMM cannot take this launch: {why_not}")
+    if isinstance(config, Gemm90Config):
+        return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, config, want_splits)
+    if config is None and not why_not and hopper_pays(w.N, w.k_tiles, M, w.device):
+        return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, None, want_splits)
     cfg = config if config is not None else choose_config(M)
     entry = GemmEntry(cfg, w.gather or not x_aligned(x2.data_ptr(), x_stride, w.K))
     fn = _function(spec, entry, w.device)

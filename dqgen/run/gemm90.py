@@ -47,8 +47,12 @@ def stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None = 
 
 @functools.cache
 def is_hopper(device: int) -> bool:
-    """Whether the GPU runs the sm_90a kernels (an H100 / H200: compute capability 9.0)."""
-    return dev.device_arch(device) == "sm_90"
+    """Whether the GPU runs the sm_90a kernels (an H100 / H200: compute capability 9.0); False without a driver (the
+    dispatch asks on every call, torch stand-ins included)."""
+    try:
+        return dev.device_arch(device) == "sm_90"
+    except RuntimeError:
+        return False
 
 
 #: Fewest K tiles a resident CTA must get for the Hopper GEMM to beat the sm_80 one: below it, its deeper pipeline
@@ -58,9 +62,21 @@ def is_hopper(device: int) -> bool:
 MIN_K_TILES_PER_CTA = 12
 
 
+def hopper_ineligible(w: Any, x_ptr: int, x_stride: int) -> str:
+    """Why the Hopper GEMM cannot take this launch ("" where it can): it needs an sm_90 GPU, K slots in order (no
+    gather entry) and x rows TMA can address (16-byte aligned address and stride, K a multiple of 8, rows apart)."""
+    if not is_hopper(w.device):
+        return "the GPU is not sm_90"
+    if w.gather:
+        return "the weight's K slots are not in order (act-order or groups of no whole 64-k tiles)"
+    if x_ptr % 16 or (x_stride * 2) % 16 or w.K % 8 or x_stride < w.K:
+        return "x's rows are not 16-byte aligned, K a multiple of 8 and rows apart"
+    return ""
+
+
 def hopper_eligible(w: Any, x_ptr: int, x_stride: int) -> bool:
-    """Whether the Hopper GEMM can take this launch: sm_90, slots in order, x addressable by TMA."""
-    return not w.gather and is_hopper(w.device) and x_ptr % 16 == 0 and (x_stride * 2) % 16 == 0 and w.K % 8 == 0
+    """Whether the Hopper GEMM can take this launch (hopper_ineligible says why not)."""
+    return not hopper_ineligible(w, x_ptr, x_stride)
 
 
 def hopper_pays(N: int, k_tiles: int, M: int, device: int) -> bool:
@@ -119,8 +135,6 @@ def bind90(
     m_tiles, n_tiles = -(-M // cfg.bn), -(-w.N // TILE_N)
     tiles = m_tiles * n_tiles
     resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
-    if want_splits is not None and want_splits < 1:
-        raise ValueError(f"splits: expected an int >= 1, got {want_splits!r}")
     ctas = stream_k_ctas(tiles, w.k_tiles, resident, want_splits)
     ws, counters = None, None
     if ctas != tiles:

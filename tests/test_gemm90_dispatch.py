@@ -1,0 +1,61 @@
+"""CPU: how the Hopper GEMM is chosen and its work shared out, as pure functions: the CTA count of the stream-K split
+(dqgen.run.gemm90.stream_k_ctas), when the Hopper kernel pays against the sm_80 one (hopper_pays), and the
+dispatch's small-M and sm_80 fallbacks on an sm_90 GPU (dqgen.run.dispatch.small_m_gemm, effective_rule)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dqgen.kernels.gemm90 import choose_config90
+from dqgen.run import dispatch, gemm90
+from dqgen.run.dispatch import HOPPER_RULE, SM80_ON_HOPPER_RULE, DispatchRule
+
+
+@pytest.mark.parametrize(
+    "tiles,k_tiles,resident,splits,want",
+    [
+        (32, 64, 264, None, 256),  # a quarter wave: each tile in 8 equal pieces, one wave
+        (224, 128, 264, None, 224),  # under one wave: one tile a CTA
+        (224, 128, 132, None, 224),  # under two waves: one tile a CTA (the partial wave costs less than pieces)
+        (896, 128, 132, None, 132),  # past two waves: stream-K over the resident CTAs
+        (264, 128, 132, None, 264),  # whole waves: one tile a CTA
+        (3, 130, 264, 7, 21),  # split-K asked for: 7 pieces a tile
+        (2, 3, 264, None, 6),  # never more CTAs than units
+    ],
+)
+def test_stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None, want: int) -> None:
+    assert gemm90.stream_k_ctas(tiles, k_tiles, resident, splits) == want
+
+
+def test_hopper_pays_where_each_resident_cta_gets_12_k_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gemm90, "is_hopper", lambda device: True)
+    monkeypatch.setattr(gemm90.dev, "sm_count", lambda device: 132)
+    # 8192 x 28672 at M = 1: 224 tiles x 128 K tiles over 264 resident CTAs
+    assert gemm90.hopper_pays(28672, 128, 1, 0)
+    # 4096 x 1024 at M = 1: 8 tiles x 64 K tiles / 264 = 1.9 K tiles a CTA; 4096 x 4096 at 64 tokens: 7.8
+    assert not gemm90.hopper_pays(1024, 64, 1, 0) and not gemm90.hopper_pays(4096, 64, 64, 0)
+    # 4096 x 4096 at 128 tokens: 32 tiles x 64 / 132 (one CTA an SM for 128-token tiles) = 15.5
+    assert choose_config90(128).min_blocks == 1 and gemm90.hopper_pays(4096, 64, 128, 0)
+    monkeypatch.setattr(gemm90, "is_hopper", lambda device: False)
+    assert not gemm90.hopper_pays(28672, 128, 1, 0)
+
+
+def test_small_m_and_the_sm80_fallback_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatch, "is_hopper", lambda device: True)
+    monkeypatch.setattr(dispatch, "rule_for", lambda device: HOPPER_RULE)
+    monkeypatch.setattr(dispatch, "hopper_pays", lambda n, k, m, device: n >= 8192)
+    # the Hopper kernel can take the call: its rule, narrowed to the shapes where it pays
+    assert dispatch.effective_rule(0, True) == HOPPER_RULE
+    assert dispatch.small_m_gemm(4, HOPPER_RULE, 0, True, (28672, 128))
+    assert not dispatch.small_m_gemm(4, HOPPER_RULE, 0, True, (1024, 64))  # narrow: the GEMV
+    assert not dispatch.small_m_gemm(3, HOPPER_RULE, 0, True, (28672, 128))  # below the rule's 4 tokens
+    # it cannot (act-order, unaligned x): the sm_80 GEMM's rule, which keeps the GEMV below 16 and goes dense at 512
+    assert dispatch.effective_rule(0, False) == SM80_ON_HOPPER_RULE
+    assert not dispatch.small_m_gemm(8, SM80_ON_HOPPER_RULE, 0, False, (28672, 128))
+    assert dispatch.pick(600, SM80_ON_HOPPER_RULE, gemm_ok=True, dense_ok=True) == "dense"
+    assert dispatch.pick(600, HOPPER_RULE, gemm_ok=True, dense_ok=True) == "gemm"
+    # another GPU: its measured rule alone
+    monkeypatch.setattr(dispatch, "is_hopper", lambda device: False)
+    monkeypatch.setattr(dispatch, "rule_for", lambda device: DispatchRule(gemm_min_m=8, dense_min_m=None))
+    assert dispatch.effective_rule(0, False) == DispatchRule(8, None)
+    assert dispatch.small_m_gemm(8, DispatchRule(8, None), 0, False, None)
