@@ -2,8 +2,9 @@
 read by TMA through a tensor map made once per weight and device; x through a tensor map made per (address,
 rows, stride) of x (a bound launch is cached on those, so a repeated call makes none).
 
-``hopper_eligible`` says when it runs instead of the sm_80 kernel: an sm_90 GPU, a weight whose K slots are in
-order (no act-order gather), and an x whose rows TMA can address (16-byte aligned address and row stride)."""
+``hopper_ineligible`` says why it cannot take a launch (an sm_90 GPU, a weight whose K slots are in order: no gather
+entry, an x whose rows TMA can address), ``hopper_pays`` whether it beats the sm_80 kernel for a weight's N and K
+tiles at M rows, ``stream_k_ctas`` how many CTAs share the work. The entry points' parameters: PARAMS90."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from . import device as dev
 from .loader import load
 
 #: The entry points' parameters in order with their widths (tests/test_gemm90.py holds this equal to the rendered
-#: signature): the two tensor maps by value, pointers as uint64, int as int32.
+#: signature): the four tensor maps by value, pointers as uint64, int as int32, long long as int64.
 PARAMS90: tuple[tuple[str, Any], ...] = (
     *((name, dev.TensorMapArg) for name in ("wmap", "xmap", "smap", "zmap")),
     *((name, np.uint64) for name in ("tile_group", "bias", "y", "ws", "counters")),
