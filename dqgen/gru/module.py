@@ -47,6 +47,11 @@ class QuantGRU(nn.Module):
     """``persistent``: None runs the persistent kernel where it fits and the per-step loop elsewhere; True insists
     on the persistent kernel, False always runs per step. ``last_path`` says which one the last call ran."""
 
+    # the buffers' types (nn.Module's __getattr__ would type them Tensor | Module)
+    w_t: torch.Tensor
+    r_t: torch.Tensor
+    chan: torch.Tensor
+
     def __init__(self, params: QuantGRUParams, batch_first: bool = False, persistent: bool | None = None) -> None:
         super().__init__()
         if params.hidden_size % 8:
@@ -159,7 +164,7 @@ class QuantGRU(nn.Module):
 
 def gru_weights(gru: nn.GRU) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(W, R, bx, br) of a single-layer unidirectional nn.GRU in haste order, float64 numpy."""
-    if gru.num_layers != 1 or gru.bidirectional or not gru.bias or getattr(gru, "proj_size", 0):
+    if gru.num_layers != 1 or gru.bidirectional or not gru.bias or int(getattr(gru, "proj_size", 0)):
         raise ValueError("gru_module: only single-layer, unidirectional nn.GRU with biases is supported")
     h = gru.hidden_size
 

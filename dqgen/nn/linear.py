@@ -55,8 +55,13 @@ class QuantLinear(torch.nn.Module):
     layout the matmul reads is packed from them once (``Kernel.pack_matmul``) when the layer is built or moved to
     a GPU, and again after ``load_state_dict``. Build one with ``from_checkpoint`` or ``from_linear``."""
 
+    # the buffers' types (nn.Module's __getattr__ would type them Tensor | Module)
     qweight: torch.Tensor
     scales: torch.Tensor
+    zeros: torch.Tensor | None
+    g_idx: torch.Tensor | None
+    global_scale: torch.Tensor | None
+    bias: torch.Tensor | None
 
     def __init__(
         self,

@@ -119,11 +119,11 @@ def _parameters_on_meta() -> Iterator[None]:
             assert p is not None
             module._parameters[name] = torch.nn.Parameter(p.to("meta"), requires_grad=p.requires_grad)
 
-    torch.nn.Module.register_parameter = on_meta
+    setattr(torch.nn.Module, "register_parameter", on_meta)  # noqa: B010 (a method patched for the block's length)
     try:
         yield
     finally:
-        torch.nn.Module.register_parameter = register
+        setattr(torch.nn.Module, "register_parameter", register)  # noqa: B010
 
 
 class _Source:

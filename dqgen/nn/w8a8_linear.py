@@ -58,8 +58,11 @@ class W8A8Linear(torch.nn.Module):
     [N, K] (int8 or float8_e4m3fn), ``weight_scale`` [N] float32, ``bias`` [N] or None, ``smooth`` [K] float32 or
     None (the input is divided by it before quantization). Build one with ``from_linear``."""
 
+    # the buffers' types (nn.Module's __getattr__ would type them Tensor | Module)
     weight: torch.Tensor
     weight_scale: torch.Tensor
+    bias: torch.Tensor | None
+    smooth: torch.Tensor | None
 
     def __init__(
         self,

@@ -117,8 +117,11 @@ def torch_backend() -> EventBackend:
         e.record()
         return e
 
+    def flush() -> None:
+        flush_buf.zero_()
+
     return EventBackend(
-        flush=flush_buf.zero_,
+        flush=flush,
         record=record,
         elapsed_ms=lambda a, b: float(a.elapsed_time(b)),
         synchronize=torch.cuda.synchronize,
