@@ -548,11 +548,7 @@ def _bench_matmul(
     write_json(record_path, doc)
     if docs:
         bm.write_markdown(Path(docs), doc)
-    png = record_path.with_suffix(".png")
-    if bm.plot_available():
-        bm.plot(doc, png)
-    else:
-        typer.echo(f"matplotlib is not installed here: draw {png} with `dqgen bench --plot {record_path}`", err=True)
+    _plot_beside(record_path, doc, bm.plot, f"draw it with `dqgen bench --plot {record_path}`")
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
     else:
@@ -680,15 +676,22 @@ def _bench_model(e2e: dict[str, Any], impls: str | None, as_json: bool, record: 
     if old is not None:
         doc = bmod.merge_documents(old, doc)
     write_json(record_path, doc)
-    png = record_path.with_suffix(".png")
-    if bmod.plot_available():
-        bmod.plot(doc, png)
-    else:
-        typer.echo(f"matplotlib is not installed here (pip install 'dqgen[plot]'): no {png}", err=True)
+    _plot_beside(record_path, doc, bmod.plot, "pip install 'dqgen[plot]'")
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
     else:
         typer.echo(bmod.speedups(doc) + "\n\n" + bmod.table(doc))
+
+
+def _plot_beside(record_path: Path, doc: dict, plot: Any, remedy: str) -> None:
+    """A bench record's PNG beside it where matplotlib is installed, else one line saying how to get it."""
+    from .tools.bench_matmul import plot_available
+
+    png = record_path.with_suffix(".png")
+    if plot_available():
+        plot(doc, png)
+    else:
+        typer.echo(f"matplotlib is not installed here: no {png} ({remedy})", err=True)
 
 
 def _bits_text(widths: list[int]) -> str:

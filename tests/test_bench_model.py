@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from dqgen.cli import app
 from dqgen.core.files import write_json
 from dqgen.tools import bench_model as bmod
+from dqgen.tools.bench_matmul import plot_available
 
 
 @pytest.mark.parametrize(
@@ -140,7 +141,7 @@ def test_merge_keeps_rows_not_remeasured() -> None:
         bmod.merge_documents(old, _doc([], gpu="NVIDIA H200"))
 
 
-@pytest.mark.skipif(not bmod.plot_available(), reason="matplotlib is not installed")
+@pytest.mark.skipif(not plot_available(), reason="matplotlib is not installed")
 def test_plot_from_stand_in_rows(tmp_path) -> None:
     png = tmp_path / "model.png"
     bmod.plot(_doc(ROWS), png)

@@ -78,7 +78,7 @@ def test_config_file_that_is_not_text_or_an_object(tmp_path: Path) -> None:
     config.write_bytes(b"\xff{")
     with pytest.raises(ValueError) as exc:
         read_config(tmp_path)
-    assert _one_line(exc) == f"{config}: not a UTF-8 text file (expected a JSON object)"
+    assert _one_line(exc) == f"{config}: expected a JSON object (not a UTF-8 text file)"
     config.write_text("[4]")
     with pytest.raises(ValueError) as exc:
         read_config(tmp_path)

@@ -22,13 +22,19 @@ def json_kind(value: object) -> str:
     return "null" if value is None else next((k for t, k in kinds if isinstance(value, t)), type(value).__name__)
 
 
-def _read_json(p: Path) -> dict:
+def json_document(p: Path, what: str) -> object:
+    """The JSON document in file ``p``, or one-line ValueError starting with ``what`` (the file and what it should
+    be) when it is not UTF-8 text or not JSON: no decoder's traceback text."""
     try:
-        data = json.loads(p.read_bytes().decode("utf-8"))
+        return json.loads(p.read_bytes().decode("utf-8"))
     except UnicodeDecodeError:
-        raise ValueError(f"{p}: not a UTF-8 text file (expected a JSON object)") from None
+        raise ValueError(f"{what} (not a UTF-8 text file)") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{p}: not valid JSON: {e}") from None
+        raise ValueError(f"{what} (not valid JSON: {e})") from None
+
+
+def _read_json(p: Path) -> dict:
+    data = json_document(p, f"{p}: expected a JSON object")
     if not isinstance(data, dict):
         raise ValueError(f"{p}: expected a JSON object, got {json_kind(data)}")
     return data

@@ -166,15 +166,10 @@ class Tensors(Mapping):
 def _weight_map(path: Path) -> dict[str, str]:
     """The weight_map of a safetensors index (tensor name -> shard file name), its shape checked: a ValueError
     naming the field and the JSON type it holds, not a Python exception's text."""
-    from .hf_config import json_kind
+    from .hf_config import json_document, json_kind
 
     what = f"{path}: not a safetensors index"
-    try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{what} (not a UTF-8 text file)") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{what} (not valid JSON: {e})") from None
+    doc = json_document(path, what)
     if not isinstance(doc, dict):
         raise ValueError(f"{what}: expected a JSON object with a weight_map, got {json_kind(doc)}")
     if "weight_map" not in doc:

@@ -22,7 +22,6 @@ mode that fails (a compile error, an unsupported op) is a row with its error, no
 from __future__ import annotations
 
 import functools
-import importlib.util
 import io
 import statistics
 import time
@@ -231,10 +230,6 @@ def table(doc: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- the plot
-
-
-def plot_available() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
 
 
 def plot(doc: dict, path: Path) -> None:
