@@ -38,7 +38,8 @@ import numpy as np
 
 from dqgen.core.spec import Spec
 from dqgen.emit.pipeline import compile_artifact
-from dqgen.kernels.gemm90 import Gemm90Config, Gemm90KernelConfig, zero_bytes
+from dqgen.kernels.gemm import zero_bytes
+from dqgen.kernels.gemm90 import Gemm90Config, Gemm90KernelConfig
 from dqgen.layout.gemm import TILE_K, TILE_N, GemmPacked
 from dqgen.layout.gemm_trt import columns_interleaved, converter_spec
 

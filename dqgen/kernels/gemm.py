@@ -88,6 +88,11 @@ def gemm_entry_name(spec: Spec, e: GemmEntry) -> str:
     return f"dqgen_gemm_{spec.name}_{e.config.tag}{'_gather' if e.gather else ''}"
 
 
+def zero_bytes(spec: Spec) -> int:
+    """Bytes of one staged zero: 1 (a packed integer zero field), 2 (a 16-bit float zero) or 0 (no zeros)."""
+    return 1 if spec.zeros.packed else 2 if spec.zeros.dense else 0
+
+
 def has_zeros(spec: Spec) -> bool:
     """Whether a launch stages zeros (packed integer zero fields or 16-bit float zeros)."""
     return bool(spec.zeros.packed or spec.zeros.dense)
@@ -167,7 +172,7 @@ def _context(spec: Spec, conv: Spec, plan: object, entries: tuple[GemmEntry, ...
         spec_name=spec.name,
         cols=columns_interleaved(bits),
         blocks=TILE_K // (4 * per_word),
-        zero_bytes=1 if conv.zeros.packed else 2 if conv.zeros.dense else 0,
+        zero_bytes=zero_bytes(conv),
         mma_type="bf16" if conv.target.value == "bf16" else "f16",
         entries=[
             {

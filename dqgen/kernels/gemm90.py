@@ -18,7 +18,7 @@ from ..emit.render import context
 from ..layout.gemm import TILE_K, TILE_N
 from ..layout.gemm_trt import columns_interleaved, converter_spec
 from .family import Mainloop
-from .gemm import WeightOnlyGemmConfig
+from .gemm import WeightOnlyGemmConfig, zero_bytes
 
 #: Registers a producer thread keeps (setmaxnreg.dec): it computes addresses and issues copies, nothing else.
 PRODUCER_REGS: Final = 40
@@ -28,11 +28,6 @@ SM_SHARED_BYTES: Final = 228 * 1024
 BLOCK_RESERVED_BYTES: Final = 1024
 #: wgmma's n per CTA (tokens): the smallest that holds M is picked (choose_config90); 8 is wgmma's least.
 TOKEN_TILES: Final = (8, 16, 32, 64, 128, 256)
-
-
-def zero_bytes(spec: Spec) -> int:
-    """Bytes of one staged zero: 1 (a packed integer zero field), 2 (a 16-bit float zero) or 0 (no zeros)."""
-    return 1 if spec.zeros.packed else 2 if spec.zeros.dense else 0
 
 
 def stage_bytes(bn: int, bits: int, zero_elem: int) -> int:

@@ -37,7 +37,7 @@ from ..emit.pipeline import Artifact
 from ..layout.gemm import TILE_K
 from .errors import imported_torch as _torch
 from .gemm import GemmWeight, pack_gemm, packed_gemm, run_gemm
-from .gemm90 import hopper_pays, is_hopper
+from .gemm90 import hopper_pays, is_hopper, x_ineligible
 from .matmul import MatmulWeight, packed_gemv, run_gemv
 from .operands import check_activation
 from .packcache import version
@@ -309,12 +309,12 @@ def _weight_dims(w: Any, gw: GemmWeight | None, scales: Any, target: MatmulTarge
 
 
 def _hopper_can_take(gw: GemmWeight | None, w: Any, scales: Any, g_idx: Any, x: Any, target: MatmulTarget) -> bool:
-    """Whether the Hopper GEMM could run this call (gemm90.hopper_eligible's conditions, before packing for the
+    """Whether the Hopper GEMM could run this call (gemm90.hopper_ineligible's conditions, before packing for the
     checkpoint form: a g_idx, or groups that are no whole 64-k tiles, may need the gather entry, which it does not
     have): K slots in order, x's rows 16-byte aligned. The GPU is checked by the caller."""
     K = int(x.shape[-1])
     x_stride = int(x.stride(-2)) if x.dim() > 1 and x.shape[-2] > 1 else K
-    if x.data_ptr() % 16 or (x_stride * 2) % 16 or K % 8 or x_stride < K or x.stride(-1) != 1:
+    if x.stride(-1) != 1 or x_ineligible(x.data_ptr(), x_stride, K):
         return False
     if gw is not None:
         return not gw.gather

@@ -78,6 +78,12 @@ class GemmWeight:
     _bound: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     @property
+    def line_bytes(self) -> int:
+        """Bytes of one row of wq: its interleaved columns' codes over every K slot (TensorRT-LLM's layout packs
+        4 int4 or 2 int8 columns a row: 2 bytes a slot either way)."""
+        return int(self.wq.shape[1])
+
+    @property
     def nbytes(self) -> int:
         """Bytes a launch reads of the weight (codes, scales, zeros)."""
         return sum(int(t.numel() * t.element_size()) for t in (self.wq, self.scales, self.zeros) if t is not None)
@@ -277,7 +283,7 @@ def _bind(
         "tiles_per_split": per_split,
         "y_pairs": int(out.data_ptr() % 4 == 0 and w.N % 2 == 0),
         "x_stride": x_stride,
-        "w_line_bytes": w.slots * 2,
+        "w_line_bytes": w.line_bytes,
     }
     args = [typ(values[name]) for name, typ in PARAMS]
     return fn.bind((m_tiles, n_tiles, splits), (cfg.threads,), args, shared_mem=smem)

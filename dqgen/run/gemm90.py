@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..core.spec import Spec
-from ..kernels.gemm90 import Gemm90Config, Gemm90KernelConfig, choose_config90, zero_bytes
+from ..kernels.gemm import zero_bytes
+from ..kernels.gemm90 import Gemm90Config, Gemm90KernelConfig, choose_config90
 from ..layout.gemm import TILE_N
 from ..layout.gemm_trt import columns_interleaved
 from . import device as dev
@@ -70,7 +71,13 @@ def hopper_ineligible(w: Any, x_ptr: int, x_stride: int) -> str:
         return "the GPU is not sm_90"
     if w.gather:
         return "the weight's K slots are not in order (act-order or groups of no whole 64-k tiles)"
-    if x_ptr % 16 or (x_stride * 2) % 16 or w.K % 8 or x_stride < w.K:
+    return x_ineligible(x_ptr, x_stride, w.K)
+
+
+def x_ineligible(x_ptr: int, x_stride: int, K: int) -> str:
+    """Why TMA cannot address x's rows ("" where it can): a 16-byte aligned address and row stride (K a multiple of
+    8), rows at least K apart (a broadcast row has stride 0)."""
+    if x_ptr % 16 or (x_stride * 2) % 16 or K % 8 or x_stride < K:
         return "x's rows are not 16-byte aligned, K a multiple of 8 and rows apart"
     return ""
 
@@ -98,7 +105,7 @@ def weight_maps(spec: Spec, w: Any) -> tuple[dev.TensorMapArg, dev.TensorMapArg,
     zeros the scales' map stands in, never read)."""
     hit = w.tensor_maps.get("w")
     if hit is None:
-        line_bytes = w.slots * 2
+        line_bytes = w.line_bytes
         lines_per_tile = TILE_N // columns_interleaved(spec.source.bits)
         wmap = dev.encode_tensor_map_2d(w.wq.data_ptr(), 1, line_bytes, w.n_lines, line_bytes, (128, lines_per_tile))
         groups = int(w.scales.shape[0])
