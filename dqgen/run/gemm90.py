@@ -82,11 +82,6 @@ def x_ineligible(x_ptr: int, x_stride: int, K: int) -> str:
     return ""
 
 
-def hopper_eligible(w: Any, x_ptr: int, x_stride: int) -> bool:
-    """Whether the Hopper GEMM can take this launch (hopper_ineligible says why not)."""
-    return not hopper_ineligible(w, x_ptr, x_stride)
-
-
 def hopper_pays(N: int, k_tiles: int, M: int, device: int) -> bool:
     """Whether the Hopper GEMM is the faster GEMM for M rows of this weight on this GPU: its resident CTAs (the
     config's blocks an SM) get at least MIN_K_TILES_PER_CTA K tiles each."""
