@@ -60,7 +60,7 @@ def _raw_acc(x: Any, w: Any, plan: tuple[int, int, int] | None = None, cfg: Any 
     tiles, splits, _ = plan
     acc_dtype = torch.int32 if elem == "s8" else torch.float32
     y = torch.empty((m, n), dtype=acc_dtype, device="cuda")
-    ws = torch.empty(max(1, kern.workspace_elems(tiles, splits)), dtype=acc_dtype, device="cuda")
+    ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=acc_dtype, device="cuda")
     ones_m = torch.ones(m, device="cuda")
     ones_n = torch.ones(n, device="cuda")
     kern(
@@ -78,7 +78,7 @@ def _raw_acc(x: Any, w: Any, plan: tuple[int, int, int] | None = None, cfg: Any 
         ws.data_ptr(),
         _counters(y.device, tiles).data_ptr(),
         plan,
-        torch.cuda.current_stream().cuda_stream,
+        stream=torch.cuda.current_stream().cuda_stream,
     )
     torch.cuda.synchronize()
     return y

@@ -30,6 +30,16 @@ BLOCK_RESERVED_BYTES: Final = 1024
 TOKEN_TILES: Final = (8, 16, 32, 64, 128, 256)
 
 
+def consumer_regs(consumers: int, min_blocks: int) -> int:
+    """setmaxnreg.inc of the consumer warpgroups of a CTA of one producer and ``consumers`` consumer warpgroups,
+    ``min_blocks`` CTAs an SM: what the producer gives back (it keeps PRODUCER_REGS), shared out (a multiple of 8,
+    <= 240)."""
+    threads = 128 * (1 + consumers)
+    entry = min(255, 65536 // min_blocks // threads) // 8 * 8
+    per = (threads * entry - 128 * PRODUCER_REGS) // (128 * consumers)
+    return min(240, per // 8 * 8)
+
+
 def stage_bytes(bn: int, bits: int, zero_elem: int) -> int:
     """One pipeline stage (the template's stage_bytes<BN>): W lines, x rows, scales, zeros, to 1024 bytes."""
     w = TILE_N // columns_interleaved(bits) * 128
@@ -64,11 +74,7 @@ class Gemm90Config:
 
     @property
     def consumer_regs(self) -> int:
-        """setmaxnreg.inc of the consumers: what the producer gives back, shared out (a multiple of 8, <= 240)."""
-        budget = 65536 // self.min_blocks
-        entry = min(255, budget // self.threads) // 8 * 8
-        per = (self.threads * entry - 128 * PRODUCER_REGS) // (128 * self.consumers)
-        return min(240, per // 8 * 8)
+        return consumer_regs(self.consumers, self.min_blocks)
 
     @property
     def mainloop(self) -> Mainloop:

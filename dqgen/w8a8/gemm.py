@@ -109,9 +109,18 @@ class GemmKernel:
         splits, per = choose_splits(tiles, k, self.resident, self.cfg.bk)
         return tiles, splits, per
 
-    def workspace_elems(self, tiles: int, splits: int) -> int:
+    def workspace_elems(self, plan: tuple[int, int, int]) -> int:
         """4-byte elements of the split-K partials (0 without a split)."""
+        tiles, splits, _ = plan
         return 0 if splits == 1 else tiles * splits * self.cfg.accs * self.cfg.threads
+
+    def counters_needed(self, plan: tuple[int, int, int]) -> int:
+        """Zero uint32 counters a launch of ``plan`` needs (one a tile where K is split)."""
+        return plan[0] if plan[1] > 1 else 0
+
+    def launch_args(self, *call: Any) -> list[Any]:
+        """launch_args (the module's function) of this configuration."""
+        return launch_args(self.cfg, *call)
 
     def __call__(
         self,
@@ -129,11 +138,12 @@ class GemmKernel:
         ws_ptr: int,
         counters_ptr: int,
         plan: tuple[int, int, int],
+        *,
         stream: int,
     ) -> None:
         """y [m, n] (row stride n) from x [m, k] (row stride x_ld bytes) and w [n, k] (row stride w_ld); k, x_ld,
         w_ld multiples of 16 and the pointers 16-byte aligned (the caller pads). ``counters``: at least ``tiles``
-        zero uint32 (left zero); ``ws``: workspace_elems(tiles, splits) elements."""
+        zero uint32 (left zero); ``ws``: workspace_elems(plan) elements."""
         tiles, splits, _ = plan
         args = launch_args(
             self.cfg,

@@ -9,16 +9,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from ..kernels.w8a8_gemm import MAX_K_S8, Elem, Out, choose_w8a8_gemm
+from ..kernels.w8a8_gemm90 import choose_w8a8_gemm90
 from ..run import device as dev
 from ..run.calls import CALLS_MAX, remember
+from ..run.gemm90 import is_hopper
 from ..run.operands import x_aligned
 from ..run.workspace import GrowOnlyCounters
-from .gemm import GemmKernel, launch_args, loaded
+from .gemm import GemmKernel, loaded
+from .gemm90 import Gemm90Kernel, loaded90
 from .gemm_reference import QMAX, WeightKind
 
 _ELEMS: dict[torch.dtype, Elem] = {torch.int8: "s8", torch.float8_e4m3fn: "e4m3"}
@@ -99,15 +102,27 @@ def _device_limits(ordinal: int) -> tuple[int, int]:
     return dev.sm_count(ordinal), dev.max_shared_optin(ordinal)
 
 
+#: Which main loop a call runs: "auto" (wgmma on an sm_90 GPU, mma.sync elsewhere), or one of them forced (the
+#: benchmark's side-by-side rows; "wgmma" needs an sm_90 GPU).
+MainloopChoice = Literal["auto", "mma_sync", "wgmma"]
+MAINLOOPS: tuple[MainloopChoice, ...] = ("auto", "mma_sync", "wgmma")
+
+
 @functools.lru_cache(maxsize=1024)
 def _prepared(
-    elem: Elem, out: Out, m: int, n: int, k: int, ordinal: int
-) -> tuple[GemmKernel, tuple[int, int, int], int]:
+    elem: Elem, out: Out, m: int, n: int, k: int, ordinal: int, mainloop: MainloopChoice = "auto"
+) -> tuple[GemmKernel | Gemm90Kernel, tuple[int, int, int], int]:
     """(kernel, plan, workspace elements) of a call's shape, decided once: the host time of a call sits in front of
     a short kernel (a few microseconds of choice and plan per call measured as such in L2-flushed timings)."""
-    kern = loaded(choose_w8a8_gemm(elem, out, m, n, k, *_device_limits(ordinal)), ordinal)
+    if mainloop not in MAINLOOPS:
+        raise ValueError(f"mainloop: expected one of {MAINLOOPS}, got {mainloop!r}")
+    kern: GemmKernel | Gemm90Kernel
+    if mainloop == "wgmma" or (mainloop == "auto" and is_hopper(ordinal)):
+        kern = loaded90(choose_w8a8_gemm90(elem, out, m, n, dev.sm_count(ordinal)), ordinal)
+    else:
+        kern = loaded(choose_w8a8_gemm(elem, out, m, n, k, *_device_limits(ordinal)), ordinal)
     plan = kern.plan(m, n, k)
-    return kern, plan, kern.workspace_elems(plan[0], plan[1])
+    return kern, plan, kern.workspace_elems(plan)
 
 
 def _counters(device: torch.device, tiles: int) -> torch.Tensor:
@@ -134,7 +149,7 @@ def _launch(
     ordinal = x_q.device.index if x_q.device.index is not None else torch.cuda.current_device()
     kern, plan, ws_elems = _prepared(_ELEMS[x_q.dtype], _OUTS[out_dtype], m, n, kp, ordinal)
     ws = torch.empty(ws_elems, dtype=torch.int32 if x_q.dtype == torch.int8 else torch.float32, device=y.device)
-    counters = _counters(y.device, plan[0] if plan[1] > 1 else 0)
+    counters = _counters(y.device, kern.counters_needed(plan))
     xs, ws_ = x_scale.contiguous(), w_scale.contiguous()
     b = None if bias is None else bias.contiguous()
     stream = torch.cuda.current_stream(y.device).cuda_stream
@@ -153,7 +168,7 @@ def _launch(
         ws.data_ptr() if ws_elems else 0,
         counters.data_ptr(),
         plan,
-        stream,
+        stream=stream,
     )
     return y
 
@@ -211,7 +226,7 @@ class _Call:
     launch: Any  # fn.launch: cuLaunchKernel with the function, grid and block bound
     params: int
     slots: Any  # fn.slots
-    x_slot: int
+    x_slot: int  # -1: x is read through a tensor map (the Hopper kernel): one bound launch per x address, by_x
     x_scale_slot: int
     y_slot: int
     ws_slot: int  # -1: no workspace (a plan without split-K)
@@ -222,7 +237,13 @@ class _Call:
     ordinal: int
     device: torch.device
     out_dtype: torch.dtype
+    bind_x: Any = None  # x's address -> the launch bound with x's tensor map at it (x_slot -1)
+    by_x: dict[int, dev.BoundLaunch] = dataclasses.field(default_factory=dict)
 
+
+#: Bound launches a Hopper call signature keeps, one per x address seen (a model's activations come back to a few
+#: addresses from torch's caching allocator).
+X_BOUND_MAX = 16
 
 _CALLS: dict[tuple, _Call] = {}
 _raw_stream = dev.torch_raw_stream_fn(torch)
@@ -266,16 +287,21 @@ def _call(
         remember(_CALLS, key, hit, CALLS_MAX)
     y = _empty(*hit.mn, dtype=hit.out_dtype, device=hit.device)  # sizes as ints: torch parses them faster
     ws = _empty(hit.ws_elems, dtype=hit.ws_dtype, device=hit.device) if hit.ws_elems else None
-    slots = hit.slots
-    slots[hit.x_slot] = x_q.data_ptr()
+    if hit.x_slot >= 0:
+        fn, launch, params, slots = hit.fn, hit.launch, hit.params, hit.slots
+        slots[hit.x_slot] = x_q.data_ptr()
+    else:  # x's address is in its tensor map
+        ptr = x_q.data_ptr()
+        fn = hit.by_x.get(ptr) or remember(hit.by_x, ptr, hit.bind_x(ptr), X_BOUND_MAX)
+        launch, params, slots = fn.launch, fn.params, fn.slots
     slots[hit.x_scale_slot] = x_scale.data_ptr()
     slots[hit.y_slot] = y.data_ptr()
     if ws is not None:
         slots[hit.ws_slot] = ws.data_ptr()
     stream = _raw_stream(hit.ordinal)
-    err = hit.launch(stream, hit.params, 0)[0]
+    err = launch(stream, params, 0)[0]
     if err:
-        hit.fn.failed(err, stream)
+        fn.failed(err, stream)
     return y  # ws goes back to the caching allocator after the launch, stream-ordered
 
 
@@ -299,26 +325,33 @@ def plan(
     k = x_q.shape[1]
     ordinal = x_q.device.index if x_q.device.index is not None else torch.cuda.current_device()
     kern, plan_, ws_elems = _prepared(_ELEMS[x_q.dtype], _OUTS[out_dtype], m, n, k, ordinal)
-    counters = _counters(x_q.device, plan_[0] if plan_[1] > 1 else 0)
+    counters = _counters(x_q.device, kern.counters_needed(plan_))
     ws_dtype = torch.int32 if x_q.dtype == torch.int8 else torch.float32
     y = torch.empty((m, n), dtype=out_dtype, device=x_q.device)
     ws = torch.empty(ws_elems, dtype=ws_dtype, device=x_q.device) if ws_elems else None
     pointers = (x_q.data_ptr(), x_scale.data_ptr(), y.data_ptr(), 0 if ws is None else ws.data_ptr())
-    args = launch_args(
-        kern.cfg, m, n, k, pointers[0], x_q.stride(0) if m > 1 else k, w.data_ptr(), w.stride(0) if n > 1 else k,
-        pointers[1], w_scale.data_ptr(), 0 if bias is None else bias.data_ptr(), pointers[2], pointers[3],
-        counters.data_ptr(), plan_,
-    )  # fmt: skip
-    fn = kern.bind(plan_, args)
+    x_ld, w_ptr, w_ld = x_q.stride(0) if m > 1 else k, w.data_ptr(), w.stride(0) if n > 1 else k
+    rest = (w_scale.data_ptr(), 0 if bias is None else bias.data_ptr(), pointers[2], pointers[3], counters.data_ptr())
+
+    def bind_x(x_ptr: int) -> dev.BoundLaunch:
+        return kern.bind(plan_, kern.launch_args(m, n, k, x_ptr, x_ld, w_ptr, w_ld, pointers[1], *rest, plan_))
+
+    fn = bind_x(pointers[0])
     x_slot, x_scale_slot, y_slot = (fn.slot_of(p) for p in pointers[:3])
     ws_slot = -1 if ws is None else fn.slot_of(pointers[3])
+    tma = isinstance(kern, Gemm90Kernel)
+    if tma:  # x's address is in its tensor map (opaque bytes: never patched): a launch bound per address (bind_x)
+        x_slot = -1
     if x_slot is None or x_scale_slot is None or y_slot is None or ws_slot is None:
         return None
     device = torch.device("cuda", ordinal)
-    return _Call(
+    call = _Call(
         fn, fn.launch, fn.params, fn.slots, x_slot, x_scale_slot, y_slot, ws_slot, (m, n), ws_elems, ws_dtype,
-        counters, ordinal, device, out_dtype,
+        counters, ordinal, device, out_dtype, bind_x if tma else None,
     )  # fmt: skip
+    if tma:
+        call.by_x[pointers[0]] = fn
+    return call
 
 
 def quantize_weight(w: torch.Tensor, kind: WeightKind = "int8") -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,132 @@
+"""GPU: the Hopper W8A8 GEMM's accumulators against float64 on the GPU over many shapes (the default plan and forced
+ones), printing where they differ; and the time of each configuration / CTA count for a shape (tuning)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from dqgen.kernels.w8a8_gemm90 import W8A8Gemm90Config, all_configs, choose_w8a8_gemm90
+from dqgen.w8a8.gemm90 import loaded90
+from dqgen.w8a8.matmul_op import _counters
+
+
+def raw(x: Any, w: Any, cfg: W8A8Gemm90Config, ctas: int | None = None) -> Any:
+    m, k = x.shape
+    n = w.shape[0]
+    kern = loaded90(cfg, 0)
+    plan = kern.plan(m, n, k)
+    if ctas is not None:
+        plan = (plan[0], ctas, plan[2])
+    y = torch.empty((m, n), dtype=torch.int32, device="cuda")
+    ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=torch.int32, device="cuda")
+    one_m, one_n = torch.ones(m, device="cuda"), torch.ones(n, device="cuda")
+    cnt = _counters(y.device, plan[0])
+    args = (
+        m,
+        n,
+        k,
+        x.data_ptr(),
+        k,
+        w.data_ptr(),
+        k,
+        one_m.data_ptr(),
+        one_n.data_ptr(),
+        0,
+        y.data_ptr(),
+        ws.data_ptr(),
+        cnt.data_ptr(),
+        plan,
+    )
+    return y, lambda: kern(*args, stream=torch.cuda.current_stream().cuda_stream), plan
+
+
+def check(m: int, n: int, k: int, cfg: W8A8Gemm90Config | None = None, ctas: int | None = None) -> bool:
+    cfg = cfg or choose_w8a8_gemm90("s8", "acc", m, n, 132)
+    x = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda")
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda")
+    y, fn, plan = raw(x, w, cfg, ctas)
+    fn()
+    want = x.double() @ w.double().T
+    bad = (y.double() != want).nonzero()
+    if len(bad):
+        rows, cols = bad[:, 0].unique(), bad[:, 1].unique()
+        tiles = (cols // 128).unique().tolist()[:20]
+        print(f"BAD {cfg.name} m={m} n={n} k={k} plan={plan}: {len(bad)} wrong, rows {rows[:8].tolist()}..", flush=True)
+        print(f"    ({len(rows)} rows), cols {cols[:8].tolist()}.. ({len(cols)}), column tiles {tiles}", flush=True)
+        return False
+    return True
+
+
+def sm80(x: Any, w: Any, elem: str) -> Any:
+    """A raw launch of the sm_80 W8A8 GEMM the dispatch would pick (its "acc" output)."""
+    from dqgen.kernels.w8a8_gemm import choose_w8a8_gemm
+    from dqgen.w8a8.gemm import loaded
+    from dqgen.w8a8.matmul_op import _device_limits
+
+    m, k = x.shape
+    n = w.shape[0]
+    kern = loaded(choose_w8a8_gemm(elem, "acc", m, n, k, *_device_limits(0)), 0)  # type: ignore[arg-type]
+    plan = kern.plan(m, n, k)
+    dt = torch.int32 if elem == "s8" else torch.float32
+    y = torch.empty((m, n), dtype=dt, device="cuda")
+    ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=dt, device="cuda")
+    one_m, one_n = torch.ones(m, device="cuda"), torch.ones(n, device="cuda")
+    cnt = _counters(y.device, plan[0])
+    args = (
+        m,
+        n,
+        k,
+        x.data_ptr(),
+        k,
+        w.data_ptr(),
+        k,
+        one_m.data_ptr(),
+        one_n.data_ptr(),
+        0,
+        y.data_ptr(),
+        ws.data_ptr(),
+        cnt.data_ptr(),
+        plan,
+    )
+    return lambda: kern(*args, stream=torch.cuda.current_stream().cuda_stream)
+
+
+def tune(m: int, n: int, k: int) -> None:
+    """sm_80's kernel, then each Hopper configuration near the choice with one tile a CTA and with stream-K."""
+    import triton.testing as tt
+
+    x = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda")
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda")
+    bench = lambda fn: tt.do_bench(fn, warmup=5, rep=30, return_mode="median") * 1e3  # noqa: E731
+    line = [f"m={m} n={n} k={k} sm80 {bench(sm80(x, w, 's8')):.1f}"]
+    for cfg in all_configs("s8", "acc"):
+        if cfg.swap != (m <= 128) or (cfg.swap and not (m // 2 < cfg.bn <= 4 * max(m, 16))):
+            continue
+        kern = loaded90(cfg, 0)
+        tiles, auto, _ = kern.plan(m, n, k)
+        for ctas in sorted({auto, tiles}):
+            _, fn, _plan = raw(x, w, cfg, ctas)
+            tag = "auto" if ctas == auto else "tiles"
+            line.append(f"{cfg.bm}x{cfg.bn}:{ctas}{'*' if ctas == auto else ''} {bench(fn):.1f}")
+            del tag
+    print(" | ".join(line), flush=True)
+
+
+if __name__ == "__main__":
+    what = sys.argv[1]
+    if what == "check":
+        ok = True
+        for n, k in ((6144, 4096), (28672, 8192), (4096, 14336), (1000, 4112)):
+            for m in (1, 7, 16, 33, 64, 100, 128, 200, 256, 300):
+                ok &= check(m, n, k)
+        for _ in range(3):
+            ok &= check(64, 6144, 4096)
+        print("ALL OK" if ok else "SOME BAD")
+    else:
+        kn = ((4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192))
+        for k_, n_ in kn:
+            for m_ in (1, 16, 64, 256, 1024, 4096):
+                tune(m_, n_, k_)

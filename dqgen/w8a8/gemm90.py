@@ -1,0 +1,149 @@
+"""Launch the Hopper W8A8 GEMM (its configurations and choice: dqgen.kernels.w8a8_gemm90) on raw device pointers:
+both operands through tensor maps (TMA), the grid's CTAs sharing the (tile, K tile) units (stream-K,
+dqgen.run.gemm90.stream_k_ctas). The same call interface as the sm_80 kernel's (dqgen.w8a8.gemm.GemmKernel), so the
+torch op picks either by the GPU."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ..kernels.w8a8_gemm90 import BK90, W8A8Gemm90Config
+from ..run import device as dev
+from ..run.gemm90 import stream_k_ctas
+from ..run.loader import load
+
+#: The entry point's parameters in order with their widths (tests/test_w8a8_gemm90.py holds this equal to the
+#: rendered signature).
+PARAMS: tuple[tuple[str, Any], ...] = (
+    ("pmap", dev.TensorMapArg),
+    ("qmap", dev.TensorMapArg),
+    *((name, np.uint64) for name in ("s_tok", "s_ch", "bias", "y", "ws", "counters")),
+    *((name, np.int32) for name in ("R", "C", "N", "k_tiles", "x_tiles")),
+    ("units", np.int64),
+)
+
+#: (tiles, CTAs, K tiles) of a launch.
+Plan90 = tuple[int, int, int]
+
+
+def ctas_for(tiles: int, k_tiles: int, resident: int) -> int:
+    """The CTAs of a launch: one a tile where the tiles fill the resident CTAs (the hardware starts them in tile
+    order, so the CTAs running together share x's and the weight's tiles through L2; on the H100 stream-K over the
+    resident CTAs, each a contiguous range of tiles, streamed every weight tile at once and ran 1.4-2.3x slower
+    from M = 1024), else equal pieces of each tile for the resident CTAs (stream-K: dqgen.run.gemm90)."""
+    return tiles if tiles >= resident else stream_k_ctas(tiles, k_tiles, resident)
+
+
+def operand_map(ptr: int, rows: int, k: int, ld: int, box_rows: int) -> dev.TensorMapArg:
+    """The tensor map of an operand [rows, k] of 1-byte elements, rows ``ld`` bytes apart: a box is 128 bytes of K
+    (the 128-byte swizzle) of ``box_rows`` rows; rows past ``rows`` and bytes past ``k`` read as zeros."""
+    return dev.encode_tensor_map_2d(ptr, 1, k, max(rows, 1), ld, (BK90, box_rows))
+
+
+def check_operands(k: int, x_ptr: int, x_ld: int, w_ptr: int, w_ld: int) -> None:
+    """A one-line ValueError where TMA cannot address an operand: K a positive multiple of 16, pointers and row
+    strides multiples of 16 bytes (cuTensorMapEncodeTiled's rules; the caller pads)."""
+    if k <= 0 or k % 16:
+        raise ValueError(f"k: expected a positive multiple of 16 (the caller pads K with zeros), got {k}")
+    for name, value in (("x_ptr", x_ptr), ("w_ptr", w_ptr), ("x_ld", x_ld), ("w_ld", w_ld)):
+        if value % 16:
+            raise ValueError(f"{name}: expected a multiple of 16 (a tensor map's address and row stride), got {value}")
+
+
+class Gemm90Kernel:
+    """One configuration loaded on a device. Pointers are raw device addresses (ints)."""
+
+    def __init__(self, cfg: W8A8Gemm90Config, device: int = 0) -> None:
+        self.cfg = cfg
+        self.device = device
+        self._kernel = load(cfg, device)
+        per_sm = max(1, self._kernel.max_active_blocks(cfg.threads, cfg.shared_bytes))
+        self.resident = per_sm * dev.sm_count(device)
+
+    def _grid(self, m: int, n: int) -> tuple[int, int]:
+        """(x's tiles, the weight's tiles) of an m x n output."""
+        if self.cfg.swap:
+            return -(-m // self.cfg.bn), -(-n // self.cfg.bm)
+        return -(-m // self.cfg.bm), -(-n // self.cfg.bn)
+
+    def plan(self, m: int, n: int, k: int) -> Plan90:
+        x_tiles, w_tiles = self._grid(m, n)
+        tiles, k_tiles = x_tiles * w_tiles, -(-k // BK90)
+        return tiles, ctas_for(tiles, k_tiles, self.resident), k_tiles
+
+    def workspace_elems(self, plan: Plan90) -> int:
+        """4-byte elements of the stream-K partials: two slots a CTA (its first and last segment); 0 where every CTA
+        runs whole tiles."""
+        tiles, ctas, _ = plan
+        return 0 if ctas == tiles else 2 * ctas * self.cfg.accs * self.cfg.consumer_threads
+
+    def counters_needed(self, plan: Plan90) -> int:
+        tiles, ctas, _ = plan
+        return 0 if ctas == tiles else tiles
+
+    def launch_args(
+        self,
+        m: int,
+        n: int,
+        k: int,
+        x_ptr: int,
+        x_ld: int,
+        w_ptr: int,
+        w_ld: int,
+        x_scale_ptr: int,
+        w_scale_ptr: int,
+        bias_ptr: int,
+        y_ptr: int,
+        ws_ptr: int,
+        counters_ptr: int,
+        plan: Plan90,
+    ) -> list[Any]:
+        """The kernel's arguments (PARAMS' order and widths), both operands' tensor maps made here, after the checks
+        of check_operands and of the plan (a one-line ValueError before anything launches)."""
+        check_operands(k, x_ptr, x_ld, w_ptr, w_ld)
+        tiles, ctas, k_tiles = plan
+        x_tiles, w_tiles = self._grid(m, n)
+        if tiles != x_tiles * w_tiles or k_tiles != -(-k // BK90) or not 1 <= ctas <= tiles * k_tiles:
+            raise ValueError(f"plan: expected ({x_tiles * w_tiles} tiles, CTAs, {-(-k // BK90)} K tiles), got {plan}")
+        if ctas != tiles and not (ws_ptr and counters_ptr):
+            raise ValueError(f"ws_ptr, counters_ptr: a stream-K plan of {ctas} CTAs needs both buffers, got null")
+        cfg = self.cfg
+        x_box, w_box = (cfg.bn, cfg.bm) if cfg.swap else (cfg.bm, cfg.bn)
+        xmap = operand_map(x_ptr, m, k, x_ld, x_box)
+        wmap = operand_map(w_ptr, n, k, w_ld, w_box)
+        values = {
+            "pmap": wmap if cfg.swap else xmap,
+            "qmap": xmap if cfg.swap else wmap,
+            "s_tok": x_scale_ptr,
+            "s_ch": w_scale_ptr,
+            "bias": bias_ptr,
+            "y": y_ptr,
+            "ws": ws_ptr,
+            "counters": counters_ptr,
+            "R": n if cfg.swap else m,
+            "C": m if cfg.swap else n,
+            "N": n,
+            "k_tiles": k_tiles,
+            "x_tiles": x_tiles,
+            "units": tiles * k_tiles,
+        }
+        return [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in PARAMS]
+
+    def bind(self, plan: Plan90, args: list[Any]) -> dev.BoundLaunch:
+        """The launch of ``plan`` with ``args`` (from launch_args) packed once: calling it costs one cuLaunchKernel."""
+        return self._kernel.bind((plan[1],), (self.cfg.threads,), args, shared_mem=self.cfg.shared_bytes)
+
+    def __call__(self, *call: Any, stream: int) -> None:
+        """launch_args' arguments, then the stream: one launch."""
+        plan: Plan90 = call[-1]
+        self.bind(plan, self.launch_args(*call))(stream)
+
+
+@functools.cache
+def loaded90(cfg: W8A8Gemm90Config, device: int) -> Gemm90Kernel:
+    """The configuration compiled and loaded once per device, for the process (as dqgen.w8a8.gemm.loaded: a CUDA
+    graph that captured a launch keeps the function)."""
+    return Gemm90Kernel(cfg, device)

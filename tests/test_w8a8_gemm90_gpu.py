@@ -1,0 +1,160 @@
+"""GPU (sm_90): the Hopper W8A8 GEMM. Every configuration's int32 accumulators equal the int64 product on M, N and K
+tails, with whole tiles a CTA and with stream-K plans (pieces of tiles added by the last arriver); the e4m3
+accumulators within 2e-3 of float64; matmul dispatches to it on an sm_90 GPU and its eager calls (a launch bound per
+x address) and CUDA-graph replays give the reference's bits. The epilogue's bit-exactness against numpy, the padding
+paths and determinism are tests/test_w8a8_gemm_gpu.py's, which run this kernel through matmul on an sm_90 GPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dqgen.w8a8 import gemm_reference as ref
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+
+def _hopper() -> None:
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wgmma kernel needs an sm_90 GPU")
+
+
+def _int8(rows: int, k: int, seed: int) -> Any:
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randint(-128, 128, (rows, k), generator=g, dtype=torch.int8)
+    if rows and k:
+        t[0, :] = -128  # the extreme products
+    return t.cuda()
+
+
+def _fp8(rows: int, k: int, seed: int) -> Any:
+    from dqgen.w8a8.matmul_op import quantize_activations_fp8
+
+    g = torch.Generator().manual_seed(seed)
+    return quantize_activations_fp8(torch.randn(rows, k, generator=g).half().cuda())[0]
+
+
+def _e4m3(t: Any) -> np.ndarray:
+    import ml_dtypes
+
+    return t.view(torch.uint8).cpu().numpy().view(ml_dtypes.float8_e4m3fn)
+
+
+def _raw_acc(x: Any, w: Any, cfg: Any, ctas: int | None = None) -> Any:
+    """The accumulators ("acc" output) of x [M, K] @ w [N, K].T by ``cfg``, with its default plan or ``ctas`` CTAs
+    sharing the units."""
+    from dqgen.w8a8.gemm90 import loaded90
+    from dqgen.w8a8.matmul_op import _counters
+
+    m, k = x.shape
+    n = w.shape[0]
+    kern = loaded90(cfg, torch.cuda.current_device())
+    plan = kern.plan(m, n, k)
+    if ctas is not None:
+        plan = (plan[0], ctas, plan[2])
+    acc_dtype = torch.int32 if x.dtype == torch.int8 else torch.float32
+    y = torch.full((m, n), 7, dtype=acc_dtype, device="cuda")  # a value no output keeps
+    ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=acc_dtype, device="cuda")
+    ones_m, ones_n = torch.ones(m, device="cuda"), torch.ones(n, device="cuda")
+    counters = _counters(y.device, plan[0])
+    kern(
+        m, n, k, x.data_ptr(), k, w.data_ptr(), k, ones_m.data_ptr(), ones_n.data_ptr(), 0, y.data_ptr(),
+        ws.data_ptr(), counters.data_ptr(), plan, stream=torch.cuda.current_stream().cuda_stream,
+    )  # fmt: skip
+    torch.cuda.synchronize()
+    assert int(counters[: plan[0]].abs().sum()) == 0  # the last arrivers reset their tiles' counters
+    return y
+
+
+def _configs(elem: str) -> list[Any]:
+    from dqgen.kernels.w8a8_gemm90 import all_configs
+
+    return list(all_configs(elem, "acc"))  # type: ignore[arg-type]
+
+
+def _shape(cfg: Any) -> tuple[int, int, int]:
+    """M, N over two x tiles and three weight tiles with tails, K with a tail inside the last 128-byte tile."""
+    if cfg.swap:
+        return cfg.bn + 5, 2 * cfg.bm + 44, 20 * 128 + 48
+    return cfg.bm + 37, 2 * cfg.bn + 24, 20 * 128 + 48
+
+
+@pytest.mark.parametrize("ctas", ["whole tiles", "stream-K", "one unit a CTA"])
+@pytest.mark.parametrize("index", range(7))
+def test_int32_accumulators_equal_the_int64_product(index: int, ctas: str) -> None:
+    _hopper()
+    cfg = _configs("s8")[index]
+    m, n, k = _shape(cfg)
+    x, w = _int8(m, k, seed=m), _int8(n, k, seed=n)
+    tiles = (-(-m // (cfg.bn if cfg.swap else cfg.bm))) * (-(-n // (cfg.bm if cfg.swap else cfg.bn)))
+    k_tiles = -(-k // 128)
+    force = {"whole tiles": tiles, "stream-K": 2 * tiles + 3, "one unit a CTA": tiles * k_tiles}[ctas]
+    got = _raw_acc(x, w, cfg, force).cpu().numpy()
+    want = ref.int_product(x.cpu().numpy(), w.cpu().numpy())
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, f"{cfg.name}: {len(bad)} accumulators differ, first at {bad[0].tolist()}"
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_fp8_accumulators_within_2e3_of_float64(index: int) -> None:
+    _hopper()
+    cfg = _configs("e4m3")[index]
+    m, n, k = _shape(cfg)
+    xq, wq = _fp8(m, k, seed=m), _fp8(n, k, seed=n)
+    tiles = (-(-m // (cfg.bn if cfg.swap else cfg.bm))) * (-(-n // (cfg.bm if cfg.swap else cfg.bn)))
+    for ctas in (None, 2 * tiles + 3):
+        acc = _raw_acc(xq, wq, cfg, ctas).double().cpu().numpy()
+        acc64 = ref.fp8_product(_e4m3(xq), _e4m3(wq))
+        err = np.abs(acc - acc64) / np.abs(acc64).max(axis=1, keepdims=True)
+        assert err.max() <= 2e-3, (cfg.name, float(err.max()))
+
+
+def test_largest_k_accumulates_without_wrapping() -> None:
+    _hopper()
+    from dqgen.kernels.w8a8_gemm90 import MAX_K_S8
+
+    k = MAX_K_S8 // 16 * 16
+    x = torch.full((3, k), -128, dtype=torch.int8, device="cuda")
+    w = torch.full((40, k), -128, dtype=torch.int8, device="cuda")
+    assert (_raw_acc(x, w, _configs("s8")[0]).cpu().numpy() == k * 16384).all()
+
+
+@pytest.mark.parametrize("m", [1, 48, 300])
+def test_matmul_dispatches_wgmma_and_eager_calls_follow_x(m: int) -> None:
+    """Eager calls through the signature cache with x at new addresses (a launch bound per address), then replayed
+    in a CUDA graph: the reference's bits each time."""
+    _hopper()
+    from dqgen.w8a8 import matmul
+    from dqgen.w8a8.gemm90 import Gemm90Kernel
+    from dqgen.w8a8.matmul_op import _prepared
+
+    n, k = 1000, 4096
+    assert isinstance(_prepared("s8", "f16", m, n, k, torch.cuda.current_device())[0], Gemm90Kernel)
+    w = _int8(n, k, seed=5)
+    wsc = torch.rand(n, device="cuda") * 1e-3
+    xs_ = torch.rand(m, device="cuda") * 1e-3
+    acc_w = w.cpu().numpy()
+    for seed in range(4):
+        x = _int8(m, k, seed=seed)
+        y = matmul(x, xs_, w, wsc)
+        want = ref.epilogue(ref.int_product(x.cpu().numpy(), acc_w), xs_.cpu().numpy(), wsc.cpu().numpy(), None, "f16")
+        assert (y.cpu().numpy().view(np.int16) == want.view(np.int16)).all(), seed
+    x_static = _int8(m, k, seed=11)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        matmul(x_static, xs_, w, wsc)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_static = matmul(x_static, xs_, w, wsc)
+    x_static.copy_(_int8(m, k, seed=12))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = ref.epilogue(
+        ref.int_product(x_static.cpu().numpy(), acc_w), xs_.cpu().numpy(), wsc.cpu().numpy(), None, "f16"
+    )
+    assert (y_static.cpu().numpy().view(np.int16) == want.view(np.int16)).all()
