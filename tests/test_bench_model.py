@@ -97,12 +97,44 @@ def _doc(rows: list[bmod.ModelRow], gpu: str = "NVIDIA H100 80GB HBM3", layers: 
 
 def test_speedups_by_hand() -> None:
     text = bmod.speedups(_doc(ROWS))
-    assert "| mode | phase | batch | dqgen w4a16 | dqgen w8a8 |" in text  # no torch int4 row: no column
-    assert "| eager | decode | 1 | 1.60x | 1.20x |" in text  # 48 / 30, 36 / 30
-    assert "| eager | decode | 64 | 0.75x |  |" in text  # 1200 / 1600
-    assert "| eager | prefill | 1 | 0.90x |  |" in text  # 8100 / 9000
-    assert "| graphs | decode | 1 |  |  |" in text  # the failed row has no figure
-    assert text.index("| eager | decode | 64") < text.index("| graphs | decode | 1")
+    assert text.startswith("Speed-up over fp16 (tokens/s ratio), Llama-3-8B-shaped, 32 layers, NVIDIA H100")
+    assert "| mode | phase | batch | fp16 tok/s | dqgen w4a16 | dqgen w8a8 |" in text  # no torch int4 row: no column
+    assert "| eager | decode | 1 | 30 | 1.60x | 1.20x |" in text  # 48 / 30, 36 / 30
+    assert "| eager | decode | 64 | 1600 | 0.75x |  |" in text  # 1200 / 1600
+    assert "| eager | prefill | 1 | 9000 | 0.90x |  |" in text  # 8100 / 9000
+    assert "| graphs | decode | 1 | 110 |  |  |" in text  # the failed row has no figure
+    assert text.index("| eager | decode | 64") < text.index("| eager | prefill") < text.index("| graphs | decode")
+
+
+def test_markdown_section_speedups_first() -> None:
+    """The report's section: the speed-up table before tokens/s, every failed figure's error listed once, how the
+    linears were made and how long it took, the command that refreshes it."""
+    text = bmod.markdown_section(_doc(ROWS))
+    assert text.startswith(bmod.SECTION_TITLE + "\n")
+    assert "all 32 of Llama-3-8B's decoder layers" in text and "batch 1, 64" in text and "of 2048 tokens" in text
+    assert "`dqgen w4a16` (dqgen.nn.quantize_model, 7.5 s for every decoder linear)" in text
+    assert text.index("| eager | decode | 1 | 30 | 1.60x | 1.20x |") < text.index("Tokens per second")
+    assert "| mode | phase | batch | fp16 | dqgen w4a16 | dqgen w8a8 |" in text
+    assert "| eager | decode | 1 | 30 | 48 | 36 |" in text and "| graphs | decode | 1 | 110 | failed |  |" in text
+    assert text.count("TorchRuntimeError: something") == 1
+    assert "- dqgen w4a16, graphs decode batch 1: TorchRuntimeError: something" in text
+    assert "`dqgen bench --model --docs docs/performance.md`" in text
+    assert "of Llama-3-8B's 32 decoder layers" in bmod.markdown_section(_doc(ROWS, layers=8))
+
+
+def test_docs_section_sits_before_the_notes(tmp_path) -> None:
+    """--docs rewrites its own section only, after the kernels' sections and before the notes."""
+    report = tmp_path / "performance.md"
+    report.write_text(
+        "<!-- section:dequant:begin -->\nD\n<!-- section:dequant:end -->\n\n"
+        "<!-- section:notes:begin -->\nN\n<!-- section:notes:end -->\n"
+    )
+    bmod.write_docs(report, _doc(ROWS))
+    text = report.read_text()
+    assert text.index("\nD\n") < text.index(bmod.SECTION_TITLE) < text.index("\nN\n")
+    bmod.write_docs(report, _doc(ROWS[:1]))
+    text = report.read_text()
+    assert text.count(bmod.SECTION_TITLE) == 1 and "1.60x" not in text and "| eager | decode | 1 | 30 |" in text
 
 
 def test_table_shows_errors_and_figures() -> None:
@@ -157,7 +189,7 @@ def test_cli_writes_record_speedups_first(monkeypatch, tmp_path) -> None:
 
     seen = {}
 
-    def fake_bench(layers, batches, prefill, new_tokens, runs, modes, impls, log):
+    def fake_bench(layers, batches, prefill, new_tokens, runs, modes, impls, log, done):
         seen.update(layers=layers, batches=batches, prefill=prefill, new_tokens=new_tokens, modes=modes, impls=impls)
         return ROWS, {"dqgen w4a16": 7.5}, {"dqgen w4a16": "dqgen.nn.quantize_model"}
 
@@ -173,9 +205,46 @@ def test_cli_writes_record_speedups_first(monkeypatch, tmp_path) -> None:
     assert r.stdout.startswith("Speed-up over fp16")
     doc = bmod.load_document(tmp_path / "docs/bench/model.json")
     assert doc["gpu"] == "Stand-in GPU" and doc["layers"] == 2 and doc["versions"]["torch"] == torch.__version__
-    r = CliRunner().invoke(app, [*args, "--merge", "--impls", "fp16"])
+    assert not (tmp_path / "docs/performance.md").exists()  # no --docs: the record only
+    r = CliRunner().invoke(app, [*args, "--merge", "--impls", "fp16", "--docs", "docs/performance.md"])
     assert r.exit_code == 0, r.output
     assert len(bmod.load_document(tmp_path / "docs/bench/model.json")["rows"]) == len(ROWS)
+    assert (tmp_path / "docs/performance.md").read_text().startswith("<!-- section:model:begin -->\n" +
+                                                                     bmod.SECTION_TITLE)  # fmt: skip
+
+
+def test_cli_keeps_what_a_cut_run_measured(monkeypatch, tmp_path) -> None:
+    """The record is written after each implementation: a run that dies in the second keeps the first's rows."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from dqgen.run import device as dev
+
+    def dies_in_the_second(layers, batches, prefill, new_tokens, runs, modes, impls, log, done):
+        done(ROWS[:2], {"fp16": 0.0}, {"fp16": "the model as built"})
+        raise RuntimeError("the call's time is up")
+
+    monkeypatch.setattr(dev, "gpu_available", lambda: True)
+    monkeypatch.setattr(bmod, "bench_model", dies_in_the_second)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Stand-in GPU")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["bench", "--model", "--layers", "2"])
+    assert r.exit_code != 0
+    doc = bmod.load_document(tmp_path / "docs/bench/model.json")
+    assert [(x["impl"], x["batch"]) for x in doc["rows"]] == [("fp16", 1), ("dqgen w4a16", 1)]
+
+
+def test_cli_refuses_a_damaged_report_before_the_gpu(monkeypatch, tmp_path) -> None:
+    from dqgen.run import device as dev
+
+    looked = []
+    monkeypatch.setattr(dev, "gpu_available", lambda: looked.append(1) or True)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "report.md").write_text("stray text\n<!-- section:gru:begin -->\nG\n<!-- section:gru:end -->\n")
+    r = CliRunner().invoke(app, ["bench", "--model", "--docs", "report.md"])
+    assert r.exit_code == 2 and r.stderr.startswith("error: --docs: report.md: expected only whole"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not looked
+    r = CliRunner().invoke(app, ["bench", "--model-linears", "--docs", "report.md"])
+    assert r.exit_code == 2 and "writes its JSON record only; got --docs" in r.stderr
 
 
 def test_swap_and_restore_keep_the_fp16_linears() -> None:

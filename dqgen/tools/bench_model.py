@@ -206,23 +206,48 @@ def merge_documents(old: dict, new: dict) -> dict:
     }
 
 
-def speedups(doc: dict) -> str:
-    """The figure a user reads first: each implementation's tokens/s over fp16's, per mode, phase and batch."""
+def _figure_keys(rows: list[dict]) -> list[tuple[str, str, int]]:
+    """(mode, phase, batch) of the rows: eager before graphs, decode (by batch) before prefill."""
+    keys = dict.fromkeys((r["mode"], r["phase"], r["batch"]) for r in rows)
+    return sorted(keys, key=lambda k: (MODES.index(k[0]) if k[0] in MODES else 9, k[1], k[2]))
+
+
+def speedup_table(doc: dict) -> list[str]:
+    """The figure a user reads first, as markdown lines: each implementation's tokens/s over fp16's per mode,
+    phase and batch size, fp16's own tokens/s beside them."""
     rows = [r for r in doc["rows"] if r["tok_s"]]
     impls = [i for i in IMPLS if i != "fp16" and any(r["impl"] == i for r in rows)]
     lines = [
-        f"Speed-up over fp16 (tokens/s ratio), Llama-3-8B-shaped, {doc['layers']} layers, {doc['gpu']}",
-        "",
-        "| mode | phase | batch | " + " | ".join(impls) + " |",
-        "|---|---|---|" + "---|" * len(impls),
+        "| mode | phase | batch | fp16 tok/s | " + " | ".join(impls) + " |",
+        "|---|---|---:|---:|" + "---:|" * len(impls),
     ]
-    keys = dict.fromkeys((r["mode"], r["phase"], r["batch"]) for r in rows)
-    for mode, phase, batch in sorted(keys, key=lambda k: (MODES.index(k[0]) if k[0] in MODES else 9, k[1], k[2])):
+    for mode, phase, batch in _figure_keys(rows):
         here = {r["impl"]: r["tok_s"] for r in rows if (r["mode"], r["phase"], r["batch"]) == (mode, phase, batch)}
         base = here.get("fp16")
         cells = [f"{here[i] / base:.2f}x" if base and i in here else "" for i in impls]
+        lines.append(f"| {mode} | {phase} | {batch} | {f'{base:.0f}' if base else ''} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def speedups(doc: dict) -> str:
+    """:func:`speedup_table` under a title line naming the model and the GPU (what the command prints first)."""
+    title = f"Speed-up over fp16 (tokens/s ratio), Llama-3-8B-shaped, {doc['layers']} layers, {doc['gpu']}"
+    return "\n".join([title, "", *speedup_table(doc)])
+
+
+def tokens_table(doc: dict) -> list[str]:
+    """Tokens/s of every implementation per mode, phase and batch size (markdown lines); a failed figure reads
+    "failed" (its error is listed under the table by :func:`markdown_section`)."""
+    impls = [i for i in IMPLS if any(r["impl"] == i for r in doc["rows"])]
+    lines = [
+        "| mode | phase | batch | " + " | ".join(impls) + " |",
+        "|---|---|---:|" + "---:|" * len(impls),
+    ]
+    for mode, phase, batch in _figure_keys(doc["rows"]):
+        here = {r["impl"]: r for r in doc["rows"] if (r["mode"], r["phase"], r["batch"]) == (mode, phase, batch)}
+        cells = ["" if i not in here else f"{here[i]['tok_s']:.0f}" if here[i]["tok_s"] else "failed" for i in impls]
         lines.append(f"| {mode} | {phase} | {batch} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return lines
 
 
 def table(doc: dict) -> str:
@@ -239,6 +264,68 @@ def table(doc: dict) -> str:
             f"| {r['impl']} | {r['mode']} | {r['phase']} | {r['batch']} | {r['tokens']} | {tok} | {ms} | {err} |"
         )
     return "\n".join(lines)
+
+
+SECTION = "model"
+SECTION_TITLE = "## A whole model, end to end (`dqgen bench --model`)"
+
+
+def markdown_section(doc: dict) -> str:
+    """The "model" section of docs/performance.md, from the JSON record alone: the speed-up over fp16 first, then
+    tokens/s, the failed figures' errors, how each implementation's linears were made."""
+    rows = doc["rows"]
+    versions = ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
+    decode = sorted({r["batch"] for r in rows if r["phase"] == "decode"})
+    new_tokens = sorted({r["tokens"] for r in rows if r["phase"] == "decode"})
+    prefill = sorted({r["tokens"] for r in rows if r["phase"] == "prefill"})
+    layers = doc["layers"]
+    whole = "all 32 of Llama-3-8B's" if layers == MAX_LAYERS else f"{layers} of Llama-3-8B's 32"
+    lines = [
+        SECTION_TITLE,
+        "",
+        f"Written by `dqgen bench --model` on {doc['date']}, GPU: {doc['gpu']} ({versions}). The model: a "
+        f"`transformers` LlamaForCausalLM built from Llama-3-8B's configuration with random weights (no download), "
+        f"{whole} decoder layers, fp16; `lm_head` stays fp16 in every implementation (as AWQ / GPTQ checkpoints "
+        f"keep it). Decode: greedy, {'/'.join(map(str, new_tokens))} new tokens per sequence at batch "
+        f"{', '.join(map(str, decode))}; prefill: one sequence of {'/'.join(map(str, prefill)) or 'no'} tokens.",
+        "",
+        f"Method: {doc['method']}.",
+        "",
+        "Implementations: `fp16` (the model as built); "
+        + "; ".join(
+            f"`{impl}` ({doc['prepare_how'][impl]}, {doc['prepare_s'][impl]:.1f} s for every decoder linear)"
+            for impl in IMPLS
+            if impl != "fp16" and impl in doc["prepare_how"]
+        )
+        + ".",
+        "",
+        "Speed-up over fp16 (tokens/s ratio; fp16's own tokens/s in its column):",
+        "",
+        *speedup_table(doc),
+        "",
+        "Tokens per second (decode: batch x steps / time; prefill: prompt tokens / time):",
+        "",
+        *tokens_table(doc),
+    ]
+    failed = [r for r in rows if r["error"]]
+    if failed:
+        lines += ["", "Figures that failed:", ""]
+        lines += [f"- {r['impl']}, {r['mode']} {r['phase']} batch {r['batch']}: {r['error']}" for r in failed]
+    lines += [
+        "",
+        "Rows: docs/bench/model.json, plot: docs/bench/model.png. On a GPU machine with transformers, from the repo "
+        "root: `dqgen bench --model --docs docs/performance.md` (add `--impls ... --merge` to measure the "
+        "implementations over several calls into one table).",
+    ]
+    return "\n".join(lines)
+
+
+def write_docs(path: Path, doc: dict) -> None:
+    """Rewrite the "model" section of ``path`` (after the kernels' sections, before the notes)."""
+    from .report import SECTION_ORDER, write_section
+
+    order = (*(n for n in SECTION_ORDER if n not in (SECTION, "notes")), SECTION, "notes")
+    write_section(path, SECTION, markdown_section(doc), order=order)
 
 
 # ----------------------------------------------------------------------------------------------- the plot
@@ -681,10 +768,12 @@ def bench_model(
     impls: list[str],
     log: Callable[[str], None] = print,
     capture: Capture = cuda_graph_capture,
+    done: Callable[[list[ModelRow], dict[str, float], dict[str, str]], None] | None = None,
 ) -> tuple[list[ModelRow], dict[str, float], dict[str, str]]:
     """Every implementation, mode, batch size and the prefill on one model (module docstring). Returns the rows,
     the seconds each implementation took to swap its linears in, and how it did. ``capture``: graphs mode's
-    (a stand-in that calls the step runs the same loop where there are no CUDA graphs)."""
+    (a stand-in that calls the step runs the same loop where there are no CUDA graphs). ``done``: called with
+    what is measured so far after each implementation (a record written then survives a run cut short)."""
     import torch
 
     model = build_model(layers)
@@ -713,6 +802,8 @@ def bench_model(
             rows += [_failed(impl, mode, phase, b, n, f"prepare: {err}") for mode in modes for phase, b, n in keys]
             restore(model, originals, lm_head)
             model.to(dtype)
+            if done is not None:
+                done(rows, prepare_s, prepare_how)
             continue
         if model.lm_head is not lm_head:  # lm_head stays unquantized (as AWQ / GPTQ checkpoints keep it)
             model.lm_head = lm_head
@@ -723,6 +814,8 @@ def bench_model(
         restore(model, originals, lm_head)
         model.to(dtype)  # after torch int4's bf16
         torch.cuda.empty_cache()
+        if done is not None:
+            done(rows, prepare_s, prepare_how)
     return rows, prepare_s, prepare_how
 
 
