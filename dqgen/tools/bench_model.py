@@ -28,6 +28,7 @@ StaticCache) is a row with its one-line error, not a crash.
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import io
 import itertools
@@ -448,8 +449,11 @@ def quantize_w4a16(model: Any, originals: dict[str, Any]) -> str:
     # looked up, not imported by name: the branch that adds quantize_model may not be merged into this dqgen yet
     quantize_model: Any = getattr(importlib.import_module("dqgen.nn"), "quantize_model", None)
     if quantize_model is not None:
-        quantize_model(model, SPEC, group_size=GROUP)
-        return "dqgen.nn.quantize_model"
+        report = quantize_model(model, SPEC, group_size=GROUP)
+        missed = sorted(set(originals) - set(report.replaced))
+        if missed:  # a linear left in fp16 would make the row a mix of both: refused, with the reason
+            raise RuntimeError(f"quantize_model left {missed[0]} unquantized: {report.skipped.get(missed[0], '?')}")
+        return f"dqgen.nn.quantize_model, {len(report.replaced)} linears, {SPEC} group {GROUP}"
     from ..nn.linear import QuantLinear
 
     for name, lin in originals.items():
@@ -555,7 +559,6 @@ def greedy(model: Any, ids: Any, new_tokens: int, processors: Any = None) -> Any
         ids,
         attention_mask=torch.ones_like(ids),
         max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
         do_sample=False,
         logits_processor=processors,
     )
@@ -810,7 +813,10 @@ def bench_model(
         for mode in modes:
             for phase, b, n in keys:
                 rows.append(_measure(impl, mode, phase, b, n, runs, _figure(model, mode, phase, b, n, capture), log))
-                torch.cuda.empty_cache()  # the row's static cache and graph pool are gone: the next one's room
+                # the row's static cache and graph (a StaticDecoder and its replay refer to each other: a cycle,
+                # freed by the collector) make room for the next row's
+                gc.collect()
+                torch.cuda.empty_cache()
         restore(model, originals, lm_head)
         model.to(dtype)  # after torch int4's bf16
         torch.cuda.empty_cache()
