@@ -1,6 +1,8 @@
 """dqgen bench --model on the CPU: flags refused before any GPU work, the record's schema, merge and one-line errors,
-the speed-up table (ratios by hand), the plot, the linear swap that gives every implementation the same weights (a
-tiny Llama); on a GPU, one short run of every implementation and mode."""
+the speed-up table (ratios by hand), the report's section, the plot, the linear swap that gives every implementation
+the same weights; graphs mode's loop (static cache, prefill, the step replayed with the token and the position
+updated in place) on a tiny Llama with the capture stood in for, against generate()'s tokens; the whole loop's rows.
+On a GPU: one short run of every implementation and mode, and the captured decode against the same loop uncaptured."""
 
 from __future__ import annotations
 
