@@ -324,7 +324,8 @@ def bench(
         False,
         "--model",
         help="Time a random-weight Llama-3-8B-shaped transformers model end to end: decode and prefill tokens/s, "
-        "fp16 vs dqgen W4A16 / W8A8 vs torch int4 (docs/bench/model.json, model.png).",
+        "fp16 vs dqgen W4A16 / W8A8 vs torch int4, eager and as CUDA graphs (docs/bench/model.json, model.png; with "
+        "--docs its section of the report).",
     ),
     layers: int | None = typer.Option(
         None, "--layers", help="With --model-linears (default 4) or --model (default 32): decoder layers, 1..32."
