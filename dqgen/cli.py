@@ -324,7 +324,8 @@ def bench(
         False,
         "--model",
         help="Time a random-weight Llama-3-8B-shaped transformers model end to end: decode and prefill tokens/s, "
-        "fp16 vs dqgen W4A16 / W8A8 vs torch int4 (docs/bench/model.json, model.png).",
+        "fp16 vs dqgen W4A16 / W8A8 vs torch int4, eager and as CUDA graphs (docs/bench/model.json, model.png; with "
+        "--docs its section of the report).",
     ),
     layers: int | None = typer.Option(
         None, "--layers", help="With --model-linears (default 4) or --model (default 32): decoder layers, 1..32."
@@ -336,7 +337,12 @@ def bench(
     new_tokens: int | None = typer.Option(
         None, "--new-tokens", help="With --model: tokens generated per decode run (default 32)."
     ),
-    modes: str | None = typer.Option(None, "--modes", help="With --model: eager, graphs or both (default both)."),
+    modes: str | None = typer.Option(
+        None,
+        "--modes",
+        help="With --model: eager (generate()), graphs (a static cache, one decode step captured as a CUDA graph "
+        "and replayed) or both (default both).",
+    ),
     runs: int | None = typer.Option(
         None, "--runs", help="With --model: timed runs per figure, the median (default 3; a warm-up run first)."
     ),
@@ -580,8 +586,8 @@ def _bench_e2e(
         _fail("--model and --model-linears are separate benches; give one of them")
     if other_bench:
         _fail(f"{which} is a bench of its own; give no --matmul, --gru or --w8a8 with it")
-    for flag, on in (("specs", bool(specs)), ("--shapes", shapes is not None), ("--docs", docs is not None),
-                     ("--plot", plot is not None)):  # fmt: skip
+    for flag, on in (("specs", bool(specs)), ("--shapes", shapes is not None),
+                     ("--docs", docs is not None and model_linears), ("--plot", plot is not None)):  # fmt: skip
         if on:
             _fail(f"{which} times fixed Llama-3-8B shapes and writes its JSON record only; got {flag}")
     own = ("--layers", "--replays") if model_linears else ("--layers", "--batches", "--prefill", "--new-tokens",
@@ -594,7 +600,7 @@ def _bench_e2e(
     else:
         if m is not None:
             _fail("[--m] does not apply to --model (it times --batches and --prefill)")
-        _bench_model(e2e, impls, as_json, record, merge)
+        _bench_model(e2e, impls, as_json, record, merge, docs)
 
 
 def _bench_linears(
@@ -631,7 +637,11 @@ def _bench_linears(
         raise typer.Exit(EXIT_FAILED)
 
 
-def _bench_model(e2e: dict[str, Any], impls: str | None, as_json: bool, record: str | None, merge: bool) -> None:
+def _bench_model(
+    e2e: dict[str, Any], impls: str | None, as_json: bool, record: str | None, merge: bool, docs: str | None
+) -> None:
+    """``dqgen bench --model``: the record (rewritten after each implementation, so a run cut short keeps what it
+    measured), its plot, with --docs the "model" section of the report."""
     import importlib.util
 
     from .run import device as dev
@@ -657,6 +667,13 @@ def _bench_model(e2e: dict[str, Any], impls: str | None, as_json: bool, record: 
             old = bmod.load_document(record_path)  # refused before the GPU is touched
         except ValueError as e:
             _fail(f"--merge: {e}")
+    if docs:
+        from .tools.report import read_sections
+
+        try:
+            read_sections(Path(docs))  # a report the bench could not rewrite is refused before it measures
+        except (ValueError, OSError, UnicodeDecodeError) as e:
+            _fail(f"--docs: {e}")
     if importlib.util.find_spec("transformers") is None:
         _fail("dqgen bench --model needs transformers (pip install transformers)")
     if not dev.gpu_available():
@@ -669,14 +686,23 @@ def _bench_model(e2e: dict[str, Any], impls: str | None, as_json: bool, record: 
     if old is not None and (old["gpu"], old["layers"]) != (gpu, layers):
         _fail(f"--merge: {record_path} is of {old['gpu']!r} with {old['layers']} layers; this run {gpu!r}, {layers}")
     log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
+    run_versions = bmod.versions()
+
+    def record_of(rows: list[Any], prepare_s: dict[str, float], prepare_how: dict[str, str]) -> dict:
+        doc = bmod.document(gpu, layers, rows, bmod.method_text(runs), run_versions, prepare_s, prepare_how)
+        return doc if old is None else bmod.merge_documents(old, doc)
+
+    def so_far(rows: list[Any], prepare_s: dict[str, float], prepare_how: dict[str, str]) -> None:
+        write_json(record_path, record_of(rows, prepare_s, prepare_how))
+
     rows, prepare_s, prepare_how = bmod.bench_model(
-        layers, batches, prefill or None, new_tokens, runs, modes, wanted, log=log
+        layers, batches, prefill or None, new_tokens, runs, modes, wanted, log=log, done=so_far
     )
-    doc = bmod.document(gpu, layers, rows, bmod.method_text(runs), bmod.versions(), prepare_s, prepare_how)
-    if old is not None:
-        doc = bmod.merge_documents(old, doc)
+    doc = record_of(rows, prepare_s, prepare_how)
     write_json(record_path, doc)
     _plot_beside(record_path, doc, bmod.plot, "pip install 'dqgen[plot]'")
+    if docs:
+        bmod.write_docs(Path(docs), doc)
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
     else:
