@@ -115,9 +115,51 @@ def tune(m: int, n: int, k: int) -> None:
     print(" | ".join(line), flush=True)
 
 
+def fp8_error() -> None:
+    """max |acc - acc64| / max |acc64| of the e4m3 accumulators, sm_80's kernel (f16 mma) and the wgmma one, per K."""
+    from dqgen.w8a8.matmul_op import quantize_activations_fp8
+
+    for m, n, k in ((1, 6144, 4096), (256, 6144, 4096), (1, 28672, 8192), (256, 28672, 8192), (64, 8192, 28672)):
+        x8 = quantize_activations_fp8(torch.randn(m, k, device="cuda").half())[0]
+        w8 = quantize_activations_fp8(torch.randn(n, k, device="cuda").half())[0]
+        want = x8.double() @ w8.double().T
+        scale = float(want.abs().max())
+        cfg = choose_w8a8_gemm90("e4m3", "acc", m, n, 132)
+        kern = loaded90(cfg, 0)
+        plan = kern.plan(m, n, k)
+        y = torch.empty((m, n), dtype=torch.float32, device="cuda")
+        ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=torch.float32, device="cuda")
+        one_m, one_n = torch.ones(m, device="cuda"), torch.ones(n, device="cuda")
+        cnt = _counters(y.device, plan[0])
+        kern(
+            m,
+            n,
+            k,
+            x8.data_ptr(),
+            k,
+            w8.data_ptr(),
+            k,
+            one_m.data_ptr(),
+            one_n.data_ptr(),
+            0,
+            y.data_ptr(),
+            ws.data_ptr(),
+            cnt.data_ptr(),
+            plan,
+            stream=torch.cuda.current_stream().cuda_stream,
+        )
+        fn80 = sm80(x8, w8, "e4m3")
+        fn80()
+        torch.cuda.synchronize()
+        err90 = float((y.double() - want).abs().max()) / scale
+        print(f"fp8 m={m} n={n} k={k}: wgmma {err90:.2e} of max|acc| ({cfg.name})", flush=True)
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
-    if what == "check":
+    if what == "fp8":
+        fp8_error()
+    elif what == "check":
         ok = True
         for n, k in ((6144, 4096), (28672, 8192), (4096, 14336), (1000, 4112)):
             for m in (1, 7, 16, 33, 64, 100, 128, 200, 256, 300):

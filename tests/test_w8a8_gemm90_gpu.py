@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dqgen.kernels.w8a8_gemm90 import W8A8Gemm90Config, all_configs
 from dqgen.w8a8 import gemm_reference as ref
 
 torch = pytest.importorskip("torch")
@@ -69,10 +70,8 @@ def _raw_acc(x: Any, w: Any, cfg: Any, ctas: int | None = None) -> Any:
     return y
 
 
-def _configs(elem: str) -> list[Any]:
-    from dqgen.kernels.w8a8_gemm90 import all_configs
-
-    return list(all_configs(elem, "acc"))  # type: ignore[arg-type]
+S8 = list(all_configs("s8", "acc"))
+E4M3 = list(all_configs("e4m3", "acc"))
 
 
 def _shape(cfg: Any) -> tuple[int, int, int]:
@@ -83,10 +82,9 @@ def _shape(cfg: Any) -> tuple[int, int, int]:
 
 
 @pytest.mark.parametrize("ctas", ["whole tiles", "stream-K", "one unit a CTA"])
-@pytest.mark.parametrize("index", range(7))
-def test_int32_accumulators_equal_the_int64_product(index: int, ctas: str) -> None:
+@pytest.mark.parametrize("cfg", S8, ids=[c.name for c in S8])
+def test_int32_accumulators_equal_the_int64_product(cfg: W8A8Gemm90Config, ctas: str) -> None:
     _hopper()
-    cfg = _configs("s8")[index]
     m, n, k = _shape(cfg)
     x, w = _int8(m, k, seed=m), _int8(n, k, seed=n)
     tiles = (-(-m // (cfg.bn if cfg.swap else cfg.bm))) * (-(-n // (cfg.bm if cfg.swap else cfg.bn)))
@@ -98,11 +96,12 @@ def test_int32_accumulators_equal_the_int64_product(index: int, ctas: str) -> No
     assert bad.size == 0, f"{cfg.name}: {len(bad)} accumulators differ, first at {bad[0].tolist()}"
 
 
-@pytest.mark.parametrize("index", range(7))
-def test_fp8_accumulators_within_2e3_of_float64(index: int) -> None:
+@pytest.mark.parametrize("cfg", E4M3, ids=[c.name for c in E4M3])
+def test_fp8_accumulators_within_2e3_of_float64(cfg: W8A8Gemm90Config) -> None:
+    """At the K of a real layer (the wgmma's own e4m3 sums drift past 2e-3 there: the kernel promotes them)."""
     _hopper()
-    cfg = _configs("e4m3")[index]
-    m, n, k = _shape(cfg)
+    m, n, _ = _shape(cfg)
+    k = 8192 + 48
     xq, wq = _fp8(m, k, seed=m), _fp8(n, k, seed=n)
     tiles = (-(-m // (cfg.bn if cfg.swap else cfg.bm))) * (-(-n // (cfg.bm if cfg.swap else cfg.bn)))
     for ctas in (None, 2 * tiles + 3):
@@ -119,7 +118,7 @@ def test_largest_k_accumulates_without_wrapping() -> None:
     k = MAX_K_S8 // 16 * 16
     x = torch.full((3, k), -128, dtype=torch.int8, device="cuda")
     w = torch.full((40, k), -128, dtype=torch.int8, device="cuda")
-    assert (_raw_acc(x, w, _configs("s8")[0]).cpu().numpy() == k * 16384).all()
+    assert (_raw_acc(x, w, S8[0]).cpu().numpy() == k * 16384).all()
 
 
 @pytest.mark.parametrize("m", [1, 48, 300])

@@ -57,7 +57,7 @@ def _raw_acc(x: Any, w: Any, plan: tuple[int, int, int] | None = None, cfg: Any 
     cfg = cfg or choose_w8a8_gemm(elem, "acc", m, n, k, *_device_limits(ordinal))
     kern = loaded(cfg, ordinal)
     plan = plan or kern.plan(m, n, k)
-    tiles, splits, _ = plan
+    tiles = plan[0]
     acc_dtype = torch.int32 if elem == "s8" else torch.float32
     y = torch.empty((m, n), dtype=acc_dtype, device="cuda")
     ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=acc_dtype, device="cuda")

@@ -54,6 +54,11 @@ class W8A8Gemm90Config(KernelConfig):
             raise ValueError(f"W8A8Gemm90Config: consumers and mw must be 1 or 2, got {self.consumers}, {self.mw}")
         if self.mw * self.bn > 256:
             raise ValueError(f"W8A8Gemm90Config: {self.mw} x n{self.bn} accumulators exceed a thread's 128 registers")
+        if self.elem == "e4m3" and self.mw * self.bn > 128:
+            raise ValueError(
+                f"W8A8Gemm90Config: e4m3 keeps its sums and two partial sets: {self.mw} x n{self.bn} exceeds 64 "
+                "accumulators a thread"
+            )
         if self.stages < 2:
             raise ValueError(f"W8A8Gemm90Config.stages: the ring needs at least 2 stages, got {self.stages}")
         if self.shared_bytes > SM_SHARED_BYTES // self.min_blocks - BLOCK_RESERVED_BYTES:
@@ -131,7 +136,10 @@ class W8A8Gemm90Config(KernelConfig):
             regs_consumer=consumer_regs(self.consumers, self.min_blocks),
             acc_c="int" if self.elem == "s8" else "float",
             acc_ptx="s32" if self.elem == "s8" else "f32",
-            acc_doc="exact int32 accumulation" if self.elem == "s8" else "fp32 accumulation in the tensor core",
+            acc_doc="exact int32 accumulation"
+            if self.elem == "s8"
+            else "fp32 sums of each 128-k tile in the tensor core, added in fp32 registers",
+            promote=self.elem == "e4m3",
         )
 
 
@@ -152,10 +160,10 @@ def choose_w8a8_gemm90(elem: Elem, out: Out, m: int, n: int = 0, sms: int = 0) -
     (M = 1024, N = 4096: 128 of them on 132 SMs), the narrow ones 1.2-1.4x faster at half a wave or less."""
     if m <= SWAP_MAX_M:
         return _swap(elem, out, next(b for b in SWAP_TOKENS if b >= m))
-    wide = W8A8Gemm90Config(elem, out, False, 256, 2, 1, 4, 1)
-    if n and sms and -(-m // 128) * -(-n // 256) < WIDE_FILL * sms:
-        return W8A8Gemm90Config(elem, out, False, 128, 2, 1, 6, 1)
-    return wide
+    narrow = W8A8Gemm90Config(elem, out, False, 128, 2, 1, 6, 1)
+    if elem == "e4m3" or (n and sms and -(-m // 128) * -(-n // 256) < WIDE_FILL * sms):
+        return narrow  # e4m3: the wide tile's sums and partial sets would not fit a thread's registers
+    return W8A8Gemm90Config(elem, out, False, 256, 2, 1, 4, 1)
 
 
 #: The fraction of the SMs the 128 x 256 tiles must fill to be chosen (one CTA an SM).
@@ -165,8 +173,5 @@ WIDE_FILL: Final = 0.875
 #: Every configuration choose_w8a8_gemm90 returns for one element and output type (the quick tier and the PTX hashes
 #: render each once).
 def all_configs(elem: Elem, out: Out) -> tuple[W8A8Gemm90Config, ...]:
-    return (
-        *(_swap(elem, out, b) for b in SWAP_TOKENS),
-        W8A8Gemm90Config(elem, out, False, 128, 2, 1, 6, 1),
-        W8A8Gemm90Config(elem, out, False, 256, 2, 1, 4, 1),
-    )
+    wide = (W8A8Gemm90Config(elem, out, False, 256, 2, 1, 4, 1),) if elem == "s8" else ()
+    return (*(_swap(elem, out, b) for b in SWAP_TOKENS), W8A8Gemm90Config(elem, out, False, 128, 2, 1, 6, 1), *wide)

@@ -184,15 +184,16 @@ class W8A8Linear(torch.nn.Module):
         if err:
             qc.fn.failed(err, stream)
         gc = hit.gemm
-        slots = gc.slots
-        slots[gc.x_slot] = base
-        slots[gc.x_scale_slot] = base + hit.scale_at
-        slots[gc.y_slot] = y.data_ptr()
-        if gc.ws_slot >= 0:
-            slots[gc.ws_slot] = base + hit.ws_at
-        err = gc.launch(stream, gc.params, 0)[0]
+        # x's slot patched, or the launch bound for x's tensor map at base (Hopper), with its slots
+        fn, x_scale_slot, y_slot, ws_slot = gc.bound_for(base)
+        slots = fn.slots
+        slots[x_scale_slot] = base + hit.scale_at
+        slots[y_slot] = y.data_ptr()
+        if ws_slot >= 0:
+            slots[ws_slot] = base + hit.ws_at
+        err = fn.launch(stream, fn.params, 0)[0]
         if err:
-            gc.fn.failed(err, stream)
+            fn.failed(err, stream)
         return y  # the scratch goes back to torch's caching allocator after both launches, stream-ordered
 
     def _remember(

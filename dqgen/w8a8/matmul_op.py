@@ -237,8 +237,21 @@ class _Call:
     ordinal: int
     device: torch.device
     out_dtype: torch.dtype
-    bind_x: Any = None  # x's address -> the launch bound with x's tensor map at it (x_slot -1)
-    by_x: dict[int, dev.BoundLaunch] = dataclasses.field(default_factory=dict)
+    #: x's address -> (the launch bound with x's tensor map at it, its x_scale, y and ws slots) (x_slot -1)
+    bind_x: Any = None
+    by_x: dict[int, tuple[dev.BoundLaunch, int, int, int]] = dataclasses.field(default_factory=dict)
+
+    def bound_for(self, x_ptr: int) -> tuple[dev.BoundLaunch, int, int, int]:
+        """The launch with x at ``x_ptr`` and the slots of its other per-call pointers (x_scale, y, ws; -1: none),
+        which the caller patches: the bound one with x's slot patched, or (x in a tensor map) the one bound for
+        that address, whose slots are its own (a tensor map's padding follows its argument array's address)."""
+        if self.x_slot >= 0:
+            self.slots[self.x_slot] = x_ptr
+            return self.fn, self.x_scale_slot, self.y_slot, self.ws_slot
+        hit = self.by_x.get(x_ptr)
+        if hit is None:
+            hit = remember(self.by_x, x_ptr, self.bind_x(x_ptr), X_BOUND_MAX)
+        return hit
 
 
 #: Bound launches a Hopper call signature keeps, one per x address seen (a model's activations come back to a few
@@ -287,19 +300,14 @@ def _call(
         remember(_CALLS, key, hit, CALLS_MAX)
     y = _empty(*hit.mn, dtype=hit.out_dtype, device=hit.device)  # sizes as ints: torch parses them faster
     ws = _empty(hit.ws_elems, dtype=hit.ws_dtype, device=hit.device) if hit.ws_elems else None
-    if hit.x_slot >= 0:
-        fn, launch, params, slots = hit.fn, hit.launch, hit.params, hit.slots
-        slots[hit.x_slot] = x_q.data_ptr()
-    else:  # x's address is in its tensor map
-        ptr = x_q.data_ptr()
-        fn = hit.by_x.get(ptr) or remember(hit.by_x, ptr, hit.bind_x(ptr), X_BOUND_MAX)
-        launch, params, slots = fn.launch, fn.params, fn.slots
-    slots[hit.x_scale_slot] = x_scale.data_ptr()
-    slots[hit.y_slot] = y.data_ptr()
+    fn, x_scale_slot, y_slot, ws_slot = hit.bound_for(x_q.data_ptr())
+    slots = fn.slots
+    slots[x_scale_slot] = x_scale.data_ptr()
+    slots[y_slot] = y.data_ptr()
     if ws is not None:
-        slots[hit.ws_slot] = ws.data_ptr()
+        slots[ws_slot] = ws.data_ptr()
     stream = _raw_stream(hit.ordinal)
-    err = launch(stream, params, 0)[0]
+    err = fn.launch(stream, fn.params, 0)[0]
     if err:
         fn.failed(err, stream)
     return y  # ws goes back to the caching allocator after the launch, stream-ordered
@@ -333,12 +341,23 @@ def plan(
     x_ld, w_ptr, w_ld = x_q.stride(0) if m > 1 else k, w.data_ptr(), w.stride(0) if n > 1 else k
     rest = (w_scale.data_ptr(), 0 if bias is None else bias.data_ptr(), pointers[2], pointers[3], counters.data_ptr())
 
-    def bind_x(x_ptr: int) -> dev.BoundLaunch:
+    def bind(x_ptr: int) -> dev.BoundLaunch:
         return kern.bind(plan_, kern.launch_args(m, n, k, x_ptr, x_ld, w_ptr, w_ld, pointers[1], *rest, plan_))
 
-    fn = bind_x(pointers[0])
-    x_slot, x_scale_slot, y_slot = (fn.slot_of(p) for p in pointers[:3])
-    ws_slot = -1 if ws is None else fn.slot_of(pointers[3])
+    def slots_of(fn: dev.BoundLaunch) -> tuple[int | None, int | None, int | None]:
+        """The slots of the per-call pointers x_scale, y, ws (-1: no workspace) in a launch bound with them."""
+        return fn.slot_of(pointers[1]), fn.slot_of(pointers[2]), -1 if ws is None else fn.slot_of(pointers[3])
+
+    def bind_x(x_ptr: int) -> tuple[dev.BoundLaunch, int, int, int]:
+        fn = bind(x_ptr)
+        found = slots_of(fn)
+        if None in found:  # the other pointers were told apart in the first launch bound: its args are these
+            raise RuntimeError(f"w8a8 matmul: a launch bound for x at {x_ptr:#x} holds its per-call pointers twice")
+        return (fn, *found)  # type: ignore[return-value]
+
+    fn = bind(pointers[0])
+    x_slot = fn.slot_of(pointers[0])
+    x_scale_slot, y_slot, ws_slot = slots_of(fn)
     tma = isinstance(kern, Gemm90Kernel)
     if tma:  # x's address is in its tensor map (opaque bytes: never patched): a launch bound per address (bind_x)
         x_slot = -1
@@ -350,7 +369,7 @@ def plan(
         counters, ordinal, device, out_dtype, bind_x if tma else None,
     )  # fmt: skip
     if tma:
-        call.by_x[pointers[0]] = fn
+        call.by_x[pointers[0]] = (fn, x_scale_slot, y_slot, ws_slot)
     return call
 
 
