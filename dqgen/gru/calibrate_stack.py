@@ -5,13 +5,14 @@ every cell folds its own tensors' ranges into its own RangeTracker, and params_f
 cell's QuantGRUParams, exactly as calibrate() does for one cell.
 
 Layer l + 1 is calibrated on the **float** outputs of layer l, not on what the quantized layer l produces. Why:
-(1) the quantized outputs of layer l are h codes of layer l, clamped into the h range calibrated on those same
-float outputs, so the float range already covers every value the quantized layer can hand on (to within half
-an h LSB of rounding at its ends); (2) the two differ by the quantization error only (cosine >= 0.9995), a
-relative range change of ~1e-3 at most, which moves S_x by as much; (3) calibration stays one float forward pass
-that needs no kernels: it runs where the module is (CPU or GPU), gives the same parameters on either, and is as
-fast as deliverable 4 of issue 25 asks. This is also what post-training calibration in torch.ao does: observers
-watch the float model.
+(1) its input scale needs no observation at all: the directions of a layer share one h range and layer l + 1's
+x range is that range (chained_ranges), so S_x, Z_x of layer l + 1 are S_h, Z_h of layer l and the codes pass
+from layer to layer without a second rounding; that range holds the float outputs and, by the clamp, every code
+the quantized layer l can produce; (2) its intermediates (W·x, R·h, pre-activations, ...) would move by the
+quantization error of layers 0..l only (cosine >= 0.9995 per layer), a relative change of their ranges of ~1e-3,
+which moves their scales by as much; (3) calibration stays one float forward pass that needs no kernels: it runs
+where the module is (CPU or GPU), gives the same parameters on either, and is as fast as issue 25 (4) asks. It is
+also what post-training calibration in torch.ao does: observers watch the float model.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from torch.nn.utils.rnn import PackedSequence
 from .calibrate import Observer, RangeTracker, params_from_ranges
 from .compose import PackedIndex, reverse_rows
 from .floatref import torch_to_haste
-from .observe import float_direction
+from .observe import Ranges, float_direction
 from .requant import MultiplierBits
 from .stack import QuantGRUStack
 
@@ -104,6 +105,25 @@ def calibration_batch(item: object, gru: nn.GRU, device: torch.device) -> CalibB
     return CalibBatch(x[:, order], h0[:, order], lengths, active)
 
 
+def chained_ranges(cell_ranges: list[Ranges], directions: int) -> list[Ranges]:
+    """The cells' ranges with h shared by the directions of a layer (the union of theirs) and x of layer l + 1
+    set to that h range of layer l: both then quantize from one (lo, hi), so layer l + 1's S_x, Z_x are layer l's
+    S_h, Z_h and its output codes reach layer l + 1 unchanged (dequantized and requantized exactly) instead of
+    being rounded a second time onto another grid. The union covers the float outputs layer l + 1 was observed
+    on (those are among the h values of layer l) and every code the quantized layer l can produce."""
+    out = [dict(r) for r in cell_ranges]
+    layers = len(out) // directions
+    for layer in range(layers):
+        group = out[layer * directions : (layer + 1) * directions]
+        h = (min(r["h"][0] for r in group), max(r["h"][1] for r in group))
+        for r in group:
+            r["h"] = h
+        if layer + 1 < layers:
+            for r in out[(layer + 1) * directions : (layer + 2) * directions]:
+                r["x"] = h
+    return out
+
+
 def calibrate_stack(
     gru: nn.GRU,
     calibration_inputs: Iterable[object],
@@ -128,17 +148,18 @@ def calibrate_stack(
                     i = layer * d + direction
                     w, r, bx, br = on_device[i]
                     seq = layer_in if direction == 0 else reverse_rows(layer_in, batch.lengths)
-                    out, ranges = float_direction(seq, batch.h0[i], w, r, bx, br, batch.active)
-                    for name, (lo, hi) in ranges.items():
+                    out, seen_ranges = float_direction(seq, batch.h0[i], w, r, bx, br, batch.active)
+                    for name, (lo, hi) in seen_ranges.items():
                         trackers[i].update_range(name, lo, hi)
                     outs.append(out if direction == 0 else reverse_rows(out, batch.lengths))
                 layer_in = torch.cat(outs, dim=2) if d > 1 else outs[0]
             seen += 1
     if seen == 0:
         raise ValueError("calibration_inputs: expected at least one batch")
+    cell_ranges = chained_ranges([t.ranges for t in trackers], d)
     params = [
-        params_from_ranges(*cell, t.ranges, intermediate_bits=intermediate_bits, multiplier_bits=multiplier_bits)
-        for cell, t in zip(cells, trackers, strict=True)
+        params_from_ranges(*cell, rng, intermediate_bits=intermediate_bits, multiplier_bits=multiplier_bits)
+        for cell, rng in zip(cells, cell_ranges, strict=True)
     ]
     return QuantGRUStack(
         num_layers=gru.num_layers, bidirectional=gru.bidirectional, batch_first=gru.batch_first, cells=params
