@@ -174,11 +174,10 @@ def explain(
 ) -> None:
     """Show the derived bit math of SPEC's conversion, op by op, and prove it (or a saved quantized GRU's constants)."""
     if spec.endswith(".npz"):  # a QuantGRU file (dqgen.gru): its derived requantization constants
-        from .gru.explain import explain_text
-        from .gru.params import QuantGRUParams
+        from .gru.explain import explain_file
 
         try:
-            typer.echo(explain_text(QuantGRUParams.load(spec)))
+            typer.echo(explain_file(spec))
         except ValueError as e:
             _fail(str(e).splitlines()[0])
         return

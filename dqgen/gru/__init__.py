@@ -4,8 +4,9 @@ from ..core.optional import require_torch
 from .calibrate import calibrate
 from .params import QParam, QuantGRUParams
 from .requant import Rescale, derive
+from .stack import QuantGRUStack
 
-__all__ = ["QParam", "QuantGRU", "QuantGRUParams", "Rescale", "calibrate", "derive", "quantize"]
+__all__ = ["QParam", "QuantGRU", "QuantGRUParams", "QuantGRUStack", "Rescale", "calibrate", "derive", "quantize"]
 
 
 def __getattr__(name: str) -> object:

@@ -1,15 +1,21 @@
 """Post-training calibration: run the float haste GRU on sample inputs, track min/max of every tensor the
-integer cell quantizes (plain or EMA), and build QuantGRUParams from numpy weights."""
+integer cell quantizes (plain or EMA), and build QuantGRUParams from numpy weights.
+
+The ranges of one batch come from ``observe.float_direction`` (one BLAS matmul for W·x, running minima and
+maxima, numpy or torch on the module's device). ``traced_ranges`` is the earlier path (``floatref.gru_float``
+with a per-step ``Trace``, W·x through ``np.einsum``), kept as the independent statement the fast path is tested
+against: both give the same QuantGRUParams (tests/test_gru_calibrate_speed.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from .floatref import Trace, gru_float
+from .observe import Ranges, float_direction
 from .params import GATES, SIGMOID_OUT, TANH_OUT, QParam, QuantGRUParams, saturation_bound
 from .requant import MultiplierBits
 
@@ -24,7 +30,10 @@ class RangeTracker:
 
     def update(self, name: str, values: list[np.ndarray] | np.ndarray) -> None:
         arr = np.concatenate([np.ravel(v) for v in values]) if isinstance(values, list) else np.ravel(values)
-        lo, hi = float(arr.min()), float(arr.max())
+        self.update_range(name, float(arr.min()), float(arr.max()))
+
+    def update_range(self, name: str, lo: float, hi: float) -> None:
+        """Fold one batch's [lo, hi] of ``name`` in (min/max over batches, or the EMA of the batch ranges)."""
         if name not in self.ranges:
             self.ranges[name] = (lo, hi)
         elif self.observer == "ema":
@@ -43,22 +52,46 @@ def symmetric_per_channel(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, scale.astype(np.float64)
 
 
+def traced_ranges(
+    x: np.ndarray, h0: np.ndarray, w: np.ndarray, r: np.ndarray, bx: np.ndarray, br: np.ndarray
+) -> Ranges:
+    """One batch's ranges the earlier way: the float reference with a trace of every step, then min/max of each
+    tensor's concatenation. Slow at large hidden sizes (np.einsum for W·x); kept to test the fast path against."""
+    trace = Trace()
+    out = gru_float(x, h0, w, r, bx, br, trace)
+    tracker = RangeTracker()
+    tracker.update("x", x)
+    tracker.update("h", [h0, out])
+    for name, values in trace.tensors.items():
+        if name != "h":
+            tracker.update(name, values)
+    return tracker.ranges
+
+
+# (x [T, N, C], h0 [N, H]) of one batch -> its ranges
+RangesOf = Callable[[Any, Any], Ranges]
+
+
 def calibrate(
     w: np.ndarray,
     r: np.ndarray,
     bx: np.ndarray,
     br: np.ndarray,
-    batches: Iterable[tuple[np.ndarray, np.ndarray]],
+    batches: Iterable[tuple[Any, Any]],
     *,
     observer: Observer = "minmax",
     intermediate_bits: int = 16,
     multiplier_bits: MultiplierBits = 31,
+    ranges_of: RangesOf | None = None,
 ) -> QuantGRUParams:
     """Weights in haste order (W [3H, C], R [3H, H], bx/br [3H]) and calibration batches of (x [T, N, C], h0 [N, H]).
 
     Intermediates that only feed rescales (Wx, Rh, r*Rh, the two h terms) are kept at ``intermediate_bits``
     (16: their rounding then costs < 1/256 of an int8 LSB); the pre-activations are int8 because they index the
     256-entry tables, and x and h are int8 because they feed the int8 GEMMs.
+
+    ``ranges_of`` observes one batch; by default ``observe.float_direction`` on these numpy weights (the batches
+    then are numpy arrays). ``quantize`` passes one bound to torch copies of the weights on the module's device.
     """
     w, r = np.asarray(w, dtype=np.float64), np.asarray(r, dtype=np.float64)
     bx, br = np.asarray(bx, dtype=np.float64), np.asarray(br, dtype=np.float64)
@@ -68,22 +101,39 @@ def calibrate(
         raise ValueError(
             f"weights: expected W [3H, C], R [3H, H], bx/br [3H], got {w.shape}, {r.shape}, {bx.shape}, {br.shape}"
         )
+    if ranges_of is None:
+
+        def ranges_of(x: Any, h0: Any) -> Ranges:
+            x64, h064 = np.asarray(x, dtype=np.float64), np.asarray(h0, dtype=np.float64)
+            return float_direction(x64, h064, w, r, bx, br)[1]
+
     tracker = RangeTracker(observer)
-    n_batches = 0
     for x, h0 in batches:
-        if x.ndim != 3 or x.shape[2] != c or h0.shape != (x.shape[1], hsz):
-            raise ValueError(f"calibration batch: expected x [T, N, {c}] and h0 [N, {hsz}], got {x.shape}, {h0.shape}")
-        trace = Trace()
-        out = gru_float(x, h0, w, r, bx, br, trace)
-        tracker.update("x", x)
-        tracker.update("h", [h0, out])
-        for name, values in trace.tensors.items():
-            if name != "h":
-                tracker.update(name, values)
-        n_batches += 1
-    if n_batches == 0:
+        if x.ndim != 3 or x.shape[2] != c or tuple(h0.shape) != (x.shape[1], hsz):
+            got = f"{tuple(x.shape)}, {tuple(h0.shape)}"
+            raise ValueError(f"calibration batch: expected x [T, N, {c}] and h0 [N, {hsz}], got {got}")
+        for name, (lo, hi) in ranges_of(x, h0).items():
+            tracker.update_range(name, lo, hi)
+    if not tracker.ranges:
         raise ValueError("calibration_inputs: expected at least one batch")
-    rng = tracker.ranges
+    return params_from_ranges(
+        w, r, bx, br, tracker.ranges, intermediate_bits=intermediate_bits, multiplier_bits=multiplier_bits
+    )
+
+
+def params_from_ranges(
+    w: np.ndarray,
+    r: np.ndarray,
+    bx: np.ndarray,
+    br: np.ndarray,
+    rng: Ranges,
+    *,
+    intermediate_bits: int = 16,
+    multiplier_bits: MultiplierBits = 31,
+) -> QuantGRUParams:
+    """QuantGRUParams from float64 haste-order weights and the calibrated range of every tensor."""
+    c = w.shape[1]
+    hsz = w.shape[0] // 3
     x_q = QParam.from_range(*rng["x"], 8)
     h_q = QParam.from_range(*rng["h"], 8)
     w_q, w_scale = symmetric_per_channel(w)

@@ -1,12 +1,16 @@
 """`dqgen explain` of a saved quantized GRU: every derived constant with its formula, its fixed-point value and
-the error of that value against the real factor it replaces."""
+the error of that value against the real factor it replaces; for a multi-layer or bidirectional GRU, that for
+every layer/direction (each is its own calibrated cell) after a summary of the stack."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
 from .params import GATES, SIGMOID_OUT, TANH_OUT, QuantGRUParams
 from .requant import Rescale
+from .stack import QuantGRUStack
 
 # What each scalar rescale stands for, in the names of docs/gru.md.
 FORMULAS = {
@@ -121,3 +125,36 @@ def explain_text(p: QuantGRUParams) -> str:
             f" pre range [{real_in[0]:.4f}, {real_in[-1]:.4f}]; max table error {err.max():.3f} output LSB"
         )
     return "\n".join(out)
+
+
+def explain_stack_text(stack: QuantGRUStack) -> str:
+    """The stack's shape and how its cells connect, then every cell's constants under a 'layer l, direction'
+    heading (a single cell prints as explain_text alone)."""
+    if len(stack.cells) == 1:
+        return explain_text(stack.cells[0])
+    d = stack.directions
+    how = "each cell has its own scales; between layers the codes are dequantized at the cell's S_h"
+    if d > 1:
+        how += ", the two directions concatenated (forward first),"
+    how += " and requantized at the next layer's S_x"
+    if d > 1:
+        how += "; the reverse direction runs its cell over the time-reversed sequence"
+    out = [
+        f"quantized nn.GRU: {stack.num_layers} layers, {'bidirectional' if stack.bidirectional else 'unidirectional'},"
+        f" batch_first={stack.batch_first}, input {stack.input_size}, hidden {stack.hidden_size};"
+        f" {len(stack.cells)} integer cells (h_n index = layer * {d} + direction)",
+        how,
+    ]
+    for i, p in enumerate(stack.cells):
+        out.append(
+            f"  cell {i} ({stack.label(i)}): input {p.input_size}, S_x = {p.x.scale:.6g} Z_x = {p.x.zero_point},"
+            f" S_h = {p.h.scale:.6g} Z_h = {p.h.zero_point}"
+        )
+    for i, p in enumerate(stack.cells):
+        out += ["", f"=== cell {i}: {stack.label(i)} ===", explain_text(p)]
+    return "\n".join(out)
+
+
+def explain_file(path: str | Path) -> str:
+    """`dqgen explain FILE.npz`: a QuantGRU file, single-cell or stack (ValueError naming the file otherwise)."""
+    return explain_stack_text(QuantGRUStack.load(path))

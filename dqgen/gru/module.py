@@ -1,5 +1,6 @@
-"""QuantGRU: the integer GRU as a torch.nn.Module with torch.nn.GRU's call signature (single layer,
-unidirectional), and quantize(gru_module, calibration_inputs) to build it by post-training calibration.
+"""QuantGRU: the integer GRU as a torch.nn.Module with torch.nn.GRU's call signature (any num_layers,
+bidirectional, batch_first, PackedSequence; one QuantGRULayer per layer/direction, composed by compose.run_stack),
+and quantize(gru_module, calibration_inputs) to build it by post-training calibration.
 
 W.x for all steps runs through torch._int_mm (cuBLASLt; needs more than 16 rows and K, N multiples of 8, so the
 batch rows are padded to 32 and the K axes to a multiple of 8 with zero codes, which add nothing to the sums). The
@@ -11,18 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 
-from .calibrate import Observer, calibrate
-from .floatref import torch_to_haste
+from .calibrate import Observer
+from .calibrate_stack import CalibrationInput, calibrate_stack
+from .compose import reference_runner, run_stack
 from .kernel import CellKernel, channel_table
 from .params import QuantGRUParams
 from .persist import PersistentKernel, PersistPlan
 from .requant import MultiplierBits
+from .stack import QuantGRUStack
 
 
 def _round8(v: int) -> int:
@@ -43,8 +46,10 @@ def _on_gpu(name: str, t: object, device: torch.device | None = None) -> None:
         raise ValueError(f"{name}: expected the input's device {device}, got {t.device}")
 
 
-class QuantGRU(nn.Module):
-    """``persistent``: None runs the persistent kernel where it fits and the per-step loop elsewhere; True insists
+class QuantGRULayer(nn.Module):
+    """One layer, one direction: the integer cell over a whole sequence (``forward_int``, int8 in and out).
+
+    ``persistent``: None runs the persistent kernel where it fits and the per-step loop elsewhere; True insists
     on the persistent kernel, False always runs per step. ``last_path`` says which one the last call ran."""
 
     # the buffers' types (nn.Module's __getattr__ would type them Tensor | Module)
@@ -52,13 +57,12 @@ class QuantGRU(nn.Module):
     r_t: torch.Tensor
     chan: torch.Tensor
 
-    def __init__(self, params: QuantGRUParams, batch_first: bool = False, persistent: bool | None = None) -> None:
+    def __init__(self, params: QuantGRUParams, persistent: bool | None = None) -> None:
         super().__init__()
         if params.hidden_size % 8:
             raise ValueError(f"hidden_size: expected a multiple of 8 (torch._int_mm's N), got {params.hidden_size}")
         self.params = params
         self.input_size, self.hidden_size = params.input_size, params.hidden_size
-        self.batch_first = batch_first
         c_pad, h_pad = _round8(params.input_size), _round8(params.hidden_size)
         w = np.zeros((3 * params.hidden_size, c_pad), np.int8)
         w[:, : params.input_size] = params.w_q
@@ -72,13 +76,6 @@ class QuantGRU(nn.Module):
         self.last_path = ""
         self._persist: dict[int, PersistentKernel] = {}
         self._plans: dict[tuple[int, int], PersistPlan | None] = {}
-
-    @classmethod
-    def load(cls, path: str | Path, batch_first: bool = False) -> QuantGRU:
-        return cls(QuantGRUParams.load(path), batch_first)
-
-    def save(self, path: str | Path) -> None:
-        self.params.save(path)
 
     def _cell(self, device: torch.device) -> CellKernel:
         ordinal = device.index if device.index is not None else torch.cuda.current_device()
@@ -104,6 +101,9 @@ class QuantGRU(nn.Module):
                 )
             return None
         return kern, pl
+
+    def forward(self, x_q: torch.Tensor, h0_q: torch.Tensor) -> torch.Tensor:
+        return self.forward_int(x_q, h0_q)
 
     def forward_int(self, x_q: torch.Tensor, h0_q: torch.Tensor) -> torch.Tensor:
         """int8 x [T, N, C] and h0 [N, H] on the GPU -> int8 h [T, N, H] (bit-exact with reference.run)."""
@@ -139,57 +139,100 @@ class QuantGRU(nn.Module):
             cell(wx_all[t], rh, out[t], out[t + 1], self.chan, stream=stream)
         return out[1:, :rows]
 
-    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        p = self.params
-        _on_gpu("input", input)  # before any arithmetic: the kernels below run on the GPU only
+
+class QuantGRU(nn.Module):
+    """The quantized nn.GRU: ``forward(input, hx=None)`` as nn.GRU's (any num_layers, bidirectional, batch_first,
+    unbatched [T, C] input, PackedSequence), composed of one QuantGRULayer per layer/direction (``cells``, in
+    h_n's order). ``params`` is a QuantGRUStack, or one QuantGRUParams for a single-layer unidirectional GRU.
+    ``batch_first`` None takes the stack's (the layout of the nn.GRU it was quantized from)."""
+
+    def __init__(
+        self,
+        params: QuantGRUParams | QuantGRUStack,
+        batch_first: bool | None = None,
+        persistent: bool | None = None,
+    ) -> None:
+        super().__init__()
+        stack = params if isinstance(params, QuantGRUStack) else QuantGRUStack.single(params, bool(batch_first))
+        self.stack = stack
+        self.batch_first = stack.batch_first if batch_first is None else batch_first
+        self.num_layers, self.bidirectional = stack.num_layers, stack.bidirectional
+        self.input_size, self.hidden_size = stack.input_size, stack.hidden_size
+        self.cells = nn.ModuleList(QuantGRULayer(p, persistent) for p in stack.cells)
+
+    def _layers(self) -> list[QuantGRULayer]:
+        return [c for c in self.cells if isinstance(c, QuantGRULayer)]
+
+    @property
+    def params(self) -> QuantGRUParams:
+        """The one cell's parameters (single-layer unidirectional); a stack has one per cell: ``stack.cells``."""
+        if len(self.stack.cells) != 1:
+            raise ValueError(f"params: this QuantGRU has {len(self.stack.cells)} cells; read stack.cells[i]")
+        return self.stack.cells[0]
+
+    @property
+    def persistent(self) -> bool | None:
+        return self._layers()[0].persistent
+
+    @persistent.setter
+    def persistent(self, value: bool | None) -> None:
+        for c in self._layers():
+            c.persistent = value
+
+    @property
+    def last_path(self) -> str:
+        """The path the last call ran ("persistent" / "per-step"); per cell, comma-separated, where they differ."""
+        paths = [c.last_path for c in self._layers()]
+        return paths[0] if len(set(paths)) == 1 else ", ".join(paths)
+
+    @classmethod
+    def load(cls, path: str | Path, batch_first: bool | None = None, persistent: bool | None = None) -> QuantGRU:
+        return cls(QuantGRUStack.load(path), batch_first, persistent)
+
+    def save(self, path: str | Path) -> None:
+        """One .npz of every cell (QuantGRUStack.save), with this module's batch_first."""
+        self.stack.model_copy(update={"batch_first": self.batch_first}).save(path)
+
+    def forward_int(self, x_q: torch.Tensor, h0_q: torch.Tensor) -> torch.Tensor:
+        """int8 x [T, N, C] and h0 [N, H] -> int8 h [T, N, H] of the single cell (see QuantGRULayer.forward_int)."""
+        if len(self.stack.cells) != 1:
+            raise ValueError(
+                f"forward_int: runs one layer/direction; this QuantGRU has {len(self.stack.cells)}: call"
+                " cells[i].forward_int"
+            )
+        return self._layers()[0].forward_int(x_q, h0_q)
+
+    def forward(
+        self, input: torch.Tensor | PackedSequence, hx: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor | PackedSequence, torch.Tensor]:
+        # before any arithmetic: the kernels run on the GPU only
+        data = input.data if isinstance(input, PackedSequence) else input
+        _on_gpu("input", data)
         if hx is not None:
-            _on_gpu("hx", hx, input.device)
-        x = input.transpose(0, 1) if self.batch_first else input
-        if x.dim() != 3 or x.shape[2] != p.input_size:
-            raise ValueError(f"input: expected [T, N, {p.input_size}] (or batch_first), got {list(input.shape)}")
-        rows = x.shape[1]
-        if hx is None:
-            h0 = torch.zeros((rows, p.hidden_size), device=x.device)
-        else:
-            if tuple(hx.shape) != (1, rows, p.hidden_size):
-                raise ValueError(f"hx: expected [1, {rows}, {p.hidden_size}], got {list(hx.shape)}")
-            h0 = hx[0]
-        x_q = torch.clamp(torch.round(x.float() / p.x.scale) + p.x.zero_point, -128, 127).to(torch.int8)
-        h0_q = torch.clamp(torch.round(h0.float() / p.h.scale) + p.h.zero_point, -128, 127).to(torch.int8)
-        h_q = self.forward_int(x_q, h0_q)
-        out = ((h_q.float() - p.h.zero_point) * p.h.scale).to(input.dtype)
-        h_n = out[-1:].clone()
-        return (out.transpose(0, 1) if self.batch_first else out), h_n
+            _on_gpu("hx", hx, data.device)
+        cells = self._layers()
+        return run_stack(self.stack, input, hx, lambda i, x_q, h0_q: cells[i].forward_int(x_q, h0_q), self.batch_first)
 
-
-def gru_weights(gru: nn.GRU) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(W, R, bx, br) of a single-layer unidirectional nn.GRU in haste order, float64 numpy."""
-    if gru.num_layers != 1 or gru.bidirectional or not gru.bias or int(getattr(gru, "proj_size", 0)):
-        raise ValueError("gru_module: only single-layer, unidirectional nn.GRU with biases is supported")
-    h = gru.hidden_size
-
-    def get(name: str) -> np.ndarray:
-        return torch_to_haste(getattr(gru, name).detach().double().cpu().numpy(), h)
-
-    return get("weight_ih_l0"), get("weight_hh_l0"), get("bias_ih_l0"), get("bias_hh_l0")
+    def forward_reference(
+        self, input: torch.Tensor | PackedSequence, hx: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor | PackedSequence, torch.Tensor]:
+        """forward() through the numba reference cell (reference.run) instead of the kernels, on any device: the
+        same codes, slowly (for checking; the kernels are bit-exact with it)."""
+        return run_stack(self.stack, input, hx, reference_runner(self.stack), self.batch_first)
 
 
 def quantize(
     gru_module: nn.GRU,
-    calibration_inputs: Iterable[torch.Tensor | tuple[torch.Tensor, torch.Tensor]],
+    calibration_inputs: Iterable[CalibrationInput],
     *,
     observer: Observer = "minmax",
     multiplier_bits: MultiplierBits = 31,
 ) -> QuantGRU:
-    """Calibrate on sample inputs (x, or (x, h0) with h0 [1, N, H]) in the module's layout and return a QuantGRU."""
-    w, r, bx, br = gru_weights(gru_module)
-    batches: list[tuple[np.ndarray, np.ndarray]] = []
-    for item in calibration_inputs:
-        x, h0 = item if isinstance(item, tuple) else (item, None)
-        xs: Any = x.detach().double().cpu().numpy()
-        if gru_module.batch_first:
-            xs = xs.transpose(1, 0, 2)
-        h0n = np.zeros((xs.shape[1], gru_module.hidden_size)) if h0 is None else h0.detach().double().cpu().numpy()[0]
-        batches.append((xs, h0n))
-    params = calibrate(w, r, bx, br, batches, observer=observer, multiplier_bits=multiplier_bits)
-    return QuantGRU(params, gru_module.batch_first)
+    """Calibrate on sample inputs and return a QuantGRU of the same shape (layers, directions, batch_first).
+
+    Each item is what the module takes: x in its layout ([T, C] unbatched), a PackedSequence, or a tuple
+    (x, h0) with h0 [D*num_layers, N, H]. The float GRU runs once over each item on the module's device (float64);
+    every layer/direction gets its own QuantGRUParams, layer l + 1 calibrated on the float outputs of layer l
+    (dqgen/gru/calibrate_stack.py says why).
+    """
+    return QuantGRU(calibrate_stack(gru_module, calibration_inputs, observer=observer, multiplier_bits=multiplier_bits))

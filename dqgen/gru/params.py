@@ -25,7 +25,7 @@ SIGMOID_OUT = (1.0 / 255.0, -128)
 TANH_OUT = (1.0 / 127.0, 0)
 
 
-_ARRAYS = ("w_q", "r_q", "w_scale", "r_scale", "bx_q", "br_q")
+ARRAYS = ("w_q", "r_q", "w_scale", "r_scale", "bx_q", "br_q")
 
 
 class QParam(BaseModel):
@@ -117,13 +117,21 @@ class QuantGRUParams(BaseModel):
             if self.pre[g].bits != 8:
                 raise ValueError(f"pre[{g}]: the activation table needs an 8-bit pre-activation")
 
+    def parts(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """(JSON-able metadata, arrays): what a file stores (a stack file stores one pair per layer/direction)."""
+        return self.model_dump(exclude=set(ARRAYS)), {name: getattr(self, name) for name in ARRAYS}
+
+    @classmethod
+    def from_parts(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> QuantGRUParams:
+        return cls(**meta, **arrays)
+
     def save(self, path: str | Path) -> None:
-        meta = self.model_dump(exclude=set(_ARRAYS))
+        meta, arrays = self.parts()
         meta["format"] = FORMAT
-        arrays = {name: getattr(self, name) for name in _ARRAYS}
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
+        contents: dict[str, Any] = {"meta": np.array(json.dumps(meta)), **arrays}
+        np.savez(tmp, **contents)
         tmp.replace(path)  # never a partial file under the real name
 
     @classmethod
@@ -132,12 +140,12 @@ class QuantGRUParams(BaseModel):
         try:
             with np.load(path, allow_pickle=False) as f:
                 meta = json.loads(str(f["meta"]))
-                arrays = {name: f[name] for name in _ARRAYS}
+                arrays = {name: f[name] for name in ARRAYS}
         except (OSError, KeyError, ValueError) as e:
             raise ValueError(f"{path}: not a dqgen quantized GRU file ({e})") from None
         if meta.pop("format", None) != FORMAT:
             raise ValueError(f"{path}: expected format {FORMAT!r}")
-        return cls(**meta, **arrays)
+        return cls.from_parts(meta, arrays)
 
     def derived(self) -> Derived:
         return Derived.from_params(self)
