@@ -254,6 +254,9 @@ class _Call:
         return hit
 
 
+#: The per-call pointers' stand-ins in a launch bound for a tensor map's x: above every 48-bit device address.
+_MARKER = 0x7A5E << 48
+
 #: Bound launches a Hopper call signature keeps, one per x address seen (a model's activations come back to a few
 #: addresses from torch's caching allocator).
 X_BOUND_MAX = 16
@@ -339,6 +342,11 @@ def plan(
     ws = torch.empty(ws_elems, dtype=ws_dtype, device=x_q.device) if ws_elems else None
     pointers = (x_q.data_ptr(), x_scale.data_ptr(), y.data_ptr(), 0 if ws is None else ws.data_ptr())
     x_ld, w_ptr, w_ld = x_q.stride(0) if m > 1 else k, w.data_ptr(), w.stride(0) if n > 1 else k
+    tma = isinstance(kern, Gemm90Kernel)
+    if tma:
+        # x is in its tensor map (opaque bytes that may hold any address, a freed buffer's included): a launch is
+        # bound per x address, its per-call pointers as markers no argument can equal (never device addresses)
+        pointers = (pointers[0], *(_MARKER + 16 * i for i in (1, 2)), 0 if ws is None else _MARKER + 48)
     rest = (w_scale.data_ptr(), 0 if bias is None else bias.data_ptr(), pointers[2], pointers[3], counters.data_ptr())
 
     def bind(x_ptr: int) -> dev.BoundLaunch:
@@ -351,16 +359,13 @@ def plan(
     def bind_x(x_ptr: int) -> tuple[dev.BoundLaunch, int, int, int]:
         fn = bind(x_ptr)
         found = slots_of(fn)
-        if None in found:  # the other pointers were told apart in the first launch bound: its args are these
-            raise RuntimeError(f"w8a8 matmul: a launch bound for x at {x_ptr:#x} holds its per-call pointers twice")
+        if None in found:  # the markers were told apart in the first launch bound, whose arguments are these
+            raise RuntimeError(f"w8a8 matmul: a launch bound for x at {x_ptr:#x} holds a per-call pointer twice")
         return (fn, *found)  # type: ignore[return-value]
 
     fn = bind(pointers[0])
-    x_slot = fn.slot_of(pointers[0])
+    x_slot = -1 if tma else fn.slot_of(pointers[0])
     x_scale_slot, y_slot, ws_slot = slots_of(fn)
-    tma = isinstance(kern, Gemm90Kernel)
-    if tma:  # x's address is in its tensor map (opaque bytes: never patched): a launch bound per address (bind_x)
-        x_slot = -1
     if x_slot is None or x_scale_slot is None or y_slot is None or ws_slot is None:
         return None
     device = torch.device("cuda", ordinal)
