@@ -37,9 +37,10 @@ def main() -> int:
                     ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=acc_dt, device="cuda")
                     ones_m, ones_n = torch.ones(m, device="cuda"), torch.ones(n, device="cuda")
                     cnt = _counters(y.device, tiles)
+                    stream = torch.cuda.current_stream().cuda_stream
                     kern(
                         m, n, k, xq.data_ptr(), k, wq.data_ptr(), k, ones_m.data_ptr(), ones_n.data_ptr(), 0,
-                        y.data_ptr(), ws.data_ptr(), cnt.data_ptr(), plan, stream=torch.cuda.current_stream().cuda_stream,
+                        y.data_ptr(), ws.data_ptr(), cnt.data_ptr(), plan, stream=stream,
                     )  # fmt: skip
                     torch.cuda.synchronize()
                     want = x.double() @ w.double().T  # small codes: exact in fp16 and fp32 as well
