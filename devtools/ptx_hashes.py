@@ -13,6 +13,7 @@ Families and the configurations enumerated (what the product can launch):
 - gemm90: the same specs' Hopper GEMM (every token-tile config; sm_90a only: wgmma is architecture-specific);
 - w8a8_gemm: every configuration ``choose`` returns for s8 / e4m3 x f16 / bf16 / acc over the M, N, K, SM counts and
   shared-memory sizes of the benches;
+- w8a8_gemm90: the Hopper W8A8 GEMM, every configuration its choice returns (sm_90a only);
 - act_quant: every variant ``choose`` returns over fp16 / bf16, K in the benches' sizes (and an unaligned one),
   smoothing, static / dynamic, aligned or not, few and many rows;
 - gru: the per-step cell and the persistent kernel (every units-per-thread) of a small calibrated model.
@@ -72,6 +73,13 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
     for cfg in sorted(configs, key=lambda c: c.name):
         yield "w8a8_gemm", cfg.name, cfg.source(), cfg.min_sm
 
+    from dqgen.kernels import w8a8_gemm90 as wg90
+
+    for elem in ("s8", "e4m3"):
+        for out in ("f16", "bf16", "acc"):
+            for cfg90 in wg90.all_configs(elem, out):
+                yield "w8a8_gemm90", cfg90.name, cfg90.source(), 90  # every configuration the choice returns
+
     from dqgen.kernels import act_quant as ak
 
     variants = set()
@@ -113,7 +121,7 @@ def _compile(item: tuple[str, str, str, int]) -> list[dict[str, object]]:
 
     family, name, source, sm = item
     rows = []
-    for arch in ("sm_90a",) if family == "gemm90" else ARCHES:
+    for arch in ("sm_90a",) if family in ("gemm90", "w8a8_gemm90") else ARCHES:
         if int(arch[3:].rstrip("af")) < sm:
             continue
         ptx = compile_source(source, arch=arch, want="ptx", name=f"{family}_{name}.cu").ptx or ""
