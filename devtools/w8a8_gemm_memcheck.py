@@ -64,13 +64,13 @@ for m, n, k, elem, out, forced, cfg in ALL:
     y_item = 4 if out == "acc" else 2
     bx, bw, bxs, bws = _buf(x.view(np.int8)), _buf(w.view(np.int8)), _buf(xs), _buf(ws)
     bb = _buf(bias.view(np.int16)) if bias is not None else None
-    bws_ = dev.DeviceBuffer(4 * kern.workspace_elems(tiles, splits))
+    bws_ = dev.DeviceBuffer(4 * kern.workspace_elems((tiles, splits, per)))
     bc = _buf(np.zeros(tiles, np.uint32))
     for via in ("call", "bound"):
         by = dev.DeviceBuffer(m * n * y_item)  # new and unwritten: a launch that writes nothing fails the check
         ptrs = (bx.ptr, k, bw.ptr, k, bxs.ptr, bws.ptr, 0 if bb is None else bb.ptr, by.ptr, bws_.ptr, bc.ptr)
         if via == "call":
-            kern(m, n, k, *ptrs, (tiles, splits, per), 0)
+            kern(m, n, k, *ptrs, (tiles, splits, per), stream=0)
         else:
             kern.bind((tiles, splits, per), launch_args(cfg, m, n, k, *ptrs, (tiles, splits, per)))(0)
         dev.synchronize()

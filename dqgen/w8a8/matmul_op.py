@@ -102,8 +102,8 @@ def _device_limits(ordinal: int) -> tuple[int, int]:
     return dev.sm_count(ordinal), dev.max_shared_optin(ordinal)
 
 
-#: Which main loop a call runs: "auto" (wgmma on an sm_90 GPU, mma.sync elsewhere), or one of them forced (the
-#: benchmark's side-by-side rows; "wgmma" needs an sm_90 GPU).
+#: Which main loop a call runs: "auto" (wgmma on an sm_90 GPU, mma.sync elsewhere), or one of them forced (tuning and
+#: tests; "wgmma" needs an sm_90 GPU).
 MainloopChoice = Literal["auto", "mma_sync", "wgmma"]
 MAINLOOPS: tuple[MainloopChoice, ...] = ("auto", "mma_sync", "wgmma")
 
