@@ -30,7 +30,7 @@ def main() -> int:
                 xq, wq = (x, w) if elem == "s8" else (x.float().to(dtype), w.float().to(dtype))
                 kern = loaded90(cfg, 0)
                 tiles, _, k_tiles = kern.plan(m, n, k)
-                for ctas in (tiles, 3 * tiles + 1):
+                for ctas in (tiles, max(1, tiles // 2), 3 * tiles + 1):  # one tile each, persistent, stream-K
                     plan = (tiles, ctas, k_tiles)
                     acc_dt = torch.int32 if elem == "s8" else torch.float32
                     y = torch.empty((m, n), dtype=acc_dt if out == "acc" else torch.float16, device="cuda")
@@ -54,4 +54,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from dqgen.run.gpucheck import exact_allocations
+
+    exact_allocations()
     sys.exit(main())

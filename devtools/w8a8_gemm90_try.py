@@ -115,6 +115,39 @@ def tune(m: int, n: int, k: int) -> None:
     print(" | ".join(line), flush=True)
 
 
+def decode() -> None:
+    """Decode-sized calls (M = 1, 16, 64) on the two large shapes with CTA shapes beyond the choice's: more stages,
+    two consumer warpgroups, three CTAs an SM."""
+    import triton.testing as tt
+
+    from dqgen.kernels.w8a8_gemm90 import W8A8Gemm90Config as C
+
+    shapes = {  # bn -> (consumers, mw, stages, min_blocks) variants
+        8: [(1, 2, 6, 2), (2, 2, 6, 1), (1, 1, 8, 3), (2, 1, 6, 2), (1, 2, 4, 2)],
+        16: [(1, 2, 6, 2), (2, 2, 6, 1), (1, 1, 8, 3), (2, 1, 6, 2)],
+        64: [(1, 2, 4, 2), (2, 1, 6, 2), (2, 2, 4, 1), (1, 1, 6, 3)],
+    }
+    for n, k in ((28672, 8192), (8192, 28672)):
+        w = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda")
+        floor_us = n * k / 2962e3
+        for m, bn in ((1, 8), (16, 16), (64, 64)):
+            x = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda")
+            line = [f"n={n} k={k} m={m} floor {floor_us:.1f}"]
+            for c, mw, st, b in shapes[bn]:
+                try:
+                    cfg = C("s8", "acc", True, bn, c, mw, st, b)
+                except ValueError as e:
+                    line.append(f"c{c}mw{mw}s{st}b{b}: {e}")
+                    continue
+                kern = loaded90(cfg, 0)
+                tiles, auto, _ = kern.plan(m, n, k)
+                for ctas in sorted({auto, tiles}):
+                    _, fn, _plan = raw(x, w, cfg, ctas)
+                    us = tt.do_bench(fn, warmup=5, rep=30, return_mode="median") * 1e3
+                    line.append(f"c{c}mw{mw}s{st}b{b}:{ctas} {us:.1f} ({100 * floor_us / us:.0f}%)")
+            print(" | ".join(line), flush=True)
+
+
 def fp8_error() -> None:
     """max |acc - acc64| / max |acc64| of the e4m3 accumulators, sm_80's kernel (f16 mma) and the wgmma one, per K."""
     from dqgen.w8a8.matmul_op import quantize_activations_fp8
@@ -157,7 +190,9 @@ def fp8_error() -> None:
 
 if __name__ == "__main__":
     what = sys.argv[1]
-    if what == "fp8":
+    if what == "decode":
+        decode()
+    elif what == "fp8":
         fp8_error()
     elif what == "check":
         ok = True

@@ -68,12 +68,19 @@ def _write_gru(doc: Path, record: dict[str, Any]) -> None:
     write_section(doc, "gru", performance_section(record["rows"], record["gpu"], record["date"]))
 
 
+def _write_model(doc: Path, record: dict[str, Any]) -> None:
+    from dqgen.tools import bench_model
+
+    bench_model.write_docs(doc, record)
+
+
 #: section -> (its JSON record in docs/bench, the writer its `dqgen bench ... --docs` calls)
 WRITERS: dict[str, tuple[str, Callable[[Path, dict[str, Any]], None]]] = {
     "dequant": ("dequant.json", _write_dequant),
     "matmul": ("matmul.json", _write_matmul),
     "w8a8": ("w8a8.json", _write_w8a8),
     "gru": ("gru.json", _write_gru),
+    "model": ("model.json", _write_model),
 }
 
 
@@ -99,7 +106,7 @@ def test_the_committed_record_rewrites_its_section_to_the_committed_text(section
 def _slower(record: dict[str, Any]) -> dict[str, Any]:
     """The record with its first row's time changed: a new measurement the writer must put in the file."""
     rows = [dict(r) for r in record["rows"]]
-    key = "us"
+    key = "us" if "us" in rows[0] else "tok_s"  # the model bench's rows are tokens per second
     rows[0][key] = 12345.0
     return {**record, "rows": rows}
 

@@ -13,7 +13,7 @@ import pytest
 
 from dqgen.emit.nvrtc import compile_source
 from dqgen.emit.sass import disassemble
-from dqgen.kernels.w8a8_gemm90 import SWAP_MAX_M, W8A8Gemm90Config, all_configs, choose_w8a8_gemm90
+from dqgen.kernels.w8a8_gemm90 import SWAP_MAX_M90, W8A8Gemm90Config, all_configs, choose_w8a8_gemm90
 
 from .kernel_signature import C_WIDTHS, entry_params
 
@@ -50,7 +50,7 @@ def test_configs_fit_one_sm_and_the_choice_holds_m() -> None:
         assert cfg.accs <= 128
     for m in (1, 8, 9, 17, 64, 65, 128, 129, 4096):
         cfg = choose_w8a8_gemm90("s8", "f16", m, 28672, 132)
-        if m <= SWAP_MAX_M:
+        if m <= SWAP_MAX_M90:
             assert cfg.swap and cfg.bn >= m and (cfg.bn == 8 or cfg.bn // 2 < m)
         else:
             assert not cfg.swap and cfg.bm == 128

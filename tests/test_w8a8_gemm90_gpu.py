@@ -81,7 +81,7 @@ def _shape(cfg: Any) -> tuple[int, int, int]:
     return cfg.bm + 37, 2 * cfg.bn + 24, 20 * 128 + 48
 
 
-@pytest.mark.parametrize("ctas", ["whole tiles", "stream-K", "one unit a CTA"])
+@pytest.mark.parametrize("ctas", ["whole tiles", "persistent", "stream-K", "one unit a CTA"])
 @pytest.mark.parametrize("cfg", S8, ids=[c.name for c in S8])
 def test_int32_accumulators_equal_the_int64_product(cfg: W8A8Gemm90Config, ctas: str) -> None:
     _hopper()
@@ -89,7 +89,7 @@ def test_int32_accumulators_equal_the_int64_product(cfg: W8A8Gemm90Config, ctas:
     x, w = _int8(m, k, seed=m), _int8(n, k, seed=n)
     tiles = (-(-m // (cfg.bn if cfg.swap else cfg.bm))) * (-(-n // (cfg.bm if cfg.swap else cfg.bn)))
     k_tiles = -(-k // 128)
-    force = {"whole tiles": tiles, "stream-K": 2 * tiles + 3, "one unit a CTA": tiles * k_tiles}[ctas]
+    force = {"whole tiles": tiles, "persistent": 2, "stream-K": 2 * tiles + 3, "one unit a CTA": tiles * k_tiles}[ctas]
     got = _raw_acc(x, w, cfg, force).cpu().numpy()
     want = ref.int_product(x.cpu().numpy(), w.cpu().numpy())
     bad = np.argwhere(got != want)

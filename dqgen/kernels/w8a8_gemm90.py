@@ -3,7 +3,7 @@
 warpgroup, one or two consumer warpgroups), stream-K over the (tile, K tile) units, and the W8A8 epilogue
 (per-token x per-channel scales, bias, fp16 / bf16 out) of the sm_80 kernel (dqgen.kernels.w8a8_gemm).
 
-Two kinds of CTA tiles, as in the sm_80 kernel: swap-AB up to SWAP_MAX_M tokens (the weight is wgmma's m side,
+Two kinds of CTA tiles, as in the sm_80 kernel: swap-AB up to SWAP_MAX_M90 tokens (the weight is wgmma's m side,
 128 channels a CTA, the tokens its n: 8 to 128), and 128 tokens x 128 or 256 channels above (x is the m side)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .w8a8_gemm import MAX_K_S8, Elem, Out
 BK90: Final = 128
 #: Tokens up to which the weight is wgmma's m side (swap-AB): wgmma's n holds the tokens, a CTA reads its weight
 #: strip once for all of them.
-SWAP_MAX_M: Final = 128
+SWAP_MAX_M90: Final = 128
 #: wgmma's n of each kind of tile.
 SWAP_TOKENS: Final = (8, 16, 32, 64, 128)
 CHANNEL_TILES: Final = (128, 256)
@@ -154,11 +154,11 @@ def _swap(elem: Elem, out: Out, bn: int) -> W8A8Gemm90Config:
 
 def choose_w8a8_gemm90(elem: Elem, out: Out, m: int, n: int = 0, sms: int = 0) -> W8A8Gemm90Config:
     """The CTA tile a call with ``m`` tokens runs (``n`` channels on ``sms`` SMs refine the large-M choice): swap-AB
-    with the fewest tokens that hold M up to SWAP_MAX_M; above, 128 tokens x 256 channels (4 stages of 48 KB) where
+    with the fewest tokens that hold M up to SWAP_MAX_M90; above, 128 tokens x 256 channels (4 stages of 48 KB) where
     those tiles fill at least WIDE_FILL of the SMs, else 128 x 128 (6 stages), whose pieces of K the grid shares
     (stream-K). On the H100 (docs/experiments/issue24.md) the wide tiles ran 1.1-1.6x faster from 0.97 of a wave
     (M = 1024, N = 4096: 128 of them on 132 SMs), the narrow ones 1.2-1.4x faster at half a wave or less."""
-    if m <= SWAP_MAX_M:
+    if m <= SWAP_MAX_M90:
         return _swap(elem, out, next(b for b in SWAP_TOKENS if b >= m))
     narrow = W8A8Gemm90Config(elem, out, False, 128, 2, 1, 6, 1)
     if elem == "e4m3" or (n and sms and -(-m // 128) * -(-n // 256) < WIDE_FILL * sms):

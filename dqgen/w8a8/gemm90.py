@@ -29,12 +29,15 @@ PARAMS: tuple[tuple[str, Any], ...] = (
 Plan90 = tuple[int, int, int]
 
 
-def ctas_for(tiles: int, k_tiles: int, resident: int) -> int:
-    """The CTAs of a launch: one a tile where the tiles fill the resident CTAs (the hardware starts them in tile
-    order, so the CTAs running together share x's and the weight's tiles through L2; on the H100 stream-K over the
-    resident CTAs, each a contiguous range of tiles, streamed every weight tile at once and ran 1.4-2.3x slower
-    from M = 1024), else equal pieces of each tile for the resident CTAs (stream-K: dqgen.run.gemm90)."""
-    return tiles if tiles >= resident else stream_k_ctas(tiles, k_tiles, resident)
+def ctas_for(tiles: int, k_tiles: int, resident: int, persistent: bool = False) -> int:
+    """The CTAs of a launch: where the tiles fill the resident CTAs, one a tile, or (``persistent``) the resident CTAs
+    each taking whole tiles ``resident`` apart (the kernel's mode for fewer CTAs than tiles); either way the CTAs
+    running together work on neighbouring tiles, sharing x's and the weight's through L2 (on the H100 stream-K over
+    the resident CTAs, each a contiguous range of tiles, streamed every weight tile at once and ran 1.4-2.3x slower
+    from M = 1024). Fewer tiles: equal pieces of each for the resident CTAs (stream-K: dqgen.run.gemm90)."""
+    if tiles >= resident:
+        return resident if persistent and tiles > resident else tiles
+    return stream_k_ctas(tiles, k_tiles, resident)
 
 
 def operand_map(ptr: int, rows: int, k: int, ld: int, box_rows: int) -> dev.TensorMapArg:
@@ -76,13 +79,13 @@ class Gemm90Kernel:
 
     def workspace_elems(self, plan: Plan90) -> int:
         """4-byte elements of the stream-K partials: two slots a CTA (its first and last segment); 0 where every CTA
-        runs whole tiles."""
+        runs whole tiles (one each, or persistent)."""
         tiles, ctas, _ = plan
-        return 0 if ctas == tiles else 2 * ctas * self.cfg.accs * self.cfg.consumer_threads
+        return 0 if ctas <= tiles else 2 * ctas * self.cfg.accs * self.cfg.consumer_threads
 
     def counters_needed(self, plan: Plan90) -> int:
         tiles, ctas, _ = plan
-        return 0 if ctas == tiles else tiles
+        return 0 if ctas <= tiles else tiles
 
     def launch_args(
         self,
@@ -108,7 +111,7 @@ class Gemm90Kernel:
         x_tiles, w_tiles = self._grid(m, n)
         if tiles != x_tiles * w_tiles or k_tiles != -(-k // BK90) or not 1 <= ctas <= tiles * k_tiles:
             raise ValueError(f"plan: expected ({x_tiles * w_tiles} tiles, CTAs, {-(-k // BK90)} K tiles), got {plan}")
-        if ctas != tiles and not (ws_ptr and counters_ptr):
+        if ctas > tiles and not (ws_ptr and counters_ptr):
             raise ValueError(f"ws_ptr, counters_ptr: a stream-K plan of {ctas} CTAs needs both buffers, got null")
         cfg = self.cfg
         x_box, w_box = (cfg.bn, cfg.bm) if cfg.swap else (cfg.bm, cfg.bn)
