@@ -107,7 +107,7 @@ def tune(m: int, n: int, k: int) -> None:
             continue
         kern = loaded90(cfg, 0)
         tiles, auto, _ = kern.plan(m, n, k)
-        for ctas in sorted({auto, tiles}):
+        for ctas in sorted({auto, tiles, min(tiles, kern.resident)}):  # fewer CTAs than tiles: persistent
             _, fn, _plan = raw(x, w, cfg, ctas)
             tag = "auto" if ctas == auto else "tiles"
             line.append(f"{cfg.bm}x{cfg.bn}:{ctas}{'*' if ctas == auto else ''} {bench(fn):.1f}")
@@ -204,6 +204,7 @@ if __name__ == "__main__":
         print("ALL OK" if ok else "SOME BAD")
     else:
         kn = ((4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192))
+        ms = [int(v) for v in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1, 16, 64, 256, 1024, 4096]
         for k_, n_ in kn:
-            for m_ in (1, 16, 64, 256, 1024, 4096):
+            for m_ in ms:
                 tune(m_, n_, k_)
