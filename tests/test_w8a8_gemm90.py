@@ -91,3 +91,17 @@ def test_operand_errors_name_the_argument(call: dict[str, int], field: str) -> N
     with pytest.raises(ValueError, match=f"^{field}:"):
         check_operands(**args)
     check_operands(4096, 1 << 20, 4096, 1 << 24, 4096)  # aligned operands pass
+
+
+def test_ctas_one_tile_each_persistent_or_pieces_of_at_least_twelve_k_tiles() -> None:
+    from dqgen.w8a8.gemm90 import MIN_K_TILES_PER_PIECE, ctas_for
+
+    assert ctas_for(3584, 64, 132) == 3584  # the tiles fill the SMs: one a CTA
+    assert ctas_for(3584, 64, 132, persistent=True) == 132  # whole tiles 132 apart
+    assert ctas_for(132, 64, 132, persistent=True) == 132
+    assert ctas_for(48, 32, 264) == 48 * 2  # 32 K tiles: two pieces of 16, not five of 6.4
+    assert ctas_for(48, 11, 264) == 48  # too short to split
+    assert ctas_for(32, 112, 264) == 32 * 8  # 8 pieces of 14 K tiles fill the 264 resident CTAs
+    for tiles, k_tiles in ((48, 32), (32, 112), (64, 224), (7, 40)):
+        pieces = ctas_for(tiles, k_tiles, 264) // tiles
+        assert pieces == 1 or k_tiles / pieces >= MIN_K_TILES_PER_PIECE

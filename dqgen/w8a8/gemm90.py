@@ -6,7 +6,7 @@ torch op picks either by the GPU."""
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -37,7 +37,14 @@ def ctas_for(tiles: int, k_tiles: int, resident: int, persistent: bool = False) 
     from M = 1024). Fewer tiles: equal pieces of each for the resident CTAs (stream-K: dqgen.run.gemm90)."""
     if tiles >= resident:
         return resident if persistent and tiles > resident else tiles
-    return stream_k_ctas(tiles, k_tiles, resident)
+    pieces = max(1, min(resident // tiles, k_tiles // MIN_K_TILES_PER_PIECE))
+    return stream_k_ctas(tiles, k_tiles, resident, pieces)
+
+
+#: Fewest K tiles (128 k each) a stream-K piece gets: below it the pieces' pipeline fill and fix-up cost more than the
+#: SMs they add (H100, docs/experiments/issue24.md: 4096 x 6144 at M = 1 ran 18.8 µs in 48 whole tiles and 20.9 in
+#: 240 pieces of 6.4 K tiles, while 14336 x 4096 ran 36.9 in pieces of 14 against 42.8 whole).
+MIN_K_TILES_PER_PIECE: Final = 12
 
 
 def operand_map(ptr: int, rows: int, k: int, ld: int, box_rows: int) -> dev.TensorMapArg:
