@@ -269,8 +269,13 @@ def emulate90(
         full = {bars + 8 * s: Barrier(1) for s in range(STAGES)}
         empty = {bars + 8 * (STAGES + s): Barrier(CONSUMERS * 4) for s in range(STAGES)}
         barrier = {**full, **empty}
-        u_begin, u_end = cta * units // P, (cta + 1) * units // P
-        nt = u_end - u_begin
+        # the template's schedule: fewer CTAs than tiles, whole tiles P apart; else equal contiguous unit ranges
+        step_t = P if P < tiles else 1
+        if step_t > 1:
+            u_begin, nt = cta * k_tiles, (tiles - cta + P - 1) // P * k_tiles
+        else:
+            u_begin = cta * units // P
+            nt = (cta + 1) * units // P - u_begin
 
         def producer() -> Iterator[None]:
             tile = u_begin // k_tiles
@@ -299,7 +304,7 @@ def emulate90(
                 grp = grp_next
                 kt = kt_next
                 if kt == 0:
-                    tile += 1
+                    tile += step_t
                     m0 = tile % m_tiles * BN
                     f0 = tile // m_tiles * kTileN
 
@@ -459,7 +464,7 @@ def emulate90(
             done += seg
             if seg % 2 != 0:
                 areg[0] = areg[1]
-            tile += 1
+            tile += step_t
             kb = 0
         pump()
         assert prod_done[0], "the producer waits on a stage no consumer releases"

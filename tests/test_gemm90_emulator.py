@@ -38,9 +38,11 @@ def _case(spec: Spec, M: int, seed: int = 1) -> tuple[GemmPacked, np.ndarray, np
 
 
 def _grids(tiles: int, units: int) -> list[int]:
-    """One tile a CTA, split-K in three, and stream-K grids whose ranges cross tiles (3 and 7 divide no units)."""
-    assert units % 3 and units % 7
-    return sorted({tiles, 3 * tiles, 3, 7})
+    """One tile a CTA, split-K in three, two stream-K grids whose ranges cross tiles (more CTAs than tiles, dividing
+    no units), and, with fewer CTAs than tiles, persistent CTAs on whole tiles P apart."""
+    crossing = [p for p in range(tiles + 1, 4 * tiles + 2) if units % p][:2]
+    assert len(crossing) == 2
+    return sorted({tiles, 3 * tiles, *crossing, max(1, (tiles + 1) // 2)})
 
 
 def _check(spec: Spec, cfg: Gemm90Config, M: int, bias: bool = False) -> None:
