@@ -270,7 +270,7 @@ def emulate90(
         empty = {bars + 8 * (STAGES + s): Barrier(CONSUMERS * 4) for s in range(STAGES)}
         barrier = {**full, **empty}
         # the template's schedule: fewer CTAs than tiles, whole tiles P apart; else equal contiguous unit ranges
-        step_t = P if P < tiles else 1
+        step_t = P if tiles > P else 1
         if step_t > 1:
             u_begin, nt = cta * k_tiles, (tiles - cta + P - 1) // P * k_tiles
         else:

@@ -42,7 +42,7 @@ def _grids(tiles: int, units: int) -> list[int]:
     no units), and, with fewer CTAs than tiles, persistent CTAs on whole tiles P apart."""
     crossing = [p for p in range(tiles + 1, 4 * tiles + 2) if units % p][:2]
     assert len(crossing) == 2
-    return sorted({tiles, 3 * tiles, *crossing, max(1, (tiles + 1) // 2)})
+    return sorted({tiles, 3 * tiles, *crossing, max(1, (tiles + 1) // 2), max(1, tiles - 1)})
 
 
 def _check(spec: Spec, cfg: Gemm90Config, M: int, bias: bool = False) -> None:

@@ -26,6 +26,7 @@ def test_compiles_for_sm90a_with_wgmma_and_no_local_memory(cfg: W8A8Gemm90Config
     assert res.cubin is not None
     frames = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", res.log)
     assert frames == [("0", "0", "0")], res.log
+    assert "C7514" not in res.log, res.log  # ptxas did not serialise the wgmmas (accumulators read while in flight)
     ops = Counter(line.split()[0] for line in disassemble(res.cubin) if line.strip())
     mma = "IGMMA" if cfg.elem == "s8" else "QGMMA"
     assert sum(v for k, v in ops.items() if k.startswith(mma)) > 0, sorted(ops)
@@ -57,6 +58,7 @@ def test_configs_fit_one_sm_and_the_choice_holds_m() -> None:
     # a grid the wide tiles leave short of the SMs takes the narrow ones
     assert choose_w8a8_gemm90("s8", "f16", 256, 4096, 132).bn == 128
     assert choose_w8a8_gemm90("s8", "f16", 4096, 4096, 132).bn == 256
+    assert choose_w8a8_gemm90("e4m3", "f16", 4096, 4096, 132).bn == 192  # its sums and partial set: 192 registers
 
 
 @pytest.mark.parametrize(
@@ -68,12 +70,13 @@ def test_configs_fit_one_sm_and_the_choice_holds_m() -> None:
         ({"mw": 2, "bn": 256}, "accumulators"),
         ({"stages": 1}, "stages"),
         ({"stages": 12}, "does not fit"),
+        ({"elem": "e4m3", "bn": 256}, "partial set"),
     ],
 )
 def test_config_errors_name_the_field(kwargs: dict[str, Any], field: str) -> None:
-    base: dict[str, Any] = {"bn": 128, "consumers": 2, "mw": 1, "stages": 4, "min_blocks": 1}
+    base: dict[str, Any] = {"elem": "s8", "out": "f16", "swap": False, "bn": 128, "consumers": 2, "mw": 1}
     with pytest.raises(ValueError, match=field):
-        W8A8Gemm90Config("s8", "f16", False, **{**base, **kwargs})
+        W8A8Gemm90Config(**{**base, "stages": 4, "min_blocks": 1, **kwargs})
 
 
 @pytest.mark.parametrize(

@@ -20,9 +20,11 @@ BK90: Final = 128
 #: Tokens up to which the weight is wgmma's m side (swap-AB): wgmma's n holds the tokens, a CTA reads its weight
 #: strip once for all of them.
 SWAP_MAX_M90: Final = 128
+#: K tiles an e4m3 partial sum runs in wgmma before it is added in fp32 registers (DeepSeek-V3 promotes every 128 k;
+#: 256 k halves the waits for the wgmmas, at 1.3e-4..2.5e-4 of max|acc| on the H100: docs/experiments/issue24.md).
+PROMOTE_K_TILES: Final = 2
 #: wgmma's n of each kind of tile.
 SWAP_TOKENS: Final = (8, 16, 32, 64, 128)
-CHANNEL_TILES: Final = (128, 256)
 
 __all__ = ["MAX_K_S8", "W8A8Gemm90Config", "choose_w8a8_gemm90"]
 
@@ -54,9 +56,9 @@ class W8A8Gemm90Config(KernelConfig):
             raise ValueError(f"W8A8Gemm90Config: consumers and mw must be 1 or 2, got {self.consumers}, {self.mw}")
         if self.mw * self.bn > 256:
             raise ValueError(f"W8A8Gemm90Config: {self.mw} x n{self.bn} accumulators exceed a thread's 128 registers")
-        if self.elem == "e4m3" and self.mw * self.bn > 128:
+        if self.elem == "e4m3" and self.mw * self.bn > 192:
             raise ValueError(
-                f"W8A8Gemm90Config: e4m3 keeps its sums and two partial sets: {self.mw} x n{self.bn} exceeds 64 "
+                f"W8A8Gemm90Config: e4m3 keeps its sums and a partial set: {self.mw} x n{self.bn} exceeds 96 "
                 "accumulators a thread"
             )
         if self.stages < 2:
@@ -138,8 +140,8 @@ class W8A8Gemm90Config(KernelConfig):
             acc_ptx="s32" if self.elem == "s8" else "f32",
             acc_doc="exact int32 accumulation"
             if self.elem == "s8"
-            else "fp32 sums of each 128-k tile in the tensor core, added in fp32 registers",
-            promote=self.elem == "e4m3",
+            else f"fp32 sums of each {PROMOTE_K_TILES * BK90} k in the tensor core, added in fp32 registers",
+            promote=PROMOTE_K_TILES if self.elem == "e4m3" else 0,
         )
 
 
@@ -152,26 +154,34 @@ def _swap(elem: Elem, out: Out, bn: int) -> W8A8Gemm90Config:
     return W8A8Gemm90Config(elem, out, True, bn, 2, 1, 6, 1)
 
 
-def choose_w8a8_gemm90(elem: Elem, out: Out, m: int, n: int = 0, sms: int = 0) -> W8A8Gemm90Config:
-    """The CTA tile a call with ``m`` tokens runs (``n`` channels on ``sms`` SMs refine the large-M choice): swap-AB
-    with the fewest tokens that hold M up to SWAP_MAX_M90; above, 128 tokens x 256 channels (4 stages of 48 KB) where
-    those tiles fill at least WIDE_FILL of the SMs, else 128 x 128 (6 stages), whose pieces of K the grid shares
-    (stream-K). On the H100 (docs/experiments/issue24.md) the wide tiles ran 1.1-1.6x faster from 0.97 of a wave
-    (M = 1024, N = 4096: 128 of them on 132 SMs), the narrow ones 1.2-1.4x faster at half a wave or less."""
-    if m <= SWAP_MAX_M90:
-        return _swap(elem, out, next(b for b in SWAP_TOKENS if b >= m))
-    narrow = W8A8Gemm90Config(elem, out, False, 128, 2, 1, 6, 1)
-    if elem == "e4m3" or (n and sms and -(-m // 128) * -(-n // 256) < WIDE_FILL * sms):
-        return narrow  # e4m3: the wide tile's sums and partial sets would not fit a thread's registers
-    return W8A8Gemm90Config(elem, out, False, 256, 2, 1, 4, 1)
-
-
-#: The fraction of the SMs the 128 x 256 tiles must fill to be chosen (one CTA an SM).
+#: The fraction of the SMs the wide tiles must fill to be chosen (one CTA an SM).
 WIDE_FILL: Final = 0.875
 
 
-#: Every configuration choose_w8a8_gemm90 returns for one element and output type (the quick tier and the PTX hashes
-#: render each once).
+def _wide(elem: Elem, out: Out) -> W8A8Gemm90Config:
+    """128 tokens x 256 channels (int8, 4 stages of 48 KB), x 192 for e4m3 (5 stages of 40 KB; its sums and partial
+    set: 192 registers a thread)."""
+    if elem == "e4m3":
+        return W8A8Gemm90Config(elem, out, False, 192, 2, 1, 5, 1)
+    return W8A8Gemm90Config(elem, out, False, 256, 2, 1, 4, 1)
+
+
+def choose_w8a8_gemm90(elem: Elem, out: Out, m: int, n: int = 0, sms: int = 0) -> W8A8Gemm90Config:
+    """The CTA tile a call with ``m`` tokens runs (``n`` channels on ``sms`` SMs refine the large-M choice): swap-AB
+    with the fewest tokens that hold M up to SWAP_MAX_M90; above, the wide tiles (_wide) where they fill at least
+    WIDE_FILL of the SMs, else 128 x 128 (6 stages), whose pieces of K the grid shares (stream-K). On the H100
+    (docs/experiments/issue24.md) the wide tiles ran 1.1-1.6x faster from 0.97 of a wave (M = 1024, N = 4096: 128
+    of them on 132 SMs), the narrow ones 1.2-1.4x faster at half a wave or less."""
+    if m <= SWAP_MAX_M90:
+        return _swap(elem, out, next(b for b in SWAP_TOKENS if b >= m))
+    wide = _wide(elem, out)
+    if n and sms and -(-m // 128) * -(-n // wide.bn) < WIDE_FILL * sms:
+        return W8A8Gemm90Config(elem, out, False, 128, 2, 1, 6, 1)
+    return wide
+
+
 def all_configs(elem: Elem, out: Out) -> tuple[W8A8Gemm90Config, ...]:
-    wide = (W8A8Gemm90Config(elem, out, False, 256, 2, 1, 4, 1),) if elem == "s8" else ()
-    return (*(_swap(elem, out, b) for b in SWAP_TOKENS), W8A8Gemm90Config(elem, out, False, 128, 2, 1, 6, 1), *wide)
+    """Every configuration choose_w8a8_gemm90 returns for one element and output type (the tests, the sanitizer
+    script and the PTX hashes render each once)."""
+    narrow = W8A8Gemm90Config(elem, out, False, 128, 2, 1, 6, 1)
+    return (*(_swap(elem, out, b) for b in SWAP_TOKENS), narrow, _wide(elem, out))

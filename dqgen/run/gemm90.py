@@ -32,11 +32,12 @@ PARAMS90: tuple[tuple[str, Any], ...] = (
 
 
 def stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None = None) -> int:
-    """The CTAs that share the tiles x K tiles units (the kernel's stream-K split): ``splits`` a tile where given
-    (split-K); else, where the tiles do not fill the resident CTAs, as many equal pieces a tile as fill them (one
-    wave); up to two waves' worth of tiles, one tile a CTA (on the H100 a partial second wave cost less than the
-    stream-K pieces' workspace round trips: docs/bench/gemm90_h100.json); from two waves on, as many CTAs as can be
-    resident at once, each an equal range (no wave runs part-empty)."""
+    """The CTAs of a launch (the template's two schedules: fewer CTAs than tiles run persistent on whole tiles P
+    apart; more share the tiles x K tiles units in equal contiguous ranges, stream-K): ``splits`` pieces a tile where
+    given (split-K); else, where the tiles do not fill the resident CTAs, as many equal pieces a tile as fill them
+    (one wave); up to two waves' worth of tiles, one tile a CTA (on the H100 a partial second wave cost less than the
+    stream-K pieces' workspace round trips: docs/bench/gemm90_h100.json); from two waves on, the resident CTAs,
+    persistent (their next tile loads under the last one's epilogue; docs/experiments/issue23.md, addendum)."""
     units = tiles * k_tiles
     if splits is not None:
         return max(1, min(units, tiles * splits))
@@ -140,7 +141,7 @@ def bind90(
     resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
     ctas = stream_k_ctas(tiles, w.k_tiles, resident, want_splits)
     ws, counters = None, None
-    if ctas != tiles:
+    if ctas > tiles:  # stream-K pieces: persistent CTAs (fewer than tiles) store whole tiles, as one a CTA does
         assert w.workspace is not None
         # two partial slots a CTA (its first and its last segment), one counter a tile
         ws, counters = w.workspace.get((("sm90", cfg.bn), tiles, ctas), 2 * ctas * cfg.bn * TILE_N, tiles)

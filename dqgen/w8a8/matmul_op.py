@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -102,22 +103,14 @@ def _device_limits(ordinal: int) -> tuple[int, int]:
     return dev.sm_count(ordinal), dev.max_shared_optin(ordinal)
 
 
-#: Which main loop a call runs: "auto" (wgmma on an sm_90 GPU, mma.sync elsewhere), or one of them forced (tuning and
-#: tests; "wgmma" needs an sm_90 GPU).
-MainloopChoice = Literal["auto", "mma_sync", "wgmma"]
-MAINLOOPS: tuple[MainloopChoice, ...] = ("auto", "mma_sync", "wgmma")
-
-
 @functools.lru_cache(maxsize=1024)
 def _prepared(
-    elem: Elem, out: Out, m: int, n: int, k: int, ordinal: int, mainloop: MainloopChoice = "auto"
+    elem: Elem, out: Out, m: int, n: int, k: int, ordinal: int
 ) -> tuple[GemmKernel | Gemm90Kernel, tuple[int, int, int], int]:
-    """(kernel, plan, workspace elements) of a call's shape, decided once: the host time of a call sits in front of
-    a short kernel (a few microseconds of choice and plan per call measured as such in L2-flushed timings)."""
-    if mainloop not in MAINLOOPS:
-        raise ValueError(f"mainloop: expected one of {MAINLOOPS}, got {mainloop!r}")
+    """(kernel, plan, workspace elements) of a call's shape, decided once (the host time of a call sits in front of
+    a short kernel): the wgmma kernel on an sm_90 GPU, the mma.sync one elsewhere."""
     kern: GemmKernel | Gemm90Kernel
-    if mainloop == "wgmma" or (mainloop == "auto" and is_hopper(ordinal)):
+    if is_hopper(ordinal):
         kern = loaded90(choose_w8a8_gemm90(elem, out, m, n, dev.sm_count(ordinal)), ordinal)
     else:
         kern = loaded(choose_w8a8_gemm(elem, out, m, n, k, *_device_limits(ordinal)), ordinal)
@@ -238,7 +231,7 @@ class _Call:
     device: torch.device
     out_dtype: torch.dtype
     #: x's address -> (the launch bound with x's tensor map at it, its x_scale, y and ws slots) (x_slot -1)
-    bind_x: Any = None
+    bind_x: Callable[[int], tuple[dev.BoundLaunch, int, int, int]] | None = None
     by_x: dict[int, tuple[dev.BoundLaunch, int, int, int]] = dataclasses.field(default_factory=dict)
 
     def bound_for(self, x_ptr: int) -> tuple[dev.BoundLaunch, int, int, int]:
@@ -250,7 +243,10 @@ class _Call:
             return self.fn, self.x_scale_slot, self.y_slot, self.ws_slot
         hit = self.by_x.get(x_ptr)
         if hit is None:
-            hit = remember(self.by_x, x_ptr, self.bind_x(x_ptr), X_BOUND_MAX)
+            assert self.bind_x is not None  # x_slot -1 comes with it
+            if len(self.by_x) >= X_BOUND_MAX:  # the oldest goes: a cycle of addresses keeps its recent ones bound
+                del self.by_x[next(iter(self.by_x))]
+            hit = self.by_x[x_ptr] = self.bind_x(x_ptr)
         return hit
 
 
