@@ -1065,6 +1065,17 @@ def shipped_specs() -> dict[str, Path]:
     return {p.stem: p for p in sorted(SHIPPED_SPECS.glob("*.yaml"))}
 
 
+#: The shipped specs with an s8 target (the W4A8 GEMM's int4 -> int8 converters). A folder of their own: the
+#: shipped-spec sweeps (tests, the GPU tiers, the PTX hashes) render fp16 / bf16 kernel families for every spec in
+#: ``SHIPPED_SPECS``, which an s8 spec has none of until the W4A8 GEMM lands; ``load_spec`` finds them by name.
+W4A8_SPECS = SHIPPED_SPECS / "w4a8"
+
+
+def w4a8_specs() -> dict[str, Path]:
+    """The shipped s8-target specs by name: ``awq_int4_s8``, ``gptq_int4_s8``."""
+    return {p.stem: p for p in sorted(W4A8_SPECS.glob("*.yaml"))}
+
+
 def _shipped_path(name: str) -> Path | None:
     """A bare name (no folder, no suffix) that is no file here names a shipped spec. A folder of that name does not
     hide it (a folder is never a spec; `dqgen build awq_int4_fp16 --out awq_int4_fp16` makes one); a file does: a
@@ -1073,7 +1084,7 @@ def _shipped_path(name: str) -> Path | None:
         return None
     if os.path.lexists(name) and not os.path.isdir(name):
         return None
-    return shipped_specs().get(name)
+    return shipped_specs().get(name) or w4a8_specs().get(name)
 
 
 #: What every public function taking a spec accepts (``load_spec`` resolves it).

@@ -233,9 +233,10 @@ def build_bytes(spec: Spec) -> Plan:
             else "; one mask leaves the code in its byte"
         )
     )
+    lo_val, hi_val = (-(field + spec.zeros.stored_offset), field) if zeros else (-offset, field - offset)
     facts = [
         "s8: 8-bit two's complement; four lanes per 32-bit register, element 4r+b in byte b of register r",
-        f"every value {value} lies in [{-offset - (field if zeros else 0)}, {field}]: one byte holds it",
+        f"every value {value} lies in [{lo_val}, {hi_val}]: one byte holds it",
     ]
     return Plan(spec.name, "bytes", summary, "s8", spec.sm, n, inputs, B.ops, outs, facts)
 
