@@ -12,11 +12,11 @@ from dqgen.emit.pipeline import compile_artifact
 from dqgen.layout.layout import Layout
 from dqgen.layout.w4a8 import (
     RESCALE_K,
-    converter_spec,
     element_map,
     pack_codes,
     pack_w4a8,
     unpack_codes,
+    w4a8_converter_spec,
 )
 
 
@@ -89,7 +89,7 @@ def test_converter_spec_word_is_the_fragment_pair() -> None:
     """The converter spec's Plan on a layout word gives a0 (or a1) in out0 and a2 (or a3) in out1: four bytes of
     four consecutive k each, in k order."""
     spec = with_group_size(load_spec("gptq_int4_s8"), 128)
-    plan = compile_artifact(converter_spec(spec)).plan
+    plan = compile_artifact(w4a8_converter_spec(spec)).plan
     assert plan.count("convert") == 7 and not [op for op in plan.ops if op.opcode.ptx.startswith("prmt")]
     codes = (np.arange(128 * 64) % 16).reshape(128, 64).astype(np.uint8)  # code = (64 k + n) % 16 = n % 16
     codes = (codes + np.arange(128)[:, None].astype(np.uint8)) % 16  # now (k + n) % 16
@@ -153,8 +153,8 @@ def test_shapes_the_layout_refuses(K: int, N: int, group: int, message: str) -> 
 
 def test_fp16_specs_and_act_order_refused() -> None:
     with pytest.raises(ValueError, match=r"^\[target\]"):
-        converter_spec(load_spec("gptq_int4_fp16"))
+        w4a8_converter_spec(load_spec("gptq_int4_fp16"))
     data = load_spec("gptq_int4_s8").model_dump(mode="json", exclude_none=True)
     data["act_order"] = True
     with pytest.raises(ValueError, match=r"^\[act_order\]"):
-        converter_spec(load_spec(data))
+        w4a8_converter_spec(load_spec(data))

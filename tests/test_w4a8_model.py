@@ -14,7 +14,7 @@ from dqgen.check.w4a8_model import int8_weights, w4a8_matmul
 from dqgen.core.spec import Spec, load_spec, with_group_size
 from dqgen.emit.pipeline import compile_artifact
 from dqgen.layout.layout import Layout
-from dqgen.layout.w4a8 import converter_spec, pack_w4a8
+from dqgen.layout.w4a8 import W4A8Packed, pack_w4a8, w4a8_converter_spec
 from dqgen.w8a8.reference import quantize
 from dqgen.w8a8.smooth import smooth_linear
 
@@ -43,7 +43,7 @@ def _quantize_int4(w_kn: np.ndarray, group: int, zeros: bool) -> tuple[np.ndarra
     return codes, s16, z
 
 
-def _pack(spec: Spec, codes: np.ndarray, s16: np.ndarray, z: np.ndarray | None, group: int):  # noqa: ANN202
+def _pack(spec: Spec, codes: np.ndarray, s16: np.ndarray, z: np.ndarray | None, group: int) -> W4A8Packed:
     lay = Layout.of(spec)
     qz = None if z is None else lay.pack_fields(z, lay.zero_order, "N")
     return pack_w4a8(spec, lay.pack_fields(codes), s16, qz, group)
@@ -64,7 +64,7 @@ class W4A8Layer:
         self.smooth = smooth
         codes, s16, z = _quantize_int4(w_nk.T.astype(np.float64), group, self.spec.zeros.packed)
         self.packed = _pack(self.spec, codes, s16, z, group)
-        self.plan = compile_artifact(converter_spec(self.spec)).plan
+        self.plan = compile_artifact(w4a8_converter_spec(self.spec)).plan
         self.w_deq = _dequantized(codes, s16, z, group)  # [K, N] float64
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +106,7 @@ def test_int8_weights_are_the_exact_code_values() -> None:
         codes = rng.integers(0, 16, (256, 128)).astype(np.uint8)
         z = rng.integers(0, 16, (2, 128)).astype(np.uint8) if zeros else None
         packed = _pack(spec, codes, np.ones((2, 128), np.float16), z, 128)
-        w8 = int8_weights(compile_artifact(converter_spec(spec)).plan, packed)
+        w8 = int8_weights(compile_artifact(w4a8_converter_spec(spec)).plan, packed)
         want = codes.astype(np.int64) - (np.repeat(z, 128, axis=0) if z is not None else 8)
         assert w8.dtype == np.int8 and np.array_equal(w8.astype(np.int64), want)
 
@@ -121,7 +121,7 @@ def test_rescale_order_is_unfused_fp32_in_k_order() -> None:
     packed = _pack(spec, codes, s16, None, 128)
     xq = rng.integers(-127, 128, (2, 384)).astype(np.int8)
     xs = rng.uniform(0.001, 0.1, 2).astype(np.float32)
-    got = w4a8_matmul(compile_artifact(converter_spec(spec)).plan, packed, xq, xs)
+    got = w4a8_matmul(compile_artifact(w4a8_converter_spec(spec)).plan, packed, xq, xs)
     f32 = np.float32
     for m in range(2):
         for n in (0, 17, 63):
@@ -135,7 +135,7 @@ def test_rescale_order_is_unfused_fp32_in_k_order() -> None:
 def test_bad_activations_refused() -> None:
     spec = with_group_size(load_spec("gptq_int4_s8"), 128)
     packed = _pack(spec, np.zeros((128, 64), np.uint8), np.ones((1, 64), np.float16), None, 128)
-    plan = compile_artifact(converter_spec(spec)).plan
+    plan = compile_artifact(w4a8_converter_spec(spec)).plan
     with pytest.raises(ValueError, match=r"^xq: expected int8"):
         w4a8_matmul(plan, packed, np.zeros((2, 128), np.int16), np.ones(2, np.float32))
     with pytest.raises(ValueError, match=r"^x_scale: expected \[M=2\]"):

@@ -14,15 +14,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.plan import Plan
-from ..layout.w4a8 import RESCALE_K, TILE_K, W4A8Packed, element_map
+from ..layout.w4a8 import RESCALE_K, W4A8_TILE_K, W4A8Packed, element_map
 
 F32 = np.float32
 
 
 def int8_weights(plan: Plan, packed: W4A8Packed) -> np.ndarray:
     """The int8 weights [K, N] the GEMM feeds wgmma: every prepacked word converted by ``plan``, the proven Plan of
-    ``dqgen.layout.w4a8.converter_spec(spec)`` (``compile_artifact(converter_spec(spec)).plan``), with its zero
-    word where the spec has packed zeros."""
+    ``dqgen.layout.w4a8.w4a8_converter_spec(spec)`` (``compile_artifact(w4a8_converter_spec(spec)).plan``), with
+    its zero word where the spec has packed zeros."""
     if plan.target != "s8" or plan.words != ["w"]:
         raise ValueError(f"plan: expected the s8 Plan of a W4A8 converter spec, got {plan.strategy} -> {plan.target}")
     NT, KT = packed.wq.shape[:2]
@@ -31,7 +31,7 @@ def int8_weights(plan: Plan, packed: W4A8Packed) -> np.ndarray:
     if packed.zeros is not None:
         # the zero word of each word: its row's zero in the 128-k tile that holds its k-tile
         rows = n_of[:, :, 0]  # [128, 4]
-        per_tile = packed.zeros[:, (np.arange(KT) * TILE_K) // RESCALE_K]  # [NT, KT, 64]
+        per_tile = packed.zeros[:, (np.arange(KT) * W4A8_TILE_K) // RESCALE_K]  # [NT, KT, 64]
         env["z"] = per_tile[:, :, rows].reshape(-1)
     regs = plan.run(env, upto="convert")
     lanes = np.zeros((packed.wq.size, 8), dtype=np.int8)
@@ -39,9 +39,9 @@ def int8_weights(plan: Plan, packed: W4A8Packed) -> np.ndarray:
         for lane, e in enumerate(elements):
             lanes[:, e] = ((regs[out] >> np.uint32(8 * lane)) & np.uint32(0xFF)).astype(np.uint8).view(np.int8)
     fields = lanes.reshape(NT, KT, 128, 4, 8)
-    tiles = np.zeros((NT, KT, 64, TILE_K), dtype=np.int8)
+    tiles = np.zeros((NT, KT, 64, W4A8_TILE_K), dtype=np.int8)
     tiles[:, :, n_of, k_of] = fields
-    return tiles.transpose(1, 3, 0, 2).reshape(KT * TILE_K, NT * 64)
+    return tiles.transpose(1, 3, 0, 2).reshape(KT * W4A8_TILE_K, NT * 64)
 
 
 def w4a8_matmul(plan: Plan, packed: W4A8Packed, xq: np.ndarray, x_scale: np.ndarray) -> np.ndarray:

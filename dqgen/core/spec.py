@@ -873,7 +873,6 @@ class Spec(BaseModel):
             raise _field_error("act_order", True, "a positive scales.group_size (g_idx maps rows to groups)")
         return self
 
-
     def _check_s8(self) -> None:
         """An s8 target takes 4-bit integer codes, integer (or no) zero points and 16-bit group scales."""
         kind, bits = self.source.kind, self.source.bits

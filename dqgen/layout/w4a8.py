@@ -1,6 +1,6 @@
 """The prepacked W4A8 weight layout: int4 codes placed so that each consumer thread of the Hopper W4A8 GEMM reads
 its four words of an m64 x k64 tile with one 16-byte load and converts each with the s8 Plan of
-``converter_spec(spec)`` straight into the registers of ``wgmma.m64nNk32.s32.s8.s8`` with A from registers.
+``w4a8_converter_spec(spec)`` straight into the registers of ``wgmma.m64nNk32.s32.s8.s8`` with A from registers.
 
 The GEMM computes out^T = W^T x^T: the weights' N is wgmma's M (64 rows per warpgroup), the tokens are wgmma's N.
 The A fragment of one k32 step (PTX ISA, wgmma register fragments, .s8): warp ``w`` of the warpgroup holds rows
@@ -38,8 +38,8 @@ from .layout import Layout
 
 #: field 2b holds element b (k = 4t + b: the low nibble of byte b -> out0's byte b), field 2b+1 element 4 + b
 W4A8_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
-TILE_N = 64  # wgmma M: the rows of one warpgroup
-TILE_K = 64  # k per 16-byte load: two k32 wgmma steps
+W4A8_TILE_N = 64  # wgmma M: the rows of one warpgroup
+W4A8_TILE_K = 64  # k per 16-byte load: two k32 wgmma steps
 RESCALE_K = 128  # k per int32 partial sum, rescaled in fp32
 THREADS = 128  # one warpgroup
 WORDS = 4  # words per thread per tile
@@ -54,7 +54,7 @@ def _check_spec(spec: Spec) -> None:
         raise ValueError("[act_order] the W4A8 layout takes groups in K order (act_order: false)")
 
 
-def converter_spec(spec: Spec) -> Spec:
+def w4a8_converter_spec(spec: Spec) -> Spec:
     """The spec whose Layout and proven Plan describe one word of the W4A8 layout of ``spec``'s weights: packed
     along K in ``W4A8_ORDER`` (element e: the e-th k of the word's two fragment registers), every other field kept
     (codes, zeros, scales, target s8). Its Plan: one shift, then a mask per register (plus add and XOR with an
@@ -91,8 +91,8 @@ class W4A8Packed:
 def _check_shape(K: int, N: int) -> None:
     if K <= 0 or K % RESCALE_K:
         raise ValueError(f"qweight: K = {K}; the W4A8 layout needs K a positive multiple of {RESCALE_K}")
-    if N <= 0 or N % TILE_N:
-        raise ValueError(f"qweight: N = {N}; the W4A8 layout needs N a positive multiple of {TILE_N}")
+    if N <= 0 or N % W4A8_TILE_N:
+        raise ValueError(f"qweight: N = {N}; the W4A8 layout needs N a positive multiple of {W4A8_TILE_N}")
 
 
 def pack_codes(codes: np.ndarray) -> np.ndarray:
@@ -101,7 +101,8 @@ def pack_codes(codes: np.ndarray) -> np.ndarray:
     K, N = codes.shape
     _check_shape(K, N)
     n, k = element_map()
-    tiles = codes.reshape(K // TILE_K, TILE_K, N // TILE_N, TILE_N).transpose(2, 0, 3, 1)  # [NT, KT, n, k]
+    # [n-tile, k-tile, n, k]
+    tiles = codes.reshape(K // W4A8_TILE_K, W4A8_TILE_K, N // W4A8_TILE_N, W4A8_TILE_N).transpose(2, 0, 3, 1)
     fields = tiles[:, :, n, k].astype(np.uint32)  # [NT, KT, 128, 4, 8] in element order
     shifts = np.array([4 * W4A8_ORDER.index(e) for e in range(8)], dtype=np.uint32)
     return np.bitwise_or.reduce(fields << shifts, axis=-1).astype(np.uint32)
@@ -113,9 +114,9 @@ def unpack_codes(wq: np.ndarray) -> np.ndarray:
     n, k = element_map()
     shifts = np.array([4 * W4A8_ORDER.index(e) for e in range(8)], dtype=np.uint32)
     fields = ((wq[..., None] >> shifts) & np.uint32(0xF)).astype(np.uint8)  # [NT, KT, 128, 4, 8]
-    tiles = np.zeros((NT, KT, TILE_N, TILE_K), dtype=np.uint8)
+    tiles = np.zeros((NT, KT, W4A8_TILE_N, W4A8_TILE_K), dtype=np.uint8)
     tiles[:, :, n, k] = fields
-    return tiles.transpose(1, 3, 0, 2).reshape(KT * TILE_K, NT * TILE_N)
+    return tiles.transpose(1, 3, 0, 2).reshape(KT * W4A8_TILE_K, NT * W4A8_TILE_N)
 
 
 def tile_rows(per_group: np.ndarray, K: int, group_size: int) -> np.ndarray:
@@ -128,7 +129,7 @@ def tile_rows(per_group: np.ndarray, K: int, group_size: int) -> np.ndarray:
             "(a group size that is a multiple of 128, or -1) covering K"
         )
     rows = per_group[np.arange(K // RESCALE_K) * RESCALE_K // g]  # [K/128, N]
-    return np.ascontiguousarray(rows.reshape(K // RESCALE_K, N // TILE_N, TILE_N).transpose(1, 0, 2))
+    return np.ascontiguousarray(rows.reshape(K // RESCALE_K, N // W4A8_TILE_N, W4A8_TILE_N).transpose(1, 0, 2))
 
 
 def pack_w4a8(

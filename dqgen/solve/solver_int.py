@@ -34,17 +34,17 @@ BYTE_SIGN = 0x80808080
 #: 2^32: an integer add of 2^32 - c is a subtraction of c
 WORD = 1 << 32
 
-LUT_AND = lut_of(lambda a, b, c: a & b)
-LUT_AND_OR = lut_of(lambda a, b, c: (a & b) | c)
-LUT_AND_XOR = lut_of(lambda a, b, c: (a & b) ^ c)
-LUT_NAND = lut_of(lambda a, b, c: ~(a & b))
-LUT_XOR = lut_of(lambda a, b, c: a ^ b)
-LUT_WHY = {
-    LUT_AND: "immLut = 0xF0 & 0xCC: d = a & b",
-    LUT_AND_OR: "immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c",
-    LUT_AND_XOR: "immLut = (0xF0 & 0xCC) ^ 0xAA: d = (a & b) ^ c",
-    LUT_NAND: "immLut = ~(0xF0 & 0xCC): d = ~(a & b)",
-    LUT_XOR: "immLut = 0xF0 ^ 0xCC: d = a ^ b",
+_LUT_AND = lut_of(lambda a, b, c: a & b)
+_LUT_AND_OR = lut_of(lambda a, b, c: (a & b) | c)
+_LUT_AND_XOR = lut_of(lambda a, b, c: (a & b) ^ c)
+_LUT_NAND = lut_of(lambda a, b, c: ~(a & b))
+_LUT_XOR = lut_of(lambda a, b, c: a ^ b)
+_LUT_WHY = {
+    _LUT_AND: "immLut = 0xF0 & 0xCC: d = a & b",
+    _LUT_AND_OR: "immLut = (0xF0 & 0xCC) | 0xAA: d = (a & b) | c",
+    _LUT_AND_XOR: "immLut = (0xF0 & 0xCC) ^ 0xAA: d = (a & b) ^ c",
+    _LUT_NAND: "immLut = ~(0xF0 & 0xCC): d = ~(a & b)",
+    _LUT_XOR: "immLut = 0xF0 ^ 0xCC: d = a ^ b",
 }
 
 
@@ -100,7 +100,7 @@ class _Builder:
         return dst
 
     def lop3(self, dst: str, args: tuple, lut: int, why: str, stage: Stage) -> str:
-        return self.emit(Opcode.LOP3, dst, args, why, stage, lut, LUT_WHY[lut])
+        return self.emit(Opcode.LOP3, dst, args, why, stage, lut, _LUT_WHY[lut])
 
 
 def _shifted(B: _Builder, src: str, shifts: set[int], stage: Stage) -> dict[int, str]:
@@ -166,7 +166,7 @@ def build_bytes(spec: Spec) -> Plan:
         )
         for r, pl in enumerate(placements):
             t = _place(B, pl, zsh, f"zp{r}", "zero")
-            nz = B.lop3(f"zn{r}", (t, mask, mask), LUT_NAND, "~Z: Z = the zero points of this lane's bytes", "zero")
+            nz = B.lop3(f"zn{r}", (t, mask, mask), _LUT_NAND, "~Z: Z = the zero points of this lane's bytes", "zero")
             zregs.append(
                 B.emit(
                     Opcode.ADD_U32,
@@ -188,15 +188,19 @@ def build_bytes(spec: Spec) -> Plan:
         t = _place(B, pl, wsh, f"p{r}", "convert")
         if not zeros and offset == 0:
             outs.append(
-                B.lop3(f"v{r}", (t, mask, mask), LUT_AND, "each byte = its field = the code value, exact", "convert")
+                B.lop3(f"v{r}", (t, mask, mask), _LUT_AND, "each byte = its field = the code value, exact", "convert")
             )
             continue
         top = Const(
             BYTE_SIGN | flip,
             "bit 7 of every byte (128 + u: no byte goes negative in the subtraction)"
-            + (f"; XOR-ing each field's top bit 0x{flip & 0xFF:02X} turns two's complement into offset binary" if flip else ""),
+            + (
+                f"; XOR-ing each field's top bit 0x{flip & 0xFF:02X} turns two's complement into offset binary"
+                if flip
+                else ""
+            ),
         )
-        lut = LUT_AND_XOR if flip else LUT_AND_OR
+        lut = _LUT_AND_XOR if flip else _LUT_AND_OR
         x = B.lop3(f"x{r}", (t, mask, top), lut, f"each byte = 128 + u, u in [0, {field}]", "convert")
         if zeros:
             sub: Const | str = zregs[r]
@@ -217,9 +221,11 @@ def build_bytes(spec: Spec) -> Plan:
             "convert",
         )
         sign = Const(BYTE_SIGN, "bit 7 of every byte: XOR subtracts 128 from a byte in [112, 143] (two's complement)")
-        outs.append(B.lop3(f"v{r}", (y, sign, sign), LUT_XOR, "each byte = the value as a signed byte", "convert"))
+        outs.append(B.lop3(f"v{r}", (y, sign, sign), _LUT_XOR, "each byte = the value as a signed byte", "convert"))
 
-    inputs = [Input("w", "word", f"one packed 32-bit word: {n} codes of {bits} bits, field j = element {spec.order}[j]")]
+    inputs = [
+        Input("w", "word", f"one packed 32-bit word: {n} codes of {bits} bits, field j = element {spec.order}[j]")
+    ]
     if zeros:
         inputs.append(Input("z", "zero_word", "a word holding each element's stored zero point in its field"))
     kinds = sorted({pl.kind for pl in placements})
