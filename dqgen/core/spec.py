@@ -710,11 +710,6 @@ class Spec(BaseModel):
         return self.target is Target.s8
 
     @property
-    def scale_dtype(self) -> str:
-        """The dtype of the group scales: ``scales.dtype``, else the target (s8 specs name it: fp16 or bf16)."""
-        return self.scales.dtype.value if self.scales.dtype is not None else self.target.value
-
-    @property
     def words(self) -> int:
         """32-bit words per packing block (1 unless codes straddle words)."""
         return self.packing.block_words(self.source.bits)

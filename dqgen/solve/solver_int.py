@@ -147,15 +147,17 @@ def build_bytes(spec: Spec) -> Plan:
     zeros = spec.zeros.packed
     field = (1 << bits) - 1
     mask = Const(every_byte(field), f"the low {bits} bits of every byte: one field per byte")
+    # the values: with zero points q - (z + stored offset), z a field too; else the code minus its offset
+    lo_val, hi_val = (-(field + spec.zeros.stored_offset), field) if zeros else (-offset, field - offset)
+    span = f"[{128 + lo_val}, {128 + hi_val}]"  # each byte after the subtraction: 128 + value
     B = _Builder()
     shifts = {s for pl in placements for s in pl.shifts}
 
     zregs: list[str] = []
     if zeros:
         # one zero per element, in the same fields as the weights: placed like them, then negated in every byte
-        most = field + spec.zeros.stored_offset  # the largest z + stored offset
-        if 128 + field - most < 0 or 128 + field > 255:
-            raise NoBytesPlan(f"zero points up to {most} would make a byte borrow")
+        if 128 + lo_val < 0 or 128 + hi_val > 255:
+            raise NoBytesPlan(f"zero points up to {-lo_val} would make a byte borrow")
         zsh = _shifted(B, "z", shifts, "zero")
         plus = spec.zeros.stored_offset
         one_minus = Const(
@@ -177,10 +179,8 @@ def build_bytes(spec: Spec) -> Plan:
                     "zero",
                 )
             )
-    else:
-        low, high = -offset, field - offset  # the value range
-        if 128 + low < 0 or 128 + high > 255:
-            raise NoBytesPlan(f"offset {offset} would make a byte borrow")
+    elif 128 + lo_val < 0 or 128 + hi_val > 255:
+        raise NoBytesPlan(f"offset {offset} would make a byte borrow")
 
     wsh = _shifted(B, "w", shifts, "convert")
     outs = []
@@ -217,10 +217,10 @@ def build_bytes(spec: Spec) -> Plan:
             Opcode.ADD_U32,
             f"y{r}",
             (x, sub),
-            f"each byte = 128 + u - {what}, in [112, 143]: no byte borrows, so one add is four byte subtractions",
+            f"each byte = 128 + u - {what}, in {span}: no byte borrows, so one add is four byte subtractions",
             "convert",
         )
-        sign = Const(BYTE_SIGN, "bit 7 of every byte: XOR subtracts 128 from a byte in [112, 143] (two's complement)")
+        sign = Const(BYTE_SIGN, f"bit 7 of every byte: XOR subtracts 128 from a byte in {span} (two's complement)")
         outs.append(B.lop3(f"v{r}", (y, sign, sign), _LUT_XOR, "each byte = the value as a signed byte", "convert"))
 
     inputs = [
@@ -239,7 +239,6 @@ def build_bytes(spec: Spec) -> Plan:
             else "; one mask leaves the code in its byte"
         )
     )
-    lo_val, hi_val = (-(field + spec.zeros.stored_offset), field) if zeros else (-offset, field - offset)
     facts = [
         "s8: 8-bit two's complement; four lanes per 32-bit register, element 4r+b in byte b of register r",
         f"every value {value} lies in [{lo_val}, {hi_val}]: one byte holds it",
