@@ -107,6 +107,11 @@ def expected_bits(
     and ``gs`` [n] fp32 bit patterns."""
     from ..ir.isa import _canonical_nan
 
+    if spec.integer_target:
+        # s8 lanes: the exact integer code - offset - zero as a two's-complement byte; no scale (the W4A8 GEMM
+        # applies it to int32 sums in fp32)
+        values = code_values(spec, words, zeros if spec.zeros.packed else None)
+        return (values & 0xFF).astype(np.uint32)
     fmt = _fmt(spec)
 
     def by_formula() -> np.ndarray:
@@ -181,9 +186,10 @@ def _run(
                 env[f"f{i}"] = fzeros[:, 2 * i] | (fzeros[:, 2 * i + 1] << np.uint32(16))
     regs = plan.run(env)
     got = np.empty((w.shape[0], spec.per_word), dtype=np.uint32)
-    for o, (lo, hi) in zip(plan.outputs, plan.pairs, strict=True):  # Plan.pairs has one pair per output
-        got[:, lo] = regs[o] & np.uint32(0xFFFF)
-        got[:, hi] = regs[o] >> np.uint32(16)
+    width = plan.lane_bits
+    for o, elements in zip(plan.outputs, plan.lanes, strict=True):  # Plan.lanes has one tuple per output
+        for lane, e in enumerate(elements):
+            got[:, e] = (regs[o] >> np.uint32(width * lane)) & np.uint32((1 << width) - 1)
     return got
 
 
@@ -272,6 +278,8 @@ def _scales(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Scales for n blocks: target pairs (1.0 when ``unit``) or block-scale codes (+ global scales)."""
     fmt = _fmt(spec)
+    if spec.integer_target:
+        return np.zeros((n, spec.per_word), dtype=np.uint32), None  # s8 plans take no scale
     if spec.scales.block:
         return scale_cases(spec, rng, n, exhaustive)
     if unit:

@@ -97,6 +97,16 @@ def _bounded_repr(value: object, depth: int = 0) -> str:
 class Target(str, Enum):
     fp16 = "fp16"
     bf16 = "bf16"
+    # int8 lanes (4 per 32-bit word) for the W4A8 GEMM's int8 x int8 wgmma: the exact integer code - offset - zero
+    # as a two's-complement byte; the group scale is applied later, in fp32, to the int32 sums (docs/formats.md)
+    s8 = "s8"
+
+
+#: The source kinds and widths an s8 target converts: 4-bit integer codes (every value q - offset - zero lies in
+#: [-15, 15], so a byte holds it and the byte-wise arithmetic of the s8 plan never borrows across bytes).
+S8_SOURCE_BITS = (4,)
+#: The 16-bit scale dtypes an s8 spec may name (the checkpoint's; the W4A8 GEMM reads them as fp32).
+S8_SCALE_DTYPES = ("fp16", "bf16")
 
 
 class SourceKind(str, Enum):
@@ -691,8 +701,13 @@ class Spec(BaseModel):
 
     @property
     def target_type(self) -> ScalarType:
-        """The target's number format (the registry row fp16 or bf16)."""
+        """The target's number format (the registry row fp16 or bf16; the integer format s8)."""
         return scalar_type(self.target.value)
+
+    @property
+    def integer_target(self) -> bool:
+        """Whether the target is int8 lanes (s8: the W4A8 GEMM's operand) rather than a 16-bit float."""
+        return self.target is Target.s8
 
     @property
     def words(self) -> int:
@@ -763,7 +778,9 @@ class Spec(BaseModel):
             )
         sd = self.scales.dtype
         kind = self.source.kind
-        if sd is not None and not self.scales.block and sd.value != self.target.value:
+        if self.target is Target.s8:
+            self._check_s8()
+        elif sd is not None and not self.scales.block and sd.value != self.target.value:
             raise _field_error(
                 "scales.dtype", sd.value, f"the target dtype {self.target.value!r}, or a block-scale code (e8m0, e4m3)"
             )
@@ -850,6 +867,31 @@ class Spec(BaseModel):
         if self.act_order and g != "auto" and g <= 0:
             raise _field_error("act_order", True, "a positive scales.group_size (g_idx maps rows to groups)")
         return self
+
+    def _check_s8(self) -> None:
+        """An s8 target takes 4-bit integer codes, integer (or no) zero points and 16-bit group scales."""
+        kind, bits = self.source.kind, self.source.bits
+        if kind not in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased) or bits not in S8_SOURCE_BITS:
+            raise _field_error(
+                "target",
+                "s8",
+                f"fp16 or bf16 for {self.source.short} codes: s8 lanes take "
+                f"{'/'.join(map(str, S8_SOURCE_BITS))}-bit integer codes (unsigned, signed or biased)",
+            )
+        if self.zeros.dense:
+            raise _field_error(
+                "zeros.mode",
+                self.zeros.mode,
+                "'none', 'integer', 'gptq_v1' or 'gptq_v2' with target s8 (a float zero point has no int8 value)",
+            )
+        sd = self.scales.dtype
+        if sd is None or sd.value not in S8_SCALE_DTYPES:
+            raise _field_error(
+                "scales.dtype",
+                None if sd is None else sd.value,
+                f"one of {', '.join(S8_SCALE_DTYPES)} with target s8 (the checkpoint's scale dtype: the W4A8 GEMM "
+                "rescales each group's int32 sum in fp32)",
+            )
 
 
 def resolve_group_size(spec: Spec, K: int, rows: int) -> int:
@@ -1017,6 +1059,17 @@ def shipped_specs() -> dict[str, Path]:
     return {p.stem: p for p in sorted(SHIPPED_SPECS.glob("*.yaml"))}
 
 
+#: The shipped specs with an s8 target (the W4A8 GEMM's int4 -> int8 converters). A folder of their own: the
+#: shipped-spec sweeps (tests, the GPU tiers, the PTX hashes) render fp16 / bf16 kernel families for every spec in
+#: ``SHIPPED_SPECS``, which an s8 spec has none of until the W4A8 GEMM lands; ``load_spec`` finds them by name.
+W4A8_SPECS = SHIPPED_SPECS / "w4a8"
+
+
+def w4a8_specs() -> dict[str, Path]:
+    """The shipped s8-target specs by name: ``awq_int4_s8``, ``gptq_int4_s8``."""
+    return {p.stem: p for p in sorted(W4A8_SPECS.glob("*.yaml"))}
+
+
 def _shipped_path(name: str) -> Path | None:
     """A bare name (no folder, no suffix) that is no file here names a shipped spec. A folder of that name does not
     hide it (a folder is never a spec; `dqgen build awq_int4_fp16 --out awq_int4_fp16` makes one); a file does: a
@@ -1025,7 +1078,7 @@ def _shipped_path(name: str) -> Path | None:
         return None
     if os.path.lexists(name) and not os.path.isdir(name):
         return None
-    return shipped_specs().get(name)
+    return shipped_specs().get(name) or w4a8_specs().get(name)
 
 
 #: What every public function taking a spec accepts (``load_spec`` resolves it).

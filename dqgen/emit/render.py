@@ -144,6 +144,7 @@ def context(spec: Spec, plan: Plan, variants: Sequence[Mapping[str, object]] = (
         "order": list(lay.order),
         "axis": lay.axis,
         "formula": "(q - z)" if spec.zeros.packed else "q",
+        "integer_target": spec.integer_target,
         "has_zeros": spec.zeros.packed,
         "float_zeros": spec.zeros.dense,
         "zero_mode": spec.zeros.mode,

@@ -86,8 +86,20 @@ class Plan:
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
-        """Elements (low half, high half) of each output register."""
+        """Elements (low half, high half) of each output register (16-bit targets)."""
         return [(2 * i, 2 * i + 1) for i in range(len(self.outputs))]
+
+    @property
+    def lane_bits(self) -> int:
+        """Bits of one output lane: 16 (fp16 / bf16: a pair per register) or 8 (s8: four per register)."""
+        return 8 if self.target == "s8" else 16
+
+    @property
+    def lanes(self) -> list[tuple[int, ...]]:
+        """Elements of each output register, lowest lane first: ``pairs`` for 16-bit targets, and for s8
+        elements 4i..4i+3 in bytes 0..3 (the four consecutive k of one wgmma A-fragment register)."""
+        per = 32 // self.lane_bits
+        return [tuple(range(per * i, per * i + per)) for i in range(len(self.outputs))]
 
     def stage_ops(self, stage: Stage) -> list[Op]:
         return [op for op in self.ops if op.stage == stage]

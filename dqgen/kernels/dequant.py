@@ -12,7 +12,7 @@ from ..core.spec import Spec
 from ..emit.pipeline import Artifact
 from ..emit.render import BLOCK, context, template_env
 from ..ir.plan import Plan
-from .family import KernelConfig
+from .family import KernelConfig, refuse_integer_target
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class DequantConfig(KernelConfig):
     key: str = field(init=False)
 
     def __post_init__(self) -> None:
+        refuse_integer_target(self.artifact.spec, "dequantize kernel")
         object.__setattr__(self, "key", self.artifact.key)
         if self.variant is not None and self.variant not in variants(self.artifact.spec):
             raise ValueError(
@@ -95,7 +96,7 @@ class DequantConfig(KernelConfig):
 
     @classmethod
     def supports(cls, spec: Spec) -> bool:
-        return True  # every spec the pipeline solves
+        return not spec.integer_target  # every spec the pipeline solves to fp16 / bf16
 
     def context(self) -> dict[str, Any]:
         return dequant_context(self.spec, self.artifact.plan, self.variants)

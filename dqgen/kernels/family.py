@@ -80,6 +80,16 @@ def _render(config: KernelConfig) -> str:
     return template_env().get_template(config.template).render(**config.context())
 
 
+def refuse_integer_target(spec: Spec, what: str) -> None:
+    """ValueError (one line, naming the spec's target) for a family that writes fp16 / bf16 given an s8 spec: s8
+    lanes are the W4A8 GEMM's int8 operand, not a dequantized weight."""
+    if spec.integer_target:
+        raise ValueError(
+            f"[target] {spec.name}: got 's8'; the {what} writes fp16 or bf16 weights (s8 lanes are the int8 operand "
+            "of the W4A8 GEMM; use the spec with target fp16 or bf16 here)"
+        )
+
+
 class KernelConfig(ABC):
     """The protocol of a kernel family's config; subclasses are frozen dataclasses (equal configs are one kernel).
 

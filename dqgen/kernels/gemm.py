@@ -81,6 +81,7 @@ def supports(spec: Spec) -> bool:
         and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
         and not spec.scales.block
         and spec.words == 1
+        and not spec.integer_target  # s8 lanes feed the W4A8 GEMM, not this fp16 / bf16 one
     )
 
 

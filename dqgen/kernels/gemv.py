@@ -11,7 +11,7 @@ from ..emit.pipeline import Artifact
 from ..emit.render import context
 from ..ir.plan import Plan
 from ..layout.layout import Layout
-from .family import KernelConfig, SplitK
+from .family import KernelConfig, SplitK, refuse_integer_target
 
 #: Warps per block (they split a tile's K range; reduced in shared memory).
 WARPS = 4
@@ -221,6 +221,7 @@ class GemvConfig(KernelConfig):
     key: str = field(init=False)
 
     def __post_init__(self) -> None:
+        refuse_integer_target(self.artifact.spec, "GEMV")
         object.__setattr__(self, "key", self.artifact.key)
         if self.entry is not None and self.entry not in entries(self.artifact.spec):
             raise ValueError(f"entry {self.entry}: not an entry point of {self.artifact.spec.name}'s GEMV")
@@ -250,7 +251,8 @@ class GemvConfig(KernelConfig):
 
     @classmethod
     def supports(cls, spec: Spec) -> bool:
-        return True  # every spec the pipeline solves (the converter runs on the weights the mma consumes)
+        # every spec the pipeline solves to fp16 / bf16 (the converter runs on the weights the mma consumes)
+        return not spec.integer_target
 
     @property
     def render_key(self) -> GemvConfig:

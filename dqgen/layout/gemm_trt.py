@@ -242,6 +242,11 @@ def from_trt_layout(packed: np.ndarray, bits: int, *, signed: bool = False, acti
 
 def _check_trt_spec(spec: Spec) -> None:
     bits, kind = spec.source.bits, spec.source.kind
+    if spec.integer_target:
+        raise ValueError(
+            "[target] TensorRT-LLM's GEMM layout feeds an fp16 / bf16 mma; got 's8' "
+            "(the W4A8 layout: dqgen.layout.w4a8)"
+        )
     if bits not in WEIGHT_BITS:
         raise ValueError(f"[source.bits] TensorRT-LLM's GEMM layout takes {WEIGHT_BITS}-bit codes, got {bits}")
     if kind not in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased):

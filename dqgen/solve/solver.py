@@ -43,6 +43,7 @@ from ..ir.plan import Plan, Stage
 from ..layout.layout import Layout
 from .common import Builder, plan_inputs, scale_stage, target_format, word_names
 from .solver_float import codebook_candidates, minifloat_candidates
+from .solver_int import bytes_candidates
 
 LUT_AND_OR = lut_of(lambda a, b, c: (a & b) | c)
 LUT_AND_XOR = lut_of(lambda a, b, c: (a & b) ^ c)
@@ -695,8 +696,10 @@ STRATEGIES = {
     "minifloat": minifloat_candidates,
     "codebook": codebook_candidates,
 }
+#: The strategies of an integer (s8) target: the float strategies build fp16 / bf16 arithmetic and do not apply.
+INT_STRATEGIES = {"bytes": bytes_candidates}
 #: the names plans carry (``Plan.strategy``), for ``solve(strategy=...)``
-PLAN_STRATEGIES = ("lanes", "sign_split", "fp32_carrier", "bit_place", "cvt", "lut")
+PLAN_STRATEGIES = ("lanes", "sign_split", "fp32_carrier", "bit_place", "cvt", "lut", "bytes")
 
 
 def plan_key(plan: Plan) -> tuple:
@@ -710,7 +713,7 @@ def candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
     from ..check.prove import quick_check
 
     plans, notes = [], []
-    for name, fn in STRATEGIES.items():
+    for name, fn in (INT_STRATEGIES if spec.integer_target else STRATEGIES).items():
         ps, ns = fn(spec)
         notes += ns
         for p in ps:

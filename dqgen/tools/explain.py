@@ -91,12 +91,13 @@ STAGE_TITLES = {
     "zero": "once per zero-point word (per group of columns): zero points folded into the fix-up",
     "scale_prep": "once per block scale: the scale code decoded (shared by the block's elements)",
     "convert": "per weight {unit}: bits -> exact values in the target format",
+    "convert_s8": "per weight {unit}: bits -> exact int8 values, four per register",
     "scale": "per weight {unit}: multiply by the group scale, one rounding",
 }
 
 
 def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
-    fmt = FORMATS[plan.target]
+    fmt = FORMATS.get(plan.target)  # None for s8 lanes: their constants are bit patterns
     b = spec.source.bits
     lines: list[str] = []
     add = lines.append
@@ -120,7 +121,12 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         + (f", value = q - {src.bias}" if src.bias is not None else "")
         + f"; {layout}"
     )
-    value = prose(ValueFormula.of(spec))
+    value = (
+        f"s8( {'q - z' if spec.zeros.packed else ValueFormula.of(spec).code_text()} ), exact, four lanes per register; "
+        "the group scale multiplies the W4A8 GEMM's int32 sums in fp32"
+        if spec.integer_target
+        else prose(ValueFormula.of(spec))
+    )
     g = (
         "per-channel"
         if spec.scales.group_size == -1
@@ -132,7 +138,7 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
         g += " chosen per row by g_idx (act-order)"
     add(f"Value    out = {value}; scales {g}; target arch {spec.arch}")
     add("")
-    add("Float-format facts used")
+    add("Integer-format facts used" if spec.integer_target else "Float-format facts used")
     for f in plan.facts:
         add(f"  - {f}")
     add("")
@@ -162,8 +168,9 @@ def render(spec: Spec, plan: Plan, proof: ProofResult | None) -> str:
                 f"Stage {stage} - {STAGE_TITLES[stage]} ({len(ops)} ops per block of {spec.scales.group_size} elements)"
             )
         else:
+            title = "convert_s8" if stage == "convert" and spec.integer_target else stage
             add(
-                f"Stage {stage} - {STAGE_TITLES[stage].format(unit=unit)} "
+                f"Stage {stage} - {STAGE_TITLES[title].format(unit=unit)} "
                 f"({len(ops)} ops per {unit}, {dec(plan.per8(stage))} per 8 outputs)"
             )
         for n, op in enumerate(ops, 1):
