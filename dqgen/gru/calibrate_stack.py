@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 import numpy as np
 import torch
@@ -132,7 +132,7 @@ def calibrate_stack(
     intermediate_bits: int = 16,
     multiplier_bits: MultiplierBits = 31,
 ) -> QuantGRUStack:
-    device = gru.weight_ih_l0.device
+    device = cast(torch.Tensor, gru.weight_ih_l0).device  # nn.Module's __getattr__ types it Tensor | Module
     d = 2 if gru.bidirectional else 1
     cells = gru_cells(gru)
     on_device = [tuple(torch.from_numpy(a).to(device) for a in cell) for cell in cells]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -134,7 +135,7 @@ def run_stack(
             h_n.append(last_valid(out, lengths))
             outs.append(out if direction == 0 else reverse_rows(out, lengths))
         layer_in = torch.cat(outs, dim=2) if d > 1 else outs[0]
-    dtype = packed.data.dtype if packed is not None else input.dtype
+    dtype = packed.data.dtype if packed is not None else cast(torch.Tensor, input).dtype
     h_last = torch.stack(h_n).to(dtype)
     if packed is not None:
         assert index is not None

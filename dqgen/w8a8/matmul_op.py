@@ -342,7 +342,7 @@ def plan(
     if tma:
         # x is in its tensor map (opaque bytes that may hold any address, a freed buffer's included): a launch is
         # bound per x address, its per-call pointers as markers no argument can equal (never device addresses)
-        pointers = (pointers[0], *(_MARKER + 16 * i for i in (1, 2)), 0 if ws is None else _MARKER + 48)
+        pointers = (pointers[0], _MARKER + 16, _MARKER + 32, 0 if ws is None else _MARKER + 48)
     rest = (w_scale.data_ptr(), 0 if bias is None else bias.data_ptr(), pointers[2], pointers[3], counters.data_ptr())
 
     def bind(x_ptr: int) -> dev.BoundLaunch:
