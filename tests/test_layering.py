@@ -43,7 +43,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # w8a8: W8A8Linear (the W8A8 GEMM and the activation quantization)
     # io: from_pretrained / replace_linears read checkpoints through io's spec inference
     "nn": frozenset({"core", "layout", "emit", "run", "w8a8", "io"}),
-    "w8a8": frozenset({"core", "emit", "kernels", "run"}),
+    "w8a8": frozenset({"core", "layout", "emit", "kernels", "run"}),
     "api": frozenset({"core", "layout", "emit", "run", "nn"}),  # dqgen.compile: the pipeline, a Kernel
     "cli": frozenset(
         {"api", "core", "ir", "check", "layout", "solve", "emit", "kernels", "run", "io", "tools", "gru", "nn", "w8a8"}

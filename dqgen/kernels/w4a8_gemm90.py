@@ -16,12 +16,12 @@ from ..layout.w4a8 import w4a8_converter_spec
 from .family import Mainloop, SpecEntriesConfig
 from .gemm90 import BLOCK_RESERVED_BYTES, PRODUCER_REGS, SM_SHARED_BYTES, consumer_regs
 
-Out = Literal["f16", "bf16"]
+W4A8Out = Literal["f16", "bf16"]
 #: wgmma's n (tokens a CTA) of each configuration.
-TOKEN_TILES: Final = (8, 16, 32, 64, 128)
+W4A8_TOKEN_TILES: Final = (8, 16, 32, 64, 128)
 
 
-def stage_bytes(bn: int, blocks: int, zeros: bool) -> int:
+def w4a8_stage_bytes(bn: int, blocks: int, zeros: bool) -> int:
     """One stage (the template's stage_bytes<BN, NB>): x's rows, the blocks' words, scales and zero words."""
     raw = bn * 128 + blocks * (2 * 2048 + 256 * (2 if zeros else 1))
     return -(-raw // 1024) * 1024
@@ -39,8 +39,8 @@ class W4A8Tile:
     min_blocks: int
 
     def __post_init__(self) -> None:
-        if self.bn not in TOKEN_TILES:
-            raise ValueError(f"W4A8Tile.bn: expected one of {TOKEN_TILES}, got {self.bn}")
+        if self.bn not in W4A8_TOKEN_TILES:
+            raise ValueError(f"W4A8Tile.bn: expected one of {W4A8_TOKEN_TILES}, got {self.bn}")
         if self.consumers not in (1, 2) or self.mw not in (1, 2) or self.mw * self.bn > 128:
             raise ValueError(f"W4A8Tile: consumers, mw in 1..2 and mw x bn <= 128, got {self}")
         if self.shared_bytes(True) > SM_SHARED_BYTES // self.min_blocks - BLOCK_RESERVED_BYTES:
@@ -59,7 +59,7 @@ class W4A8Tile:
         return f"n{self.bn}c{self.consumers}m{self.mw}s{self.stages}b{self.min_blocks}"
 
     def shared_bytes(self, zeros: bool) -> int:
-        return 1024 + self.stages * stage_bytes(self.bn, self.consumers * self.mw, zeros) + self.stages * 16
+        return 1024 + self.stages * w4a8_stage_bytes(self.bn, self.consumers * self.mw, zeros) + self.stages * 16
 
 
 #: Up to 64 tokens one consumer warpgroup of two 64-feature blocks and two CTAs an SM; 128 tokens two warpgroups.
@@ -88,7 +88,7 @@ class W4A8Gemm90Config(SpecEntriesConfig):
     arch_specific: ClassVar[bool] = True
 
     entries: tuple[W4A8Tile, ...] = W4A8_TILES
-    out: Out = "f16"
+    out: W4A8Out = "f16"
 
     @classmethod
     def supports(cls, spec: Spec) -> bool:
@@ -99,7 +99,7 @@ class W4A8Gemm90Config(SpecEntriesConfig):
         return True
 
     @classmethod
-    def one(cls, spec: Spec, entry: Any, out: Out = "f16") -> Any:
+    def one(cls, spec: Spec, entry: Any, out: W4A8Out = "f16") -> Any:
         return cls(spec, (entry,), out)
 
     @property

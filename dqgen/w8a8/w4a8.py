@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..core.spec import Spec
-from ..kernels.w4a8_gemm90 import Out, W4A8Gemm90Config, W4A8Tile, choose_w4a8_tile
+from ..kernels.w4a8_gemm90 import W4A8Gemm90Config, W4A8Out, W4A8Tile, choose_w4a8_tile
 from ..layout.w4a8 import RESCALE_K, W4A8Packed, pack_w4a8
 from ..run import device as dev
 from ..run.loader import load
@@ -28,7 +28,7 @@ PARAMS: tuple[tuple[str, Any], ...] = (
     *((name, np.int32) for name in ("M", "N", "k_tiles", "x_tiles")),
 )
 
-_OUTS: dict[torch.dtype, Out] = {torch.float16: "f16", torch.bfloat16: "bf16"}
+_OUTS: dict[torch.dtype, W4A8Out] = {torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
 @dataclass(frozen=True)
