@@ -63,9 +63,9 @@ def pack_w4a8_weight(
     dev_ = torch.device(device)
     return W4A8Weight(
         spec,
-        torch.from_numpy(packed.wq.view(np.uint8).reshape(-1)).to(dev_),
-        torch.from_numpy(packed.scales).to(dev_),
-        None if packed.zeros is None else torch.from_numpy(packed.zeros.view(np.int32)).to(dev_),
+        torch.from_numpy(np.ascontiguousarray(packed.wq).view(np.uint8).reshape(-1)).to(dev_),
+        torch.from_numpy(np.ascontiguousarray(packed.scales, dtype=np.float32)).to(dev_),
+        None if packed.zeros is None else torch.from_numpy(np.ascontiguousarray(packed.zeros).view(np.int32)).to(dev_),
         packed.K,
         packed.N,
     )
