@@ -1,6 +1,7 @@
-"""Time the Hopper W4A8 GEMM (dqgen.w8a8.w4a8) beside dqgen's W4A16 (QuantLinear, awq_int4_fp16 g128) and int8 W8A8
-GEMMs, torch._int_mm and cuBLAS fp16 on dense weights, on one GPU: each call captured in a CUDA graph, its replays
-after an L2 flush, median µs (triton.testing.do_bench). The floor: the int4 weights (N x K / 2 bytes) read once at the measured copy bandwidth.
+"""Time the Hopper W4A8 GEMM (dqgen.w8a8.w4a8) beside dqgen's W4A16 (QuantLinear, awq_int4_fp16 g128) and int8
+W8A8 GEMMs, torch._int_mm and cuBLAS fp16 on dense weights, on one GPU: each call captured in a CUDA graph, its
+replays after an L2 flush, median µs (triton.testing.do_bench). The floor: the int4 weights (N x K / 2 bytes) read
+once at the measured copy bandwidth.
 
     python devtools/w4a8_bench.py [--out FILE.json] [--shapes 8192x28672,28672x8192] [--ms 1,16,128,1024]
 """
