@@ -79,3 +79,28 @@ def test_bias_and_bf16() -> None:
         w4a8_matmul(xq[:, :-16].contiguous(), xs, w)
     with pytest.raises(ValueError, match=r"^x_scale:"):
         w4a8_matmul(xq, xs[:-1], w)
+
+
+@pytest.mark.parametrize("splits", [2, 3, 8])
+def test_split_k_within_fp32_ulps_of_the_model_and_deterministic(splits: int) -> None:
+    """Split-K pieces added in split order: a few fp32 ulps from the model's K-order sum, before the output
+    rounding (so within one fp16 ulp after it), the same bits on every run."""
+    _hopper()
+    from dqgen.w8a8.w4a8 import pack_w4a8_weight, w4a8_matmul
+
+    K, N, m = 1024, 64 * 3, 5
+    spec, qweight, s16, qz = _layer("awq_int4_s8", K, N, seed=splits)
+    w = pack_w4a8_weight(spec, qweight, s16, qz, 128)
+    rng = np.random.default_rng(3)
+    xq = rng.integers(-128, 128, (m, K)).astype(np.int8)
+    xs = rng.uniform(1e-3, 1e-2, m).astype(np.float32)
+    xq_d, xs_d = torch.from_numpy(xq).cuda(), torch.from_numpy(xs).cuda()
+    ys = [w4a8_matmul(xq_d, xs_d, w, out_dtype=torch.float16, splits=splits) for _ in range(3)]
+    assert all(torch.equal(ys[0], y) for y in ys[1:])
+    plan = compile_artifact(w4a8_converter_spec(spec)).plan
+    want = model_matmul(plan, pack_w4a8(spec, qweight, s16, qz, 128), xq, xs)
+    got = ys[0].float().cpu().numpy()
+    ulp16 = np.spacing(np.abs(want).astype(np.float16)).astype(np.float32)
+    assert (np.abs(got - want) <= ulp16).all(), float((np.abs(got - want) / ulp16).max())
+    with pytest.raises(ValueError, match=r"^splits:"):
+        w4a8_matmul(xq_d, xs_d, w, splits=K // 128 + 1)

@@ -19,14 +19,27 @@ from ..layout.w4a8 import RESCALE_K, W4A8Packed, pack_w4a8
 from ..run import device as dev
 from ..run.loader import load
 from .gemm90 import operand_map
+from .matmul_op import _counters  # the device's split-K tile counters, shared with the W8A8 GEMM
 
 #: The entry points' parameters in order with their widths (tests/test_w4a8_gemm90.py holds this equal to the
 #: rendered signature).
 PARAMS: tuple[tuple[str, Any], ...] = (
     ("xmap", dev.TensorMapArg),
-    *((name, np.uint64) for name in ("wq", "scales", "zeros", "x_scale", "bias", "y")),
-    *((name, np.int32) for name in ("M", "N", "k_tiles", "x_tiles")),
+    *((name, np.uint64) for name in ("wq", "scales", "zeros", "x_scale", "bias", "y", "ws", "counters")),
+    *((name, np.int32) for name in ("M", "N", "k_tiles", "x_tiles", "splits")),
 )
+
+#: Fewest 128-k tiles a split-K piece gets (its pipeline fill and the partials' round trip against the SMs it adds).
+MIN_K_TILES_PER_SPLIT = 8
+
+
+def choose_splits(tiles: int, k_tiles: int, resident: int) -> int:
+    """Split-K pieces a tile: as many as fill the resident CTAs where the tiles do not, each at least
+    MIN_K_TILES_PER_SPLIT tiles of K."""
+    if tiles >= resident:
+        return 1
+    return max(1, min(resident // tiles, k_tiles // MIN_K_TILES_PER_SPLIT))
+
 
 _OUTS: dict[torch.dtype, W4A8Out] = {torch.float16: "f16", torch.bfloat16: "bf16"}
 
@@ -104,6 +117,7 @@ def w4a8_matmul(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.float16,
     tile: W4A8Tile | None = None,
+    splits: int | None = None,
 ) -> torch.Tensor:
     """y [M, N] (out_dtype) = sum over 128-k tiles t of f32(part_t * f32(w_scale[t, n] * x_scale[m])) (+ bias), part_t
     the exact int32 sums of x_q [M, K] (int8) and the converted int4 weights; ``tile``: a CTA shape other than the
@@ -118,6 +132,16 @@ def w4a8_matmul(
     kc = W4A8Gemm90Config.one(w.spec, t, _OUTS[out_dtype])
     fn = load(kc, ordinal)
     x_tiles, w_tiles = -(-m // t.bn), -(-w.N // t.features)
+    tiles, k_tiles = x_tiles * w_tiles, w.K // RESCALE_K
+    smem = t.shared_bytes(w.zeros is not None)
+    if splits is None:
+        splits = choose_splits(tiles, k_tiles, dev.sm_count(ordinal) * max(1, fn.max_active_blocks(t.threads, smem)))
+    if not 1 <= splits <= k_tiles:
+        raise ValueError(f"splits: expected 1..{k_tiles} (the 128-k tiles of K = {w.K}), got {splits}")
+    ws = counters = None
+    if splits > 1:
+        ws = torch.empty(tiles * splits * (t.mw * t.bn // 2) * 128 * t.consumers, dtype=torch.float32, device=y.device)
+        counters = _counters(y.device, tiles)
     values = {
         "xmap": operand_map(x_q.data_ptr(), m, w.K, w.K, t.bn),
         "wq": w.wq.data_ptr(),
@@ -126,12 +150,15 @@ def w4a8_matmul(
         "x_scale": x_scale.data_ptr(),
         "bias": 0 if bias is None else bias.data_ptr(),
         "y": y.data_ptr(),
+        "ws": 0 if ws is None else ws.data_ptr(),
+        "counters": 0 if counters is None else counters.data_ptr(),
         "M": m,
         "N": w.N,
-        "k_tiles": w.K // RESCALE_K,
+        "k_tiles": k_tiles,
         "x_tiles": x_tiles,
+        "splits": splits,
     }
     args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in PARAMS]
     stream = torch.cuda.current_stream(x_q.device).cuda_stream
-    fn.bind((x_tiles * w_tiles,), (t.threads,), args, shared_mem=t.shared_bytes(w.zeros is not None))(stream)
+    fn.bind((tiles * splits,), (t.threads,), args, shared_mem=smem)(stream)
     return y
