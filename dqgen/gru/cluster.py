@@ -10,12 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.gru_cell import CLUSTER_MAX_WARPS, MAX_CLUSTER, GruClusterConfig
+from ..kernels.gru_cell import CLUSTER_MAX_WARPS, CLUSTER_STATIC_SHARED, MAX_CLUSTER, GruClusterConfig
 from .kernel import cell_context
 from .params import QuantGRUParams
 
 #: Bytes of one warp's partial accumulators when a tile's K range is split (12 int32 a lane).
 _PARTIAL_BYTES = 12 * 32 * 4
+#: Static shared memory of the kernel beside its dynamic part: the shared copies of the three activation tables and
+#: the two mbarriers of the h buffers.
+STATIC_SHARED = CLUSTER_STATIC_SHARED
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ def cluster_size(hidden: int, max_cluster: int = MAX_CLUSTER) -> int | None:
 def shared_bytes(hidden: int, cluster: int, nb: int, ksplit: int) -> int:
     units = hidden // cluster
     items = (units // 16) * (nb // 8)
-    return 3 * units * hidden + 2 * nb * hidden + nb * units + (ksplit * items * _PARTIAL_BYTES if ksplit > 1 else 0)
+    return 3 * units * hidden + 2 * nb * hidden + 2 * nb * units + (ksplit * items * _PARTIAL_BYTES if ksplit > 1 else 0)
 
 
 def candidates(hidden: int, rows: int, shared_optin: int, max_cluster: int = MAX_CLUSTER) -> list[ClusterPlan]:
@@ -59,7 +62,7 @@ def candidates(hidden: int, rows: int, shared_optin: int, max_cluster: int = MAX
             for k in (4, 2, 1)
             if items * k <= CLUSTER_MAX_WARPS
             and (hidden // 64) % k == 0
-            and shared_bytes(hidden, cl, nb, k) <= shared_optin
+            and shared_bytes(hidden, cl, nb, k) + STATIC_SHARED <= shared_optin
         ]
         if not fits:
             break

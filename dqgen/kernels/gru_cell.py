@@ -117,14 +117,18 @@ MAX_CLUSTER = 16
 #: The most warps of a CTA of the cluster kernel (one per (m tile, n tile, K part)): at 16 warps ptxas caps a
 #: thread at 128 registers and spills a few words; 8 warps keep everything in registers.
 CLUSTER_MAX_WARPS = 8
+#: Static shared bytes of the cluster kernel (its three tables' copies and two mbarriers) and an SM's shared memory
+#: (228 KiB on the H100; each resident CTA also reserves 1 KiB).
+CLUSTER_STATIC_SHARED = 3 * 256 + 2 * 8
+SM_SHARED = 228 * 1024
 
 
 @dataclass(frozen=True)
 class GruClusterConfig(_GruConfig):
     """The cluster-resident kernel of one model (sm_90): ``cluster`` CTAs share the hidden units (``units`` each,
     a multiple of 16), a cluster runs ``nb`` batch rows, each m16 x n8 tile's K range is split over ``ksplit``
-    warps. ``shared_bytes`` is what a launch takes: the R slice, two h buffers of the cluster's rows, the CTA's
-    staged slice of h_t and the partial sums of a split K."""
+    warps. ``shared_bytes`` is what a launch takes: the R slice, two h buffers of the cluster's rows, two stages
+    of the CTA's slice of h_t and the partial sums of a split K."""
 
     family: ClassVar[str] = "gru_cluster"
     template: ClassVar[str] = "gru_cluster.cu.j2"
@@ -177,12 +181,23 @@ class GruClusterConfig(_GruConfig):
     def shared_bytes(self) -> int:
         hsz = self.hidden
         red = self.ksplit * self.items * 12 * 32 * 4 if self.ksplit > 1 else 0
-        return 3 * self.units * hsz + 2 * self.nb * hsz + self.nb * self.units + red
+        return 3 * self.units * hsz + 2 * self.nb * hsz + 2 * self.nb * self.units + red
+
+    @property
+    def min_blocks(self) -> int:
+        """CTAs a launch bound asks room for on one SM: 2 at 8 rows a cluster where two fit its shared memory
+        (ptxas then keeps a thread within 65536 / (2 x threads) registers), so that clusters of 16 may pair CTAs on
+        an SM and more clusters are resident at once (the batch split 8 rows a cluster); else 1. At more rows a
+        cluster the 128-register cap of 256 threads spills (tests/test_gru_cluster.py compiles every candidate)."""
+        fits_two = 2 * (self.shared_bytes + CLUSTER_STATIC_SHARED + 1024) <= SM_SHARED
+        return 2 if fits_two and self.nb == 8 else 1
 
     def context(self) -> dict[str, Any]:
         return dict(
             name=CLUSTER_KERNEL_NAME,
             cluster=self.cluster,
+            lut_ref="s_lut_",  # the cell reads the kernel's shared copies of its tables
+            min_blocks=self.min_blocks,
             units=self.units,
             nb=self.nb,
             ksplit=self.ksplit,
