@@ -185,12 +185,12 @@ class GruClusterConfig(_GruConfig):
 
     @property
     def min_blocks(self) -> int:
-        """CTAs a launch bound asks room for on one SM: 2 at 8 rows a cluster where two fit its shared memory
-        (ptxas then keeps a thread within 65536 / (2 x threads) registers), so that clusters of 16 may pair CTAs on
-        an SM and more clusters are resident at once (the batch split 8 rows a cluster); else 1. At more rows a
-        cluster the 128-register cap of 256 threads spills (tests/test_gru_cluster.py compiles every candidate)."""
+        """CTAs a launch bound asks room for on one SM: 2 for a CTA of at most 128 threads where two fit its shared
+        memory (ptxas keeps a thread within 65536 / (2 x threads) = 256 registers, no cap), so that clusters of 16
+        may pair CTAs on an SM and more clusters are resident at once; else 1 (256 threads under a 128-register cap
+        spill: tests/test_gru_cluster.py compiles every candidate and finds no local memory)."""
         fits_two = 2 * (self.shared_bytes + CLUSTER_STATIC_SHARED + 1024) <= SM_SHARED
-        return 2 if fits_two and self.nb == 8 else 1
+        return 2 if fits_two and self.threads <= 128 else 1
 
     def context(self) -> dict[str, Any]:
         return dict(
