@@ -44,7 +44,9 @@ def cluster_size(hidden: int, max_cluster: int = MAX_CLUSTER) -> int | None:
 def shared_bytes(hidden: int, cluster: int, nb: int, ksplit: int) -> int:
     units = hidden // cluster
     items = (units // 16) * (nb // 8)
-    return 3 * units * hidden + 2 * nb * hidden + 2 * nb * units + (ksplit * items * _PARTIAL_BYTES if ksplit > 1 else 0)
+    return (
+        3 * units * hidden + 2 * nb * hidden + 2 * nb * units + (ksplit * items * _PARTIAL_BYTES if ksplit > 1 else 0)
+    )
 
 
 def candidates(hidden: int, rows: int, shared_optin: int, max_cluster: int = MAX_CLUSTER) -> list[ClusterPlan]:
@@ -114,8 +116,10 @@ class ClusterKernel:
         cands = candidates(self.params.hidden_size, rows, self._optin)
         active: list[int] = []
         for c in cands:
-            active.append(self._kernel(c).max_active_clusters(c.clusters * c.cluster, c.threads, c.cluster, c.shared_bytes))
-            if 1 <= active[-1] and c.clusters <= active[-1]:
+            active.append(
+                self._kernel(c).max_active_clusters(c.clusters * c.cluster, c.threads, c.cluster, c.shared_bytes)
+            )
+            if active[-1] >= max(1, c.clusters):
                 break  # the first that is all resident: choose() takes it, the rest need not compile
         return choose(cands[: len(active)], active)
 
@@ -143,7 +147,12 @@ class ClusterKernel:
             ("wx_all", wx, np.int32, len(wx.shape) == 3 and wx.shape[0] == steps and wx.shape[1] >= rows),
             ("wx_all", wx, np.int32, wx.shape[-1] == 3 * hsz and wx.strides_bytes[-1] == 4),
             ("r_q", rq_, np.int8, tuple(rq_.shape) == (3 * hsz, hsz) and rq_.is_c_contiguous and rq_.ptr % 16 == 0),
-            ("hbuf", hb, np.int8, len(hb.shape) == 3 and hb.shape[2] == hsz and hb.is_c_contiguous and hb.ptr % 16 == 0),
+            (
+                "hbuf",
+                hb,
+                np.int8,
+                len(hb.shape) == 3 and hb.shape[2] == hsz and hb.is_c_contiguous and hb.ptr % 16 == 0,
+            ),
             ("chan", ch, np.int32, tuple(ch.shape) == (3 * hsz, 8) and ch.is_c_contiguous),
         )
         for name, a, dtype, ok in checks:

@@ -55,7 +55,8 @@ class QuantGRULayer(nn.Module):
     ``persistent``: None runs the persistent kernel where it fits and the per-step loop elsewhere; True insists
     on the persistent kernel, False always runs per step. ``cluster``: None runs the cluster kernel (sm_90) where
     it fits, ahead of the cooperative persistent kernel, while ``persistent`` is None (the default: a choice made
-    there is kept); True insists on it; False never runs it. ``last_path`` says which one the last call ran ("cluster", "persistent" or "per-step")."""
+    there is kept); True insists on it; False never runs it. ``last_path`` says which one the last call ran
+    ("cluster", "persistent" or "per-step")."""
 
     # the buffers' types (nn.Module's __getattr__ would type them Tensor | Module)
     w_t: torch.Tensor
@@ -124,7 +125,8 @@ class QuantGRULayer(nn.Module):
             if self.cluster:
                 raise ValueError(
                     f"cluster=True: hidden {self.params.hidden_size} at batch {rows} does not run on the cluster kernel"
-                    " (it needs sm_90, hidden a multiple of 128 and R's slice over 16 CTAs within one CTA's shared memory)"
+                    " (it needs sm_90, hidden a multiple of 128 and R's slice over 16 CTAs within one CTA's shared"
+                    " memory)"
                 )
             return None
         return kern, pl
@@ -226,13 +228,18 @@ class QuantGRU(nn.Module):
 
     @property
     def last_path(self) -> str:
-        """The path the last call ran ("cluster" / "persistent" / "per-step"); per cell, comma-separated, where they differ."""
+        """The path the last call ran ("cluster" / "persistent" / "per-step"); per cell, comma-separated, where they
+        differ."""
         paths = [c.last_path for c in self._layers()]
         return paths[0] if len(set(paths)) == 1 else ", ".join(paths)
 
     @classmethod
     def load(
-        cls, path: str | Path, batch_first: bool | None = None, persistent: bool | None = None, cluster: bool | None = None
+        cls,
+        path: str | Path,
+        batch_first: bool | None = None,
+        persistent: bool | None = None,
+        cluster: bool | None = None,
     ) -> QuantGRU:
         return cls(QuantGRUStack.load(path), batch_first, persistent, cluster)
 

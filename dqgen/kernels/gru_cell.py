@@ -142,7 +142,8 @@ class GruClusterConfig(_GruConfig):
         hsz = self.hidden
         if not 1 <= self.cluster <= MAX_CLUSTER or hsz % self.cluster or (hsz // self.cluster) % 16:
             raise ValueError(
-                f"cluster: expected 1..{MAX_CLUSTER} CTAs sharing hidden {hsz} in multiples of 16 units, got {self.cluster}"
+                f"cluster: expected 1..{MAX_CLUSTER} CTAs sharing hidden {hsz} in multiples of 16 units,"
+                f" got {self.cluster}"
             )
         if hsz % 128:
             raise ValueError(f"hidden: the cluster kernel needs a multiple of 128 (its shared rows), got {hsz}")
