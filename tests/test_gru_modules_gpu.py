@@ -65,7 +65,7 @@ def test_kernels_equal_the_reference_composition_and_float_within_the_bar(
     with torch.no_grad():
         want, want_n = gru(x, h0)
         got, got_n = q(x, h0)
-    assert q.last_path == "persistent"
+    assert q.last_path in ("cluster", "persistent")  # cluster on sm_90 (tests/test_gru_cluster.py)
     assert got.shape == want.shape and got_n.shape == want_n.shape and got.is_cuda
     ref, ref_n = q.forward_reference(x.cpu(), h0.cpu())  # the numba cell under the same composition
     assert torch.equal(got.cpu(), ref) and torch.equal(got_n.cpu(), ref_n)

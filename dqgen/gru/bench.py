@@ -65,10 +65,22 @@ def _row(
     rows.append(
         {"impl": name, "hidden": hsz, "batch": batch, "seq": seq, "us": round(us, 1), "cosine_vs_float": round(cos, 6)}
     )
-    print(f"{name:44s} hidden {hsz:5d}  {us:9.1f} us  cos {cos:.6f}", flush=True)
+    print(f"{name:44s} hidden {hsz:5d} batch {batch:3d}  {us:9.1f} us  cos {cos:.6f}", flush=True)
 
 
-def _bench_hidden(rows: list[dict[str, Any]], hsz: int, batch: int, seq: int) -> None:
+#: The implementations timed at the streaming batches (1 and 8): the cluster kernel beside cuDNN and the cooperative
+#: kernel (the per-step loops and the haste-style loops are timed at the main batch only).
+STREAMING_IMPLS = (
+    "cudnn_fp32",
+    "cudnn_fp16",
+    "dqgen_int8 cluster (float io)",
+    "dqgen_int8 cluster (int8 io)",
+    "dqgen_int8 persistent (float io)",
+    "dqgen_int8 persistent (int8 io)",
+)
+
+
+def _bench_hidden(rows: list[dict[str, Any]], hsz: int, batch: int, seq: int, only: Sequence[str] = ()) -> None:
     import torch
 
     from .module import QuantGRU, quantize
@@ -85,7 +97,13 @@ def _bench_hidden(rows: list[dict[str, Any]], hsz: int, batch: int, seq: int) ->
         h0_q = torch.full((batch, hsz), int(q.params.h.quantize(np.zeros(1))[0]), dtype=torch.int8, device="cuda")
         haste32, haste16 = _haste_loop(gru, torch.float32), _haste_loop(gru, torch.float16)
         step = QuantGRU(q.params, persistent=False)  # the per-step loop: R.h GEMM + cell kernel each step
-        q.persistent = True  # the default where it fits; insisting makes a silent fallback impossible here
+        # the cooperative kernel (the sm_80 path) and the cluster kernel (the sm_90 default), each insisted on, so
+        # that a silent fallback is impossible here; a size the cluster kernel does not take has no cluster rows
+        q.persistent, q.cluster = True, False
+        clus = QuantGRU(q.params, cluster=True)
+        from ..run.device import device_arch
+
+        on_sm90 = int(device_arch(torch.cuda.current_device())[3:].rstrip("af")) >= 90
         impls: dict[str, Callable[[], Any]] = {
             "cudnn_fp32": lambda: gru(x)[0],
             "cudnn_fp16": lambda: gru16(x16)[0],
@@ -96,7 +114,12 @@ def _bench_hidden(rows: list[dict[str, Any]], hsz: int, batch: int, seq: int) ->
             "dqgen_int8 per-step (float io)": lambda: step(x)[0],
             "dqgen_int8 per-step (int8 io)": lambda: step.forward_int(x_q, h0_q),
         }
+        if on_sm90 and hsz % 128 == 0:
+            impls["dqgen_int8 cluster (float io)"] = lambda: clus(x)[0]
+            impls["dqgen_int8 cluster (int8 io)"] = lambda: clus.forward_int(x_q, h0_q)
         for name, fn in impls.items():
+            if only and name not in only:
+                continue
             _row(rows, name, hsz, batch, seq, fn, fn(), ref, q)
             # Per-step launches cost host time in eager mode for every loop here, so each is also timed as
             # a captured CUDA graph: what a deployment that replays the whole sequence would see.
@@ -113,14 +136,23 @@ def _bench_hidden(rows: list[dict[str, Any]], hsz: int, batch: int, seq: int) ->
 
 
 def bench_gru(
-    hiddens: Sequence[int] = (256, 512, 1024), batch: int = 64, seq: int = 100, out_json: Path | None = None
+    hiddens: Sequence[int] = (256, 512, 1024),
+    batch: int = 64,
+    seq: int = 100,
+    out_json: Path | None = None,
+    streaming: Sequence[int] = (8, 1),
 ) -> list[dict[str, Any]]:
+    """Every implementation at ``batch``; cuDNN, the cluster and the cooperative kernels also at each of the
+    ``streaming`` batches (streaming inference)."""
     import torch
 
     rows: list[dict[str, Any]] = []
     torch.manual_seed(0)
     for hsz in hiddens:
         _bench_hidden(rows, hsz, batch, seq)
+    for small in streaming:
+        for hsz in hiddens:
+            _bench_hidden(rows, hsz, small, seq, STREAMING_IMPLS)
     if out_json is not None:
         from ..core.files import write_whole
 
@@ -138,9 +170,12 @@ METHOD = (
 
 def performance_section(rows: list[dict[str, Any]], gpu: str = "", date: str = "") -> str:
     """The GRU section of docs/performance.md: eager (what a module call costs) and graph-replayed figures side
-    by side per hidden size, int8 against cuDNN fp16/fp32 and the float haste-style loop."""
-    by = {(r["impl"], r["hidden"]): r for r in rows}
+    by side per hidden size, int8 against cuDNN fp16/fp32 and the float haste-style loop, at the main (largest)
+    batch; then a table per streaming batch (the cluster and cooperative kernels against cuDNN)."""
+    main = max(r["batch"] for r in rows)
+    by = {(r["impl"], r["hidden"]): r for r in rows if r["batch"] == main}
     impls = [
+        ("dqgen_int8 cluster (float io)", "dqgen int8 cluster kernel (sm_90), float in/out"),
         ("dqgen_int8 persistent (float io)", "dqgen int8 persistent kernel, float in/out"),
         ("dqgen_int8 per-step (float io)", "dqgen int8 per-step loop, float in/out"),
         ("cudnn_fp16", "cuDNN fp16 (nn.GRU)"),
@@ -151,15 +186,24 @@ def performance_section(rows: list[dict[str, Any]], gpu: str = "", date: str = "
         "## int8 quantized GRU (`dqgen bench --gru`)",
         "",
         f"{('GPU: ' + gpu + ', ') if gpu else ''}{date + ', ' if date else ''}"
-        f"batch {'/'.join(sorted({str(r['batch']) for r in rows}))}, sequence "
+        f"batch {main}, sequence "
         f"{'/'.join(sorted({str(r['seq']) for r in rows}))}, input = hidden. "
         f"Method: {METHOD}. Rows and the int8-io figures: docs/bench/gru.json; the design, every derived constant "
         "and the accuracy evidence: docs/gru.md.",
         "",
-        "| hidden | implementation | eager us | CUDA graph us | cosine vs float |",
-        "|---:|---|---:|---:|---:|",
+        *_table(by, impls),
+        "",
+        *_verdict(by),
     ]
-    for hidden in sorted({r["hidden"] for r in rows}):
+    for batch in sorted({r["batch"] for r in rows} - {main}, reverse=True):
+        small = {(r["impl"], r["hidden"]): r for r in rows if r["batch"] == batch}
+        lines += ["", f"Streaming inference, batch {batch}:", "", *_table(small, impls), *_cluster_verdict(small)]
+    return "\n".join(lines)
+
+
+def _table(by: dict[tuple[str, int], dict[str, Any]], impls: list[tuple[str, str]]) -> list[str]:
+    lines = ["| hidden | implementation | eager us | CUDA graph us | cosine vs float |", "|---:|---|---:|---:|---:|"]
+    for hidden in sorted({h for _, h in by}):
         for key, label in impls:
             eager, graph = by.get((key, hidden)), by.get((f"{key}, CUDA graph", hidden))
             if eager is None and graph is None:
@@ -168,8 +212,7 @@ def performance_section(rows: list[dict[str, Any]], gpu: str = "", date: str = "
             e = f"{eager['us']:.0f}" if eager else "n/a"
             g = f"{graph['us']:.0f}" if graph else "n/a"
             lines.append(f"| {hidden} | {label} | {e} | {g} | {cos} |")
-    lines += ["", *_verdict(by)]
-    return "\n".join(lines)
+    return lines
 
 
 def _verdict(by: dict[tuple[str, int], dict[str, Any]]) -> list[str]:
@@ -187,7 +230,28 @@ def _verdict(by: dict[tuple[str, int], dict[str, Any]]) -> list[str]:
             verdict = "faster" if ours["us"] < theirs["us"] else "NOT faster"
             ratio = theirs["us"] / ours["us"]
             out.append(f"- hidden {hidden}: {ours['us']:.0f} vs {theirs['us']:.0f} us, {verdict} ({ratio:.2f}x).")
-    return out
+    return out + _cluster_verdict(by)
+
+
+#: Issue 25's target: the cluster kernel this many times faster than cuDNN fp16, both replayed as CUDA graphs.
+CLUSTER_TARGET = 1.5
+
+
+def _cluster_verdict(by: dict[tuple[str, int], dict[str, Any]]) -> list[str]:
+    """The cluster kernel (int8 io: the recurrence alone, no float conversion) against cuDNN fp16, both as CUDA
+    graphs; nothing where the rows have no cluster kernel."""
+    out = []
+    for hidden in sorted({h for _, h in by}):
+        ours = by.get(("dqgen_int8 cluster (float io), CUDA graph", hidden))
+        theirs = by.get(("cudnn_fp16, CUDA graph", hidden))
+        if ours and theirs:
+            ratio = theirs["us"] / ours["us"]
+            met = "met" if ratio >= CLUSTER_TARGET else "MISSED (docs/experiments/issue25.md says why)"
+            out.append(
+                f"- hidden {hidden}, CUDA graphs: cluster kernel {ours['us']:.0f} vs cuDNN fp16 {theirs['us']:.0f} us,"
+                f" {ratio:.2f}x; target {CLUSTER_TARGET}x {met}."
+            )
+    return ["", "The cluster kernel (sm_90) against cuDNN fp16, both replayed as CUDA graphs:", "", *out] if out else []
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:

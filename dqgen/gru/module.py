@@ -4,8 +4,10 @@ and quantize(gru_module, calibration_inputs) to build it by post-training calibr
 
 W.x for all steps runs through torch._int_mm (cuBLASLt; needs more than 16 rows and K, N multiples of 8, so the
 batch rows are padded to 32 and the K axes to a multiple of 8 with zero codes, which add nothing to the sums). The
-recurrence runs by default as one persistent kernel for all steps (dqgen.gru.persist) where its R slices fit in
-shared memory; otherwise per step as R.h through torch._int_mm and the generated cell kernel.
+recurrence runs by default as one kernel for all steps: on sm_90 the cluster-resident kernel (dqgen.gru.cluster: R in
+the shared memory of a thread-block cluster, h through distributed shared memory, R.h on int8 tensor cores) where R
+fits a cluster, else the cooperative persistent kernel (dqgen.gru.persist) where its R slices fit in shared memory;
+otherwise per step as R.h through torch._int_mm and the generated cell kernel.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from .calibrate import Observer
 from .calibrate_stack import CalibrationInput, calibrate_stack
+from .cluster import ClusterKernel, ClusterPlan
 from .compose import reference_runner, run_stack
 from .kernel import CellKernel, channel_table
 from .params import QuantGRUParams
@@ -50,14 +53,17 @@ class QuantGRULayer(nn.Module):
     """One layer, one direction: the integer cell over a whole sequence (``forward_int``, int8 in and out).
 
     ``persistent``: None runs the persistent kernel where it fits and the per-step loop elsewhere; True insists
-    on the persistent kernel, False always runs per step. ``last_path`` says which one the last call ran."""
+    on the persistent kernel, False always runs per step. ``cluster``: None runs the cluster kernel (sm_90) where
+    it fits, ahead of the cooperative persistent kernel, while ``persistent`` is None (the default: a choice made
+    there is kept); True insists on it; False never runs it. ``last_path`` says which one the last call ran
+    ("cluster", "persistent" or "per-step")."""
 
     # the buffers' types (nn.Module's __getattr__ would type them Tensor | Module)
     w_t: torch.Tensor
     r_t: torch.Tensor
     chan: torch.Tensor
 
-    def __init__(self, params: QuantGRUParams, persistent: bool | None = None) -> None:
+    def __init__(self, params: QuantGRUParams, persistent: bool | None = None, cluster: bool | None = None) -> None:
         super().__init__()
         if params.hidden_size % 8:
             raise ValueError(f"hidden_size: expected a multiple of 8 (torch._int_mm's N), got {params.hidden_size}")
@@ -76,6 +82,9 @@ class QuantGRULayer(nn.Module):
         self.last_path = ""
         self._persist: dict[int, PersistentKernel] = {}
         self._plans: dict[tuple[int, int], PersistPlan | None] = {}
+        self.cluster = cluster
+        self._cluster: dict[int, ClusterKernel] = {}
+        self._cluster_plans: dict[tuple[int, int], ClusterPlan | None] = {}
 
     def _cell(self, device: torch.device) -> CellKernel:
         ordinal = device.index if device.index is not None else torch.cuda.current_device()
@@ -102,6 +111,26 @@ class QuantGRULayer(nn.Module):
             return None
         return kern, pl
 
+    def _cluster_plan(self, device: torch.device, rows: int) -> tuple[ClusterKernel, ClusterPlan] | None:
+        if self.cluster is False or (self.cluster is None and self.persistent is not None):
+            return None
+        ordinal = device.index if device.index is not None else torch.cuda.current_device()
+        if ordinal not in self._cluster:
+            self._cluster[ordinal] = ClusterKernel(self.params, ordinal)
+        kern = self._cluster[ordinal]
+        if (ordinal, rows) not in self._cluster_plans:
+            self._cluster_plans[ordinal, rows] = kern.plan(rows)
+        pl = self._cluster_plans[ordinal, rows]
+        if pl is None:
+            if self.cluster:
+                raise ValueError(
+                    f"cluster=True: hidden {self.params.hidden_size} at batch {rows} does not run on the cluster kernel"
+                    " (it needs sm_90, hidden a multiple of 128 and R's slice over 16 CTAs within one CTA's shared"
+                    " memory)"
+                )
+            return None
+        return kern, pl
+
     def forward(self, x_q: torch.Tensor, h0_q: torch.Tensor) -> torch.Tensor:
         return self.forward_int(x_q, h0_q)
 
@@ -121,6 +150,14 @@ class QuantGRULayer(nn.Module):
         xp[:, :rows, :c] = x_q
         wx_all = torch._int_mm(xp.view(steps * m_pad, self._c_pad), self.w_t).view(steps, m_pad, -1)
         stream = torch.cuda.current_stream(x_q.device)
+        clustered = self._cluster_plan(x_q.device, rows)
+        if clustered is not None:
+            ckern, cpl = clustered
+            hbuf = torch.empty((steps + 1, rows, p.hidden_size), dtype=torch.int8, device=x_q.device)
+            hbuf[0] = h0_q
+            ckern(cpl, wx_all, self.r_t.t(), hbuf, self.chan, stream=stream)
+            self.last_path = "cluster"
+            return hbuf[1:]
         persist = self._persist_plan(x_q.device, rows)
         if persist is not None:
             kern, pl = persist
@@ -151,6 +188,7 @@ class QuantGRU(nn.Module):
         params: QuantGRUParams | QuantGRUStack,
         batch_first: bool | None = None,
         persistent: bool | None = None,
+        cluster: bool | None = None,
     ) -> None:
         super().__init__()
         stack = params if isinstance(params, QuantGRUStack) else QuantGRUStack.single(params, bool(batch_first))
@@ -158,7 +196,7 @@ class QuantGRU(nn.Module):
         self.batch_first = stack.batch_first if batch_first is None else batch_first
         self.num_layers, self.bidirectional = stack.num_layers, stack.bidirectional
         self.input_size, self.hidden_size = stack.input_size, stack.hidden_size
-        self.cells = nn.ModuleList(QuantGRULayer(p, persistent) for p in stack.cells)
+        self.cells = nn.ModuleList(QuantGRULayer(p, persistent, cluster) for p in stack.cells)
 
     def _layers(self) -> list[QuantGRULayer]:
         return [c for c in self.cells if isinstance(c, QuantGRULayer)]
@@ -180,14 +218,30 @@ class QuantGRU(nn.Module):
             c.persistent = value
 
     @property
+    def cluster(self) -> bool | None:
+        return self._layers()[0].cluster
+
+    @cluster.setter
+    def cluster(self, value: bool | None) -> None:
+        for c in self._layers():
+            c.cluster = value
+
+    @property
     def last_path(self) -> str:
-        """The path the last call ran ("persistent" / "per-step"); per cell, comma-separated, where they differ."""
+        """The path the last call ran ("cluster" / "persistent" / "per-step"); per cell, comma-separated, where they
+        differ."""
         paths = [c.last_path for c in self._layers()]
         return paths[0] if len(set(paths)) == 1 else ", ".join(paths)
 
     @classmethod
-    def load(cls, path: str | Path, batch_first: bool | None = None, persistent: bool | None = None) -> QuantGRU:
-        return cls(QuantGRUStack.load(path), batch_first, persistent)
+    def load(
+        cls,
+        path: str | Path,
+        batch_first: bool | None = None,
+        persistent: bool | None = None,
+        cluster: bool | None = None,
+    ) -> QuantGRU:
+        return cls(QuantGRUStack.load(path), batch_first, persistent, cluster)
 
     def save(self, path: str | Path) -> None:
         """One .npz of every cell (QuantGRUStack.save), with this module's batch_first."""

@@ -109,3 +109,99 @@ class GruPersistConfig(_GruConfig):
             **vec,
             **self.constants,
         )
+
+
+CLUSTER_KERNEL_NAME = "dqgen_gru_cluster"
+#: The most CTAs of a cluster: 16 is the H100's non-portable ceiling (8 is portable; the launch opts in).
+MAX_CLUSTER = 16
+#: The most warps of a CTA of the cluster kernel (one per (m tile, n tile, K part)): at 16 warps ptxas caps a
+#: thread at 128 registers and spills a few words; 8 warps keep everything in registers.
+CLUSTER_MAX_WARPS = 8
+#: Static shared bytes of the cluster kernel (its three tables' copies and two mbarriers) and an SM's shared memory
+#: (228 KiB on the H100; each resident CTA also reserves 1 KiB).
+CLUSTER_STATIC_SHARED = 3 * 256 + 2 * 8
+SM_SHARED = 228 * 1024
+
+
+@dataclass(frozen=True)
+class GruClusterConfig(_GruConfig):
+    """The cluster-resident kernel of one model (sm_90): ``cluster`` CTAs share the hidden units (``units`` each,
+    a multiple of 16), a cluster runs ``nb`` batch rows, each m16 x n8 tile's K range is split over ``ksplit``
+    warps. ``shared_bytes`` is what a launch takes: the R slice, two h buffers of the cluster's rows, two stages
+    of the CTA's slice of h_t and the partial sums of a split K."""
+
+    family: ClassVar[str] = "gru_cluster"
+    template: ClassVar[str] = "gru_cluster.cu.j2"
+
+    cluster: int = 16
+    nb: int = 8
+    ksplit: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        hsz = self.hidden
+        if not 1 <= self.cluster <= MAX_CLUSTER or hsz % self.cluster or (hsz // self.cluster) % 16:
+            raise ValueError(
+                f"cluster: expected 1..{MAX_CLUSTER} CTAs sharing hidden {hsz} in multiples of 16 units,"
+                f" got {self.cluster}"
+            )
+        if hsz % 128:
+            raise ValueError(f"hidden: the cluster kernel needs a multiple of 128 (its shared rows), got {hsz}")
+        if self.nb < 8 or self.nb % 8:
+            raise ValueError(f"nb: expected a positive multiple of 8 batch rows per cluster, got {self.nb}")
+        if self.ksplit not in (1, 2, 4) or (hsz // 64) % self.ksplit:
+            raise ValueError(f"ksplit: expected 1, 2 or 4 dividing the {hsz // 64} K chunks, got {self.ksplit}")
+        if self.warps > CLUSTER_MAX_WARPS:
+            raise ValueError(f"nb, ksplit: {self.warps} warps a CTA, expected at most {CLUSTER_MAX_WARPS}")
+
+    @property
+    def units(self) -> int:
+        return self.hidden // self.cluster
+
+    @property
+    def items(self) -> int:
+        return (self.units // 16) * (self.nb // 8)
+
+    @property
+    def warps(self) -> int:
+        return self.items * self.ksplit
+
+    @property
+    def name(self) -> str:
+        return CLUSTER_KERNEL_NAME
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def min_sm(self) -> int:
+        return 90  # clusters, mapa / st.shared::cluster, barrier.cluster
+
+    @property
+    def shared_bytes(self) -> int:
+        hsz = self.hidden
+        red = self.ksplit * self.items * 12 * 32 * 4 if self.ksplit > 1 else 0
+        return 3 * self.units * hsz + 2 * self.nb * hsz + 2 * self.nb * self.units + red
+
+    @property
+    def min_blocks(self) -> int:
+        """CTAs a launch bound asks room for on one SM: 2 for a CTA of at most 128 threads where two fit its shared
+        memory (ptxas keeps a thread within 65536 / (2 x threads) = 256 registers, no cap), so that clusters of 16
+        may pair CTAs on an SM and more clusters are resident at once; else 1 (256 threads under a 128-register cap
+        spill: tests/test_gru_cluster.py compiles every candidate and finds no local memory)."""
+        fits_two = 2 * (self.shared_bytes + CLUSTER_STATIC_SHARED + 1024) <= SM_SHARED
+        return 2 if fits_two and self.threads <= 128 else 1
+
+    def context(self) -> dict[str, Any]:
+        return dict(
+            name=CLUSTER_KERNEL_NAME,
+            cluster=self.cluster,
+            lut_ref="s_lut_",  # the cell reads the kernel's shared copies of its tables
+            min_blocks=self.min_blocks,
+            units=self.units,
+            nb=self.nb,
+            ksplit=self.ksplit,
+            warps=self.warps,
+            **self.constants,
+        )

@@ -327,6 +327,44 @@ class LoadedKernel:
             _check(driver.cuLaunchKernel(*common, 0), f"cuLaunchKernel({self.name!r})")
         del params
 
+    def _cluster_config(self, grid: int, block: int, cluster: int, shared_mem: int, stream: Any) -> Any:
+        """cuLaunchKernelEx's launch config: a 1-D grid of 1-D clusters of ``cluster`` blocks."""
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = int(cluster), 1, 1
+        cfg = driver.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = int(grid), 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = int(block), 1, 1
+        cfg.sharedMemBytes = int(shared_mem)
+        cfg.hStream = driver.CUstream(stream_handle(stream))
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        return cfg
+
+    def allow_nonportable_cluster(self) -> None:
+        """Opt in to clusters of more than 8 blocks (16 on the H100)."""
+        primary_context(self.device)
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+        _check(driver.cuFuncSetAttribute(self._function, attr, 1), "cuFuncSetAttribute")
+
+    def max_active_clusters(self, grid: int, block: int, cluster: int, shared_mem: int) -> int:
+        """Clusters of ``cluster`` blocks of this kernel that can be resident at once (cuOccupancyMaxActiveClusters)."""
+        primary_context(self.device)
+        cfg = self._cluster_config(grid, block, cluster, shared_mem, 0)
+        return int(_check(driver.cuOccupancyMaxActiveClusters(self._function, cfg), "cuOccupancyMaxActiveClusters"))
+
+    def launch_cluster(
+        self, grid: int, block: int, cluster: int, args: Sequence[Any], stream: Any = 0, shared_mem: int = 0
+    ) -> None:
+        """A 1-D launch in clusters of ``cluster`` blocks (cuLaunchKernelEx with the cluster-dimension attribute)."""
+        if self._module is None:
+            raise RuntimeError(f"kernel {self.name!r}: module already unloaded")
+        params = pack_args(args)
+        primary_context(self.device)
+        cfg = self._cluster_config(grid, block, cluster, shared_mem, stream)
+        _check(driver.cuLaunchKernelEx(cfg, self._function, params.ptr, 0), f"cuLaunchKernelEx({self.name!r})")
+        del params
+
     def set_max_dynamic_shared(self, nbytes: int) -> None:
         """Opt in to more than 48 KB of dynamic shared memory per block."""
         primary_context(self.device)
