@@ -67,12 +67,13 @@ if [[ " $STEPS " == *" quick "* ]]; then
   # kernels, the activation quantizer and the dequant CLI's GPU path: each is one entry point the tier must launch
   bg_pytest quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_gru_persist.py \
     tests/test_checkpoint.py tests/test_refworker.py tests/test_build_cold.py tests/test_quantlinear_gpu.py \
-    tests/test_w8a8_gpu.py tests/test_device_views.py tests/test_gru_modules_gpu.py
+    tests/test_w8a8_gpu.py tests/test_device_views.py tests/test_gru_modules_gpu.py tests/test_gru_cluster.py
   # the tensor-core GEMM (M > 16): one int4 and one int8 spec at M = 17, 64, 200 with tails, and every other test
   # of its file once (act-order, split-K, dispatch, real-format AWQ / GPTQ layers, torch.compile + graphs, errors)
   bg_pytest quick-gemm -m gpu tests/test_gpu_gemm.py -k "not test_every_spec or awq_int4_fp16-128 or int8_bf16-128"
   # the W8A8 GEMM: bit-exact int32 and epilogue, fp8 tolerance, SmoothQuant MLP, W8A8Linear under torch.compile
-  bg_pytest quick-w8a8gemm -m gpu tests/test_w8a8_gemm_gpu.py tests/test_w8a8_gemm90_gpu.py
+  bg_pytest quick-w8a8gemm -m gpu tests/test_w8a8_gemm_gpu.py tests/test_w8a8_gemm90_gpu.py tests/test_w4a8_gemm90_gpu.py \
+    tests/test_s8_converter_gpu.py
   # the Hopper GEMM (sm_90 only; skipped elsewhere): every int4 / int8 spec at every token tile with tails
   bg_pytest quick-gemm90 -m gpu tests/test_gpu_gemm90.py
   quick_jobs=(quick-tests quick-matmul quick-entry quick-gemm quick-w8a8gemm quick-gemm90)
@@ -87,7 +88,8 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
         matmul_sanitize-memcheck matmul_sanitize-racecheck w8a8_memcheck-memcheck w8a8_memcheck-racecheck
         gemm_sanitize-memcheck gemm_sanitize-racecheck w8a8_gemm_memcheck-memcheck w8a8_gemm_memcheck-racecheck
         gemm90_sanitize-memcheck gemm90_sanitize-racecheck gemm90_sanitize-synccheck
-        w8a8_gemm90_sanitize-memcheck w8a8_gemm90_sanitize-racecheck w8a8_gemm90_sanitize-synccheck)
+        w8a8_gemm90_sanitize-memcheck w8a8_gemm90_sanitize-racecheck w8a8_gemm90_sanitize-synccheck
+        gru_cluster_sanitize-memcheck gru_cluster_sanitize-racecheck gru_cluster_sanitize-synccheck)
   sanitize memcheck devtools/sanitize_entry_points.py
   shared=$(python devtools/sanitize_entry_points.py --shared)
   if [[ -n "$shared" ]]; then
@@ -117,6 +119,10 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
   sanitize memcheck devtools/w8a8_gemm90_sanitize.py
   sanitize racecheck devtools/w8a8_gemm90_sanitize.py
   sanitize synccheck devtools/w8a8_gemm90_sanitize.py
+  # the cluster GRU: R resident in shared memory, h exchanged between CTAs by st.async on mbarriers (sm_90 only)
+  sanitize memcheck devtools/gru_cluster_sanitize.py
+  sanitize racecheck devtools/gru_cluster_sanitize.py
+  sanitize synccheck devtools/gru_cluster_sanitize.py
   collect "${jobs[@]}" ${quick_jobs[@]+"${quick_jobs[@]}"}
   echo "sanitizer step (with the quick tests beside it, when both run): $(( $(date +%s) - t0 )) s"
 fi
