@@ -14,6 +14,7 @@ Families and the configurations enumerated (what the product can launch):
 - w8a8_gemm: every configuration ``choose`` returns for s8 / e4m3 x f16 / bf16 / acc over the M, N, K, SM counts and
   shared-memory sizes of the benches;
 - w8a8_gemm90: the Hopper W8A8 GEMM, every configuration its choice returns (sm_90a only);
+- w4a8_gemm90: the Hopper W4A8 GEMM of both W4A8 specs, fp16 and bf16 out (every token tile; sm_90a only);
 - act_quant: every variant ``choose`` returns over fp16 / bf16, K in the benches' sizes (and an unaligned one),
   smoothing, static / dynamic, aligned or not, few and many rows;
 - gru: the per-step cell and the persistent kernel (every units-per-thread) of a small calibrated model.
@@ -80,6 +81,12 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
             for cfg90 in wg90.all_configs(elem, out):
                 yield "w8a8_gemm90", cfg90.name, cfg90.source(), 90  # every configuration the choice returns
 
+    from dqgen.kernels.w4a8_gemm90 import W4A8Gemm90Config
+
+    for w4 in ("awq_int4_s8", "gptq_int4_s8"):
+        for out in ("f16", "bf16"):
+            yield "w4a8_gemm90", f"{w4}_{out}", W4A8Gemm90Config(load_spec(w4), out=out).source(), 90
+
     from dqgen.kernels import act_quant as ak
 
     variants = set()
@@ -121,7 +128,7 @@ def _compile(item: tuple[str, str, str, int]) -> list[dict[str, object]]:
 
     family, name, source, sm = item
     rows = []
-    for arch in ("sm_90a",) if family in ("gemm90", "w8a8_gemm90") else ARCHES:
+    for arch in ("sm_90a",) if family in ("gemm90", "w8a8_gemm90", "w4a8_gemm90") else ARCHES:
         if int(arch[3:].rstrip("af")) < sm:
             continue
         ptx = compile_source(source, arch=arch, want="ptx", name=f"{family}_{name}.cu").ptx or ""
