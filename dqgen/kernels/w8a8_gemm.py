@@ -28,6 +28,12 @@ MIN_KTILES_PER_SPLIT = 4
 MAX_K_S8 = (1 << 17) - 1
 
 
+def w8a8_epilogue(out: Out) -> Epilogue:
+    """The W8A8 GEMMs' epilogue: per-token (row) and per-channel (column) scales and a bias; "acc": none of them."""
+    scaled = out != "acc"
+    return Epilogue(out, bias=scaled, row_scale=scaled, col_scale=scaled)
+
+
 @dataclass(frozen=True)
 class W8A8GemmConfig(KernelConfig):
     """What one compiled entry point is specialized on: the element type, the output (the epilogue), whether the
@@ -74,9 +80,7 @@ class W8A8GemmConfig(KernelConfig):
 
     @property
     def epilogue(self) -> Epilogue:
-        """Per-token (row) and per-channel (column) scales and a bias in the epilogue; "acc": none of them."""
-        scaled = self.out != "acc"
-        return Epilogue(self.out, bias=scaled, row_scale=scaled, col_scale=scaled)
+        return w8a8_epilogue(self.out)
 
     @property
     def split_k(self) -> SplitK:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Final
 
 from .family import Epilogue, KernelConfig, Mainloop, SplitK
 from .gemm90 import BLOCK_RESERVED_BYTES, PRODUCER_REGS, SM_SHARED_BYTES, consumer_regs
-from .w8a8_gemm import MAX_K_S8, Elem, Out
+from .w8a8_gemm import MAX_K_S8, Elem, Out, w8a8_epilogue
 
 #: Bytes (= elements) of K a stage: one 128-byte row of each operand, the 128-byte swizzle's span.
 BK90: Final = 128
@@ -98,8 +98,7 @@ class W8A8Gemm90Config(KernelConfig):
 
     @property
     def epilogue(self) -> Epilogue:
-        scaled = self.out != "acc"
-        return Epilogue(self.out, bias=scaled, row_scale=scaled, col_scale=scaled)
+        return w8a8_epilogue(self.out)
 
     @property
     def split_k(self) -> SplitK:
