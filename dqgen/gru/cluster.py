@@ -1,7 +1,7 @@
 """The cluster-resident int8 GRU (sm_90, templates/gru_cluster.cu.j2): one launch of thread-block clusters for all
 T steps; each cluster keeps R in the shared memory of its CTAs (3H^2 / cluster bytes each), exchanges h through
-distributed shared memory with one cluster barrier a step, and runs R.h on the int8 tensor cores. Several
-clusters split the batch. W.x for all steps stays one int8 GEMM before it (QuantGRULayer runs it)."""
+distributed shared memory (st.async onto each peer's mbarrier, double-buffered) a step, and runs R.h on the int8
+tensor cores. Several clusters split the batch. W.x for all steps stays one int8 GEMM before it (QuantGRULayer runs it)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ class ClusterKernel:
                 np.int8,
                 len(hb.shape) == 3 and hb.shape[2] == hsz and hb.is_c_contiguous and hb.ptr % 16 == 0,
             ),
-            ("chan", ch, np.int32, tuple(ch.shape) == (3 * hsz, 8) and ch.is_c_contiguous),
+            ("chan", ch, np.int32, tuple(ch.shape) == (3 * hsz, 8) and ch.is_c_contiguous and ch.ptr % 16 == 0),
         )
         for name, a, dtype, ok in checks:
             if a.dtype != dtype or not ok:

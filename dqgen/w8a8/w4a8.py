@@ -86,6 +86,10 @@ def pack_w4a8_weight(
 
 def _check(x_q: Any, x_scale: Any, w: W4A8Weight, bias: Any, out_dtype: Any) -> None:
     """One-line ValueErrors naming the argument, before anything launches."""
+    if (w.zeros is not None) != w.spec.zeros.packed:
+        raise ValueError(f"w: its zeros do not match spec {w.spec.name!r} (zeros.mode {w.spec.zeros.mode!r})")
+    if w.wq.numel() != w.K * w.N // 2 or tuple(w.scales.shape) != (w.N // 64, w.K // RESCALE_K, 64):
+        raise ValueError(f"w: expected the W4A8 layout of [K={w.K}, N={w.N}] (dqgen.layout.w4a8), got other shapes")
     if not isinstance(x_q, torch.Tensor) or x_q.dtype != torch.int8 or x_q.dim() != 2 or x_q.shape[1] != w.K:
         got = f"{x_q.dtype} {list(x_q.shape)}" if isinstance(x_q, torch.Tensor) else type(x_q).__name__
         raise ValueError(f"x_q: expected an int8 tensor [M, K={w.K}], got {got}")
@@ -133,7 +137,7 @@ def w4a8_matmul(
     fn = load(kc, ordinal)
     x_tiles, w_tiles = -(-m // t.bn), -(-w.N // t.features)
     tiles, k_tiles = x_tiles * w_tiles, w.K // RESCALE_K
-    smem = t.shared_bytes(w.zeros is not None)
+    smem = t.shared_bytes(w.spec.zeros.packed)  # the kernel's stages are the spec's (its zero words or none)
     if splits is None:
         splits = choose_splits(tiles, k_tiles, dev.sm_count(ordinal) * max(1, fn.max_active_blocks(t.threads, smem)))
     if not 1 <= splits <= k_tiles:
