@@ -1,7 +1,8 @@
 """The cluster-resident int8 GRU (sm_90, templates/gru_cluster.cu.j2): one launch of thread-block clusters for all
 T steps; each cluster keeps R in the shared memory of its CTAs (3H^2 / cluster bytes each), exchanges h through
 distributed shared memory (st.async onto each peer's mbarrier, double-buffered) a step, and runs R.h on the int8
-tensor cores. Several clusters split the batch. W.x for all steps stays one int8 GEMM before it (QuantGRULayer runs it)."""
+tensor cores. Several clusters split the batch. W.x for all steps stays one int8 GEMM before it (QuantGRULayer
+runs it)."""
 
 from __future__ import annotations
 
