@@ -13,34 +13,36 @@ from dqgen.w8a8.gemm90 import loaded90
 from dqgen.w8a8.matmul_op import _counters
 
 
-def raw(x: Any, w: Any, cfg: W8A8Gemm90Config, ctas: int | None = None) -> Any:
+def acc_launch(kern: Any, x: Any, w: Any, plan: Any) -> tuple[Any, Any]:
+    """(y, launch) of either W8A8 kernel's "acc" output for x [M, K] @ w [N, K].T with ``plan`` (unit scales, no
+    bias): the accumulators as int32 (int8) or fp32 (e4m3)."""
     m, k = x.shape
     n = w.shape[0]
-    kern = loaded90(cfg, 0)
-    plan = kern.plan(m, n, k)
-    if ctas is not None:
-        plan = (plan[0], ctas, plan[2])
-    y = torch.empty((m, n), dtype=torch.int32, device="cuda")
-    ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=torch.int32, device="cuda")
+    dt = torch.int32 if x.dtype == torch.int8 else torch.float32
+    y = torch.empty((m, n), dtype=dt, device="cuda")
+    ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=dt, device="cuda")
     one_m, one_n = torch.ones(m, device="cuda"), torch.ones(n, device="cuda")
     cnt = _counters(y.device, plan[0])
-    args = (
-        m,
-        n,
-        k,
-        x.data_ptr(),
-        k,
-        w.data_ptr(),
-        k,
-        one_m.data_ptr(),
-        one_n.data_ptr(),
-        0,
-        y.data_ptr(),
-        ws.data_ptr(),
-        cnt.data_ptr(),
-        plan,
-    )
-    return y, lambda: kern(*args, stream=torch.cuda.current_stream().cuda_stream), plan
+    ptrs = (x.data_ptr(), k, w.data_ptr(), k, one_m.data_ptr(), one_n.data_ptr(), 0, y.data_ptr(), ws.data_ptr())
+    args = (m, n, k, *ptrs, cnt.data_ptr(), plan)
+    buffers = (ws, one_m, one_n)
+
+    def launch() -> None:
+        assert buffers  # the launch holds its workspace and scales: their addresses are in args
+        kern(*args, stream=torch.cuda.current_stream().cuda_stream)
+
+    return y, launch
+
+
+def raw(x: Any, w: Any, cfg: W8A8Gemm90Config, ctas: int | None = None) -> Any:
+    """(y, launch, plan) of the Hopper kernel ``cfg``: its default plan or ``ctas`` CTAs sharing the units."""
+    m, k = x.shape
+    kern = loaded90(cfg, 0)
+    plan = kern.plan(m, w.shape[0], k)
+    if ctas is not None:
+        plan = (plan[0], ctas, plan[2])
+    y, fn = acc_launch(kern, x, w, plan)
+    return y, fn, plan
 
 
 def check(m: int, n: int, k: int, cfg: W8A8Gemm90Config | None = None, ctas: int | None = None) -> bool:
@@ -69,29 +71,7 @@ def sm80(x: Any, w: Any, elem: str) -> Any:
     m, k = x.shape
     n = w.shape[0]
     kern = loaded(choose_w8a8_gemm(elem, "acc", m, n, k, *_device_limits(0)), 0)  # type: ignore[arg-type]
-    plan = kern.plan(m, n, k)
-    dt = torch.int32 if elem == "s8" else torch.float32
-    y = torch.empty((m, n), dtype=dt, device="cuda")
-    ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=dt, device="cuda")
-    one_m, one_n = torch.ones(m, device="cuda"), torch.ones(n, device="cuda")
-    cnt = _counters(y.device, plan[0])
-    args = (
-        m,
-        n,
-        k,
-        x.data_ptr(),
-        k,
-        w.data_ptr(),
-        k,
-        one_m.data_ptr(),
-        one_n.data_ptr(),
-        0,
-        y.data_ptr(),
-        ws.data_ptr(),
-        cnt.data_ptr(),
-        plan,
-    )
-    return lambda: kern(*args, stream=torch.cuda.current_stream().cuda_stream)
+    return acc_launch(kern, x, w, kern.plan(m, n, k))[1]
 
 
 def tune(m: int, n: int, k: int) -> None:
@@ -158,29 +138,8 @@ def fp8_error() -> None:
         want = x8.double() @ w8.double().T
         scale = float(want.abs().max())
         cfg = choose_w8a8_gemm90("e4m3", "acc", m, n, 132)
-        kern = loaded90(cfg, 0)
-        plan = kern.plan(m, n, k)
-        y = torch.empty((m, n), dtype=torch.float32, device="cuda")
-        ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=torch.float32, device="cuda")
-        one_m, one_n = torch.ones(m, device="cuda"), torch.ones(n, device="cuda")
-        cnt = _counters(y.device, plan[0])
-        kern(
-            m,
-            n,
-            k,
-            x8.data_ptr(),
-            k,
-            w8.data_ptr(),
-            k,
-            one_m.data_ptr(),
-            one_n.data_ptr(),
-            0,
-            y.data_ptr(),
-            ws.data_ptr(),
-            cnt.data_ptr(),
-            plan,
-            stream=torch.cuda.current_stream().cuda_stream,
-        )
+        y, fn = acc_launch(loaded90(cfg, 0), x8, w8, loaded90(cfg, 0).plan(m, n, k))
+        fn()
         fn80 = sm80(x8, w8, "e4m3")
         fn80()
         torch.cuda.synchronize()

@@ -101,12 +101,13 @@ class ClusterKernel:
 
     def __init__(self, p: QuantGRUParams, device: int = 0) -> None:
         from ..run import device as dev
+        from ..run.loader import arch_sm
 
         self.params = p
         self.device = device
         self._dev = dev
         arch = dev.device_arch(device)
-        self.supported = int(arch[3:].rstrip("af")) >= 90
+        self.supported = arch_sm(arch) >= 90
         self._optin = dev.max_shared_optin(device)
         self._kernels: dict[tuple[int, int, int], Any] = {}
 

@@ -4,6 +4,8 @@ solver (integer strategies) and solver_float (minifloats, codebooks) so neither 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..core.formats import FloatFormat
 from ..core.spec import Spec
 from ..ir.isa import Const, Opcode, arith_ops
@@ -15,17 +17,34 @@ def target_format(spec: Spec) -> FloatFormat:
     return spec.target_type
 
 
-class Builder:
-    def __init__(self, spec: Spec, fmt: FloatFormat) -> None:
-        self.spec, self.fmt = spec, fmt
+class Emitter:
+    """A Plan's ops in emission order; ``emit`` appends one and returns its destination register."""
+
+    def __init__(self) -> None:
         self.ops: list[Op] = []
-        self.ar = arith_ops(fmt)
 
     def emit(
         self, opcode: Opcode, dst: str, args: tuple, why: str, stage: Stage, imm: int | None = None, imm_why: str = ""
     ) -> str:
         self.ops.append(Op(opcode, dst, tuple(args), why, stage, imm, imm_why))
         return dst
+
+
+def shift_regs(B: Emitter, src: str, shifts: Iterable[int], stage: Stage, why: str) -> dict[int, str]:
+    """{0: src} and, for each shift s in ``shifts``, the register src >> s (one SHR each, ``why`` its reason)."""
+    regs = {0: src}
+    for s in sorted(shifts):
+        regs[s] = B.emit(Opcode.SHR, f"{src}_s{s}", (src,), why.format(s=s), stage, s, f"shift by {s}")
+    return regs
+
+
+class Builder(Emitter):
+    """The float strategies' emitter: the target format's arithmetic, lowered where the arch lacks an op."""
+
+    def __init__(self, spec: Spec, fmt: FloatFormat) -> None:
+        super().__init__()
+        self.spec, self.fmt = spec, fmt
+        self.ar = arith_ops(fmt)
 
     def has(self, opcode: Opcode) -> bool:
         return opcode.min_sm <= self.spec.sm

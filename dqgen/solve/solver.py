@@ -41,7 +41,7 @@ from ..ir.magic import (
 )
 from ..ir.plan import Plan, Stage
 from ..layout.layout import Layout
-from .common import Builder, plan_inputs, scale_stage, target_format, word_names
+from .common import Builder, plan_inputs, scale_stage, shift_regs, target_format, word_names
 from .solver_float import codebook_candidates, minifloat_candidates
 from .solver_int import bytes_candidates
 
@@ -178,18 +178,7 @@ def _flip_signs(B: Builder) -> str:
 
 
 def _shift_regs(B: Builder, src: str, shifts: frozenset[int], stage: Stage) -> dict[int, str]:
-    regs = {0: src}
-    for s in sorted(shifts):
-        regs[s] = B.emit(
-            Opcode.SHR,
-            f"{src}_s{s}",
-            (src,),
-            f"bring fields {s} bits down, to where a mask can reach them",
-            stage,
-            s,
-            f"shift by {s}",
-        )
-    return regs
+    return shift_regs(B, src, shifts, stage, "bring fields {s} bits down, to where a mask can reach them")
 
 
 def _place(B: Builder, pl: Placement, regs: dict[int, str], name: str, stage: Stage) -> str:

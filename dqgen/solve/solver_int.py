@@ -26,8 +26,9 @@ from typing import Literal
 
 from ..core.spec import SourceKind, Spec
 from ..ir.isa import Const, Opcode, lut_of, prmt_selector
-from ..ir.plan import Input, Op, Plan, Stage
+from ..ir.plan import Input, Plan, Stage
 from ..layout.layout import Layout
+from .common import Emitter, shift_regs
 
 #: bit 7 of every byte: 128 + u keeps every byte non-negative through the subtraction, XOR removes it again
 BYTE_SIGN = 0x80808080
@@ -89,33 +90,13 @@ def byte_placement(spec: Spec, elements: tuple[int, ...]) -> BytePlacement:
     return BytePlacement("prmt", (lo, hi), picks)
 
 
-class _Builder:
-    def __init__(self) -> None:
-        self.ops: list[Op] = []
-
-    def emit(
-        self, opcode: Opcode, dst: str, args: tuple, why: str, stage: Stage, imm: int | None = None, imm_why: str = ""
-    ) -> str:
-        self.ops.append(Op(opcode, dst, tuple(args), why, stage, imm, imm_why))
-        return dst
-
+class _Builder(Emitter):
     def lop3(self, dst: str, args: tuple, lut: int, why: str, stage: Stage) -> str:
         return self.emit(Opcode.LOP3, dst, args, why, stage, lut, _LUT_WHY[lut])
 
 
 def _shifted(B: _Builder, src: str, shifts: set[int], stage: Stage) -> dict[int, str]:
-    regs = {0: src}
-    for s in sorted(shifts - {0}):
-        regs[s] = B.emit(
-            Opcode.SHR,
-            f"{src}_s{s}",
-            (src,),
-            f"bring the fields at bit {s} of their bytes to bit 0",
-            stage,
-            s,
-            f"shift by {s}",
-        )
-    return regs
+    return shift_regs(B, src, shifts - {0}, stage, "bring the fields at bit {s} of their bytes to bit 0")
 
 
 def _place(B: _Builder, pl: BytePlacement, regs: dict[int, str], dst: str, stage: Stage) -> str:
