@@ -17,7 +17,9 @@ Families and the configurations enumerated (what the product can launch):
 - w4a8_gemm90: the Hopper W4A8 GEMM of both W4A8 specs, fp16 and bf16 out (every token tile; sm_90a only);
 - act_quant: every variant ``choose`` returns over fp16 / bf16, K in the benches' sizes (and an unaligned one),
   smoothing, static / dynamic, aligned or not, few and many rows;
-- gru: the per-step cell and the persistent kernel (every units-per-thread) of a small calibrated model.
+- gru: the per-step cell and the persistent kernel (every units-per-thread) of a small calibrated model;
+- gru_cluster: the cluster-resident kernel (sm_90: clusters, st.async) of a calibrated hidden-256 model, every
+  plan of 8 to 64 batch rows a cluster.
 
 Run: ``python devtools/ptx_hashes.py --save hashes.json`` (about 10 minutes on two cores; NVRTC's disk cache
 makes a second run over unchanged sources fast).
@@ -121,6 +123,17 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
     yield "gru", "cell", GruCellConfig(constants).source(), 80
     for jt in range(1, MAX_UNITS_PER_THREAD + 1):
         yield "gru", f"persist_jt{jt}", GruPersistConfig(constants, jt).source(), 80
+
+    from dqgen.gru.cluster import candidates, cluster_config
+
+    # the cluster kernel needs hidden a multiple of 128: its own small model, calibrated on a short sequence
+    h = 256
+    w = rng.standard_normal((3 * h, c)) * 0.1
+    r = rng.standard_normal((3 * h, h)) * 0.05
+    p = calibrate(w, r, np.zeros(3 * h), np.zeros(3 * h), [(rng.standard_normal((6, 2, c)), np.zeros((2, h)))])
+    for pl in candidates(h, 64, 227 * 1024):
+        cfg = cluster_config(p, pl)
+        yield "gru_cluster", f"h{h}_nb{pl.nb}_k{pl.ksplit}", cfg.source(), 90
 
 
 def _compile(item: tuple[str, str, str, int]) -> list[dict[str, object]]:
