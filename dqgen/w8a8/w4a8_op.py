@@ -76,7 +76,7 @@ def check_inputs(
             raise ValueError(f"w_zeros: expected int32 {list(w_scale.shape)} (w_scale's shape), got {got}")
     if x_q.dtype != torch.int8 or x_q.dim() != 2 or x_q.shape[1] != k:
         raise ValueError(f"x_q: expected int8 [M, K={k}], got {x_q.dtype} {list(x_q.shape)}")
-    m = int(x_q.shape[0])
+    m = x_q.shape[0]  # symbolic under torch.compile: compared, not specialized
     if x_scale.dtype != torch.float32 or tuple(x_scale.shape) != (m,):
         raise ValueError(f"x_scale: expected float32 [M={m}], got {x_scale.dtype} {list(x_scale.shape)}")
     if not isinstance(out_dtype, torch.dtype) or out_dtype not in _OUTS:
