@@ -375,3 +375,38 @@ def test_smoothquant_mlp_model_against_float64() -> None:
     # measured 0.107 smoothed, 0.221 unsmoothed (round-to-nearest int4 g128, int8 tokens; W8A8 gets 0.018)
     assert errors[True] <= 0.2
     assert errors[True] < 0.7 * errors[False]
+
+
+# ----------------------------------------------------------------------------------------------- the bench's rows
+
+
+def test_bench_weight_and_its_torch_model_are_the_numpy_model() -> None:
+    """dqgen bench --w8a8's W4A8 rows: its int4 weight packed into the layout holds the int8 weights it checks
+    against, and its torch version of the model equals dqgen.check.w4a8_model bit for bit (so its "exact" means
+    what it says); one fp16 ulp is the bar, two are refused."""
+    from dqgen.check.w4a8_model import int8_weights
+    from dqgen.check.w4a8_model import w4a8_matmul as model_matmul
+    from dqgen.emit.pipeline import compile_artifact
+    from dqgen.layout.w4a8 import W4A8Packed, w4a8_converter_spec
+    from dqgen.w8a8.gemm_bench import w4a8_model_torch, w4a8_weight, within_fp16_ulp
+    from dqgen.w8a8.reference import quantize
+
+    K, N = 512, 192
+    w16 = (torch.randn(N, K, generator=torch.Generator().manual_seed(4)) * 0.02).half()
+    (w_q, w_scale, w_zeros), w8, s = w4a8_weight(w16)
+    assert w_zeros is not None
+    packed = W4A8Packed(w_q.numpy().view(np.uint32), w_scale.numpy(), w_zeros.numpy().view(np.uint32), K, N)
+    plan = compile_artifact(w4a8_converter_spec(load_spec("awq_int4_s8"))).plan
+    assert np.array_equal(int8_weights(plan, packed), w8.numpy())
+    dequantized = w8.double() * s.double().repeat_interleave(128, 0)
+    assert _rel(dequantized.T.numpy(), w16.double().numpy()) < 0.15  # int4 of a gaussian weight
+    xq, xs = quantize(np.random.default_rng(5).standard_normal((9, K)).astype(np.float16))
+    want = model_matmul(plan, packed, xq, xs)
+    got = w4a8_model_torch(torch.from_numpy(xq), torch.from_numpy(xs), w8, s)
+    assert np.array_equal(got.numpy(), want)
+    assert within_fp16_ulp(got.half(), got)
+    h = got.half()
+    up = torch.nextafter(h[0, 0:1], torch.full((1,), np.inf, dtype=torch.float16))
+    bumped = h.clone()
+    bumped[0, 0] = h[0, 0].float() + 2 * (up[0].float() - h[0, 0].float())  # two fp16 ulps off
+    assert not within_fp16_ulp(bumped, got)
