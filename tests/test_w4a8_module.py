@@ -291,6 +291,18 @@ def test_state_dict_and_pickle_round_trip_and_dtype_casts_leave_buffers() -> Non
     assert "group_size=128, zero_point=True, smoothed=True, bias=True" in repr(layer)
 
 
+def test_the_bias_cast_is_kept_until_the_buffer_changes() -> None:
+    layer = W4A8Linear.from_linear(torch.nn.Linear(256, 64))
+    assert layer.bias is not None and layer.bias.dtype == torch.float32
+    first = layer._bias_for(torch.float16)
+    assert first is not None and first.dtype == torch.float16 and layer._bias_for(torch.float16) is first
+    assert layer._bias_for(torch.float32) is layer.bias
+    with torch.no_grad():
+        layer.bias.add_(1.0)  # a new version: cast again
+    again = layer._bias_for(torch.float16)
+    assert again is not first and torch.equal(again, layer.bias.half())
+
+
 # ----------------------------------------------------------------------------------------------- accuracy
 
 #: ||y - ref|| / ||ref|| of model_forward against float64 of the same dequantized int4 weights and int8 tokens:

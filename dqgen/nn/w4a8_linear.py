@@ -124,6 +124,9 @@ class W4A8Linear(torch.nn.Module):
         self.register_buffer("w_zeros", None if w_zeros is None else w_zeros.contiguous())
         self.register_buffer("bias", bias)
         self.register_buffer("smooth", None if smooth is None else smooth.float())
+        #: the bias cast to the activations' dtype, by (dtype, pointer, version) of the buffer: a cast per forward
+        #: would be a new bias pointer, so a new op signature (checked and planned again), every call
+        self._bias_cast: tuple[tuple[Any, ...], torch.Tensor] | None = None
 
     # ------------------------------------------------------------------------------------------ builders
 
@@ -287,6 +290,7 @@ class W4A8Linear(torch.nn.Module):
             if moved.dtype != t.dtype:
                 moved = t.to(moved.device)
             self._buffers[name] = moved
+        self._bias_cast = None
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -294,9 +298,21 @@ class W4A8Linear(torch.nn.Module):
             raise ValueError(f"x: expected last dimension {self.in_features} (in_features), got {list(x.shape)}")
         x2 = x.reshape(-1, self.in_features)
         q, s = quantize_activations(x2, self.smooth)
-        bias = None if self.bias is None else self.bias.to(x.dtype)
-        y = w4a8_matmul(q, s, self.w_q, self.w_scale, self.w_zeros, bias, x.dtype)
+        y = w4a8_matmul(q, s, self.w_q, self.w_scale, self.w_zeros, self._bias_for(x.dtype), x.dtype)
         return y.reshape(*x.shape[:-1], self.out_features)
+
+    def _bias_for(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """The bias in ``dtype`` (the op takes it in the output's dtype): the buffer itself, or its cast, kept
+        while the buffer's pointer and version hold (made at a warm-up call, it is what a captured graph reads)."""
+        bias = self.bias
+        if bias is None or bias.dtype == dtype:
+            return bias
+        if torch.compiler.is_compiling():
+            return bias.to(dtype)
+        key = (dtype, bias.data_ptr(), bias._version, bias.device)
+        if self._bias_cast is None or self._bias_cast[0] != key:
+            self._bias_cast = (key, bias.to(dtype))
+        return self._bias_cast[1]
 
     def packed(self) -> W4A8Packed:
         """The buffers as dqgen.layout.w4a8's arrays (on the host)."""
