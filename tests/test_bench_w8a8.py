@@ -100,3 +100,31 @@ def test_bad_record_is_one_line_naming_the_file(tmp_path: Path, text: str | None
     with pytest.raises(ValueError, match=match) as e:
         bw.load(p)
     assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_w4a8_rows_are_a_column_judged_against_int8_from_m_128(tmp_path: Path) -> None:
+    """Issue 24 item 3's part in this record: W4A8 faster than dqgen int8 at M >= 128 (not at decode M, whose bar
+    is the W4A16 path's); an inexact W4A8 row turns the row's verdict to NO."""
+    doc = _gemm_doc(
+        [
+            _row(bw.DQ_INT8, 16, 10.0, exact=True),
+            _row(bw.DQ_W4A8, 16, 12.0, exact=True),  # slower, but at decode M: no int8 bar
+            _row(bw.DQ_INT8, 256, 30.0, exact=True),
+            _row(bw.DQ_W4A8, 256, 25.0, exact=True),
+            _row(bw.DQ_INT8, 1024, 80.0, exact=True),
+            _row(bw.DQ_W4A8, 1024, 81.0, exact=False),
+        ]
+    )
+    assert bw.w4a8_targets(doc) == [
+        "- 4096x4096, M = 256: W4A8 faster than dqgen int8: met (25.0 vs 30.0 us)",
+        "- 4096x4096, M = 1024: W4A8 faster than dqgen int8: MISSED (81.0 vs 80.0 us)",
+    ]
+    gp = tmp_path / "w8a8.json"
+    gp.write_text(json.dumps(doc))
+    docs = tmp_path / "performance.md"
+    bw.write(docs, gp, None)
+    body = read_sections(docs)["w8a8"]
+    assert "| K x N | M | dqgen int8 | dqgen w4a8 | dqgen exact |" in body
+    assert "| 4096x4096 | 256 | 30.0 (19%) | 25.0 (22%) | yes |" in body
+    assert "| 4096x4096 | 1024 | 80.0 (7%) | 81.0 (7%) | NO |" in body
+    assert "W4A8 against int8 W8A8 (issue 24 item 3" in body

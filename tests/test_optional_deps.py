@@ -24,6 +24,7 @@ PACKAGES = ("dqgen", "dqgen.nn", "dqgen.w8a8", "dqgen.gru")
 #: work without it.
 TORCH_ONLY = {
     "dqgen.nn.QuantLinear",
+    "dqgen.nn.W4A8Linear",
     "dqgen.nn.W8A8Linear",
     "dqgen.nn.from_pretrained",
     "dqgen.nn.replace_linears",

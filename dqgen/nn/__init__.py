@@ -7,6 +7,7 @@ from .quantize import quantize
 
 __all__ = [
     "QuantLinear",
+    "W4A8Linear",
     "W8A8Linear",
     "from_pretrained",
     "quantize",
@@ -33,6 +34,11 @@ def __getattr__(name: str) -> object:
         from .save import save_quantized
 
         return save_quantized
+    if name == "W4A8Linear":
+        require_torch("dqgen.nn.W4A8Linear")
+        from .w4a8_linear import W4A8Linear
+
+        return W4A8Linear
     if name == "W8A8Linear":
         require_torch("dqgen.nn.W8A8Linear")
         from .w8a8_linear import W8A8Linear

@@ -1,6 +1,7 @@
 """The "w8a8" section of docs/performance.md, written from the two JSON records of the W8A8 benches alone
 (``docs/bench/w8a8.json``: the GEMM, dqgen.w8a8.gemm_bench; ``docs/bench/w8a8_act.json``: the activation quantizer,
-dqgen.w8a8.bench), with issue 15's speed targets each stated met or missed with its figure."""
+dqgen.w8a8.bench), with issue 15's speed targets and the part of issue 24's W4A8 target this record holds (W4A8 against
+dqgen's int8 W8A8 at M >= 128) each stated met or missed with its figure."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ INT_MM = "torch._int_mm"
 INT_MM_SCALED = "torch._int_mm + scaling"
 DENSE = "cuBLAS fp16 (dense W)"
 SCALED_MM = "torch._scaled_mm fp8 rowwise"
+DQ_W4A8 = "dqgen w4a8"
 #: Column order of the GEMM table (an impl a run lacks is left out).
-TABLE_IMPLS = (DQ_INT8, "dqgen quantize + int8", INT_MM, INT_MM_SCALED, DQ_FP8, SCALED_MM, DENSE)
+TABLE_IMPLS = (DQ_INT8, "dqgen quantize + int8", INT_MM, INT_MM_SCALED, DQ_FP8, SCALED_MM, DQ_W4A8, DENSE)
+#: Issue 24 item 3: W4A8 faster than int8 W8A8 from this M on (and than the W4A16 GEMM: `dqgen bench --matmul`).
+W4A8_LARGE_M = 128
 #: Item 5's regimes: weight-bandwidth bound up to this M, compute bound from LARGE_M on.
 SMALL_M = 64
 LARGE_M = 256
@@ -84,6 +88,23 @@ def gemm_targets(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def w4a8_targets(doc: dict[str, Any]) -> list[str]:
+    """Issue 24 item 3, the part in this record: W4A8 faster than dqgen's int8 W8A8 at M >= 128, per shape and M
+    (the W4A16 comparisons, M >= 128 and M <= 16, are against `dqgen bench --matmul`'s record)."""
+    rows = doc["rows"]
+    lines = []
+    for r in sorted(
+        (r for r in rows if r["impl"] == DQ_W4A8 and r["M"] >= W4A8_LARGE_M), key=lambda r: (r["K"], r["N"], r["M"])
+    ):
+        int8 = _at(rows, DQ_INT8, r["M"], r["K"], r["N"])
+        if int8 is not None:
+            lines.append(
+                f"- {r['K']}x{r['N']}, M = {r['M']}: W4A8 faster than dqgen int8: {_met(r['us'] < int8['us'])} "
+                f"({r['us']:.1f} vs {int8['us']:.1f} us)"
+            )
+    return lines
+
+
 def act_targets(doc: dict[str, Any]) -> list[str]:
     """Item 5's activation-quantizer bar: the default call (impl "dqgen") at >= 85% of copy for M x K >= 4096^2."""
     lines = []
@@ -101,12 +122,14 @@ def markdown_section(gemm: dict[str, Any], act: dict[str, Any] | None) -> str:
     rows = gemm["rows"]
     impls = [i for i in TABLE_IMPLS if any(r["impl"] == i for r in rows)]
     out = [
-        "## W8A8: SmoothQuant int8 and fp8 GEMMs with the scales in the epilogue (issue 15)",
+        "## W8A8: SmoothQuant int8 and fp8 GEMMs with the scales in the epilogue (issue 15), and W4A8 (issue 24)",
         "",
         f"Written by `dqgen bench --w8a8` from docs/bench/w8a8.json; GPU: {gemm.get('device', '?')}; "
         f"copy {gemm['copy_GBps']:.0f} GB/s; {gemm.get('method', '')}.",
         f"Floor: {gemm.get('floor', 'int8 weights read once at the copy bandwidth')}. Cells: µs (% of the floor); "
-        "n/a: torch refuses the shape (`_int_mm` needs M > 16). `exact`: " + str(gemm.get("exact", "")),
+        "n/a: torch refuses the shape (`_int_mm` needs M > 16), or a row not taken (`dqgen w4a8`: sm_90 only, at "
+        f"M <= 16 and M >= {W4A8_LARGE_M}; int4 weights, group 128 with zero points, times int8 tokens, reading half "
+        "the floor's bytes). `exact`: " + str(gemm.get("exact", "")),
         "",
         "| K x N | M | " + " | ".join(impls) + " | dqgen exact |",
         "|---|---|" + "---|" * len(impls) + "---|",
@@ -117,7 +140,7 @@ def markdown_section(gemm: dict[str, Any], act: dict[str, Any] | None) -> str:
             for impl in impls:
                 r = _at(rows, impl, m, k, n)
                 cells.append("n/a" if r is None else f"{r['us']:.1f} ({r['pct_floor']:.0f}%)")
-            exact = [r["exact"] for i in (DQ_INT8, DQ_FP8) if (r := _at(rows, i, m, k, n)) is not None]
+            exact = [r["exact"] for i in (DQ_INT8, DQ_FP8, DQ_W4A8) if (r := _at(rows, i, m, k, n)) is not None]
             verdict = "n/a" if not exact else "yes" if all(exact) else "NO"
             out.append(f"| {k}x{n} | {m} | " + " | ".join(cells) + f" | {verdict} |")
     if act is not None:
@@ -136,6 +159,9 @@ def markdown_section(gemm: dict[str, Any], act: dict[str, Any] | None) -> str:
             )
     out += ["", "Targets (issue 15 item 5):", ""]
     out += gemm_targets(gemm) + (act_targets(act) if act is not None else [])
+    w4a8 = w4a8_targets(gemm)
+    if w4a8:
+        out += ["", "W4A8 against int8 W8A8 (issue 24 item 3; against W4A16: the matmul section):", "", *w4a8]
     return "\n".join(out)
 
 

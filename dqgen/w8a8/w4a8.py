@@ -3,7 +3,8 @@
 dqgen.kernels.w4a8_gemm90. ``pack_w4a8_weight`` packs a checkpoint layer onto a device; ``w4a8_matmul`` runs
 y = x_q @ W, rescaled per 128-k tile in the order of dqgen.check.w4a8_model (which the GPU tests hold it to).
 
-This is the kernel and its launch; the torch custom op, an ``nn`` module and the benchmark rows are not built yet."""
+The kernel and its launch (a tile or a split count may be forced); the torch custom op over it is dqgen.w8a8.w4a8_op,
+the module dqgen.nn.W4A8Linear."""
 
 from __future__ import annotations
 
