@@ -13,7 +13,7 @@ def main() -> int:
     import torch
 
     from dqgen.kernels.w8a8_gemm90 import all_configs
-    from dqgen.w8a8.gemm90 import loaded90
+    from dqgen.w8a8.gemm90 import Plan90, loaded90
     from dqgen.w8a8.matmul_op import _counters
 
     if torch.cuda.get_device_capability(0) != (9, 0):
@@ -29,9 +29,10 @@ def main() -> int:
                 w = torch.randint(-8, 8, (n, k), dtype=torch.int8, device="cuda")
                 xq, wq = (x, w) if elem == "s8" else (x.float().to(dtype), w.float().to(dtype))
                 kern = loaded90(cfg, 0)
-                tiles, _, k_tiles = kern.plan(m, n, k)
-                for ctas in (tiles, max(1, tiles // 2), 3 * tiles + 1):  # one tile each, persistent, stream-K
-                    plan = (tiles, ctas, k_tiles)
+                tiles, _, k_tiles, _ = kern.plan(m, n, k)
+                # one tile each, persistent, stream-K, and whole tiles then a tail tile in 2 pieces (2 x 2 tiles)
+                plans = [Plan90.of(tiles, c, k_tiles) for c in (tiles, max(1, tiles // 2), 3 * tiles + 1)]
+                for plan in [*plans, Plan90(tiles, tiles - 1, k_tiles, tiles - 1, 2)]:
                     acc_dt = torch.int32 if elem == "s8" else torch.float32
                     y = torch.empty((m, n), dtype=acc_dt if out == "acc" else torch.float16, device="cuda")
                     ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=acc_dt, device="cuda")
@@ -48,7 +49,7 @@ def main() -> int:
                     if out == "f16":
                         want = want.half().double()
                     if not torch.equal(y.double(), want):
-                        bad.append(f"{cfg.name} ctas={ctas}")
+                        bad.append(f"{cfg.name} plan={plan}")
     print("\n".join(f"off: {b}" for b in bad) or "every entry point ran and matched the exact product")
     return 1 if bad else 0
 

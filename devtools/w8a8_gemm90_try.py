@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from dqgen.kernels.w8a8_gemm90 import W8A8Gemm90Config, all_configs, choose_w8a8_gemm90
-from dqgen.w8a8.gemm90 import loaded90
+from dqgen.w8a8.gemm90 import Plan90, loaded90
 from dqgen.w8a8.matmul_op import _counters
 
 
@@ -34,13 +34,16 @@ def acc_launch(kern: Any, x: Any, w: Any, plan: Any) -> tuple[Any, Any]:
     return y, launch
 
 
-def raw(x: Any, w: Any, cfg: W8A8Gemm90Config, ctas: int | None = None) -> Any:
-    """(y, launch, plan) of the Hopper kernel ``cfg``: its default plan or ``ctas`` CTAs sharing the units."""
+def raw(
+    x: Any, w: Any, cfg: W8A8Gemm90Config, ctas: int | None = None, whole: int | None = None, q: int | None = None
+) -> Any:
+    """(y, launch, plan) of the Hopper kernel ``cfg``: its default plan or ``ctas`` CTAs (``whole`` tiles run whole,
+    the rest stream-K; by default every tile where there are no more CTAs than tiles)."""
     m, k = x.shape
     kern = loaded90(cfg, 0)
     plan = kern.plan(m, w.shape[0], k)
     if ctas is not None:
-        plan = (plan[0], ctas, plan[2])
+        plan = Plan90.of(plan.tiles, ctas, plan.k_tiles, whole, q)
     y, fn = acc_launch(kern, x, w, plan)
     return y, fn, plan
 
@@ -86,7 +89,7 @@ def tune(m: int, n: int, k: int) -> None:
         if cfg.swap != (m <= 128) or (cfg.swap and not (m // 2 < cfg.bn <= 4 * max(m, 16))):
             continue
         kern = loaded90(cfg, 0)
-        tiles, auto, _ = kern.plan(m, n, k)
+        tiles, auto, _, _ = kern.plan(m, n, k)
         for ctas in sorted({auto, tiles, min(tiles, kern.resident)}):  # fewer CTAs than tiles: persistent
             _, fn, _plan = raw(x, w, cfg, ctas)
             tag = "auto" if ctas == auto else "tiles"
@@ -120,7 +123,7 @@ def decode() -> None:
                     line.append(f"c{c}mw{mw}s{st}b{b}: {e}")
                     continue
                 kern = loaded90(cfg, 0)
-                tiles, auto, _ = kern.plan(m, n, k)
+                tiles, auto, _, _ = kern.plan(m, n, k)
                 for ctas in sorted({auto, tiles}):
                     _, fn, _plan = raw(x, w, cfg, ctas)
                     us = tt.do_bench(fn, warmup=5, rep=30, return_mode="median") * 1e3
@@ -147,9 +150,48 @@ def fp8_error() -> None:
         print(f"fp8 m={m} n={n} k={k}: wgmma {err90:.2e} of max|acc| ({cfg.name})", flush=True)
 
 
+def tail() -> None:
+    """A partial last wave: one tile a CTA, persistent CTAs, and whole waves then a stream-K tail (plan_for's hybrid),
+    int8 and e4m3, on the shapes whose tiles leave a partial wave."""
+    import triton.testing as tt
+
+    from dqgen.w8a8.matmul_op import quantize_activations_fp8
+
+    for elem in ("s8", "e4m3"):
+        for n, k, m in ((6144, 4096, 1024), (28672, 4096, 256), (28672, 4096, 1024), (28672, 8192, 1024),
+                        (28672, 8192, 256), (4096, 14336, 1024), (8192, 28672, 1024), (6144, 4096, 4096)):  # fmt: skip
+            x = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda")
+            w = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda")
+            if elem == "e4m3":
+                x = quantize_activations_fp8(torch.randn(m, k, device="cuda").half())[0]
+                w = quantize_activations_fp8(torch.randn(n, k, device="cuda").half())[0]
+            cfg = choose_w8a8_gemm90(elem, "acc", m, n, 132)  # type: ignore[arg-type]
+            kern = loaded90(cfg, 0)
+            auto = kern.plan(m, n, k)
+            line = [f"{elem} m={m} n={n} k={k} {cfg.bm}x{cfg.bn} tiles={auto.tiles} auto={tuple(auto)}"]
+            P = kern.resident
+            waves, tail = divmod(auto.tiles, P)
+            tries = [("one-a-CTA", auto.tiles, None, None), ("persistent", P, None, None)]
+            # the tail split in s lockstep pieces a tile, and one stream-K range over every resident CTA
+            tries += [(f"split{s}", P, waves * P, tail * s) for s in (2, 3, 4) if tail and tail * s <= P]
+            tries += [("tail-over-all", P, waves * P, P)] if tail and tail * auto.k_tiles >= P else []
+            for tag, ctas, whole, q in tries:
+                if tag != "one-a-CTA" and auto.tiles <= P:
+                    continue
+                y, fn, plan = raw(x, w, cfg, ctas, whole, q)
+                tag += "*" if plan == auto else ""
+                us = tt.do_bench(fn, warmup=5, rep=40, return_mode="median") * 1e3
+                want = x.double() @ w.double().T if elem == "s8" else None
+                ok = "" if want is None else (" exact" if torch.equal(y.double(), want) else " WRONG")
+                line.append(f"{tag} {us:.1f}{ok}")
+            print(" | ".join(line), flush=True)
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
-    if what == "decode":
+    if what == "tail":
+        tail()
+    elif what == "decode":
         decode()
     elif what == "fp8":
         fp8_error()

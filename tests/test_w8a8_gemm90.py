@@ -99,8 +99,8 @@ def test_operand_errors_name_the_argument(call: dict[str, int], field: str) -> N
 def test_ctas_one_tile_each_persistent_or_pieces_of_at_least_twelve_k_tiles() -> None:
     from dqgen.w8a8.gemm90 import MIN_K_TILES_PER_PIECE, ctas_for
 
-    assert ctas_for(3584, 64, 132) == 3584  # the tiles fill the SMs: one a CTA
-    assert ctas_for(3584, 64, 132, persistent=True) == 132  # whole tiles 132 apart
+    assert ctas_for(3696, 64, 132) == 3696  # the tiles fill the SMs: one a CTA
+    assert ctas_for(3696, 64, 132, persistent=True) == 132  # whole tiles 132 apart
     assert ctas_for(132, 64, 132, persistent=True) == 132
     assert ctas_for(48, 32, 264) == 48 * 2  # 32 K tiles: two pieces of 16, not five of 6.4
     assert ctas_for(48, 11, 264) == 48  # too short to split
@@ -108,3 +108,80 @@ def test_ctas_one_tile_each_persistent_or_pieces_of_at_least_twelve_k_tiles() ->
     for tiles, k_tiles in ((48, 32), (32, 112), (64, 224), (7, 40)):
         pieces = ctas_for(tiles, k_tiles, 264) // tiles
         assert pieces == 1 or k_tiles / pieces >= MIN_K_TILES_PER_PIECE
+
+
+def test_a_partial_last_wave_runs_stream_k_over_every_resident_cta() -> None:
+    from dqgen.w8a8.gemm90 import Plan90, plan_for
+
+    # 4096 x 6144 at M = 1024, 128 x 256 tiles: 8 x 24 = 192 tiles on 132 SMs; the 60 of the second wave (32 K
+    # tiles each) run as 120 halves of 16 K tiles instead of whole on 60 SMs
+    assert plan_for(192, 32, 132) == Plan90(192, 132, 32, 132, 120)
+    # e4m3 128 x 192 tiles at M = 256 on 8192 x 28672: 300 tiles = 2 waves and 36, in 3 pieces of 21.3 K tiles
+    assert plan_for(300, 64, 132) == Plan90(300, 132, 64, 264, 108)
+    # M = 4096 on 8192 x 28672: 3584 tiles = 27 waves and 20: a split tail would save under 4%, one tile a CTA
+    assert plan_for(3584, 64, 132) == Plan90(3584, 3584, 64, 3584, 3584)
+    # 4096 x 28672 at M = 256: 224 tiles, 92 in the tail: more than half a wave, no room for two pieces each
+    assert plan_for(224, 32, 132) == Plan90(224, 224, 32, 224, 224)
+    assert plan_for(150, 20, 132) == Plan90(150, 150, 20, 150, 150)  # pieces of 10 K tiles: too short
+    assert plan_for(264, 32, 132) == Plan90(264, 264, 32, 264, 264)  # whole waves
+    assert plan_for(48, 32, 264) == Plan90(48, 96, 32, 0, 96)  # fewer tiles than CTAs: all stream-K
+    assert not plan_for(224, 32, 132).split and plan_for(192, 32, 132).split and not plan_for(3584, 64, 132).split
+
+
+def _units_of(plan: object) -> dict[int, list[tuple[int, int]]]:
+    """CTA -> the (tile, K tile) units it runs, in order, by the schedule the kernel's comment states: tile t < whole by
+    CTA t mod P, then CTA c < Q's range [c U / Q, (c + 1) U / Q) of the U stream-K units, counted K-fastest from tile
+    `whole`'s first."""
+    tiles, ctas, k_tiles, whole, q = plan  # type: ignore[misc]
+    sk = (tiles - whole) * k_tiles
+    out: dict[int, list[tuple[int, int]]] = {}
+    for c in range(ctas):
+        mine = [(t, kt) for t in range(c, whole, ctas) for kt in range(k_tiles)]
+        if c < q:
+            mine += [(whole + u // k_tiles, u % k_tiles) for u in range(c * sk // q, (c + 1) * sk // q)]
+        out[c] = mine
+    return out
+
+
+@pytest.mark.parametrize(
+    "tiles,ctas,k_tiles,whole,q",
+    [
+        (192, 132, 32, 132, 120),
+        (3584, 132, 64, 3564, 100),
+        (6, 4, 21, 3, 4),
+        (6, 5, 21, 5, 3),
+        (6, 4, 21, 6, 4),
+        (6, 15, 21, 0, 15),
+        (4, 3, 6, 3, 2),
+    ],
+)
+def test_every_unit_runs_once_and_split_tiles_fit_two_slots_a_cta(
+    tiles: int, ctas: int, k_tiles: int, whole: int, q: int
+) -> None:
+    from dqgen.w8a8.gemm90 import Plan90
+
+    plan = Plan90(tiles, ctas, k_tiles, whole, q)
+    runs = _units_of(plan)
+    every = sorted(u for us in runs.values() for u in us)
+    assert every == [(t, kt) for t in range(tiles) for kt in range(k_tiles)]
+    # a split tile's pieces belong to CTAs c0..c1 in K order, each holding a piece at its range's start or end: the
+    # two workspace slots a CTA has are enough
+    for t in range(whole, tiles):
+        owners = [c for c, us in runs.items() for u in us if u[0] == t]
+        assert owners == sorted(owners)
+        for c in set(owners):
+            split_part = [u for u in runs[c] if u[0] >= whole]
+            assert split_part[0][0] == t or split_part[-1][0] == t
+    if plan.split:  # no CTA with an empty stream-K range between a tile's owners (whose slots would go unwritten)
+        assert all(any(u[0] >= whole for u in runs[c]) for c in range(q))
+
+
+def test_launch_rejects_a_tail_thinner_than_its_ctas() -> None:
+    from dqgen.w8a8.gemm90 import Gemm90Kernel, Plan90
+
+    kern = object.__new__(Gemm90Kernel)
+    kern.cfg = choose_w8a8_gemm90("s8", "acc", 1024, 6144, 132)
+    args = dict(m=1024, n=6144, k=4096, x_ptr=1 << 20, x_ld=4096, w_ptr=1 << 24, w_ld=4096, x_scale_ptr=0)
+    for bad in (Plan90(192, 132, 32, 191, 132), Plan90(192, 132, 32, 132, 133), Plan90(192, 132, 32, 193, 1)):
+        with pytest.raises(ValueError, match="plan: whole tiles"):
+            kern.launch_args(**args, w_scale_ptr=0, bias_ptr=0, y_ptr=0, ws_ptr=64, counters_ptr=64, plan=bad)

@@ -44,10 +44,11 @@ def _e4m3(t: Any) -> np.ndarray:
     return t.view(torch.uint8).cpu().numpy().view(ml_dtypes.float8_e4m3fn)
 
 
-def _raw_acc(x: Any, w: Any, cfg: Any, ctas: int | None = None) -> Any:
+def _raw_acc(x: Any, w: Any, cfg: Any, ctas: int | None = None, whole: int | None = None, q: int | None = None) -> Any:
     """The accumulators ("acc" output) of x [M, K] @ w [N, K].T by ``cfg``, with its default plan or ``ctas`` CTAs
-    sharing the units."""
-    from dqgen.w8a8.gemm90 import loaded90
+    (``whole`` tiles run whole, the rest stream-K over the first ``q``; by default every tile where there are no more
+    CTAs than tiles, and every CTA)."""
+    from dqgen.w8a8.gemm90 import Plan90, loaded90
     from dqgen.w8a8.matmul_op import _counters
 
     m, k = x.shape
@@ -55,7 +56,7 @@ def _raw_acc(x: Any, w: Any, cfg: Any, ctas: int | None = None) -> Any:
     kern = loaded90(cfg, torch.cuda.current_device())
     plan = kern.plan(m, n, k)
     if ctas is not None:
-        plan = (plan[0], ctas, plan[2])
+        plan = Plan90.of(plan.tiles, ctas, plan.k_tiles, whole, q)
     acc_dtype = torch.int32 if x.dtype == torch.int8 else torch.float32
     y = torch.full((m, n), 7, dtype=acc_dtype, device="cuda")  # a value no output keeps
     ws = torch.empty(max(1, kern.workspace_elems(plan)), dtype=acc_dtype, device="cuda")
@@ -81,7 +82,9 @@ def _shape(cfg: Any) -> tuple[int, int, int]:
     return cfg.bm + 37, 2 * cfg.bn + 24, 20 * 128 + 48
 
 
-@pytest.mark.parametrize("ctas", ["whole tiles", "persistent", "stream-K", "one unit a CTA"])
+@pytest.mark.parametrize(
+    "ctas", ["whole tiles", "persistent", "stream-K", "one unit a CTA", "whole then stream-K", "whole then split"]
+)
 @pytest.mark.parametrize("cfg", S8, ids=[c.name for c in S8])
 def test_int32_accumulators_equal_the_int64_product(cfg: W8A8Gemm90Config, ctas: str) -> None:
     _hopper()
@@ -89,8 +92,12 @@ def test_int32_accumulators_equal_the_int64_product(cfg: W8A8Gemm90Config, ctas:
     x, w = _int8(m, k, seed=m), _int8(n, k, seed=n)
     tiles = (-(-m // (cfg.bn if cfg.swap else cfg.bm))) * (-(-n // (cfg.bm if cfg.swap else cfg.bn)))
     k_tiles = -(-k // 128)
-    force = {"whole tiles": tiles, "persistent": 4, "stream-K": 2 * tiles + 3, "one unit a CTA": tiles * k_tiles}[ctas]
-    got = _raw_acc(x, w, cfg, force).cpu().numpy()
+    force = {"whole tiles": tiles, "persistent": 4, "stream-K": 2 * tiles + 3, "one unit a CTA": tiles * k_tiles}
+    # 6 tiles on 4 CTAs: 3 whole (CTA 3 has none), then 3 tiles' 63 K tiles in ranges of 15-16, one crossing a tile;
+    # 6 tiles on 5 CTAs: 5 whole, then the last tile in 3 pieces by CTAs 0-2 (as plan_for splits a short last wave)
+    hybrid = {"whole then stream-K": (4, 3, None), "whole then split": (5, 5, 3)}
+    acc = _raw_acc(x, w, cfg, *hybrid[ctas]) if ctas in hybrid else _raw_acc(x, w, cfg, force[ctas])
+    got = acc.cpu().numpy()
     want = ref.int_product(x.cpu().numpy(), w.cpu().numpy())
     bad = np.argwhere(got != want)
     assert bad.size == 0, f"{cfg.name}: {len(bad)} accumulators differ, first at {bad[0].tolist()}"
@@ -105,9 +112,11 @@ def test_fp8_accumulators_within_2e3_of_float64(cfg: W8A8Gemm90Config) -> None:
     xq, wq = _fp8(m, k, seed=m), _fp8(n, k, seed=n)
     tiles = (-(-m // (cfg.bn if cfg.swap else cfg.bm))) * (-(-n // (cfg.bm if cfg.swap else cfg.bn)))
     k_tiles = -(-k // 128)
-    # the choice's grid, persistent (4 CTAs on 6 tiles), stream-K, and one K tile a CTA (runs of one K tile)
-    for ctas in (None, 4, 2 * tiles + 3, tiles * k_tiles):
-        acc = _raw_acc(xq, wq, cfg, ctas).double().cpu().numpy()
+    # the choice's grid, persistent (4 CTAs on 6 tiles), stream-K, one K tile a CTA (runs of one K tile), 3 whole
+    # tiles then 3 stream-K ones on 4 CTAs, 5 whole then one in 3 pieces
+    plans = ((None, None, None), (4, None, None), (2 * tiles + 3, None, None), (tiles * k_tiles, None, None))
+    for ctas, whole, q in (*plans, (4, 3, None), (5, 5, 3)):
+        acc = _raw_acc(xq, wq, cfg, ctas, whole, q).double().cpu().numpy()
         acc64 = ref.fp8_product(_e4m3(xq), _e4m3(wq))
         err = np.abs(acc - acc64) / np.abs(acc64).max(axis=1, keepdims=True)
         assert err.max() <= 2e-3, (cfg.name, float(err.max()))

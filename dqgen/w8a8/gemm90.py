@@ -6,7 +6,7 @@ torch op picks either by the GPU."""
 from __future__ import annotations
 
 import functools
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -23,23 +23,66 @@ PARAMS: tuple[tuple[str, Any], ...] = (
     *((name, np.uint64) for name in ("s_tok", "s_ch", "bias", "y", "ws", "counters")),
     *((name, np.int32) for name in ("R", "C", "N", "k_tiles", "x_tiles")),
     ("units", np.int64),
+    ("whole", np.int64),
+    ("split_ctas", np.int32),
 )
 
-#: (tiles, CTAs, K tiles) of a launch.
-Plan90 = tuple[int, int, int]
+
+class Plan90(NamedTuple):
+    """A launch's schedule: ``ctas`` CTAs; the first ``whole`` of the ``tiles`` output tiles run whole (tile t by CTA
+    t mod ctas), the rest are stream-K: the first ``split_ctas`` CTAs take equal contiguous ranges of their units
+    (``k_tiles`` a tile, K fastest)."""
+
+    tiles: int
+    ctas: int
+    k_tiles: int
+    whole: int
+    split_ctas: int
+
+    @classmethod
+    def of(cls, tiles: int, ctas: int, k_tiles: int, whole: int | None = None, split_ctas: int | None = None) -> Plan90:
+        """Default ``whole``: every tile where there are no more CTAs than tiles, else none (plain stream-K); default
+        ``split_ctas``: every CTA."""
+        whole = (tiles if ctas <= tiles else 0) if whole is None else whole
+        return cls(tiles, ctas, k_tiles, whole, ctas if split_ctas is None else split_ctas)
+
+    @property
+    def split(self) -> bool:
+        """Whether some tiles run in pieces (the launch needs the partials' workspace and the tiles' counters)."""
+        return self.whole < self.tiles
+
+
+def plan_for(tiles: int, k_tiles: int, resident: int, persistent: bool = False) -> Plan90:
+    """The schedule of a launch. Tiles that fill the resident CTAs run whole, one a CTA, or (``persistent``) on the
+    resident CTAs each taking tiles ``resident`` apart; either way the CTAs running together work on neighbouring
+    tiles, sharing x's and the weight's through L2 (on the H100 stream-K over the resident CTAs, each a contiguous
+    range of tiles, streamed every weight tile at once and ran 1.4-2.3x slower from M = 1024). Where at most
+    MAX_WAVES_SPLIT_TAIL whole waves leave a last wave at most half full, the whole waves run persistent and each tile
+    of that tail splits into s >= 2 equal pieces of at least MIN_K_TILES_PER_PIECE K tiles (tail x s <= resident
+    CTAs): a partial wave otherwise leaves SMs idle for a whole tile's time. The pieces are equal and tile-major, so
+    the CTAs on tiles that share an operand read the same K at the same time (one range over all resident CTAs starts
+    its pieces at unrelated K: on the H100 that lost L2 reuse and ran up to 1.8x slower; docs/experiments/issue24.md).
+    Fewer tiles than resident CTAs: equal pieces of each for the resident CTAs (stream-K: dqgen.run.gemm90)."""
+    if tiles >= resident:
+        waves, tail = divmod(tiles, resident)
+        pieces = min(resident // tail, k_tiles // MIN_K_TILES_PER_PIECE) if tail else 0
+        if pieces >= 2 and waves <= MAX_WAVES_SPLIT_TAIL:
+            return Plan90(tiles, resident, k_tiles, waves * resident, tail * pieces)
+        return Plan90.of(tiles, resident if persistent and tiles > resident else tiles, k_tiles)
+    pieces = max(1, min(resident // tiles, k_tiles // MIN_K_TILES_PER_PIECE))
+    return Plan90.of(tiles, stream_k_ctas(tiles, k_tiles, resident, pieces), k_tiles)
 
 
 def ctas_for(tiles: int, k_tiles: int, resident: int, persistent: bool = False) -> int:
-    """The CTAs of a launch: where the tiles fill the resident CTAs, one a tile, or (``persistent``) the resident CTAs
-    each taking whole tiles ``resident`` apart (the kernel's mode for fewer CTAs than tiles); either way the CTAs
-    running together work on neighbouring tiles, sharing x's and the weight's through L2 (on the H100 stream-K over
-    the resident CTAs, each a contiguous range of tiles, streamed every weight tile at once and ran 1.4-2.3x slower
-    from M = 1024). Fewer tiles: equal pieces of each for the resident CTAs (stream-K: dqgen.run.gemm90)."""
-    if tiles >= resident:
-        return resident if persistent and tiles > resident else tiles
-    pieces = max(1, min(resident // tiles, k_tiles // MIN_K_TILES_PER_PIECE))
-    return stream_k_ctas(tiles, k_tiles, resident, pieces)
+    """The CTAs of plan_for's schedule."""
+    return plan_for(tiles, k_tiles, resident, persistent).ctas
 
+
+#: Most whole waves before a split tail (plan_for): the split saves at most a tile's time of (waves + 1), and the
+#: persistent CTAs the whole waves then run on cost up to 4% against one tile a CTA (H100, docs/experiments/issue24.md:
+#: e4m3 at 8192 x 28672, M = 1024, 9 waves and 12 tiles: 489 µs one tile a CTA, 501-508 split; 1-2 waves gained
+#: 6-24%).
+MAX_WAVES_SPLIT_TAIL: Final = 2
 
 #: Fewest K tiles (128 k each) a stream-K piece gets: below it the pieces' pipeline fill and fix-up cost more than the
 #: SMs they add (H100, docs/experiments/issue24.md: 4096 x 6144 at M = 1 ran 18.8 µs in 48 whole tiles and 20.9 in
@@ -82,17 +125,15 @@ class Gemm90Kernel:
     def plan(self, m: int, n: int, k: int) -> Plan90:
         x_tiles, w_tiles = self._grid(m, n)
         tiles, k_tiles = x_tiles * w_tiles, -(-k // BK90)
-        return tiles, ctas_for(tiles, k_tiles, self.resident), k_tiles
+        return plan_for(tiles, k_tiles, self.resident)
 
     def workspace_elems(self, plan: Plan90) -> int:
-        """4-byte elements of the stream-K partials: two slots a CTA (its first and last segment); 0 where every CTA
-        runs whole tiles (one each, or persistent)."""
-        tiles, ctas, _ = plan
-        return 0 if ctas <= tiles else 2 * ctas * self.cfg.accs * self.cfg.consumer_threads
+        """4-byte elements of the stream-K partials: two slots a CTA (its first and last segment); 0 where every tile
+        runs whole (one a CTA, or persistent)."""
+        return 2 * plan.split_ctas * self.cfg.accs * self.cfg.consumer_threads if plan.split else 0
 
     def counters_needed(self, plan: Plan90) -> int:
-        tiles, ctas, _ = plan
-        return 0 if ctas <= tiles else tiles
+        return plan.tiles if plan.split else 0
 
     def launch_args(
         self,
@@ -114,11 +155,16 @@ class Gemm90Kernel:
         """The kernel's arguments (PARAMS' order and widths), both operands' tensor maps made here, after the checks
         of check_operands and of the plan (a one-line ValueError before anything launches)."""
         check_operands(k, x_ptr, x_ld, w_ptr, w_ld)
-        tiles, ctas, k_tiles = plan
+        tiles, ctas, k_tiles, whole, split_ctas = plan
         x_tiles, w_tiles = self._grid(m, n)
         if tiles != x_tiles * w_tiles or k_tiles != -(-k // BK90) or not 1 <= ctas <= tiles * k_tiles:
             raise ValueError(f"plan: expected ({x_tiles * w_tiles} tiles, CTAs, {-(-k // BK90)} K tiles), got {plan}")
-        if ctas > tiles and not (ws_ptr and counters_ptr):
+        split_units = (tiles - whole) * k_tiles
+        if not 0 <= whole <= tiles or not 1 <= split_ctas <= ctas or (whole < tiles and split_units < split_ctas):
+            raise ValueError(
+                f"plan: whole tiles {whole} and split CTAs {split_ctas} of {ctas} leave a CTA no stream-K unit ({plan})"
+            )
+        if plan.split and not (ws_ptr and counters_ptr):
             raise ValueError(f"ws_ptr, counters_ptr: a stream-K plan of {ctas} CTAs needs both buffers, got null")
         cfg = self.cfg
         x_box, w_box = (cfg.bn, cfg.bm) if cfg.swap else (cfg.bm, cfg.bn)
@@ -139,12 +185,14 @@ class Gemm90Kernel:
             "k_tiles": k_tiles,
             "x_tiles": x_tiles,
             "units": tiles * k_tiles,
+            "whole": whole,
+            "split_ctas": split_ctas,
         }
         return [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in PARAMS]
 
     def bind(self, plan: Plan90, args: list[Any]) -> dev.BoundLaunch:
         """The launch of ``plan`` with ``args`` (from launch_args) packed once: calling it costs one cuLaunchKernel."""
-        return self._kernel.bind((plan[1],), (self.cfg.threads,), args, shared_mem=self.cfg.shared_bytes)
+        return self._kernel.bind((plan.ctas,), (self.cfg.threads,), args, shared_mem=self.cfg.shared_bytes)
 
     def __call__(self, *call: Any, stream: int) -> None:
         """launch_args' arguments, then the stream: one launch."""

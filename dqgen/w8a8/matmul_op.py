@@ -106,14 +106,14 @@ def _device_limits(ordinal: int) -> tuple[int, int]:
 @functools.lru_cache(maxsize=1024)
 def _prepared(
     elem: Elem, out: Out, m: int, n: int, k: int, ordinal: int
-) -> tuple[GemmKernel | Gemm90Kernel, tuple[int, int, int], int]:
+) -> tuple[GemmKernel | Gemm90Kernel, Any, int]:
     """(kernel, plan, workspace elements) of a call's shape, decided once (the host time of a call sits in front of
     a short kernel): the wgmma kernel on an sm_90 GPU, the mma.sync one elsewhere."""
-    kern: GemmKernel | Gemm90Kernel
     if is_hopper(ordinal):
-        kern = loaded90(choose_w8a8_gemm90(elem, out, m, n, dev.sm_count(ordinal)), ordinal)
-    else:
-        kern = loaded(choose_w8a8_gemm(elem, out, m, n, k, *_device_limits(ordinal)), ordinal)
+        k90 = loaded90(choose_w8a8_gemm90(elem, out, m, n, dev.sm_count(ordinal)), ordinal)
+        plan90 = k90.plan(m, n, k)
+        return k90, plan90, k90.workspace_elems(plan90)
+    kern = loaded(choose_w8a8_gemm(elem, out, m, n, k, *_device_limits(ordinal)), ordinal)
     plan = kern.plan(m, n, k)
     return kern, plan, kern.workspace_elems(plan)
 
