@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,6 +16,7 @@ import torch
 from ..kernels.w8a8_gemm import MAX_K_S8, Elem, Out, choose_w8a8_gemm
 from ..kernels.w8a8_gemm90 import choose_w8a8_gemm90
 from ..run import device as dev
+from ..run.bound_x import BoundForX, BoundPerX, markers
 from ..run.calls import CALLS_MAX, remember
 from ..run.gemm90 import is_hopper
 from ..run.operands import x_aligned
@@ -104,9 +104,7 @@ def _device_limits(ordinal: int) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _prepared(
-    elem: Elem, out: Out, m: int, n: int, k: int, ordinal: int
-) -> tuple[GemmKernel | Gemm90Kernel, Any, int]:
+def _prepared(elem: Elem, out: Out, m: int, n: int, k: int, ordinal: int) -> tuple[GemmKernel | Gemm90Kernel, Any, int]:
     """(kernel, plan, workspace elements) of a call's shape, decided once (the host time of a call sits in front of
     a short kernel): the wgmma kernel on an sm_90 GPU, the mma.sync one elsewhere."""
     if is_hopper(ordinal):
@@ -219,7 +217,7 @@ class _Call:
     launch: Any  # fn.launch: cuLaunchKernel with the function, grid and block bound
     params: int
     slots: Any  # fn.slots
-    x_slot: int  # -1: x is read through a tensor map (the Hopper kernel): one bound launch per x address, by_x
+    x_slot: int  # -1: x is read through a tensor map (the Hopper kernel): one bound launch per x address, bind_x
     x_scale_slot: int
     y_slot: int
     ws_slot: int  # -1: no workspace (a plan without split-K)
@@ -231,31 +229,18 @@ class _Call:
     device: torch.device
     out_dtype: torch.dtype
     #: x's address -> (the launch bound with x's tensor map at it, its x_scale, y and ws slots) (x_slot -1)
-    bind_x: Callable[[int], tuple[dev.BoundLaunch, int, int, int]] | None = None
-    by_x: dict[int, tuple[dev.BoundLaunch, int, int, int]] = dataclasses.field(default_factory=dict)
+    bind_x: BoundPerX | None = None
 
-    def bound_for(self, x_ptr: int) -> tuple[dev.BoundLaunch, int, int, int]:
+    def bound_for(self, x_ptr: int) -> BoundForX:
         """The launch with x at ``x_ptr`` and the slots of its other per-call pointers (x_scale, y, ws; -1: none),
         which the caller patches: the bound one with x's slot patched, or (x in a tensor map) the one bound for
         that address, whose slots are its own (a tensor map's padding follows its argument array's address)."""
         if self.x_slot >= 0:
             self.slots[self.x_slot] = x_ptr
             return self.fn, self.x_scale_slot, self.y_slot, self.ws_slot
-        hit = self.by_x.get(x_ptr)
-        if hit is None:
-            assert self.bind_x is not None  # x_slot -1 comes with it
-            if len(self.by_x) >= X_BOUND_MAX:  # the oldest goes: a cycle of addresses keeps its recent ones bound
-                del self.by_x[next(iter(self.by_x))]
-            hit = self.by_x[x_ptr] = self.bind_x(x_ptr)
-        return hit
+        assert self.bind_x is not None  # x_slot -1 comes with it
+        return self.bind_x(x_ptr)
 
-
-#: The per-call pointers' stand-ins in a launch bound for a tensor map's x: above every 48-bit device address.
-_MARKER = 0x7A5E << 48
-
-#: Bound launches a Hopper call signature keeps, one per x address seen (a model's activations come back to a few
-#: addresses from torch's caching allocator).
-X_BOUND_MAX = 16
 
 _CALLS: dict[tuple, _Call] = {}
 _raw_stream = dev.torch_raw_stream_fn(torch)
@@ -342,36 +327,30 @@ def plan(
     if tma:
         # x is in its tensor map (opaque bytes that may hold any address, a freed buffer's included): a launch is
         # bound per x address, its per-call pointers as markers no argument can equal (never device addresses)
-        pointers = (pointers[0], _MARKER + 16, _MARKER + 32, 0 if ws is None else _MARKER + 48)
+        pointers = (pointers[0], *markers((True, True, ws is not None)))
     rest = (w_scale.data_ptr(), 0 if bias is None else bias.data_ptr(), pointers[2], pointers[3], counters.data_ptr())
 
     def bind(x_ptr: int) -> dev.BoundLaunch:
         return kern.bind(plan_, kern.launch_args(m, n, k, x_ptr, x_ld, w_ptr, w_ld, pointers[1], *rest, plan_))
 
-    def slots_of(fn: dev.BoundLaunch) -> tuple[int | None, int | None, int | None]:
-        """The slots of the per-call pointers x_scale, y, ws (-1: no workspace) in a launch bound with them."""
-        return fn.slot_of(pointers[1]), fn.slot_of(pointers[2]), -1 if ws is None else fn.slot_of(pointers[3])
-
-    def bind_x(x_ptr: int) -> tuple[dev.BoundLaunch, int, int, int]:
-        fn = bind(x_ptr)
-        found = slots_of(fn)
-        if None in found:  # the markers were told apart in the first launch bound, whose arguments are these
-            raise RuntimeError(f"w8a8 matmul: a launch bound for x at {x_ptr:#x} holds a per-call pointer twice")
-        return (fn, *found)  # type: ignore[return-value]
-
-    fn = bind(pointers[0])
-    x_slot = -1 if tma else fn.slot_of(pointers[0])
-    x_scale_slot, y_slot, ws_slot = slots_of(fn)
-    if x_slot is None or x_scale_slot is None or y_slot is None or ws_slot is None:
-        return None
     device = torch.device("cuda", ordinal)
-    call = _Call(
-        fn, fn.launch, fn.params, fn.slots, x_slot, x_scale_slot, y_slot, ws_slot, (m, n), ws_elems, ws_dtype,
-        counters, ordinal, device, out_dtype, bind_x if tma else None,
-    )  # fmt: skip
     if tma:
-        call.by_x[pointers[0]] = (fn, x_scale_slot, y_slot, ws_slot)
-    return call
+        per_x = BoundPerX(bind, (pointers[1], pointers[2], pointers[3]), "w8a8 matmul")
+        fn, x_scale_slot, y_slot, ws_slot = per_x(pointers[0])
+        return _Call(
+            fn, fn.launch, fn.params, fn.slots, -1, x_scale_slot, y_slot, ws_slot, (m, n), ws_elems, ws_dtype,
+            counters, ordinal, device, out_dtype, per_x,
+        )  # fmt: skip
+    fn = bind(pointers[0])
+    found = (fn.slot_of(pointers[0]), fn.slot_of(pointers[1]), fn.slot_of(pointers[2]))
+    ws_found = -1 if ws is None else fn.slot_of(pointers[3])
+    if None in found or ws_found is None:
+        return None
+    x_slot, x_scale_slot, y_slot = (int(s) for s in found if s is not None)
+    return _Call(
+        fn, fn.launch, fn.params, fn.slots, x_slot, x_scale_slot, y_slot, ws_found, (m, n), ws_elems, ws_dtype,
+        counters, ordinal, device, out_dtype,
+    )  # fmt: skip
 
 
 def quantize_weight(w: torch.Tensor, kind: WeightKind = "int8") -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,6 +27,7 @@ from ..core.spec import Spec, load_spec
 from ..kernels.w4a8_gemm90 import W4A8Gemm90Config, W4A8Out, W4A8Tile, choose_w4a8_tile
 from ..layout.w4a8 import RESCALE_K, W4A8_TILE_K, W4A8_TILE_N
 from ..run import device as dev
+from ..run.bound_x import BoundPerX, markers
 from ..run.calls import CALLS_MAX, remember
 from ..run.loader import load
 from .gemm90 import operand_map
@@ -144,35 +144,19 @@ def w4a8_matmul(
     return _call(x_q, x_scale, w_q, w_scale, w_zeros, bias, out_dtype)  # eager: the dispatcher's overhead skipped
 
 
-#: The per-call pointers' stand-ins in a bound launch: above every 48-bit device address (dqgen.w8a8.matmul_op's).
-_MARKER = 0x7A5E << 48
-#: Bound launches a call signature keeps, one per x address seen (a model's activations come back to a few
-#: addresses from torch's caching allocator).
-X_BOUND_MAX = 16
-
-
 @dataclasses.dataclass(slots=True)
 class _Call:
     """What a call's input signature fixes, decided once: the checks passed, the kernel and its tile, the split-K
     plan and workspace, and launches bound per x address (x is in a TMA tensor map: opaque bytes), each with the
     slots of the per-call pointers x_scale, y and ws (-1: no workspace)."""
 
-    bind_x: Callable[[int], tuple[dev.BoundLaunch, int, int, int]]
+    bound_for: BoundPerX
     mn: tuple[int, int]
     ws_elems: int
     counters: torch.Tensor | None  # the split-K tile counters bound (the device's buffer: never freed)
     ordinal: int
     device: torch.device
     out_dtype: torch.dtype
-    by_x: dict[int, tuple[dev.BoundLaunch, int, int, int]] = dataclasses.field(default_factory=dict)
-
-    def bound_for(self, x_ptr: int) -> tuple[dev.BoundLaunch, int, int, int]:
-        hit = self.by_x.get(x_ptr)
-        if hit is None:
-            if len(self.by_x) >= X_BOUND_MAX:  # the oldest goes: a cycle of addresses keeps its recent ones bound
-                del self.by_x[next(iter(self.by_x))]
-            hit = self.by_x[x_ptr] = self.bind_x(x_ptr)
-        return hit
 
 
 _CALLS: dict[tuple, _Call] = {}
@@ -272,15 +256,15 @@ def plan(
     tiles = x_tiles * -(-n // tile.features)
     ws_elems = tiles * splits * (tile.mw * tile.bn // 2) * 128 * tile.consumers if splits > 1 else 0
     counters = _counters(x_q.device, tiles) if splits > 1 else None
-    markers = (_MARKER + 16, _MARKER + 32, _MARKER + 48 if ws_elems else 0)
+    marks = markers((True, True, bool(ws_elems)))
     fixed = {
         "wq": w_q.data_ptr(),
         "scales": w_scale.data_ptr(),
         "zeros": 0 if w_zeros is None else w_zeros.data_ptr(),
-        "x_scale": markers[0],
+        "x_scale": marks[0],
         "bias": 0 if bias is None else bias.data_ptr(),
-        "y": markers[1],
-        "ws": markers[2],
+        "y": marks[1],
+        "ws": marks[2],
         "counters": 0 if counters is None else counters.data_ptr(),
         "M": m,
         "N": n,
@@ -289,17 +273,14 @@ def plan(
         "splits": splits,
     }
 
-    def bind_x(x_ptr: int) -> tuple[dev.BoundLaunch, int, int, int]:
+    def bind(x_ptr: int) -> dev.BoundLaunch:
         values = {**fixed, "xmap": operand_map(x_ptr, m, k, k, tile.bn)}
         args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in PARAMS]
-        bound = fn.bind((tiles * splits,), (tile.threads,), args, shared_mem=smem)
-        found = bound.slot_of(markers[0]), bound.slot_of(markers[1]), bound.slot_of(markers[2]) if ws_elems else -1
-        if None in found:  # markers are above every device address: never equal to another argument
-            raise RuntimeError(f"w4a8 matmul: a launch bound for x at {x_ptr:#x} holds a per-call pointer twice")
-        return (bound, *found)
+        return fn.bind((tiles * splits,), (tile.threads,), args, shared_mem=smem)
 
     device = torch.device("cuda", ordinal)
-    return _Call(bind_x, (m, n), ws_elems, counters, ordinal, device, out_dtype)
+    per_x = BoundPerX(bind, (marks[0], marks[1], marks[2]), "w4a8 matmul")
+    return _Call(per_x, (m, n), ws_elems, counters, ordinal, device, out_dtype)
 
 
 def layout_tensors(wq: np.ndarray, scales: np.ndarray, zeros: np.ndarray | None) -> tuple[Any, Any, Any]:
