@@ -92,7 +92,9 @@ def test_renders_and_compiles_for_sm90_with_no_local_memory(hidden: int, which: 
     # one cluster barrier at the start (every CTA running, barriers initialised), none a step
     assert "mapa.shared::cluster" in ptx
     assert "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32" in ptx
-    assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx
+    # the peers' complete_tx are releases at cluster scope: the wait acquires at cluster scope (never the default cta)
+    assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in ptx
+    assert "mbarrier.try_wait.parity.shared::cta.b64" not in ptx
     assert ptx.count("barrier.cluster.arrive.release") == 1 and ptx.count("barrier.cluster.wait.acquire") == 1
     assert "dp4a" not in ptx and "atom.global" not in ptx  # neither the SIMT dot nor the grid barrier
     assert ".local" not in ptx
