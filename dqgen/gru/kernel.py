@@ -9,7 +9,7 @@ import numpy as np
 
 from ..kernels.gru_cell import CELL_BLOCK as BLOCK
 from ..kernels.gru_cell import GruCellConfig
-from .params import GATES, SIGMOID_OUT, TANH_OUT, QuantGRUParams
+from .params import GATES, SIGMOID_OUT, SUMMED_PAIRS, TANH_OUT, QuantGRUParams
 
 # C identifiers of the scalar rescales in the template, keyed by the names Derived.scalar uses.
 SCALAR_CNAMES = {
@@ -41,6 +41,9 @@ def cell_context(p: QuantGRUParams) -> dict[str, Any]:
     """What templates/gru_cell_math.cuh.j2 (the one rendering of the integer cell) needs: the model's constants."""
     d = p.derived()
     ib = p.rrh.bits
+    for a, b in SUMMED_PAIRS:  # the template rounds each pair's sum once, at one shift
+        if d.scalar[a].shift != d.scalar[b].shift:
+            raise ValueError(f"quantized GRU: {a} and {b} must share one shift (params.SUMMED_PAIRS)")
     scalars = []
     for key, cname in SCALAR_CNAMES.items():
         r = d.scalar[key]
