@@ -16,7 +16,7 @@ import pytest
 
 from dqgen.emit.render import template_env
 from dqgen.gru import calibrate, reference
-from dqgen.gru.kernel import cell_context, channel_table
+from dqgen.gru.kernel import ACC_PER_TERM, cell_context, channel_table
 from dqgen.gru.params import QuantGRUParams
 
 GXX = shutil.which("g++")
@@ -35,6 +35,7 @@ struct __attribute__((aligned(16))) int4 { int x, y, z, w; };
 # Both entry points: the whole cell (gru_cell_h, what the per-step and the cooperative kernels call) and the two
 # halves as the cluster kernel calls them (gru_cell_wx a step ahead, kept, then gru_cell_rh).
 DRIVER = """
+extern "C" long long rne(long long p, int k) { return rshift_rne(p, k); }
 extern "C" void cell_all(const int* wx, const int* rh, const signed char* h_old, signed char* out,
                          const int4* chan, int rows, int split) {
     for (int n = 0; n < rows; ++n)
@@ -65,6 +66,8 @@ def host_cell(p: QuantGRUParams, tmp: Path) -> ctypes.CDLL:
     dll = ctypes.CDLL(str(lib))
     ptr = ctypes.c_void_p
     dll.cell_all.argtypes = [ptr, ptr, ptr, ptr, ptr, ctypes.c_int, ctypes.c_int]
+    dll.rne.argtypes = [ctypes.c_longlong, ctypes.c_int]
+    dll.rne.restype = ctypes.c_longlong
     return dll
 
 
@@ -88,20 +91,21 @@ def _model(seed: int, hidden: int, bits: int) -> QuantGRUParams:
 
 
 def _accumulators(p: QuantGRUParams, rng: np.random.Generator, rows: int) -> tuple[np.ndarray, ...]:
-    """W.x and R.h accumulators of real codes (the calibrated ranges, h and x on their grids) for half the rows,
-    and for the other half uniform over +-2^e for e up to 31 (every clamp saturates: the extremes of the int32
-    accumulators, which the cell's int64 arithmetic must take without overflow)."""
+    """W.x and R.h accumulators of real codes (x and h codes uniform over int8) for half the rows, and for the
+    other half uniform over +-2^e, e up to the largest an int8 GEMM reaches (127 * 128 * K, K = C or H: the
+    kernels' inputs, which the template's int32 sums assume), so that every clamp saturates; rows 0 and 1 at the
+    extremes themselves (-ftrapv aborts on any signed overflow in the cell)."""
     hsz, c = p.hidden_size, p.input_size
     x_q = rng.integers(-128, 128, (rows, c))
     h_q = rng.integers(-128, 128, (rows, hsz))
     wx = x_q @ p.w_q.astype(np.int64).T
     rh = h_q @ p.r_q.astype(np.int64).T
     wild = rows // 2
-    e = rng.integers(4, 32, (wild, 1))
-    wx[:wild] = rng.integers(-(2**31), 2**31, (wild, 3 * hsz)) >> (31 - e)
-    rh[:wild] = rng.integers(-(2**31), 2**31, (wild, 3 * hsz)) >> (31 - e)
-    wx[0], rh[0] = 2**31 - 1, 2**31 - 1
-    wx[1], rh[1] = -(2**31), -(2**31)
+    for acc, k in ((wx, c), (rh, hsz)):
+        top = ACC_PER_TERM * k
+        e = rng.integers(4, int(np.log2(top)) + 2, (wild, 1))
+        acc[:wild] = np.clip(rng.integers(-(2**31), 2**31, (wild, 3 * hsz)) >> (31 - e), -top, top)
+        acc[0], acc[1] = top, -top
     return wx, rh, h_q
 
 
@@ -126,3 +130,40 @@ def test_rendered_cell_equals_the_reference_cell(seed: int, hidden: int, bits: i
         rh = h.astype(np.int64) @ p.r_q.astype(np.int64).T
         h = run_host(dll, p, wx, rh, h, split=True)
         assert (h == want_seq[t]).all(), f"step {t}"
+
+
+def test_branch_free_rounding_is_round_half_even(tmp_path: Path) -> None:
+    """rshift_rne's floor((p + 2^(k-1) - 1 + bit k of p) / 2^k) against Fraction rounding (half to even): every p
+    of a small range at every small k (all ties among them), and ties and their neighbours up to |p| ~ 2^62."""
+    from fractions import Fraction
+
+    dll = host_cell(_model(0, 16, 31), tmp_path)
+    for k in range(0, 11):
+        for v in range(-4096, 4097):
+            assert dll.rne(v, k) == round(Fraction(v, 2**k)), (v, k)
+    rng = np.random.default_rng(5)
+    for k in (11, 20, 31, 32, 33, 40, 47, 55, 61):
+        for q in [int(v) for v in rng.integers(-(2 ** (61 - k)), 2 ** (61 - k), 200)]:
+            tie = q * 2**k + 2 ** (k - 1)
+            for v in (tie - 1, tie, tie + 1, q * 2**k):
+                assert dll.rne(v, k) == round(Fraction(v, 2**k)), (v, k)
+
+
+def test_models_beyond_the_cell_widths_are_refused() -> None:
+    """The template's int32 operands and int64 products hold for every GEMM accumulator of the models the tests
+    and the bench build; a model whose products could overflow them is refused, before any source is rendered."""
+    from dqgen.gru.kernel import cell_roundings, check_cell_ranges
+
+    for hidden in (64, 1024):
+        p = _model(1, hidden, 31)
+        check_cell_ranges(p)
+        worst = max(r.max_product + (2 ** (r.shift - 1) if r.shift else 0) for r in cell_roundings(p))
+        assert worst < 2**63
+    rng = np.random.default_rng(2)
+    k = 1 / 4
+    w, r = rng.uniform(-k, k, (48, 20)), rng.uniform(-k, k, (48, 16))
+    wide = calibrate(
+        w, r, np.zeros(48), np.zeros(48), [(rng.standard_normal((5, 4, 20)), np.zeros((4, 16)))], intermediate_bits=24
+    )
+    with pytest.raises(ValueError, match=r"rounding r\*rh_g->rrh could overflow .*int32 product"):
+        cell_context(wide)
