@@ -9,8 +9,8 @@ import pytest
 
 from dqgen.gru import QuantGRUParams, calibrate, derive, reference
 from dqgen.gru.floatref import gru_float, haste_to_torch, torch_to_haste
-from dqgen.gru.params import SIGMOID_OUT, saturation_bound
-from dqgen.gru.requant import apply
+from dqgen.gru.params import SIGMOID_OUT, SUMMED_PAIRS, saturation_bound
+from dqgen.gru.requant import apply, derive_shared
 
 
 def _weights(rng: np.random.Generator, c: int, h: int) -> tuple[np.ndarray, ...]:
@@ -42,6 +42,24 @@ def test_derive_error_bound_and_range(bits: int) -> None:
         exact = Fraction(r.multiplier, 2**r.shift) - Fraction(float(real))
         assert abs(exact) <= Fraction(1, 2 ** (r.shift + 1))
         assert abs(float(exact)) / real <= 2.0**-bits
+
+
+@pytest.mark.parametrize("bits", [15, 31])
+def test_derive_shared_one_shift_and_each_within_its_bound(bits: int) -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        reals = [float(v) for v in np.exp(rng.uniform(np.log(1e-4), np.log(10.0), 2))]
+        pair = derive_shared(reals, bits)  # type: ignore[arg-type]
+        own = [derive(v, bits) for v in reals]  # type: ignore[arg-type]
+        assert pair[0].shift == pair[1].shift == min(r.shift for r in own)
+        big = int(np.argmax(reals))
+        assert pair[big].multiplier == own[big].multiplier  # the larger factor keeps its own b-bit multiplier
+        for real, r in zip(reals, pair, strict=True):
+            assert 0 <= r.multiplier < 2**bits
+            assert abs(Fraction(r.multiplier, 2**r.shift) - Fraction(real)) <= Fraction(1, 2 ** (r.shift + 1))
+    # a factor below what any shift <= 62 resolves contributes nothing, and does not pull the shift with it
+    tiny = derive_shared([0.5, 1e-30], 31)
+    assert tiny[0] == derive(0.5, 31) and tiny[1].multiplier == 0
 
 
 def test_derive_rejects_non_positive() -> None:
@@ -85,6 +103,11 @@ def _python_cell_element(p: QuantGRUParams, wx: list[int], rh: list[int], h_old:
         r = d.scalar[name]
         return round(Fraction(v * r.multiplier, 2**r.shift))
 
+    def rq_sum(a: int, name_a: str, b: int, name_b: str) -> int:
+        """The two terms of a pre-activation or of h: one exact sum, rounded once (docs/gru.md)."""
+        ra, rb = d.scalar[name_a], d.scalar[name_b]
+        return round(Fraction(a * ra.multiplier, 2**ra.shift) + Fraction(b * rb.multiplier, 2**rb.shift))
+
     def clamp(v: int, a: int, b: int) -> int:
         return max(a, min(b, v))
 
@@ -107,28 +130,23 @@ def _python_cell_element(p: QuantGRUParams, wx: list[int], rh: list[int], h_old:
 
     qz = lut(
         "z",
-        rq(q_wx["z"] - p.wx["z"].zero_point, "wx_z->pre_z")
-        + rq(q_rh["z"] - p.rh["z"].zero_point, "rh_z->pre_z")
+        rq_sum(q_wx["z"] - p.wx["z"].zero_point, "wx_z->pre_z", q_rh["z"] - p.rh["z"].zero_point, "rh_z->pre_z")
         + p.pre["z"].zero_point,
     )
     qr = lut(
         "r",
-        rq(q_wx["r"] - p.wx["r"].zero_point, "wx_r->pre_r")
-        + rq(q_rh["r"] - p.rh["r"].zero_point, "rh_r->pre_r")
+        rq_sum(q_wx["r"] - p.wx["r"].zero_point, "wx_r->pre_r", q_rh["r"] - p.rh["r"].zero_point, "rh_r->pre_r")
         + p.pre["r"].zero_point,
     )
     rrh = clamp(rq((qr - zs) * (q_rh["g"] - p.rh["g"].zero_point), "r*rh_g->rrh") + p.rrh.zero_point, lo, hi)
     qg = lut(
         "g",
-        rq(q_wx["g"] - p.wx["g"].zero_point, "wx_g->pre_g")
-        + rq(rrh - p.rrh.zero_point, "rrh->pre_g")
+        rq_sum(q_wx["g"] - p.wx["g"].zero_point, "wx_g->pre_g", rrh - p.rrh.zero_point, "rrh->pre_g")
         + p.pre["g"].zero_point,
     )
     old = clamp(rq((qz - zs) * (h_old - p.h.zero_point), "z*h->old") + p.old.zero_point, lo, hi)
     new = clamp(rq((255 - (qz - zs)) * qg, "(1-z)*g->new") + p.new.zero_point, lo, hi)
-    return clamp(
-        rq(old - p.old.zero_point, "old->h") + rq(new - p.new.zero_point, "new->h") + p.h.zero_point, -128, 127
-    )
+    return clamp(rq_sum(old - p.old.zero_point, "old->h", new - p.new.zero_point, "new->h") + p.h.zero_point, -128, 127)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +162,13 @@ def test_reference_cell_matches_python_integers_including_saturation(bits: int) 
     w, r, bx, br = _weights(rng, 16, 8)
     calib = [(rng.standard_normal((20, 4, 16)), np.zeros((4, 8)))]
     p = calibrate(w, r, bx, br, calib, multiplier_bits=bits)  # type: ignore[arg-type]
-    assert all(2 ** (bits - 1) <= v.multiplier < 2**bits for v in p.derived().scalar.values())
+    scalar = p.derived().scalar
+    paired = {name for pair in SUMMED_PAIRS for name in pair}
+    assert all(2 ** (bits - 1) <= v.multiplier < 2**bits for k, v in scalar.items() if k not in paired)
+    for a, b in SUMMED_PAIRS:  # one shift a pair; the larger factor keeps a full-width multiplier
+        assert scalar[a].shift == scalar[b].shift
+        assert 2 ** (bits - 1) <= max(scalar[a].multiplier, scalar[b].multiplier) < 2**bits
+        assert min(scalar[a].multiplier, scalar[b].multiplier) > 0
     # Accumulators far outside the calibrated ranges saturate every clamp (intermediates, pre-activations, h).
     for scale in (10, 1000, 2**20, 2**24):
         wx = rng.integers(-scale, scale, (16, 24))

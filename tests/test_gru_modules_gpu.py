@@ -35,32 +35,49 @@ def _sine(seed: int, steps: int = T, rows: int = N, c: int = C) -> torch.Tensor:
     return (torch.sin(freq * t + phase) + 0.1 * torch.randn(steps, rows, c, generator=g)).cuda()
 
 
+def _noise(seed: int, steps: int = T, rows: int = N, c: int = C) -> torch.Tensor:
+    """White noise, the hardest input for the cell's int8 grids (tests/test_gru_modules.py)."""
+    return torch.randn(steps, rows, c, generator=torch.Generator().manual_seed(seed)).cuda()
+
+
+def _input(kind: str, seed: int) -> torch.Tensor:
+    return _sine(seed) if kind == "sine" else _noise(seed)
+
+
 def _layout(x: torch.Tensor, batch_first: bool) -> torch.Tensor:
     return x.transpose(0, 1).contiguous() if batch_first else x
 
 
-def _calib(gru: torch.nn.GRU, batches: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _calib(gru: torch.nn.GRU, batches: int = 3, kind: str = "sine") -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Inputs and initial states of the kind the tests then run. h0 is 0.1 * randn, inside the states' own range
     (about +-0.7): a wider h0 (0.3 * randn reaches +-1.2) would widen the calibrated h range and coarsen S_h for
     every step (2 layers: cosine 0.99927), and one outside the calibrated range would clamp at the first steps."""
     cells = gru.num_layers * (2 if gru.bidirectional else 1)
     g = torch.Generator().manual_seed(77)
     return [
-        (_layout(_sine(s), gru.batch_first), 0.1 * torch.randn(cells, N, H, generator=g).cuda()) for s in range(batches)
+        (_layout(_input(kind, s), gru.batch_first), 0.1 * torch.randn(cells, N, H, generator=g).cuda())
+        for s in range(batches)
     ]
 
 
 @pytest.mark.parametrize(
-    ("layers", "bidirectional", "batch_first"), [(2, True, True), (2, False, False), (1, True, False)]
+    ("layers", "bidirectional", "batch_first", "kind"),
+    [
+        (2, True, True, "sine"),
+        (2, False, False, "sine"),
+        (1, True, False, "sine"),
+        (2, False, False, "noise"),
+        (2, True, True, "noise"),
+    ],
 )
 def test_kernels_equal_the_reference_composition_and_float_within_the_bar(
-    layers: int, bidirectional: bool, batch_first: bool
+    layers: int, bidirectional: bool, batch_first: bool, kind: str
 ) -> None:
     torch.manual_seed(0)
     gru = torch.nn.GRU(C, H, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first).cuda()
     d = 2 if bidirectional else 1
-    q = quantize(gru, _calib(gru))
-    x = _layout(_sine(10), batch_first)
+    q = quantize(gru, _calib(gru, kind=kind))
+    x = _layout(_input(kind, 10), batch_first)
     h0 = 0.1 * torch.randn(d * layers, N, H, device="cuda")
     with torch.no_grad():
         want, want_n = gru(x, h0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .params import GATES, SIGMOID_OUT, TANH_OUT, QuantGRUParams
+from .params import GATES, SIGMOID_OUT, SUMMED_PAIRS, TANH_OUT, QuantGRUParams
 from .requant import Rescale
 from .stack import QuantGRUStack
 
@@ -64,6 +64,10 @@ def explain_text(p: QuantGRUParams) -> str:
         f"quantized GRU (haste structure, gates z, r, g): input {p.input_size}, hidden {p.hidden_size}",
         f"rescale scheme: y = round_half_even(v * M / 2^k), M in [2^{bits - 1}, 2^{bits}) ({bits}-bit multiplier),"
         f" one rounding on the int64 product; relative multiplier error <= 2^-{bits}",
+        "the two terms of each pre-activation and of h (pairs: "
+        + ", ".join(f"{a} + {b}" for a, b in SUMMED_PAIRS)
+        + ") share one k, the larger factor's: y = round_half_even((a * Ma + b * Mb) / 2^k), one rounding of the"
+        " exact sum (the smaller factor's M has fewer bits)",
         "",
         "tensors (real = S * (q - Z)):",
     ]

@@ -3,13 +3,14 @@ here, baked in), loaded through dqgen.run.loader and launched through dqgen.run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..kernels.gru_cell import CELL_BLOCK as BLOCK
 from ..kernels.gru_cell import GruCellConfig
-from .params import GATES, SIGMOID_OUT, TANH_OUT, QuantGRUParams
+from .params import GATES, SIGMOID_OUT, SUMMED_PAIRS, TANH_OUT, QuantGRUParams
 
 # C identifiers of the scalar rescales in the template, keyed by the names Derived.scalar uses.
 SCALAR_CNAMES = {
@@ -37,10 +38,97 @@ def channel_table(p: QuantGRUParams) -> np.ndarray:
     return table.astype(np.int32)
 
 
+#: |acc| of an int8 GEMM over K terms: codes in [-128, 127] against weights in [-127, 127] (symmetric_per_channel)
+ACC_PER_TERM = 128 * 127
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Rounding:
+    """One rounding of the cell: the largest |p| its int64 product (or sum of two) reaches and the largest |value|
+    it and its zero point give before the clamp (an int in the template)."""
+
+    name: str
+    max_product: int
+    shift: int
+    max_value: int
+    max_int_operand: int = 0  # the largest int32 product formed before the wide multiply (rrh, old, new)
+
+    def violations(self) -> list[str]:
+        out = []
+        half = 2 ** (self.shift - 1) if self.shift else 0
+        if self.max_product + half > INT64_MAX:
+            out.append(f"|p| + 2^(k-1) = {self.max_product + half} > 2^63 - 1")
+        if self.max_value > INT32_MAX:
+            out.append(f"|value| {self.max_value} > 2^31 - 1")
+        if self.max_int_operand > INT32_MAX:
+            out.append(f"|int32 product| {self.max_int_operand} > 2^31 - 1")
+        return out
+
+
+def cell_roundings(p: QuantGRUParams) -> list[Rounding]:
+    """Every rounding of templates/gru_cell_math.cuh.j2 with the bounds of its operands, from their types and clamps
+    alone: the accumulators of the int8 GEMMs (|acc| <= 128 * 127 * K, K = input or hidden size) plus their folded
+    biases, intermediates clamped to ``rrh.bits`` bits (|q - Z| <= 2^bits - 1), int8 codes (|q - Z| <= 255)."""
+    d = p.derived()
+    span = 2**p.rrh.bits - 1
+    out: list[Rounding] = []
+    for label, k_terms, bias, chans, zps in (
+        ("Wx", p.input_size, d.bias_x, d.wx_channels, [p.wx[g].zero_point for g in GATES]),
+        ("Rh", p.hidden_size, d.bias_h, d.rh_channels, [p.rh[g].zero_point for g in GATES]),
+    ):
+        for c, r in enumerate(chans):
+            v = ACC_PER_TERM * k_terms + abs(int(bias[c]))  # |acc + bias|: an int32 sum in the template
+            prod = v * r.multiplier
+            out.append(
+                Rounding(
+                    f"{label}[{c}]",
+                    prod,
+                    r.shift,
+                    prod // 2**r.shift + 1 + abs(zps[c // p.hidden_size]),
+                    max_int_operand=v,
+                )
+            )
+
+    def scalar(name: str, operand: int, zero: int, partner: tuple[str, int] | None = None) -> None:
+        r = d.scalar[name]
+        prod = operand * r.multiplier
+        if partner is not None:
+            prod += partner[1] * d.scalar[partner[0]].multiplier
+        out.append(Rounding(name, prod, r.shift, prod // 2**r.shift + 1 + abs(zero), max_int_operand=operand))
+
+    scalar("wx_z->pre_z", span, p.pre["z"].zero_point, ("rh_z->pre_z", span))
+    scalar("wx_r->pre_r", span, p.pre["r"].zero_point, ("rh_r->pre_r", span))
+    scalar("r*rh_g->rrh", 255 * span, p.rrh.zero_point)
+    scalar("wx_g->pre_g", span, p.pre["g"].zero_point, ("rrh->pre_g", span))
+    scalar("z*h->old", 255 * 255, p.old.zero_point)
+    scalar("(1-z)*g->new", 255 * 255, p.new.zero_point)
+    scalar("old->h", span, p.h.zero_point, ("new->h", span))
+    return out
+
+
+def check_cell_ranges(p: QuantGRUParams) -> None:
+    """A ValueError naming the first rounding whose int64 product or int32 value could overflow for this model
+    (the template's widths hold for every GEMM accumulator only where none does)."""
+    for r in cell_roundings(p):
+        bad = r.violations()
+        if bad:
+            raise ValueError(
+                f"quantized GRU: the cell's rounding {r.name} could overflow ({'; '.join(bad)}): input_size"
+                f" {p.input_size}, hidden_size {p.hidden_size}, {p.rrh.bits}-bit intermediates are beyond what the"
+                " kernels' integer widths take"
+            )
+
+
 def cell_context(p: QuantGRUParams) -> dict[str, Any]:
     """What templates/gru_cell_math.cuh.j2 (the one rendering of the integer cell) needs: the model's constants."""
     d = p.derived()
     ib = p.rrh.bits
+    check_cell_ranges(p)
+    for a, b in SUMMED_PAIRS:  # the template rounds each pair's sum once, at one shift
+        if d.scalar[a].shift != d.scalar[b].shift:
+            raise ValueError(f"quantized GRU: {a} and {b} must share one shift (params.SUMMED_PAIRS)")
     scalars = []
     for key, cname in SCALAR_CNAMES.items():
         r = d.scalar[key]

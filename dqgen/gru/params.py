@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .requant import MultiplierBits, Rescale, derive
+from .requant import MultiplierBits, Rescale, derive, derive_shared
 
 GATES = ("z", "r", "g")
 FORMAT = "dqgen-quant-gru-1"
@@ -24,6 +24,15 @@ FORMAT = "dqgen-quant-gru-1"
 SIGMOID_OUT = (1.0 / 255.0, -128)
 TANH_OUT = (1.0 / 127.0, 0)
 
+
+# The scalar rescales whose terms are added and rounded once (the two terms of each gate's pre-activation and of h):
+# each pair shares one shift (requant.derive_shared).
+SUMMED_PAIRS = (
+    ("wx_z->pre_z", "rh_z->pre_z"),
+    ("wx_r->pre_r", "rh_r->pre_r"),
+    ("wx_g->pre_g", "rrh->pre_g"),
+    ("old->h", "new->h"),
+)
 
 ARRAYS = ("w_q", "r_q", "w_scale", "r_scale", "bx_q", "br_q")
 
@@ -176,19 +185,22 @@ class Derived(BaseModel):
         wx_ch = [derive(float(p.w_scale[c]) * p.x.scale / p.wx[gate_of[c]].scale, bits) for c in range(3 * hsz)]
         rh_ch = [derive(float(p.r_scale[c]) * p.h.scale / p.rh[gate_of[c]].scale, bits) for c in range(3 * hsz)]
         s_z, s_r, s_g = SIGMOID_OUT[0], SIGMOID_OUT[0], TANH_OUT[0]
-        scalar = {
-            "wx_z->pre_z": derive(p.wx["z"].scale / p.pre["z"].scale, bits),
-            "rh_z->pre_z": derive(p.rh["z"].scale / p.pre["z"].scale, bits),
-            "wx_r->pre_r": derive(p.wx["r"].scale / p.pre["r"].scale, bits),
-            "rh_r->pre_r": derive(p.rh["r"].scale / p.pre["r"].scale, bits),
-            "r*rh_g->rrh": derive(s_r * p.rh["g"].scale / p.rrh.scale, bits),
-            "wx_g->pre_g": derive(p.wx["g"].scale / p.pre["g"].scale, bits),
-            "rrh->pre_g": derive(p.rrh.scale / p.pre["g"].scale, bits),
-            "z*h->old": derive(s_z * p.h.scale / p.old.scale, bits),
-            "(1-z)*g->new": derive(s_z * s_g / p.new.scale, bits),
-            "old->h": derive(p.old.scale / p.h.scale, bits),
-            "new->h": derive(p.new.scale / p.h.scale, bits),
+        reals = {
+            "wx_z->pre_z": p.wx["z"].scale / p.pre["z"].scale,
+            "rh_z->pre_z": p.rh["z"].scale / p.pre["z"].scale,
+            "wx_r->pre_r": p.wx["r"].scale / p.pre["r"].scale,
+            "rh_r->pre_r": p.rh["r"].scale / p.pre["r"].scale,
+            "r*rh_g->rrh": s_r * p.rh["g"].scale / p.rrh.scale,
+            "wx_g->pre_g": p.wx["g"].scale / p.pre["g"].scale,
+            "rrh->pre_g": p.rrh.scale / p.pre["g"].scale,
+            "z*h->old": s_z * p.h.scale / p.old.scale,
+            "(1-z)*g->new": s_z * s_g / p.new.scale,
+            "old->h": p.old.scale / p.h.scale,
+            "new->h": p.new.scale / p.h.scale,
         }
+        scalar = {name: derive(real, bits) for name, real in reals.items()}
+        for pair in SUMMED_PAIRS:
+            scalar.update(zip(pair, derive_shared([reals[name] for name in pair], bits), strict=True))
         rowsum_w = p.w_q.astype(np.int64).sum(axis=1)
         rowsum_r = p.r_q.astype(np.int64).sum(axis=1)
         return cls(

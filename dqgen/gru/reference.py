@@ -1,5 +1,6 @@
 """Bit-exact CPU reference of the integer GRU: plain int64 arithmetic of the documented formulas (docs/gru.md),
-in numba, independent of the CUDA template. Every rescale is round_half_even(v * M / 2**k)."""
+in numba, independent of the CUDA template. Every rescale is round_half_even(v * M / 2**k); the two terms of each
+pre-activation and of h share one k and their sum is rounded once, round_half_even((a * Ma + b * Mb) / 2**k)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from .params import GATES, SIGMOID_OUT, TANH_OUT, QuantGRUParams
+from .params import GATES, SIGMOID_OUT, SUMMED_PAIRS, TANH_OUT, QuantGRUParams
 
 # Order of the scalar (multiplier, shift) pairs in the packed array the numba code reads.
 SCALAR_ORDER = (
@@ -29,8 +30,8 @@ SCALAR_ORDER = (
 
 
 @njit(cache=True, inline="always")
-def _rq(v: Any, m: Any, k: Any) -> Any:
-    p = v * m
+def _round_shift(p: Any, k: Any) -> Any:
+    """round_half_even(p / 2**k) of an int64 p."""
     if k == 0:
         return p
     q = p >> k
@@ -39,6 +40,17 @@ def _rq(v: Any, m: Any, k: Any) -> Any:
     if rem > half or (rem == half and (q & 1) == 1):
         q += 1
     return q
+
+
+@njit(cache=True, inline="always")
+def _rq(v: Any, m: Any, k: Any) -> Any:
+    return _round_shift(v * m, k)
+
+
+@njit(cache=True, inline="always")
+def _rq_sum(a: Any, ma: Any, b: Any, mb: Any, k: Any) -> Any:
+    """round_half_even((a * ma + b * mb) / 2**k): the two terms of a sum at one shift, rounded once."""
+    return _round_shift(a * ma + b * mb, k)
 
 
 @njit(cache=True, inline="always")
@@ -79,21 +91,21 @@ def _cell(
             rhz = _clamp(_rq(rh_acc[n, cz] + bias_h[cz], rh_m[cz], rh_k[cz]) + z_rh_z, ilo, ihi)
             rhr = _clamp(_rq(rh_acc[n, cr] + bias_h[cr], rh_m[cr], rh_k[cr]) + z_rh_r, ilo, ihi)
             rhg = _clamp(_rq(rh_acc[n, cg] + bias_h[cg], rh_m[cg], rh_k[cg]) + z_rh_g, ilo, ihi)
-            # z gate
-            pz = _rq(wxz - z_wx_z, sc[0, 0], sc[0, 1]) + _rq(rhz - z_rh_z, sc[1, 0], sc[1, 1]) + z_pre_z
+            # z gate (the two terms of a pre-activation share one shift: the sum is rounded once)
+            pz = _rq_sum(wxz - z_wx_z, sc[0, 0], rhz - z_rh_z, sc[1, 0], sc[0, 1]) + z_pre_z
             qz = lut[0, _clamp(pz, -128, 127) + 128]
             # r gate
-            pr = _rq(wxr - z_wx_r, sc[2, 0], sc[2, 1]) + _rq(rhr - z_rh_r, sc[3, 0], sc[3, 1]) + z_pre_r
+            pr = _rq_sum(wxr - z_wx_r, sc[2, 0], rhr - z_rh_r, sc[3, 0], sc[2, 1]) + z_pre_r
             qr = lut[1, _clamp(pr, -128, 127) + 128]
             # g gate: r * (Rh_g + br_g), then + Wx_g + bx_g
             rrh = _clamp(_rq((qr - z_sig) * (rhg - z_rh_g), sc[4, 0], sc[4, 1]) + z_rrh, ilo, ihi)
-            pg = _rq(wxg - z_wx_g, sc[5, 0], sc[5, 1]) + _rq(rrh - z_rrh, sc[6, 0], sc[6, 1]) + z_pre_g
+            pg = _rq_sum(wxg - z_wx_g, sc[5, 0], rrh - z_rrh, sc[6, 0], sc[5, 1]) + z_pre_g
             qg = lut[2, _clamp(pg, -128, 127) + 128]
             # h = z h_old + (1 - z) g: 1 - z is exact on the sigmoid output grid (one_z - (q_z - Z))
             old = _clamp(_rq((qz - z_sig) * (h_old[n, j] - z_h), sc[7, 0], sc[7, 1]) + z_old, ilo, ihi)
             omu = one_z - (qz - z_sig)
             new = _clamp(_rq(omu * (qg - z_tanh), sc[8, 0], sc[8, 1]) + z_new, ilo, ihi)
-            hv = _rq(old - z_old, sc[9, 0], sc[9, 1]) + _rq(new - z_new, sc[10, 0], sc[10, 1]) + z_h
+            hv = _rq_sum(old - z_old, sc[9, 0], new - z_new, sc[10, 0], sc[9, 1]) + z_h
             h_new[n, j] = _clamp(hv, -128, 127)
 
 
@@ -117,6 +129,9 @@ class CellConstants:
         self.rh_m, self.rh_k = d.rh_mult, d.rh_shift
         self.bias_x, self.bias_h = d.bias_x, d.bias_h
         self.sc = np.array([[d.scalar[k].multiplier, d.scalar[k].shift] for k in SCALAR_ORDER], dtype=np.int64)
+        for a, b in SUMMED_PAIRS:  # _cell rounds each pair's sum once, at the first one's shift
+            if d.scalar[a].shift != d.scalar[b].shift:
+                raise ValueError(f"reference: {a} and {b} must share one shift (params.SUMMED_PAIRS)")
         ib = p.rrh.bits
         zps = [p.wx[g].zero_point for g in GATES] + [p.rh[g].zero_point for g in GATES]
         zps += [p.pre[g].zero_point for g in GATES]

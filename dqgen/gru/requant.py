@@ -13,6 +13,7 @@ b = 31 rather than 15: on the GPU both cost one 32x32->64 multiply (mul.wide.s32
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -61,6 +62,21 @@ def derive(real: float, multiplier_bits: MultiplierBits = 31) -> Rescale:
         # Below 2**-31 of an LSB per unit input: no int32 input can reach half an output LSB.
         return Rescale(real=real, multiplier=0, shift=0)
     return Rescale(real=real, multiplier=multiplier, shift=shift)
+
+
+def derive_shared(reals: Sequence[float], multiplier_bits: MultiplierBits = 31) -> list[Rescale]:
+    """The terms of one sum that is rounded once, y = round_half_even(sum_i v_i * M_i / 2**k): one shift k for all.
+
+    k is the smallest of the terms' own shifts (``derive``), so every M_i stays below 2**b: the term of the largest
+    factor keeps its b-bit multiplier, a smaller one has fewer bits (|M_i/2**k - real_i| <= 2**-(k+1) still).
+    Why one rounding: rounding each term onto the output grid and adding the codes (the cell's first form) doubles
+    the rounding noise of the pre-activations and of h (issue 25: 2e-4 of 1 - cosine through two layers)."""
+    own = [derive(r, multiplier_bits) for r in reals]
+    live = [r.shift for r in own if r.multiplier]
+    if not live:
+        return own
+    shift = min(live)
+    return [Rescale(real=real, multiplier=round(real * 2.0**shift), shift=shift) for real in reals]
 
 
 def apply(x: np.ndarray, multiplier: np.ndarray | int, shift: np.ndarray | int) -> np.ndarray:
