@@ -20,6 +20,10 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--configs", action="store_true", help="also time every Hopper token tile that holds M")
     ap.add_argument("--try", dest="extra", default="", help="more Hopper configs: bn:consumers:stages:blocks,...")
+    ap.add_argument(
+        "--schedules", action="store_true", help="also time the chosen tile's schedules: one tile a CTA, persistent, "
+        "whole waves then the tail in stream-K over every resident CTA or in 2-4 lockstep pieces a tile",
+    )  # fmt: skip
     args = ap.parse_args()
 
     import torch
@@ -65,6 +69,8 @@ def main() -> None:
                 cfg = Gemm90Config(*(int(v) for v in spec_text.split(":")))
                 if cfg.bn >= M or cfg.bn == 256:
                     cands[f"sm90 {cfg.tag}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
+            if args.schedules:
+                cands.update(_schedules(spec, x, gw, M))
             if args.configs:
                 for cfg in CONFIGS90:
                     if cfg.bn >= M and cfg != choose_config90(M):
@@ -88,6 +94,36 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"spec": args.spec, "gpu": rows[0]["gpu"] if rows else "", "rows": rows}, f, indent=1)
+
+
+def _schedules(spec: object, x: object, gw: object, M: int) -> dict[str, object]:
+    """name -> launch of the chosen Hopper tile with each schedule (dqgen.run.gemm90.Plan90) of a partial last wave."""
+    import torch
+
+    from dqgen.kernels.gemm90 import choose_config90
+    from dqgen.layout.gemm import TILE_N
+    from dqgen.run import device as dev
+    from dqgen.run.gemm90 import Plan90, bind90
+
+    cfg = choose_config90(M)
+    tiles = -(-M // cfg.bn) * -(-gw.N // TILE_N)  # type: ignore[attr-defined]
+    k_tiles = gw.k_tiles  # type: ignore[attr-defined]
+    P = dev.sm_count(0) * cfg.min_blocks
+    waves, tail = divmod(tiles, P)
+    plans = {"1/tile": Plan90.of(tiles, tiles, k_tiles)}
+    if waves and tail:
+        plans["persistent"] = Plan90.of(tiles, P, k_tiles)
+        plans["tail over all"] = Plan90(tiles, P, k_tiles, waves * P, P)
+        plans.update(
+            {f"tail in {s}": Plan90(tiles, P, k_tiles, waves * P, tail * s) for s in (2, 3, 4) if tail * s <= P}
+        )
+    out = torch.empty(M, gw.N, dtype=torch.float16, device="cuda")  # type: ignore[attr-defined]
+    x2 = x  # contiguous [M, K]
+    launches = {}
+    for name, plan in plans.items():
+        fn = bind90(spec, gw, x2.data_ptr(), gw.K, M, None, out, cfg, None, plan)  # type: ignore[arg-type, attr-defined]
+        launches[f"sm90 {name}"] = lambda fn=fn: fn(torch.cuda.current_stream().cuda_stream)
+    return launches
 
 
 if __name__ == "__main__":

@@ -191,8 +191,11 @@ def emulate90(
     *,
     bias: np.ndarray | None = None,
     order: Sequence[int] | None = None,
+    whole: int | None = None,
+    split_ctas: int | None = None,
 ) -> np.ndarray:
-    """y [M, N] (float64, before the output rounding) of one launch on ``ctas`` CTAs, run in ``order``."""
+    """y [M, N] (float64, before the output rounding) of one launch on ``ctas`` CTAs, run in ``order``; ``whole``
+    and ``split_ctas`` as in dqgen.run.gemm90.Plan90 (by default its defaults)."""
     assert not packed.slots.gather, "the Hopper GEMM takes in-order slots only"
     conv = converter_spec(spec)
     plan = compile_artifact(conv).plan
@@ -238,7 +241,11 @@ def emulate90(
     units = tiles * k_tiles
     P = ctas
     assert 1 <= P <= units
-    ws = np.full(2 * P * BN * TILE_N, np.nan)
+    W = (tiles if tiles >= P else 0) if whole is None else whole  # Plan90.of's defaults
+    Q = P if split_ctas is None else split_ctas
+    sk_units = units - W * k_tiles
+    assert 0 <= W <= tiles and 1 <= Q <= P and (tiles == W or sk_units >= Q)
+    ws = np.full(2 * Q * BN * TILE_N, np.nan)
     ws_writes = np.zeros(ws.size, dtype=np.int64)
     counters = np.zeros(tiles, dtype=np.int64)
     y = np.full((M, N), np.nan)
@@ -269,22 +276,30 @@ def emulate90(
         full = {bars + 8 * s: Barrier(1) for s in range(STAGES)}
         empty = {bars + 8 * (STAGES + s): Barrier(CONSUMERS * 4) for s in range(STAGES)}
         barrier = {**full, **empty}
-        # the template's schedule: fewer CTAs than tiles, whole tiles P apart; else equal contiguous unit ranges
-        step_t = P if tiles > P else 1
-        if step_t > 1:
-            u_begin, nt = cta * k_tiles, (tiles - cta + P - 1) // P * k_tiles
-        else:
-            u_begin = cta * units // P
-            nt = (cta + 1) * units // P - u_begin
+        # the template's schedule (blocks/splitk.cuh.j2 cta_work): whole tiles cta, cta + P, ... below W, then the
+        # CTA's range of the stream-K units (CTA c < Q: [c U / Q, (c + 1) U / Q) of the U after tile W's first)
+        whole_mine = (W - cta + P - 1) // P if cta < W else 0
+        sk_begin = cta * sk_units // Q if cta < Q else 0
+        sk_end = (cta + 1) * sk_units // Q if cta < Q else 0
+        nt = whole_mine * k_tiles + sk_end - sk_begin
+
+        def first_segment() -> tuple[int, int]:
+            return (cta, 0) if whole_mine > 0 else (W + sk_begin // k_tiles, sk_begin % k_tiles)
+
+        def next_segment(tile: int) -> tuple[int, int]:
+            if tile < W and tile + P < W:
+                return tile + P, 0
+            if tile < W:
+                return W + sk_begin // k_tiles, sk_begin % k_tiles
+            return tile + 1, 0
 
         def producer() -> Iterator[None]:
-            tile = u_begin // k_tiles
-            kt = u_begin - tile * k_tiles
+            tile, kt = first_segment()
             m0, f0 = tile % m_tiles * BN, tile // m_tiles * kTileN
             grp = int(tile_group[kt]) if nt > 0 else 0
             for i in range(nt):
                 s = i % STAGES
-                kt_next = 0 if kt + 1 == k_tiles else kt + 1
+                tile_next, kt_next = (tile, kt + 1) if kt + 1 < k_tiles else next_segment(tile)
                 grp_next = int(tile_group[kt_next]) if i + 1 < nt else 0
                 if i >= STAGES:
                     while not barrier[bars + 8 * (STAGES + s)].ready(((i // STAGES) + 1) & 1):
@@ -303,8 +318,8 @@ def emulate90(
                     bar.complete_tx(tma_load_2d(smem, zdst, zeros, (TILE_N, 1), (f0, grp), False))
                 grp = grp_next
                 kt = kt_next
-                if kt == 0:
-                    tile += step_t
+                if tile_next != tile:
+                    tile = tile_next
                     m0 = tile % m_tiles * BN
                     f0 = tile // m_tiles * kTileN
 
@@ -414,11 +429,11 @@ def emulate90(
             if kb == 0 and ke == k_tiles:
                 store_tile(tile, acc)
                 return
-            first_unit = tile * k_tiles
-            c0, c1 = owner(first_unit, units, P), owner(first_unit + k_tiles - 1, units, P)
+            first_unit = (tile - W) * k_tiles  # counted from the first stream-K unit
+            c0, c1 = owner(first_unit, sk_units, Q), owner(first_unit + k_tiles - 1, sk_units, Q)
 
             def slot(c: int) -> int:
-                return 0 if c * units // P >= first_unit else 1
+                return 0 if c * sk_units // Q >= first_unit else 1
 
             idx = ws_index(cta, slot(cta))
             assert (ws_writes[idx] == 0).all(), "two partial sums share a workspace slot"
@@ -450,8 +465,7 @@ def emulate90(
         if nt > 0:
             wait(bars, 0)
             load_convert(0, 0)
-        tile = u_begin // k_tiles
-        kb = u_begin - tile * k_tiles
+        tile, kb = first_segment()
         done = 0
         while done < nt:
             seg = min(k_tiles - kb, nt - done)
@@ -464,8 +478,7 @@ def emulate90(
             done += seg
             if seg % 2 != 0:
                 areg[0] = areg[1]
-            tile += step_t
-            kb = 0
+            tile, kb = next_segment(tile)
         pump()
         assert prod_done[0], "the producer waits on a stage no consumer releases"
 

@@ -51,11 +51,16 @@ def _check(spec: Spec, cfg: Gemm90Config, M: int, bias: bool = False) -> None:
     if b is not None:
         ref = ref + b
     tiles = -(-M // cfg.bn) * -(-N // 128)
-    for P in _grids(tiles, tiles * 5):
+    # the grids of Plan90.of, then whole tiles before a stream-K tail: the last tile in pieces on every CTA (as
+    # plan_for splits a short last wave), and a whole tile a CTA before ranges that cross tiles
+    plans = [(P, None, None) for P in _grids(tiles, tiles * 5)]
+    half = max(1, tiles // 2)
+    plans += [(tiles, tiles - 1, min(tiles, 5)), (half, half, half)] if tiles > 1 else []
+    for P, whole, q in plans:
         order = np.random.default_rng(P).permutation(P).tolist()  # any order is a schedule the counters allow
-        y = emu.emulate90(spec, pk, x, cfg, P, bias=b, order=order)
+        y = emu.emulate90(spec, pk, x, cfg, P, bias=b, order=order, whole=whole, split_ctas=q)
         # the model sums exact products in float64, in another order than the reference: rounding only
-        assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max()), (cfg.tag, M, P)
+        assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max()), (cfg.tag, M, P, whole, q)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS90, ids=[c.tag for c in CONFIGS90])

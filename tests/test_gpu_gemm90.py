@@ -97,6 +97,34 @@ def test_split_k_stream_k_bias_and_automatic_choice() -> None:
     assert "w" not in narrow.tensor_maps  # the sm_80 kernel ran
 
 
+@pytest.mark.quick
+def test_whole_tiles_then_a_stream_k_tail() -> None:
+    """Plan90 schedules with whole tiles before a stream-K tail (blocks/splitk.cuh.j2): 16 CTAs on a whole tile each,
+    then the other 17 tiles' K tiles in ranges that cross tiles; 32 whole, then the last tile in 3 pieces. The same
+    answer as the reference, the same bits twice."""
+    _hopper()
+    import torch
+
+    from dqgen.kernels.gemm90 import choose_config90
+
+    spec = load_spec("awq_int4_fp16")
+    K, N, M = 8192 + 128, 4096 + 8, 100  # 33 feature tiles x 130 K tiles, one token tile
+    gw, W = _weight(spec, K, N, 5, 128)
+    x_np = random_x(spec, M, K, seed=9)
+    x = to_torch(x_np)
+    ref = matmul_reference(x_np, W)
+    cfg = choose_config90(M)
+    for plan in (gemm90.Plan90(33, 16, 130, 16, 16), gemm90.Plan90(33, 32, 130, 32, 3)):
+
+        def run(out: object, plan: gemm90.Plan90 = plan) -> object:
+            fn = gemm90.bind90(spec, gw, x.data_ptr(), K, M, None, out, cfg, None, plan)
+            fn(torch.cuda.current_stream().cuda_stream)
+            return out
+
+        y = twice(run, (M, N), _dtype(W))
+        check(spec, y, ref)
+
+
 def test_act_order_stays_on_sm80() -> None:
     _hopper()
     spec = load_spec("gptq_int4_asym_act_order_fp16")

@@ -9,7 +9,7 @@ tiles at M rows, ``stream_k_ctas`` how many CTAs share the work. The entry point
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,7 +28,33 @@ PARAMS90: tuple[tuple[str, Any], ...] = (
     *((name, np.uint64) for name in ("tile_group", "bias", "y", "ws", "counters")),
     *((name, np.int32) for name in ("M", "N", "k_tiles", "m_tiles")),
     ("units", np.int64),
+    ("whole", np.int64),
+    ("split_ctas", np.int32),
 )
+
+
+class Plan90(NamedTuple):
+    """A Hopper GEMM launch's schedule (the W4A16 and W8A8 kernels', templates/blocks/splitk.cuh.j2): ``ctas`` CTAs;
+    the first ``whole`` of the ``tiles`` output tiles run whole (tile t by CTA t mod ctas), the rest are stream-K:
+    the first ``split_ctas`` CTAs take equal contiguous ranges of their units (``k_tiles`` a tile, K fastest)."""
+
+    tiles: int
+    ctas: int
+    k_tiles: int
+    whole: int
+    split_ctas: int
+
+    @classmethod
+    def of(cls, tiles: int, ctas: int, k_tiles: int, whole: int | None = None, split_ctas: int | None = None) -> Plan90:
+        """Default ``whole``: every tile where there are no more CTAs than tiles, else none (plain stream-K); default
+        ``split_ctas``: every CTA."""
+        whole = (tiles if ctas <= tiles else 0) if whole is None else whole
+        return cls(tiles, ctas, k_tiles, whole, ctas if split_ctas is None else split_ctas)
+
+    @property
+    def split(self) -> bool:
+        """Whether some tiles run in pieces (the launch needs the partials' workspace and the tiles' counters)."""
+        return self.whole < self.tiles
 
 
 def stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None = None) -> int:
@@ -129,9 +155,10 @@ def bind90(
     out: Any,
     cfg: Gemm90Config | None,
     want_splits: int | None,
+    plan: Plan90 | None = None,
 ) -> Any:
     """The bound launch of the Hopper GEMM for this call (``want_splits``: split-K in that many pieces a tile,
-    else stream-K over the resident CTAs)."""
+    else stream-K over the resident CTAs; ``plan``: that schedule instead, for the tuning scripts)."""
     cfg = cfg if cfg is not None else choose_config90(M)
     kc = Gemm90KernelConfig.one(spec, cfg)
     fn = load(kc, w.device)
@@ -139,12 +166,16 @@ def bind90(
     m_tiles, n_tiles = -(-M // cfg.bn), -(-w.N // TILE_N)
     tiles = m_tiles * n_tiles
     resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
-    ctas = stream_k_ctas(tiles, w.k_tiles, resident, want_splits)
+    if plan is None:
+        plan = Plan90.of(tiles, stream_k_ctas(tiles, w.k_tiles, resident, want_splits), w.k_tiles)
+    elif plan.tiles != tiles or plan.k_tiles != w.k_tiles:
+        raise ValueError(f"plan: expected {tiles} tiles of {w.k_tiles} K tiles, got {plan}")
     ws, counters = None, None
-    if ctas > tiles:  # stream-K pieces: persistent CTAs (fewer than tiles) store whole tiles, as one a CTA does
+    if plan.split:  # stream-K pieces (CTAs on whole tiles store them at once)
         assert w.workspace is not None
-        # two partial slots a CTA (its first and its last segment), one counter a tile
-        ws, counters = w.workspace.get((("sm90", cfg.bn), tiles, ctas), 2 * ctas * cfg.bn * TILE_N, tiles)
+        # two partial slots a splitting CTA (its first and its last segment), one counter a tile
+        key = (("sm90", cfg.bn), tiles, plan.ctas, plan.whole, plan.split_ctas)
+        ws, counters = w.workspace.get(key, 2 * plan.split_ctas * cfg.bn * TILE_N, tiles)
     wmap, smap, zmap = weight_maps(spec, w)
     values = {
         "wmap": wmap,
@@ -161,6 +192,8 @@ def bind90(
         "k_tiles": w.k_tiles,
         "m_tiles": m_tiles,
         "units": tiles * w.k_tiles,
+        "whole": plan.whole,
+        "split_ctas": plan.split_ctas,
     }
     args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in PARAMS90]
-    return fn.bind((ctas,), (cfg.threads,), args, shared_mem=smem)
+    return fn.bind((plan.ctas,), (cfg.threads,), args, shared_mem=smem)

@@ -6,13 +6,13 @@ torch op picks either by the GPU."""
 from __future__ import annotations
 
 import functools
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import numpy as np
 
 from ..kernels.w8a8_gemm90 import BK90, W8A8Gemm90Config
 from ..run import device as dev
-from ..run.gemm90 import stream_k_ctas
+from ..run.gemm90 import Plan90, stream_k_ctas
 from ..run.loader import load
 
 #: The entry point's parameters in order with their widths (tests/test_w8a8_gemm90.py holds this equal to the
@@ -26,30 +26,6 @@ PARAMS: tuple[tuple[str, Any], ...] = (
     ("whole", np.int64),
     ("split_ctas", np.int32),
 )
-
-
-class Plan90(NamedTuple):
-    """A launch's schedule: ``ctas`` CTAs; the first ``whole`` of the ``tiles`` output tiles run whole (tile t by CTA
-    t mod ctas), the rest are stream-K: the first ``split_ctas`` CTAs take equal contiguous ranges of their units
-    (``k_tiles`` a tile, K fastest)."""
-
-    tiles: int
-    ctas: int
-    k_tiles: int
-    whole: int
-    split_ctas: int
-
-    @classmethod
-    def of(cls, tiles: int, ctas: int, k_tiles: int, whole: int | None = None, split_ctas: int | None = None) -> Plan90:
-        """Default ``whole``: every tile where there are no more CTAs than tiles, else none (plain stream-K); default
-        ``split_ctas``: every CTA."""
-        whole = (tiles if ctas <= tiles else 0) if whole is None else whole
-        return cls(tiles, ctas, k_tiles, whole, ctas if split_ctas is None else split_ctas)
-
-    @property
-    def split(self) -> bool:
-        """Whether some tiles run in pieces (the launch needs the partials' workspace and the tiles' counters)."""
-        return self.whole < self.tiles
 
 
 def plan_for(tiles: int, k_tiles: int, resident: int, persistent: bool = False) -> Plan90:
