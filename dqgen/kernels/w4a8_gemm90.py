@@ -43,8 +43,6 @@ class W4A8Tile:
             raise ValueError(f"W4A8Tile.bn: expected one of {W4A8_TOKEN_TILES}, got {self.bn}")
         if self.consumers not in (1, 2) or self.mw not in (1, 2) or self.mw * self.bn > 128:
             raise ValueError(f"W4A8Tile: consumers, mw in 1..2 and mw x bn <= 128, got {self}")
-        if self.mw == 1 and self.bn < 16:
-            raise ValueError(f"W4A8Tile.bn: one block a warpgroup halves its tokens: >= 16, got {self}")
         if self.shared_bytes(True) > SM_SHARED_BYTES // self.min_blocks - BLOCK_RESERVED_BYTES:
             raise ValueError(f"W4A8Tile: {self} does not fit {self.min_blocks} CTAs an SM")
 
@@ -139,7 +137,7 @@ class W4A8Gemm90Config(SpecEntriesConfig):
         ctx.update(
             spec_name=self.spec.name,
             out=self.out,
-            ns=sorted({t.bn for t in self.entries} | {t.bn // 2 for t in self.entries if t.mw == 1}),
+            ns=sorted({t.bn for t in self.entries}),
             entries=[
                 {
                     "entry": self.entry_name(t),
