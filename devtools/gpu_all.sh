@@ -89,6 +89,7 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
         gemm_sanitize-memcheck gemm_sanitize-racecheck w8a8_gemm_memcheck-memcheck w8a8_gemm_memcheck-racecheck
         gemm90_sanitize-memcheck gemm90_sanitize-racecheck gemm90_sanitize-synccheck
         w8a8_gemm90_sanitize-memcheck w8a8_gemm90_sanitize-racecheck w8a8_gemm90_sanitize-synccheck
+        w4a8_sanitize-memcheck w4a8_sanitize-racecheck w4a8_sanitize-synccheck
         gru_cluster_sanitize-memcheck gru_cluster_sanitize-racecheck gru_cluster_sanitize-synccheck)
   sanitize memcheck devtools/sanitize_entry_points.py
   shared=$(python devtools/sanitize_entry_points.py --shared)
@@ -119,6 +120,9 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
   sanitize memcheck devtools/w8a8_gemm90_sanitize.py
   sanitize racecheck devtools/w8a8_gemm90_sanitize.py
   sanitize synccheck devtools/w8a8_gemm90_sanitize.py
+  sanitize memcheck devtools/w4a8_sanitize.py
+  sanitize racecheck devtools/w4a8_sanitize.py
+  sanitize synccheck devtools/w4a8_sanitize.py
   # the cluster GRU: R resident in shared memory, h exchanged between CTAs by st.async on mbarriers (sm_90 only)
   sanitize memcheck devtools/gru_cluster_sanitize.py
   sanitize racecheck devtools/gru_cluster_sanitize.py

@@ -62,13 +62,15 @@ class W4A8Tile:
         return 1024 + self.stages * w4a8_stage_bytes(self.bn, self.consumers * self.mw, zeros) + self.stages * 16
 
 
-#: Up to 64 tokens one consumer warpgroup of two 64-feature blocks and two CTAs an SM; 128 tokens two warpgroups.
+#: Up to 32 tokens one consumer warpgroup of two 64-feature blocks and two CTAs an SM; 64 and 128 tokens two
+#: warpgroups of one block, one CTA an SM (n64 as one warpgroup of two blocks spills with the second A register set;
+#: devtools/w4a8_tune.py on H100: n64c2m1 fastest at M = 64, n128c2m1 at M = 128 / 256).
 W4A8_TILES: Final = (
     W4A8Tile(8, 1, 2, 8, 2),
     W4A8Tile(16, 1, 2, 8, 2),
     W4A8Tile(32, 1, 2, 6, 2),
-    W4A8Tile(64, 1, 2, 6, 2),
-    W4A8Tile(128, 2, 1, 6, 1),
+    W4A8Tile(64, 2, 1, 8, 1),
+    W4A8Tile(128, 2, 1, 8, 1),
 )
 
 
