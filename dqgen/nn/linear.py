@@ -15,6 +15,7 @@ from ..core.formats import torch_dtype
 from ..core.spec import Spec, SpecLike, load_spec
 from ..layout.layout import Layout
 from ..run import fastcall
+from .buffers import move_buffers
 from .quantize_torch import quantize_tensors
 
 _compiling = torch.compiler.is_compiling
@@ -142,13 +143,7 @@ class QuantLinear(torch.nn.Module):
     def _apply(self, fn: Any, recurse: bool = True) -> QuantLinear:
         # Buffers follow a device move but keep their dtypes: fn is .to(dtype) as well as .to(device) (and
         # .half() casts every float buffer), and fp16 scales in a bf16 spec would be a different weight.
-        for name, t in self._buffers.items():
-            if t is None:
-                continue
-            moved = fn(t)
-            if moved.dtype != t.dtype:
-                moved = t.to(moved.device)
-            self._buffers[name] = moved
+        move_buffers(self, fn)
         self._repack()
         return self
 

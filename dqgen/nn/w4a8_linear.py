@@ -23,6 +23,7 @@ from ..layout.w4a8 import RESCALE_K, W4A8_TILE_N, W4A8Packed, pack_w4a8
 from ..w8a8 import smooth_linear
 from ..w8a8.op import quantize_activations
 from ..w8a8.w4a8_op import SPEC_SYMMETRIC, layout_tensors, spec_for, w4a8_matmul, weight_shape
+from .buffers import move_buffers
 from .quantize_torch import quantize_tensors
 
 CheckpointKind = Literal["awq", "gptq"]
@@ -283,13 +284,7 @@ class W4A8Linear(torch.nn.Module):
     def _apply(self, fn: Any, recurse: bool = True) -> W4A8Linear:
         # Buffers follow a device move but keep their dtypes: .half() would turn the float32 scales and smoothing
         # factors into other numbers (the forward casts the bias to x's dtype itself).
-        for name, t in self._buffers.items():
-            if t is None:
-                continue
-            moved = fn(t)
-            if moved.dtype != t.dtype:
-                moved = t.to(moved.device)
-            self._buffers[name] = moved
+        move_buffers(self, fn)
         self._bias_cast = None
         return self
 

@@ -12,11 +12,13 @@ from typing import Any
 import torch
 
 from ..run import device as dev
+from ..run.bound_x import launch_patched
 from ..run.fastcall import FastTable
 from ..w8a8 import matmul_op, op, quantize_weight, smooth_linear
 from ..w8a8.gemm_reference import WeightKind
 from ..w8a8.matmul_op import matmul, quantize_activations_fp8
 from ..w8a8.op import quantize_activations
+from .buffers import move_buffers
 
 #: Start of each part of a forward's scratch buffer, in bytes: a multiple of 256 (the GEMM's cp.async and the
 #: quantizer's vector stores need 16; torch's own allocations start on 512).
@@ -120,13 +122,7 @@ class W8A8Linear(torch.nn.Module):
     def _apply(self, fn: Any, recurse: bool = True) -> W8A8Linear:
         # Buffers follow a device move but keep their dtypes: .half() would turn the e4m3 codes and the float32
         # scales into other numbers (the forward casts the bias to x's dtype itself).
-        for name, t in self._buffers.items():
-            if t is None:
-                continue
-            moved = fn(t)
-            if moved.dtype != t.dtype:
-                moved = t.to(moved.device)
-            self._buffers[name] = moved
+        move_buffers(self, fn)
         self._fast.clear()  # its entries hold the old buffers (a hit would miss them, but they would stay allocated)
         return self
 
@@ -183,17 +179,8 @@ class W8A8Linear(torch.nn.Module):
         err = qc.launch(stream, qc.params, 0)[0]
         if err:
             qc.fn.failed(err, stream)
-        gc = hit.gemm
         # x's slot patched, or the launch bound for x's tensor map at base (Hopper), with its slots
-        fn, x_scale_slot, y_slot, ws_slot = gc.bound_for(base)
-        slots = fn.slots
-        slots[x_scale_slot] = base + hit.scale_at
-        slots[y_slot] = y.data_ptr()
-        if ws_slot >= 0:
-            slots[ws_slot] = base + hit.ws_at
-        err = fn.launch(stream, fn.params, 0)[0]
-        if err:
-            fn.failed(err, stream)
+        launch_patched(hit.gemm.bound_for(base), (base + hit.scale_at, y.data_ptr(), base + hit.ws_at), stream)
         return y  # the scratch goes back to torch's caching allocator after both launches, stream-ordered
 
     def _remember(

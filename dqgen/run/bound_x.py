@@ -53,3 +53,17 @@ class BoundPerX:
             raise RuntimeError(f"{self._what}: a launch bound for x at {x_ptr:#x} holds a per-call pointer twice")
         a, b, c = (int(s) for s in found if s is not None)
         return fn, a, b, c
+
+
+def launch_patched(bound: BoundForX, per_call: tuple[int, int, int], stream: int) -> None:
+    """Patch a bound launch's three per-call pointers (the third skipped where its slot is -1) and launch it: one
+    cuLaunchKernel, the one-line error of BoundLaunch.failed on a launch error."""
+    fn, a, b, c = bound
+    slots = fn.slots
+    slots[a] = per_call[0]
+    slots[b] = per_call[1]
+    if c >= 0:
+        slots[c] = per_call[2]
+    err = fn.launch(stream, fn.params, 0)[0]
+    if err:
+        fn.failed(err, stream)

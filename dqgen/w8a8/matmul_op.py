@@ -16,7 +16,7 @@ import torch
 from ..kernels.w8a8_gemm import MAX_K_S8, Elem, Out, choose_w8a8_gemm
 from ..kernels.w8a8_gemm90 import choose_w8a8_gemm90
 from ..run import device as dev
-from ..run.bound_x import BoundForX, BoundPerX, markers
+from ..run.bound_x import BoundForX, BoundPerX, launch_patched, markers
 from ..run.calls import CALLS_MAX, remember
 from ..run.gemm90 import is_hopper
 from ..run.operands import x_aligned
@@ -284,16 +284,8 @@ def _call(
         remember(_CALLS, key, hit, CALLS_MAX)
     y = _empty(*hit.mn, dtype=hit.out_dtype, device=hit.device)  # sizes as ints: torch parses them faster
     ws = _empty(hit.ws_elems, dtype=hit.ws_dtype, device=hit.device) if hit.ws_elems else None
-    fn, x_scale_slot, y_slot, ws_slot = hit.bound_for(x_q.data_ptr())
-    slots = fn.slots
-    slots[x_scale_slot] = x_scale.data_ptr()
-    slots[y_slot] = y.data_ptr()
-    if ws is not None:
-        slots[ws_slot] = ws.data_ptr()
-    stream = _raw_stream(hit.ordinal)
-    err = fn.launch(stream, fn.params, 0)[0]
-    if err:
-        fn.failed(err, stream)
+    per_call = (x_scale.data_ptr(), y.data_ptr(), 0 if ws is None else ws.data_ptr())
+    launch_patched(hit.bound_for(x_q.data_ptr()), per_call, _raw_stream(hit.ordinal))
     return y  # ws goes back to the caching allocator after the launch, stream-ordered
 
 

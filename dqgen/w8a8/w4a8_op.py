@@ -27,7 +27,7 @@ from ..core.spec import Spec, load_spec
 from ..kernels.w4a8_gemm90 import W4A8Gemm90Config, W4A8Out, W4A8Tile, choose_w4a8_tile
 from ..layout.w4a8 import RESCALE_K, W4A8_TILE_K, W4A8_TILE_N
 from ..run import device as dev
-from ..run.bound_x import BoundPerX, markers
+from ..run.bound_x import BoundPerX, launch_patched, markers
 from ..run.calls import CALLS_MAX, remember
 from ..run.loader import load
 from .gemm90 import operand_map
@@ -209,16 +209,8 @@ def _call(
     xs = x_scale if x_scale.is_contiguous() else x_scale.contiguous()
     y = _empty(*hit.mn, dtype=hit.out_dtype, device=hit.device)
     ws = _empty(hit.ws_elems, dtype=torch.float32, device=hit.device) if hit.ws_elems else None
-    fn, xs_slot, y_slot, ws_slot = hit.bound_for(x.data_ptr())
-    slots = fn.slots
-    slots[xs_slot] = xs.data_ptr()
-    slots[y_slot] = y.data_ptr()
-    if ws is not None:
-        slots[ws_slot] = ws.data_ptr()
-    stream = _raw_stream(hit.ordinal)
-    err = fn.launch(stream, fn.params, 0)[0]
-    if err:
-        fn.failed(err, stream)
+    per_call = (xs.data_ptr(), y.data_ptr(), 0 if ws is None else ws.data_ptr())
+    launch_patched(hit.bound_for(x.data_ptr()), per_call, _raw_stream(hit.ordinal))
     return y  # x's copy, x_scale's and ws go back to the caching allocator after the launch, stream-ordered
 
 
