@@ -71,9 +71,10 @@ if [[ " $STEPS " == *" quick "* ]]; then
   # the tensor-core GEMM (M > 16): one int4 and one int8 spec at M = 17, 64, 200 with tails, and every other test
   # of its file once (act-order, split-K, dispatch, real-format AWQ / GPTQ layers, torch.compile + graphs, errors)
   bg_pytest quick-gemm -m gpu tests/test_gpu_gemm.py -k "not test_every_spec or awq_int4_fp16-128 or int8_bf16-128"
-  # the W8A8 GEMM: bit-exact int32 and epilogue, fp8 tolerance, SmoothQuant MLP, W8A8Linear under torch.compile
+  # the W8A8 GEMM: bit-exact int32 and epilogue, fp8 tolerance, SmoothQuant MLP, W8A8Linear under torch.compile;
+  # the W4A8 GEMM, its op and W4A8Linear
   bg_pytest quick-w8a8gemm -m gpu tests/test_w8a8_gemm_gpu.py tests/test_w8a8_gemm90_gpu.py tests/test_w4a8_gemm90_gpu.py \
-    tests/test_s8_converter_gpu.py
+    tests/test_s8_converter_gpu.py tests/test_w4a8_module_gpu.py
   # the Hopper GEMM (sm_90 only; skipped elsewhere): every int4 / int8 spec at every token tile with tails
   bg_pytest quick-gemm90 -m gpu tests/test_gpu_gemm90.py
   quick_jobs=(quick-tests quick-matmul quick-entry quick-gemm quick-w8a8gemm quick-gemm90)
