@@ -26,7 +26,9 @@ def main() -> int:
         print("not an sm_90 GPU: the Hopper W4A8 GEMM does not run here")
         return 0
     bad = []
-    K, N = 640, 64 * 3  # 5 rescale tiles (an odd count: the last tile in the first register set), 3 feature blocks
+    # 19 rescale tiles: past twice every tile's stages (each stage refilled after its release), an odd count (the last
+    # tile in the first register set); 3 feature blocks
+    K, N = 19 * 128, 64 * 3
     for name in ("awq_int4_s8", "gptq_int4_s8"):
         spec = load_spec(name)
         lay = Layout.of(spec)

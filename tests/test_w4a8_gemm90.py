@@ -33,6 +33,15 @@ def test_compiles_for_sm90a_with_igmma_and_no_local_memory(name: str) -> None:
     assert any(k.startswith("IGMMA") for k in ops) and not any(k.startswith(("HMMA", "IMMA")) for k in ops)
     assert any(k.startswith("UTMALDG") for k in ops) and any(k.startswith("UBLKCP") for k in ops)
     assert not any(k.startswith(("LDL", "STL")) for k in ops)
+    # a consumer releases a stage (its empty-mbarrier arrive) only after a wgmma wait that follows the last wgmma
+    # issued: the wgmmas read x from the stage (in SASS order, IGMMA ... WARPGROUP.DEPBAR ... SYNCS.ARRIVE...A1T0)
+    last = ""
+    for line in disassemble(res.cubin):
+        op = line.split()[0] if line.strip() else ""
+        if op.startswith("IGMMA") or op.startswith("WARPGROUP.DEPBAR"):
+            last = op
+        elif op == "SYNCS.ARRIVE.TRANS64.A1T0":
+            assert last.startswith("WARPGROUP.DEPBAR"), "a stage released while a wgmma may still read it"
 
 
 def test_launch_arguments_match_the_rendered_signature() -> None:
@@ -55,6 +64,8 @@ def test_tiles_fit_and_the_choice_holds_m() -> None:
         W4A8Tile(24, 1, 1, 4, 1)
     with pytest.raises(ValueError, match="mw x bn"):
         W4A8Tile(128, 1, 2, 4, 1)
+    with pytest.raises(ValueError, match="stages"):
+        W4A8Tile(8, 1, 2, 1, 2)
 
 
 def test_only_w4a8_specs_are_taken() -> None:

@@ -1,7 +1,8 @@
 """GPU (sm_90): the Hopper W4A8 GEMM against the numpy model of its arithmetic (dqgen.check.w4a8_model, which runs
-the proven Plan on the same prepacked words): every CTA shape, AWQ (zero points) and GPTQ (q - 8), M and N tails;
-the fp32 results agree to a few ulps of fp32 before the output rounding (the model's operations in the kernel's
-order), so the fp16 outputs agree to one fp16 ulp; and against float64 of the dequantized layer."""
+the proven Plan on the same prepacked words): every CTA shape, AWQ (zero points) and GPTQ (q - 8), M and N tails,
+an odd number of K tiles past twice the stages (every stage refilled); the outputs equal the model's bits (the same
+fp32 operations in the same order, one rounding to fp16); split-K within one fp16 ulp; and against float64 of the
+dequantized layer."""
 
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ def test_every_tile_agrees_with_the_numpy_model(name: str, tile: W4A8Tile) -> No
     _hopper()
     from dqgen.w8a8.w4a8 import pack_w4a8_weight, w4a8_matmul
 
-    K, N = 1024, 64 * 5  # 8 rescale tiles; 5 feature blocks: a partial CTA column
+    # 19 rescale tiles: past twice every tile's stages (the producer refills each stage after the consumers released
+    # it), odd (the loop unrolled by two ends in its first half); 5 feature blocks: a partial CTA column
+    K, N = 19 * 128, 64 * 5
     m = tile.bn + 3 if tile.bn < 128 else 150  # a partial token tile
     spec, qweight, s16, qz = _layer(name, K, N, seed=tile.bn)
     w = pack_w4a8_weight(spec, qweight, s16, qz, 128)
@@ -88,7 +91,7 @@ def test_split_k_within_fp32_ulps_of_the_model_and_deterministic(splits: int) ->
     _hopper()
     from dqgen.w8a8.w4a8 import pack_w4a8_weight, w4a8_matmul
 
-    K, N, m = 1024, 64 * 3, 5
+    K, N, m = 19 * 128, 64 * 3, 5  # 19 rescale tiles: pieces of odd lengths
     spec, qweight, s16, qz = _layer("awq_int4_s8", K, N, seed=splits)
     w = pack_w4a8_weight(spec, qweight, s16, qz, 128)
     rng = np.random.default_rng(3)

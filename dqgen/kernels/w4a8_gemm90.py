@@ -30,7 +30,8 @@ def w4a8_stage_bytes(bn: int, blocks: int, zeros: bool) -> int:
 @dataclass(frozen=True)
 class W4A8Tile:
     """One CTA shape: ``bn`` tokens, ``consumers`` warpgroups of ``mw`` 64-feature blocks, ``stages`` stages,
-    ``min_blocks`` CTAs an SM. A thread keeps int32 sums and fp32 totals: mw x bn registers."""
+    ``min_blocks`` CTAs an SM. A consumer thread keeps int32 sums and fp32 totals (mw x bn registers) and two A
+    register sets (2 x 16 mw: the next tile converts under this one's wgmmas)."""
 
     bn: int
     consumers: int
@@ -43,6 +44,8 @@ class W4A8Tile:
             raise ValueError(f"W4A8Tile.bn: expected one of {W4A8_TOKEN_TILES}, got {self.bn}")
         if self.consumers not in (1, 2) or self.mw not in (1, 2) or self.mw * self.bn > 128:
             raise ValueError(f"W4A8Tile: consumers, mw in 1..2 and mw x bn <= 128, got {self}")
+        if self.stages < 2:  # the consumers wait for tile i + 1's stage before they release tile i's
+            raise ValueError(f"W4A8Tile.stages: the look-ahead needs at least 2 stages, got {self.stages}")
         if self.shared_bytes(True) > SM_SHARED_BYTES // self.min_blocks - BLOCK_RESERVED_BYTES:
             raise ValueError(f"W4A8Tile: {self} does not fit {self.min_blocks} CTAs an SM")
 
