@@ -113,7 +113,8 @@ def _schedules(spec: object, x: object, gw: object, M: int) -> dict[str, object]
     plans = {"1/tile": Plan90.of(tiles, tiles, k_tiles)}
     if waves and tail:
         plans["persistent"] = Plan90.of(tiles, P, k_tiles)
-        plans["tail over all"] = Plan90(tiles, P, k_tiles, waves * P, P)
+        if tail * k_tiles >= P:  # each CTA at least one K tile of the tail (Plan90.check)
+            plans["tail over all"] = Plan90(tiles, P, k_tiles, waves * P, P)
         plans.update(
             {f"tail in {s}": Plan90(tiles, P, k_tiles, waves * P, tail * s) for s in (2, 3, 4) if tail * s <= P}
         )

@@ -29,7 +29,8 @@ def main() -> int:
                 w = torch.randint(-8, 8, (n, k), dtype=torch.int8, device="cuda")
                 xq, wq = (x, w) if elem == "s8" else (x.float().to(dtype), w.float().to(dtype))
                 kern = loaded90(cfg, 0)
-                tiles, _, k_tiles, _ = kern.plan(m, n, k)
+                auto = kern.plan(m, n, k)
+                tiles, k_tiles = auto.tiles, auto.k_tiles
                 # one tile each, persistent, stream-K, and whole tiles then a tail tile in 2 pieces (2 x 2 tiles)
                 plans = [Plan90.of(tiles, c, k_tiles) for c in (tiles, max(1, tiles // 2), 3 * tiles + 1)]
                 for plan in [*plans, Plan90(tiles, tiles - 1, k_tiles, tiles - 1, 2)]:

@@ -89,7 +89,7 @@ def tune(m: int, n: int, k: int) -> None:
         if cfg.swap != (m <= 128) or (cfg.swap and not (m // 2 < cfg.bn <= 4 * max(m, 16))):
             continue
         kern = loaded90(cfg, 0)
-        tiles, auto, _, _ = kern.plan(m, n, k)
+        tiles, auto = kern.plan(m, n, k)[:2]
         for ctas in sorted({auto, tiles, min(tiles, kern.resident)}):  # fewer CTAs than tiles: persistent
             _, fn, _plan = raw(x, w, cfg, ctas)
             tag = "auto" if ctas == auto else "tiles"
@@ -123,7 +123,7 @@ def decode() -> None:
                     line.append(f"c{c}mw{mw}s{st}b{b}: {e}")
                     continue
                 kern = loaded90(cfg, 0)
-                tiles, auto, _, _ = kern.plan(m, n, k)
+                tiles, auto = kern.plan(m, n, k)[:2]
                 for ctas in sorted({auto, tiles}):
                     _, fn, _plan = raw(x, w, cfg, ctas)
                     us = tt.do_bench(fn, warmup=5, rep=30, return_mode="median") * 1e3

@@ -42,6 +42,7 @@ from dqgen.kernels.gemm import zero_bytes
 from dqgen.kernels.gemm90 import Gemm90Config, Gemm90KernelConfig
 from dqgen.layout.gemm import TILE_K, TILE_N, GemmPacked
 from dqgen.layout.gemm_trt import columns_interleaved, converter_spec
+from dqgen.run.gemm90 import Plan90
 
 LINE = 128
 #: Where the dynamic shared memory starts (not 1024-aligned: the kernel aligns its stages itself; the static
@@ -241,10 +242,10 @@ def emulate90(
     units = tiles * k_tiles
     P = ctas
     assert 1 <= P <= units
-    W = (tiles if tiles >= P else 0) if whole is None else whole  # Plan90.of's defaults
-    Q = P if split_ctas is None else split_ctas
+    sched = Plan90.of(tiles, P, k_tiles, whole, split_ctas)
+    sched.check()  # what bind90 launches
+    W, Q = sched.whole, sched.split_ctas
     sk_units = units - W * k_tiles
-    assert 0 <= W <= tiles and 1 <= Q <= P and (tiles == W or sk_units >= Q)
     ws = np.full(2 * Q * BN * TILE_N, np.nan)
     ws_writes = np.zeros(ws.size, dtype=np.int64)
     counters = np.zeros(tiles, dtype=np.int64)

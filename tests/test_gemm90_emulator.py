@@ -51,8 +51,8 @@ def _check(spec: Spec, cfg: Gemm90Config, M: int, bias: bool = False) -> None:
     if b is not None:
         ref = ref + b
     tiles = -(-M // cfg.bn) * -(-N // 128)
-    # the grids of Plan90.of, then whole tiles before a stream-K tail: the last tile in pieces on every CTA (as
-    # plan_for splits a short last wave), and a whole tile a CTA before ranges that cross tiles
+    # the grids of Plan90.of, then whole tiles before a stream-K tail: the last tile in up to 5 pieces (as plan_for
+    # splits a short last wave), and a whole tile a CTA before ranges that cross tiles
     plans = [(P, None, None) for P in _grids(tiles, tiles * 5)]
     half = max(1, tiles // 2)
     plans += [(tiles, tiles - 1, min(tiles, 5)), (half, half, half)] if tiles > 1 else []

@@ -230,6 +230,23 @@ def test_save_load_round_trip(small: QuantGRUParams, tmp_path) -> None:
         QuantGRUParams.load(bad)
 
 
+def test_a_model_outside_the_proven_ranges_is_refused(small: QuantGRUParams) -> None:
+    """The cell's integer widths are proven for weight codes in [-127, 127] and zero points that are codes
+    (dqgen.gru.kernel.cell_roundings): a file that breaks either is refused when it is read, not run."""
+    from dqgen.gru.params import QParam
+
+    meta, arrays = small.parts()
+    r_q = arrays["r_q"].copy()
+    r_q[0, 0] = -128
+    with pytest.raises(ValueError, match=r"r_q: expected codes in \[-127, 127\]"):
+        QuantGRUParams.from_parts(meta, {**arrays, "r_q": r_q})
+    with pytest.raises(ValueError, match=r"zero_point: expected a 8-bit code in \[-128, 127\], got 300"):
+        QParam(scale=0.1, zero_point=300, bits=8)
+    bad = {**meta, "rrh": {**meta["rrh"], "zero_point": 2 ** meta["rrh"]["bits"]}}
+    with pytest.raises(ValueError, match="zero_point"):
+        QuantGRUParams.from_parts(bad, arrays)
+
+
 def test_bad_weight_shapes_are_named() -> None:
     with pytest.raises(ValueError, match=r"weights: expected W \[3H, C\]"):
         calibrate(np.zeros((9, 4)), np.zeros((9, 2)), np.zeros(9), np.zeros(9), [])

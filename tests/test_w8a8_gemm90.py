@@ -110,7 +110,7 @@ def test_ctas_one_tile_each_persistent_or_pieces_of_at_least_twelve_k_tiles() ->
         assert pieces == 1 or k_tiles / pieces >= MIN_K_TILES_PER_PIECE
 
 
-def test_a_partial_last_wave_runs_stream_k_over_every_resident_cta() -> None:
+def test_a_short_last_wave_splits_into_lockstep_pieces() -> None:
     from dqgen.w8a8.gemm90 import Plan90, plan_for
 
     # 4096 x 6144 at M = 1024, 128 x 256 tiles: 8 x 24 = 192 tiles on 132 SMs; the 60 of the second wave (32 K
@@ -182,6 +182,44 @@ def test_launch_rejects_a_tail_thinner_than_its_ctas() -> None:
     kern = object.__new__(Gemm90Kernel)
     kern.cfg = choose_w8a8_gemm90("s8", "acc", 1024, 6144, 132)
     args = dict(m=1024, n=6144, k=4096, x_ptr=1 << 20, x_ld=4096, w_ptr=1 << 24, w_ld=4096, x_scale_ptr=0)
-    for bad in (Plan90(192, 132, 32, 191, 132), Plan90(192, 132, 32, 132, 133), Plan90(192, 132, 32, 193, 1)):
-        with pytest.raises(ValueError, match="plan: whole tiles"):
-            kern.launch_args(**args, w_scale_ptr=0, bias_ptr=0, y_ptr=0, ws_ptr=64, counters_ptr=64, plan=bad)
+    bad = {
+        "split_ctas 132 exceed the 32": Plan90(192, 132, 32, 191, 132),
+        "split_ctas 133 outside": Plan90(192, 132, 32, 132, 133),
+        "whole 193 outside": Plan90(192, 132, 32, 193, 1),
+        "split_ctas 0 outside": Plan90(192, 132, 32, 132, 0),
+    }
+    for why, plan in bad.items():
+        with pytest.raises(ValueError, match=f"plan: {why}"):
+            kern.launch_args(**args, w_scale_ptr=0, bias_ptr=0, y_ptr=0, ws_ptr=64, counters_ptr=64, plan=plan)
+
+
+def test_every_plan_check_accepts_runs_each_unit_once_and_stores_each_tile() -> None:
+    """Over every small plan: those Plan90.check accepts cover each (tile, K tile) unit once, and each split tile's
+    pieces come from exactly the CTAs owner() names for its first and last unit (the last arriver waits for c1 - c0
+    + 1 arrivals); the reviewer's Plan90(3, 4, 2, 2, 4), whose CTA 2 would get no unit between owners, is refused."""
+    from dqgen.w8a8.gemm90 import Plan90
+
+    with pytest.raises(ValueError, match="split_ctas 4 exceed the 2"):
+        Plan90(3, 4, 2, 2, 4).check()
+    accepted = 0
+    for tiles in range(1, 6):
+        for k_tiles in range(1, 5):
+            for ctas in range(1, 9):
+                for whole in range(tiles + 1):
+                    for q in range(1, ctas + 1):
+                        plan = Plan90(tiles, ctas, k_tiles, whole, q)
+                        try:
+                            plan.check()
+                        except ValueError:
+                            continue
+                        accepted += 1
+                        runs = _units_of(plan)
+                        every = sorted(u for us in runs.values() for u in us)
+                        assert every == [(t, kt) for t in range(tiles) for kt in range(k_tiles)], plan
+                        sk = (tiles - whole) * k_tiles
+                        for t in range(whole, tiles):
+                            first = (t - whole) * k_tiles
+                            c0, c1 = ((first + 1) * q - 1) // sk, ((first + k_tiles) * q - 1) // sk  # owner()
+                            holders = sorted({c for c, us in runs.items() if any(u[0] == t for u in us)})
+                            assert holders == list(range(c0, c1 + 1)), plan
+    assert accepted > 1000

@@ -46,14 +46,20 @@ def _input_bounds(p: QuantGRUParams) -> dict[str, int]:
     }
 
 
-def _line(name: str, formula: str, r: Rescale, max_in: int) -> str:
+def _line(name: str, formula: str, r: Rescale, max_in: int, partner: str | None) -> str:
+    """One scalar rescale; ``partner``: the other term of its summed pair, whose line carries the pair's one final
+    rounding (this line then states the multiplier error alone)."""
     rel = r.abs_error / r.real
-    total = 0.5 + max_in * r.abs_error  # final rounding + multiplier error at the largest input
+    mult_error = max_in * r.abs_error  # the multiplier's error at the largest input
+    how = (
+        f"output error <= {0.5 + mult_error:.6f} LSB for |input| <= {max_in}"
+        if partner is None
+        else f"multiplier error <= {mult_error:.6f} LSB for |input| <= {max_in} (its pair's one rounding: {partner})"
+    )
     return (
         f"  {name:14s} = {formula}\n"
         f"      real {r.real:.10g} ~ {r.multiplier} / 2^{r.shift} = {r.approx:.10g};"
-        f" |error| {r.abs_error:.3g} (bound 2^-{r.shift + 1} = {r.abs_error_bound:.3g}, relative {rel:.2g});"
-        f" output error <= {total:.6f} LSB for |input| <= {max_in}"
+        f" |error| {r.abs_error:.3g} (bound 2^-{r.shift + 1} = {r.abs_error_bound:.3g}, relative {rel:.2g}); {how}"
     )
 
 
@@ -62,8 +68,9 @@ def explain_text(p: QuantGRUParams) -> str:
     bits = p.multiplier_bits
     out = [
         f"quantized GRU (haste structure, gates z, r, g): input {p.input_size}, hidden {p.hidden_size}",
-        f"rescale scheme: y = round_half_even(v * M / 2^k), M in [2^{bits - 1}, 2^{bits}) ({bits}-bit multiplier),"
-        f" one rounding on the int64 product; relative multiplier error <= 2^-{bits}",
+        f"rescale scheme: y = round_half_even(v * M / 2^k), M < 2^{bits} ({bits}-bit multiplier; M >= 2^{bits - 1}"
+        f" except for the smaller term of a pair below), one rounding on the int64 product; |M / 2^k - real| <="
+        " 2^-(k+1)",
         "the two terms of each pre-activation and of h (pairs: "
         + ", ".join(f"{a} + {b}" for a, b in SUMMED_PAIRS)
         + ") share one k, the larger factor's: y = round_half_even((a * Ma + b * Mb) / 2^k), one rounding of the"
@@ -84,8 +91,9 @@ def explain_text(p: QuantGRUParams) -> str:
     out.append(f"  g_out      S = 1/127 Z = {TANH_OUT[1]} (fixed, symmetric)")
     out += ["", "scalar rescales:"]
     bounds = _input_bounds(p)
+    seconds = {b: a for a, b in SUMMED_PAIRS}  # the second term of a pair: its rounding is stated on the first
     for key, r in d.scalar.items():
-        out.append(_line(key, FORMULAS[key], r, bounds[key]))
+        out.append(_line(key, FORMULAS[key], r, bounds[key], seconds.get(key)))
     out += ["", "per-channel rescales of the int32 GEMM accumulators (3H channels each):"]
     acc_bound = 2**31 - 1
     for label, formula, chans in (

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .requant import MultiplierBits, Rescale, derive, derive_shared
 
@@ -53,6 +53,15 @@ class QParam(BaseModel):
     @property
     def qmax(self) -> int:
         return 2 ** (self.bits - 1) - 1
+
+    @model_validator(mode="after")
+    def _zero_point_is_a_code(self) -> QParam:
+        # the cell's integer widths are proven for |q - Z| <= 2^bits - 1 (dqgen.gru.kernel.cell_roundings)
+        if not self.qmin <= self.zero_point <= self.qmax:
+            raise ValueError(
+                f"zero_point: expected a {self.bits}-bit code in [{self.qmin}, {self.qmax}], got {self.zero_point}"
+            )
+        return self
 
     @classmethod
     def from_range(cls, lo: float, hi: float, bits: int) -> QParam:
@@ -119,6 +128,9 @@ class QuantGRUParams(BaseModel):
             if not isinstance(arr, np.ndarray) or arr.shape != shape or arr.dtype != dtype:
                 got = f"{arr.dtype}{list(arr.shape)}" if isinstance(arr, np.ndarray) else type(arr).__name__
                 raise ValueError(f"{name}: expected {np.dtype(dtype)}{list(shape)}, got {got}")
+        for name in ("w_q", "r_q"):  # symmetric per channel; the cell's widths are proven for |code| <= 127
+            if (getattr(self, name) == -128).any():
+                raise ValueError(f"{name}: expected codes in [-127, 127] (symmetric per channel), found -128")
         for name in ("x", "h"):
             if getattr(self, name).bits != 8:
                 raise ValueError(f"{name}: expected 8-bit activations, got {getattr(self, name).bits} bits")

@@ -4,7 +4,9 @@ Scheme (``multiplier_bits`` b, 31 by default; 15 gives the public design's 16-bi
     y = round_half_even(x * M / 2**k),   M in [2**(b-1), 2**b), k >= 0
 The product x*M is formed in int64 and shifted once (single rounding, as TFLite's TFLITE_SINGLE_ROUNDING), so the
 only errors are the multiplier's quantization (|M/2**k - m| <= 2**-(k+1), i.e. relative <= 2**-b) and the one
-final rounding (<= 0.5 LSB). Half-to-even is chosen because it is what torch.round / rintf do, so a float model
+final rounding (<= 0.5 LSB). A sum of two rescaled terms rounded once (``derive_shared``) shares the larger factor's
+k: the smaller term's M then has fewer bits (still |M/2**k - m| <= 2**-(k+1); relative error above 2**-b).
+Half-to-even is chosen because it is what torch.round / rintf do, so a float model
 rounding its requantized values agrees on ties; half-away-from-zero would bias every tie outward.
 b = 31 rather than 15: on the GPU both cost one 32x32->64 multiply (mul.wide.s32), and int32 accumulators
 (|x| < 2**31) times M < 2**31 stay below 2**62, so the wider multiplier is free and 65536x more exact.

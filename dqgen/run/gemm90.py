@@ -56,9 +56,25 @@ class Plan90(NamedTuple):
         """Whether some tiles run in pieces (the launch needs the partials' workspace and the tiles' counters)."""
         return self.whole < self.tiles
 
+    def check(self) -> None:
+        """A one-line ValueError naming the field where the kernels' schedule would skip or lose work: a unit of work
+        runs once, and every split tile's pieces come from CTAs whose ranges are not empty (an empty range between
+        a tile's owners would leave the tile unstored and its counter set for the next launch)."""
+        if not 1 <= self.ctas <= self.tiles * self.k_tiles:
+            raise ValueError(f"plan: ctas {self.ctas} outside 1..{self.tiles * self.k_tiles} (the units) ({self})")
+        if not 0 <= self.whole <= self.tiles:
+            raise ValueError(f"plan: whole {self.whole} outside 0..{self.tiles} tiles ({self})")
+        if not 1 <= self.split_ctas <= self.ctas:
+            raise ValueError(f"plan: split_ctas {self.split_ctas} outside 1..{self.ctas} CTAs ({self})")
+        if self.split and (self.tiles - self.whole) * self.k_tiles < self.split_ctas:
+            raise ValueError(
+                f"plan: split_ctas {self.split_ctas} exceed the {(self.tiles - self.whole) * self.k_tiles} stream-K K"
+                f" tiles: a CTA would get none ({self})"
+            )
+
 
 def stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None = None) -> int:
-    """The CTAs of a launch (the template's two schedules: fewer CTAs than tiles run persistent on whole tiles P
+    """The CTAs of a W4A16 launch (with Plan90.of's defaults: fewer CTAs than tiles run persistent on whole tiles P
     apart; more share the tiles x K tiles units in equal contiguous ranges, stream-K): ``splits`` pieces a tile where
     given (split-K); else, where the tiles do not fill the resident CTAs, as many equal pieces a tile as fill them
     (one wave); up to two waves' worth of tiles, one tile a CTA (on the H100 a partial second wave cost less than the
@@ -170,6 +186,7 @@ def bind90(
         plan = Plan90.of(tiles, stream_k_ctas(tiles, w.k_tiles, resident, want_splits), w.k_tiles)
     elif plan.tiles != tiles or plan.k_tiles != w.k_tiles:
         raise ValueError(f"plan: expected {tiles} tiles of {w.k_tiles} K tiles, got {plan}")
+    plan.check()
     ws, counters = None, None
     if plan.split:  # stream-K pieces (CTAs on whole tiles store them at once)
         assert w.workspace is not None

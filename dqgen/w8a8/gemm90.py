@@ -1,6 +1,6 @@
 """Launch the Hopper W8A8 GEMM (its configurations and choice: dqgen.kernels.w8a8_gemm90) on raw device pointers:
-both operands through tensor maps (TMA), the grid's CTAs sharing the (tile, K tile) units (stream-K,
-dqgen.run.gemm90.stream_k_ctas). The same call interface as the sm_80 kernel's (dqgen.w8a8.gemm.GemmKernel), so the
+both operands through tensor maps (TMA), on the Hopper GEMMs' schedule (dqgen.run.gemm90.Plan90: whole tiles, then
+stream-K pieces; plan_for chooses). The same call interface as the sm_80 kernel's (dqgen.w8a8.gemm.GemmKernel), so the
 torch op picks either by the GPU."""
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ class Gemm90Kernel:
         return plan_for(tiles, k_tiles, self.resident)
 
     def workspace_elems(self, plan: Plan90) -> int:
-        """4-byte elements of the stream-K partials: two slots a CTA (its first and last segment); 0 where every tile
-        runs whole (one a CTA, or persistent)."""
+        """4-byte elements of the stream-K partials: two slots a splitting CTA (its first and last segment); 0 where
+        every tile runs whole (one a CTA, or persistent)."""
         return 2 * plan.split_ctas * self.cfg.accs * self.cfg.consumer_threads if plan.split else 0
 
     def counters_needed(self, plan: Plan90) -> int:
@@ -133,13 +133,9 @@ class Gemm90Kernel:
         check_operands(k, x_ptr, x_ld, w_ptr, w_ld)
         tiles, ctas, k_tiles, whole, split_ctas = plan
         x_tiles, w_tiles = self._grid(m, n)
-        if tiles != x_tiles * w_tiles or k_tiles != -(-k // BK90) or not 1 <= ctas <= tiles * k_tiles:
+        if tiles != x_tiles * w_tiles or k_tiles != -(-k // BK90):
             raise ValueError(f"plan: expected ({x_tiles * w_tiles} tiles, CTAs, {-(-k // BK90)} K tiles), got {plan}")
-        split_units = (tiles - whole) * k_tiles
-        if not 0 <= whole <= tiles or not 1 <= split_ctas <= ctas or (whole < tiles and split_units < split_ctas):
-            raise ValueError(
-                f"plan: whole tiles {whole} and split CTAs {split_ctas} of {ctas} leave a CTA no stream-K unit ({plan})"
-            )
+        plan.check()
         if plan.split and not (ws_ptr and counters_ptr):
             raise ValueError(f"ws_ptr, counters_ptr: a stream-K plan of {ctas} CTAs needs both buffers, got null")
         cfg = self.cfg
