@@ -56,7 +56,8 @@ def test_every_tile_agrees_with_the_numpy_model(name: str, tile: W4A8Tile) -> No
     rng = np.random.default_rng(7)
     xq = rng.integers(-128, 128, (m, K)).astype(np.int8)
     xs = rng.uniform(1e-3, 1e-2, m).astype(np.float32)
-    y = w4a8_matmul(torch.from_numpy(xq).cuda(), torch.from_numpy(xs).cuda(), w, out_dtype=torch.float16, tile=tile)
+    xq_d, xs_d = torch.from_numpy(xq).cuda(), torch.from_numpy(xs).cuda()
+    y = w4a8_matmul(xq_d, xs_d, w, out_dtype=torch.float16, tile=tile, splits=1)  # one piece a tile: the model's order
     torch.cuda.synchronize()
     plan = compile_artifact(w4a8_converter_spec(spec)).plan
     want = model_matmul(plan, pack_w4a8(spec, qweight, s16, qz, 128), xq, xs)  # float32, the kernel's order
