@@ -64,6 +64,7 @@ def walk(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("schedule")
     (tmp / "walk.cpp").write_text(template_env().from_string(SOURCE).render())
     lib = tmp / "walk.so"
+    assert GXX is not None
     subprocess.run([GXX, "-std=c++17", "-O1", "-shared", "-fPIC", "-ftrapv", "-o", str(lib), str(tmp / "walk.cpp")],
                    check=True)  # fmt: skip
     fn = ctypes.CDLL(str(lib)).walk
