@@ -319,7 +319,8 @@ def plan(
     if tma:
         # x is in its tensor map (opaque bytes that may hold any address, a freed buffer's included): a launch is
         # bound per x address, its per-call pointers as markers no argument can equal (never device addresses)
-        pointers = (pointers[0], *markers((True, True, ws is not None)))
+        marks = markers((True, True, ws is not None))
+        pointers = (pointers[0], marks[0], marks[1], marks[2])
     rest = (w_scale.data_ptr(), 0 if bias is None else bias.data_ptr(), pointers[2], pointers[3], counters.data_ptr())
 
     def bind(x_ptr: int) -> dev.BoundLaunch:
