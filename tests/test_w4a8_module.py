@@ -155,6 +155,54 @@ def test_gptq_checkpoints_symmetric_and_with_zero_points() -> None:
     assert torch.equal(asym.w_scale, awq.w_scale)
 
 
+def _pack_autogptq(q: np.ndarray, stored_zeros: np.ndarray) -> tuple[Any, Any]:
+    """AutoGPTQ's packing written out here, independently of dqgen's Layout: qweight int32 [K/8, N] with row k's
+    code in bits 4 (k % 8) of word k // 8; qzeros int32 [G, N/8] with column n's stored zero in bits 4 (n % 8)."""
+    k, n = q.shape
+    qw = np.zeros((k // 8, n), np.uint32)
+    for j in range(8):
+        qw |= q[j::8].astype(np.uint32) << np.uint32(4 * j)
+    g = stored_zeros.shape[0]
+    qz = np.zeros((g, n // 8), np.uint32)
+    for j in range(8):
+        qz |= stored_zeros[:, j::8].astype(np.uint32) << np.uint32(4 * j)
+    return torch.from_numpy(qw.view(np.int32)), torch.from_numpy(qz.view(np.int32))
+
+
+@pytest.mark.parametrize("fmt", ["gptq", "gptq_v2"])
+def test_gptq_v1_and_v2_zero_points_from_an_independent_packer(fmt: str) -> None:
+    """AutoGPTQ (v1) stores z - 1, GPTQModel (v2) stores z: the layer's dequantized weight is scale x (q - z) either
+    way, and a symmetric v2 checkpoint (every stored zero 8) takes the symmetric kernel."""
+    K, N = 256, 64
+    rng = np.random.default_rng(11)
+    q = rng.integers(0, 16, (K, N))
+    z = rng.integers(1, 16, (K // 128, N))  # v1 cannot store z = 0 (it stores z - 1 in 4 bits)
+    s = (rng.uniform(0.5, 2.0, (K // 128, N)) * 1e-2).astype(np.float16)
+    qweight, qzeros = _pack_autogptq(q, z - 1 if fmt == "gptq" else z)
+    layer = W4A8Linear.from_checkpoint("gptq", qweight, torch.from_numpy(s), qzeros, checkpoint_format=fmt)  # type: ignore[arg-type]
+    want = s.astype(np.float64).repeat(128, axis=0) * (q - z.repeat(128, axis=0))  # [K, N]; exact in float64
+    assert np.array_equal(_dequantized(layer), want.T)
+    sym_q, sym_z = _pack_autogptq(q, np.full_like(z, 8 - (1 if fmt == "gptq" else 0)))
+    sym = W4A8Linear.from_checkpoint("gptq", sym_q, torch.from_numpy(s), sym_z, checkpoint_format=fmt)  # type: ignore[arg-type]
+    assert sym.w_zeros is None
+
+
+def test_from_checkpoint_moves_the_bias_and_smoothing_with_the_weight() -> None:
+    qweight, scales = _gptq()
+    layer = W4A8Linear.from_checkpoint(
+        "gptq", qweight, scales, bias=torch.ones(64, dtype=torch.float16), smooth=torch.ones(256), device="meta"
+    )
+    assert {t.device.type for t in (layer.w_q, layer.bias, layer.smooth)} == {"meta"}
+
+
+def test_a_bias_cast_under_inference_mode() -> None:
+    """A layer built under torch.inference_mode (no version counter on its buffers) casts its bias for another dtype."""
+    with torch.inference_mode():
+        layer = W4A8Linear.from_checkpoint("gptq", *_gptq(), bias=torch.ones(64, dtype=torch.float16))
+        cast = layer._bias_for(torch.bfloat16)
+        assert cast is not None and cast.dtype == torch.bfloat16 and layer._bias_for(torch.bfloat16) is cast
+
+
 def _gptq(K: int = 256, N: int = 64) -> tuple[Any, Any]:
     codes, _, s16 = _checkpoint(K, N, 128, seed=2)
     return _i32(GPTQ.pack_fields(codes)), torch.from_numpy(s16)
@@ -189,6 +237,14 @@ def _gptq(K: int = 256, N: int = 64) -> tuple[Any, Any]:
         (
             lambda: W4A8Linear.from_linear(torch.nn.Linear(256, 64), smooth=-torch.ones(256)),
             r"^smooth: expected positive",
+        ),
+        (
+            lambda: W4A8Linear.from_checkpoint("gptq", *_gptq(), smooth=torch.zeros(256)),  # x / 0
+            r"^smooth: expected positive finite",
+        ),
+        (
+            lambda: W4A8Linear.from_checkpoint("gptq", *_gptq(), checkpoint_format="v3"),  # type: ignore[arg-type]
+            r"^checkpoint_format: expected 'gptq' or 'gptq_v2'",
         ),
     ],
 )
@@ -260,6 +316,10 @@ def test_fake_implementation_shapes_the_output() -> None:
         ({"out_dtype": torch.float32}, r"^out_dtype: expected torch.float16 or torch.bfloat16"),
         ({"x_q": np.zeros((5, 256), np.int8)}, r"^x_q: expected a CUDA torch.Tensor"),
         ({"x_scale": torch.empty(5)}, r"^x_scale: expected a CUDA tensor, got device cpu"),
+        (
+            {"bias": torch.empty(256, dtype=torch.bfloat16, device="meta")[::2]},  # every second value: strided
+            r"^bias: expected a contiguous tensor",
+        ),
     ],
 )
 def test_op_checks_are_one_line_naming_the_tensor(change: dict[str, Any], match: str) -> None:

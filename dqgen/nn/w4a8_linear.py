@@ -112,6 +112,12 @@ class W4A8Linear(torch.nn.Module):
         if smooth is not None and tuple(smooth.shape) != (k,):
             raise ValueError(f"smooth: expected [K={k}] or None, got {list(smooth.shape)}")
         if (
+            smooth is not None
+            and smooth.device.type != "meta"
+            and not bool((torch.isfinite(smooth) & (smooth > 0)).all())
+        ):
+            raise ValueError("smooth: expected positive finite smoothing factors (x is divided by them)")
+        if (
             isinstance(group_size, bool)
             or not isinstance(group_size, int)
             or not (group_size == -1 or (group_size > 0 and group_size % RESCALE_K == 0 and k % group_size == 0))
@@ -123,8 +129,8 @@ class W4A8Linear(torch.nn.Module):
         self.register_buffer("w_q", w_q.contiguous())
         self.register_buffer("w_scale", w_scale.contiguous())
         self.register_buffer("w_zeros", None if w_zeros is None else w_zeros.contiguous())
-        self.register_buffer("bias", bias)
-        self.register_buffer("smooth", None if smooth is None else smooth.float())
+        self.register_buffer("bias", None if bias is None else bias.contiguous())  # the kernel reads N in a row
+        self.register_buffer("smooth", None if smooth is None else smooth.float().contiguous())
         #: the bias cast to the activations' dtype, by (dtype, pointer, version) of the buffer: a cast per forward
         #: would be a new bias pointer, so a new op signature (checked and planned again), every call
         self._bias_cast: tuple[tuple[Any, ...], torch.Tensor] | None = None
@@ -147,6 +153,9 @@ class W4A8Linear(torch.nn.Module):
         packed = pack_w4a8(spec, _host(qweight), _host(scales), _host(qzeros), group_size)  # type: ignore[arg-type]
         w_q, w_scale, w_zeros = (None if t is None else t.to(device) for t in layout_tensors(*_arrays(packed)))
         assert w_q is not None and w_scale is not None
+        # the bias and the smoothing factors go where the weight goes (a checkpoint is read on the host)
+        bias = None if bias is None else bias.to(device)
+        smooth = None if smooth is None else smooth.to(device)
         return cls(w_q, w_scale, w_zeros, bias, smooth, group_size)
 
     @classmethod
@@ -217,19 +226,23 @@ class W4A8Linear(torch.nn.Module):
         bias: torch.Tensor | None = None,
         smooth: torch.Tensor | None = None,
         device: Any = None,
+        checkpoint_format: Literal["gptq", "gptq_v2"] = "gptq",
     ) -> W4A8Linear:
         """A layer over a checkpoint's int4 tensors as stored, packed once into the W4A8 layout (on ``device``,
-        by default qweight's):
+        by default qweight's; the bias and smoothing factors move there too):
 
         - ``"awq"`` (AutoAWQ gemm): qweight int32 [K, N/8], qzeros int32 [G, N/8], scales fp16 [G, N];
-        - ``"gptq"`` (checkpoint_format gptq): qweight int32 [K/8, N], scales [G, N], qzeros int32 [G, N/8]
-          (stored z - 1) or None, and g_idx [K] or None. All zero points 8 (GPTQ's sym=True): the symmetric
+        - ``"gptq"``: qweight int32 [K/8, N], scales [G, N], qzeros int32 [G, N/8] or None, and g_idx [K] or
+          None; ``checkpoint_format`` as the checkpoint's quantize_config says: "gptq" (AutoGPTQ, v1: stored
+          z - 1) or "gptq_v2" (GPTQModel: stored z). All zero points 8 (GPTQ's sym=True): the symmetric
           kernel on qweight as it is; other zero points: the codes and zeros repacked to AWQ's layout. Act-order
           (desc_act) checkpoints, whose g_idx is not k // group_size, are refused.
 
         The group size is K / G (a multiple of 128, or one group: per channel)."""
         if kind not in ("awq", "gptq"):
             raise ValueError(f"kind: expected 'awq' or 'gptq', got {kind!r}")
+        if checkpoint_format not in ("gptq", "gptq_v2"):
+            raise ValueError(f"checkpoint_format: expected 'gptq' or 'gptq_v2', got {checkpoint_format!r}")
         for name, t in (("qweight", qweight), ("scales", scales)):
             if not isinstance(t, torch.Tensor) or t.dim() != 2:
                 raise ValueError(f"{name}: expected a 2-D torch.Tensor, got {getattr(t, 'shape', type(t).__name__)}")
@@ -263,7 +276,12 @@ class W4A8Linear(torch.nn.Module):
         qz = _host(qzeros)
         assert qz is not None
         stored = reader.unpack_fields(np.ascontiguousarray(qz).view(np.uint32), reader.zero_order, "N")
-        z = zeros_from_stored(stored, load_spec(_GPTQ_ZEROS))
+        # v1 stores z - 1 (zeros_from_stored adds the 1 back), v2 stores z
+        z = (
+            zeros_from_stored(stored, load_spec(_GPTQ_ZEROS))
+            if checkpoint_format == "gptq"
+            else stored.astype(np.int64)
+        )
         if z.shape != tuple(scales.shape):
             raise ValueError(f"qzeros: expected {list(scales.shape)} zero points after unpacking, got {list(z.shape)}")
         if (z == 8).all():  # sym=True: q - 8, the symmetric kernel on qweight as stored
@@ -304,7 +322,8 @@ class W4A8Linear(torch.nn.Module):
             return bias
         if torch.compiler.is_compiling():
             return bias.to(dtype)
-        key = (dtype, bias.data_ptr(), bias._version, bias.device)
+        # an inference tensor (a layer built under torch.inference_mode) has no version counter: it cannot change
+        key = (dtype, bias.data_ptr(), -1 if torch.is_inference(bias) else bias._version, bias.device)
         if self._bias_cast is None or self._bias_cast[0] != key:
             self._bias_cast = (key, bias.to(dtype))
         return self._bias_cast[1]

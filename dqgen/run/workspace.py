@@ -49,8 +49,8 @@ class GrowOnlyCounters(Generic[B]):
             return buf
         if self._capturing():
             raise RuntimeError(
-                f"w8a8 matmul: the split-K counters of GPU {ordinal} ({tiles} tiles) are allocated outside CUDA "
-                "graphs: call matmul once on this GPU before capturing"
+                f"w8a8 / w4a8 matmul: the split-K counters of GPU {ordinal} ({tiles} tiles) are allocated outside "
+                "CUDA graphs: call the op once on this GPU (with this shape) before capturing"
             )
         new = self._zeros(ordinal, max(tiles, MIN_COUNTERS))
         if buf is not None:

@@ -94,8 +94,8 @@ def check_inputs(
             raise ValueError(f"{name}: expected a CUDA tensor, got device {t.device}")
         if t.device != x_q.device:
             raise ValueError(f"{name}: expected x_q's device {x_q.device}, got {t.device}")
-    for name, t in (("w_q", w_q), ("w_scale", w_scale), ("w_zeros", w_zeros)):
-        if t is not None and not t.is_contiguous():  # the kernel streams them as laid out
+    for name, t in (("w_q", w_q), ("w_scale", w_scale), ("w_zeros", w_zeros), ("bias", bias)):
+        if t is not None and not t.is_contiguous():  # the kernel streams them as laid out (the bias: N in a row)
             raise ValueError(f"{name}: expected a contiguous tensor (the W4A8 layout), got strides {list(t.stride())}")
     return k, n
 
@@ -190,8 +190,9 @@ def _call(
         key = (
             x_q.shape, x_q.stride(), x_q.dtype, x_q.get_device(), not x_q.data_ptr() % 16,
             x_scale.shape, x_scale.stride(), x_scale.dtype, x_scale.get_device(),
-            w_q.data_ptr(), w_q.shape, w_q.dtype, w_scale.data_ptr(), w_scale.shape, w_scale.dtype,
-            None if w_zeros is None else (w_zeros.data_ptr(), w_zeros.shape, w_zeros.dtype),
+            w_q.data_ptr(), w_q.shape, w_q.stride(), w_q.dtype,
+            w_scale.data_ptr(), w_scale.shape, w_scale.stride(), w_scale.dtype,
+            None if w_zeros is None else (w_zeros.data_ptr(), w_zeros.shape, w_zeros.stride(), w_zeros.dtype),
             None if bias is None else (bias.data_ptr(), bias.shape, bias.stride(), bias.dtype),
             out_dtype, _ident(),
         )  # fmt: skip
