@@ -66,7 +66,7 @@ def test_growing_keeps_every_outgrown_buffer_alive() -> None:
 def test_no_allocation_while_capturing() -> None:
     c, alloc = _counters()
     alloc.capturing = True
-    with pytest.raises(RuntimeError, match=r"^w8a8 matmul: the split-K counters of GPU 2 \(7 tiles\)") as info:
+    with pytest.raises(RuntimeError, match=r"^w8a8 / w4a8 matmul: the split-K counters of GPU 2 \(7 tiles\)") as info:
         c.get(2, 7)
     assert "\n" not in str(info.value) and alloc.made == [] and c.current == {}
     alloc.capturing = False
