@@ -18,6 +18,8 @@ import pytest
 from dqgen.emit.render import template_env
 from dqgen.run.gemm90 import Plan90
 
+from .hopper_plans import accepted_small_plans
+
 GXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(GXX is None, reason="needs g++ to compile the schedule for the host")
 
@@ -106,20 +108,10 @@ def _run(walk: Any, plan: Plan90) -> None:
 
 
 def test_the_rendered_schedule_runs_every_plan_check_accepts(walk: Any) -> None:
-    accepted = 0
-    for tiles in range(1, 6):
-        for k_tiles in range(1, 5):
-            for ctas in range(1, 9):
-                for whole in range(tiles + 1):
-                    for q in range(1, ctas + 1):
-                        plan = Plan90(tiles, ctas, k_tiles, whole, q)
-                        try:
-                            plan.check()
-                        except ValueError:
-                            continue
-                        _run(walk, plan)
-                        accepted += 1
-    assert accepted > 1000
+    plans = list(accepted_small_plans())
+    assert len(plans) > 1000
+    for plan in plans:
+        _run(walk, plan)
     # the plans plan_for makes on the H100 (132 SMs): a split tail of 60 tiles in halves, stream-K pieces of a grid
     for plan in (Plan90(192, 132, 32, 132, 120), Plan90(300, 132, 64, 264, 108), Plan90(48, 96, 32, 0, 96)):
         plan.check()

@@ -15,6 +15,7 @@ from dqgen.emit.nvrtc import compile_source
 from dqgen.emit.sass import disassemble
 from dqgen.kernels.w8a8_gemm90 import SWAP_MAX_M90, W8A8Gemm90Config, all_configs, choose_w8a8_gemm90
 
+from .hopper_plans import accepted_small_plans
 from .kernel_signature import C_WIDTHS, entry_params
 
 CONFIGS = [c for elem in ("s8", "e4m3") for out in ("f16", "bf16", "acc") for c in all_configs(elem, out)]
@@ -201,25 +202,16 @@ def test_every_plan_check_accepts_runs_each_unit_once_and_stores_each_tile() -> 
 
     with pytest.raises(ValueError, match="split_ctas 4 exceed the 2"):
         Plan90(3, 4, 2, 2, 4).check()
-    accepted = 0
-    for tiles in range(1, 6):
-        for k_tiles in range(1, 5):
-            for ctas in range(1, 9):
-                for whole in range(tiles + 1):
-                    for q in range(1, ctas + 1):
-                        plan = Plan90(tiles, ctas, k_tiles, whole, q)
-                        try:
-                            plan.check()
-                        except ValueError:
-                            continue
-                        accepted += 1
-                        runs = _units_of(plan)
-                        every = sorted(u for us in runs.values() for u in us)
-                        assert every == [(t, kt) for t in range(tiles) for kt in range(k_tiles)], plan
-                        sk = (tiles - whole) * k_tiles
-                        for t in range(whole, tiles):
-                            first = (t - whole) * k_tiles
-                            c0, c1 = ((first + 1) * q - 1) // sk, ((first + k_tiles) * q - 1) // sk  # owner()
-                            holders = sorted({c for c, us in runs.items() if any(u[0] == t for u in us)})
-                            assert holders == list(range(c0, c1 + 1)), plan
-    assert accepted > 1000
+    plans = list(accepted_small_plans())
+    assert len(plans) > 1000
+    for plan in plans:
+        tiles, _, k_tiles, whole, q = plan
+        runs = _units_of(plan)
+        every = sorted(u for us in runs.values() for u in us)
+        assert every == [(t, kt) for t in range(tiles) for kt in range(k_tiles)], plan
+        sk = (tiles - whole) * k_tiles
+        for t in range(whole, tiles):
+            first = (t - whole) * k_tiles
+            c0, c1 = ((first + 1) * q - 1) // sk, ((first + k_tiles) * q - 1) // sk  # owner()
+            holders = sorted({c for c, us in runs.items() if any(u[0] == t for u in us)})
+            assert holders == list(range(c0, c1 + 1)), plan

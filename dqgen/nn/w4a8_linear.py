@@ -117,14 +117,7 @@ class W4A8Linear(torch.nn.Module):
             and not bool((torch.isfinite(smooth) & (smooth > 0)).all())
         ):
             raise ValueError("smooth: expected positive finite smoothing factors (x is divided by them)")
-        if (
-            isinstance(group_size, bool)
-            or not isinstance(group_size, int)
-            or not (group_size == -1 or (group_size > 0 and group_size % RESCALE_K == 0 and k % group_size == 0))
-        ):
-            raise ValueError(
-                f"group_size: expected -1 or a multiple of {RESCALE_K} dividing K = {k}, got {group_size!r}"
-            )
+        _check_group_size(group_size, k)
         self.group_size = group_size  # what the scales were made with (the layout holds one scale per 128-k tile)
         self.register_buffer("w_q", w_q.contiguous())
         self.register_buffer("w_scale", w_scale.contiguous())
@@ -185,14 +178,7 @@ class W4A8Linear(torch.nn.Module):
                 f"linear: in_features {k} and out_features {n}; W4A8 needs K a multiple of {RESCALE_K} and N of "
                 f"{W4A8_TILE_N}"
             )
-        if (
-            isinstance(group_size, bool)
-            or not isinstance(group_size, int)
-            or not (group_size == -1 or (group_size > 0 and group_size % RESCALE_K == 0 and k % group_size == 0))
-        ):
-            raise ValueError(
-                f"group_size: expected -1 or a multiple of {RESCALE_K} dividing K = {k}, got {group_size!r}"
-            )
+        _check_group_size(group_size, k)
         if act_absmax is not None and smooth is not None:
             raise ValueError("smooth: give either act_absmax (calibration) or smooth (the factors), not both")
         weight = linear.weight.detach().float()
@@ -340,6 +326,16 @@ class W4A8Linear(torch.nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, group_size={group}, "
             f"zero_point={self.w_zeros is not None}, smoothed={self.smooth is not None}, bias={self.bias is not None}"
         )
+
+
+def _check_group_size(group_size: object, k: int) -> None:
+    """-1 (per channel) or a multiple of the 128-k rescale tile dividing K: one scale per 128-k tile holds it."""
+    if (
+        isinstance(group_size, bool)
+        or not isinstance(group_size, int)
+        or not (group_size == -1 or (group_size > 0 and group_size % RESCALE_K == 0 and k % group_size == 0))
+    ):
+        raise ValueError(f"group_size: expected -1 or a multiple of {RESCALE_K} dividing K = {k}, got {group_size!r}")
 
 
 def _arrays(packed: W4A8Packed) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
