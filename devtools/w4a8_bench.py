@@ -12,6 +12,41 @@ import argparse
 import json
 
 
+def graph_us(fn: object) -> float:
+    """The call captured in a CUDA graph and its replays timed after an L2 flush, median µs (what servers run: no
+    host time in it)."""
+    import torch
+    import triton.testing as tt
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()  # type: ignore[operator]
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()  # type: ignore[operator]
+    return float(tt.do_bench(graph.replay, warmup=10, rep=50, return_mode="median")) * 1e3
+
+
+def random_w4a8(k: int, n: int) -> object:
+    """An AWQ-style int4 g128 weight with zero points, random codes, scales and zeros (seeded by the shape), packed
+    for the W4A8 GEMM."""
+    import numpy as np
+
+    from dqgen.core.spec import load_spec
+    from dqgen.layout.layout import Layout
+    from dqgen.w8a8.w4a8 import pack_w4a8_weight
+
+    spec = load_spec("awq_int4_s8")
+    lay = Layout.of(spec)
+    rng = np.random.default_rng(k + n)
+    codes = rng.integers(0, 16, (k, n)).astype(np.uint8)
+    s16 = (rng.uniform(0.5, 2, (k // 128, n)) * 1e-2).astype(np.float16)
+    z = rng.integers(0, 16, (k // 128, n)).astype(np.uint8)
+    return pack_w4a8_weight(spec, lay.pack_fields(codes), s16, lay.pack_fields(z, lay.zero_order, "N"), 128)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="8192x28672,28672x8192,4096x14336")
@@ -19,41 +54,18 @@ def main() -> None:
     ap.add_argument("--out", default="")
     args = ap.parse_args()
 
-    import numpy as np
     import torch
-    import triton.testing as tt
 
-    from dqgen.core.spec import load_spec
-    from dqgen.layout.layout import Layout
     from dqgen.nn import QuantLinear
     from dqgen.tools.bench import copy_bandwidth
     from dqgen.w8a8 import matmul, quantize_weight
-    from dqgen.w8a8.w4a8 import pack_w4a8_weight, w4a8_matmul
-
-    def bench(fn: object) -> float:
-        """The call captured in a CUDA graph and its replays timed (what servers run; no host time in it: the W4A8
-        launch is not cached per call yet)."""
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            fn()  # type: ignore[operator]
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()  # type: ignore[operator]
-        return float(tt.do_bench(graph.replay, warmup=10, rep=50, return_mode="median")) * 1e3
+    from dqgen.w8a8.w4a8 import w4a8_matmul
 
     copy = copy_bandwidth()
     rows = []
-    spec = load_spec("awq_int4_s8")
-    lay = Layout.of(spec)
     for shape in args.shapes.split(","):
         k, n = map(int, shape.split("x"))
-        rng = np.random.default_rng(k + n)
-        codes = rng.integers(0, 16, (k, n)).astype(np.uint8)
-        s16 = (rng.uniform(0.5, 2, (k // 128, n)) * 1e-2).astype(np.float16)
-        z = rng.integers(0, 16, (k // 128, n)).astype(np.uint8)
-        w4 = pack_w4a8_weight(spec, lay.pack_fields(codes), s16, lay.pack_fields(z, lay.zero_order, "N"), 128)
+        w4 = random_w4a8(k, n)
         dense = torch.nn.Linear(k, n, bias=False, dtype=torch.float16, device="cuda")
         q16 = QuantLinear.from_linear(dense, "awq_int4_fp16", group_size=128)
         w8, ws8 = quantize_weight(dense.weight, "int8")
@@ -72,7 +84,7 @@ def main() -> None:
                 impls["torch._int_mm"] = lambda: torch._int_mm(xq, w8.t())  # noqa: B023
             line = [f"{k}x{n} M={m:5d} floor {floor:6.1f}"]
             for name, fn in impls.items():
-                us = bench(fn)
+                us = graph_us(fn)
                 rows.append({"impl": name, "K": k, "N": n, "M": m, "us": round(us, 2), "floor_us": round(floor, 2)})
                 line.append(f"{name} {us:8.1f}")
             print(" | ".join(line), flush=True)

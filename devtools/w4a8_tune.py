@@ -29,44 +29,24 @@ def main() -> None:
     ap.add_argument("--out", default="")
     args = ap.parse_args()
 
-    import numpy as np
     import torch
-    import triton.testing as tt
+    from w4a8_bench import graph_us, random_w4a8  # devtools/ (this script's folder, first on sys.path)
 
-    from dqgen.core.spec import load_spec
     from dqgen.kernels.w4a8_gemm90 import W4A8Tile
-    from dqgen.layout.layout import Layout
-    from dqgen.w8a8.w4a8 import pack_w4a8_weight, w4a8_matmul
+    from dqgen.w8a8.w4a8 import w4a8_matmul
 
     tiles = [W4A8Tile(*parse_tile(tag)) for tag in args.tiles.split(",")]
 
-    def bench(fn: object) -> float:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            fn()  # type: ignore[operator]
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()  # type: ignore[operator]
-        return float(tt.do_bench(graph.replay, warmup=10, rep=50, return_mode="median")) * 1e3
-
     rows = []
-    spec = load_spec("awq_int4_s8")
-    lay = Layout.of(spec)
     for shape in args.shapes.split(","):
         k, n = map(int, shape.split("x"))
-        rng = np.random.default_rng(k + n)
-        codes = rng.integers(0, 16, (k, n)).astype(np.uint8)
-        s16 = (rng.uniform(0.5, 2, (k // 128, n)) * 1e-2).astype(np.float16)
-        z = rng.integers(0, 16, (k // 128, n)).astype(np.uint8)
-        w4 = pack_w4a8_weight(spec, lay.pack_fields(codes), s16, lay.pack_fields(z, lay.zero_order, "N"), 128)
+        w4 = random_w4a8(k, n)
         for m in map(int, args.ms.split(",")):
             xq = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda")
             xs = torch.rand(m, device="cuda") * 1e-2
             line = [f"{k}x{n} M={m:5d}"]
             for t in tiles:
-                us = bench(lambda: w4a8_matmul(xq, xs, w4, tile=t))  # noqa: B023
+                us = graph_us(lambda: w4a8_matmul(xq, xs, w4, tile=t))  # noqa: B023
                 rows.append({"tile": t.tag, "K": k, "N": n, "M": m, "us": round(us, 2)})
                 line.append(f"{t.tag} {us:7.1f}")
             print(" | ".join(line), flush=True)

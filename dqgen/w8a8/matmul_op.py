@@ -40,6 +40,20 @@ def _zeroed_counters(ordinal: int, n: int) -> torch.Tensor:
 _COUNTERS: GrowOnlyCounters[torch.Tensor] = GrowOnlyCounters(_zeroed_counters, torch.cuda.is_current_stream_capturing)
 
 
+def check_epilogue_inputs(x_scale: Any, m: Any, bias: Any, n: int, out_dtype: Any) -> None:
+    """The per-token scales [M], the bias [N] and the output dtype both W8A8 and W4A8 matmuls take: a one-line
+    ValueError naming the argument (M may be symbolic under torch.compile: compared, not specialized)."""
+    if x_scale.dtype != torch.float32 or tuple(x_scale.shape) != (m,):
+        raise ValueError(f"x_scale: expected float32 [M={m}], got {x_scale.dtype} {list(x_scale.shape)}")
+    if not isinstance(out_dtype, torch.dtype) or out_dtype not in _OUTS:
+        raise ValueError(f"out_dtype: expected torch.float16 or torch.bfloat16, got {out_dtype}")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise ValueError(f"bias: expected a tensor [N] or None, got {type(bias).__name__}")
+        if bias.dtype != out_dtype or tuple(bias.shape) != (n,):
+            raise ValueError(f"bias: expected {out_dtype} [N={n}], got {bias.dtype} {list(bias.shape)}")
+
+
 def check_inputs(x_q: Any, x_scale: Any, w: Any, w_scale: Any, bias: Any, out_dtype: Any) -> None:
     """Raise a one-line ValueError naming the bad argument; nothing has run yet."""
     for name, t in (("x_q", x_q), ("x_scale", x_scale), ("w", w), ("w_scale", w_scale)):
@@ -57,17 +71,9 @@ def check_inputs(x_q: Any, x_scale: Any, w: Any, w_scale: Any, bias: Any, out_dt
     n = w.shape[0]
     if x_q.dtype == torch.int8 and k > MAX_K_S8:
         raise ValueError(f"x_q: K = {k} exceeds {MAX_K_S8}, where int32 accumulation of int8 products could wrap")
-    if x_scale.dtype != torch.float32 or tuple(x_scale.shape) != (m,):
-        raise ValueError(f"x_scale: expected float32 [M={m}], got {x_scale.dtype} {list(x_scale.shape)}")
     if w_scale.dtype != torch.float32 or tuple(w_scale.shape) != (n,):
         raise ValueError(f"w_scale: expected float32 [N={n}], got {w_scale.dtype} {list(w_scale.shape)}")
-    if not isinstance(out_dtype, torch.dtype) or out_dtype not in _OUTS:
-        raise ValueError(f"out_dtype: expected torch.float16 or torch.bfloat16, got {out_dtype}")
-    if bias is not None:
-        if not isinstance(bias, torch.Tensor):
-            raise ValueError(f"bias: expected a tensor [N] or None, got {type(bias).__name__}")
-        if bias.dtype != out_dtype or tuple(bias.shape) != (n,):
-            raise ValueError(f"bias: expected {out_dtype} [N={n}], got {bias.dtype} {list(bias.shape)}")
+    check_epilogue_inputs(x_scale, m, bias, n, out_dtype)
     for name, t in (("x_q", x_q), ("x_scale", x_scale), ("w", w), ("w_scale", w_scale), ("bias", bias)):
         if t is not None and t.device.type != "cuda":
             raise ValueError(f"{name}: expected a CUDA tensor, got device {t.device}")

@@ -31,7 +31,7 @@ from ..run.bound_x import BoundPerX, launch_patched, markers
 from ..run.calls import CALLS_MAX, remember
 from ..run.loader import load
 from .gemm90 import operand_map
-from .matmul_op import _counters
+from .matmul_op import _counters, check_epilogue_inputs
 from .w4a8 import PARAMS, choose_splits
 
 _OUTS: dict[torch.dtype, W4A8Out] = {torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -76,16 +76,7 @@ def check_inputs(
             raise ValueError(f"w_zeros: expected int32 {list(w_scale.shape)} (w_scale's shape), got {got}")
     if x_q.dtype != torch.int8 or x_q.dim() != 2 or x_q.shape[1] != k:
         raise ValueError(f"x_q: expected int8 [M, K={k}], got {x_q.dtype} {list(x_q.shape)}")
-    m = x_q.shape[0]  # symbolic under torch.compile: compared, not specialized
-    if x_scale.dtype != torch.float32 or tuple(x_scale.shape) != (m,):
-        raise ValueError(f"x_scale: expected float32 [M={m}], got {x_scale.dtype} {list(x_scale.shape)}")
-    if not isinstance(out_dtype, torch.dtype) or out_dtype not in _OUTS:
-        raise ValueError(f"out_dtype: expected torch.float16 or torch.bfloat16, got {out_dtype}")
-    if bias is not None:
-        if not isinstance(bias, torch.Tensor):
-            raise ValueError(f"bias: expected a tensor [N] or None, got {type(bias).__name__}")
-        if bias.dtype != out_dtype or tuple(bias.shape) != (n,):
-            raise ValueError(f"bias: expected {out_dtype} [N={n}], got {bias.dtype} {list(bias.shape)}")
+    check_epilogue_inputs(x_scale, x_q.shape[0], bias, n, out_dtype)  # M symbolic under torch.compile
     named = (("x_q", x_q), ("x_scale", x_scale), ("w_q", w_q), ("w_scale", w_scale), ("w_zeros", w_zeros))
     for name, t in (*named, ("bias", bias)):
         if t is None:
