@@ -22,6 +22,11 @@ Hold = Literal["f32", "raw"]
 #: row; aligned and at most MAX_CACHED_SMOOTH vectors a thread), in shared memory (K floats, once per block;
 #: aligned), or computed from s for every element (any variant).
 SmoothIn = Literal["regs", "smem", "rcp"]
+#: The op that makes x, fused in front of the quantizer so that x never goes to memory in its float form (the
+#: producers of a Llama layer's linears' inputs): "rmsnorm" (HF LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), cast to
+#: x's dtype, times the weight gamma in x's dtype) and "silu_mul" (HF LlamaMLP's act_fn(gate) * up, from the
+#: merged gate / up projection's output: gate the first K columns of a row, up the next K).
+Prologue = Literal["none", "rmsnorm", "silu_mul"]
 
 #: The codes' range, from the registry's signed 8-bit integer format: the clamp, and max|x| / qmax as the scale.
 _CODES = integer(8, signed=True)
@@ -58,11 +63,12 @@ class ActQuantConfig(KernelConfig):
     aligned: bool
     hold: Hold = "raw"
     smooth_in: SmoothIn = "rcp"
+    prologue: Prologue = "none"
 
     def __post_init__(self) -> None:
         # one config per kernel: a static scale holds no row between a max and its codes, and without smoothing
         # there are no reciprocals to place, so those fields take one value (the source and the name ignore them)
-        if self.static:
+        if self.static or self.prologue != "none":  # a producer's row is held raw and made again for its codes
             object.__setattr__(self, "hold", "raw")
         if not self.smooth:
             object.__setattr__(self, "smooth_in", "rcp")
@@ -70,8 +76,9 @@ class ActQuantConfig(KernelConfig):
     @property
     def name(self) -> str:
         sm = f"_s{self.smooth}{self.smooth_in}" if self.smooth else ""
+        pro = {"none": "", "rmsnorm": "_rms", "silu_mul": "_silu"}[self.prologue]
         mode = "static" if self.static else f"dyn{self.hold}"
-        return f"dqgen_act_quant_{self.dtype}_k{self.k}{sm}_{mode}_{'a' if self.aligned else 'u'}"
+        return f"dqgen_act_quant_{self.dtype}_k{self.k}{pro}{sm}_{mode}_{'a' if self.aligned else 'u'}"
 
     @property
     def threads(self) -> int:
@@ -128,9 +135,12 @@ def choose_act_quant(
     rows: int,
     hold: Hold | None = None,
     smooth_in: SmoothIn | None = None,
+    prologue: Prologue = "none",
 ) -> ActQuantConfig:
     """The variant a call on ``rows`` rows runs (``hold`` / ``smooth_in`` override the defaults where the variant
     allows them: "regs" falls back to "smem", "smem" to "rcp")."""
+    if prologue != "none":
+        return ActQuantConfig(dtype, k, None, False, aligned, hold or DEFAULT_HOLD, "rcp", prologue)
     base = ActQuantConfig(dtype, k, smooth, static, aligned)
     if smooth_in is None:
         smooth_in = "smem" if rows >= SMEM_MIN_ROWS else "regs"
@@ -150,6 +160,13 @@ def _context(v: ActQuantConfig) -> dict[str, Any]:
         raise ValueError(f"smooth_in={v.smooth_in!r} needs the aligned variant")
     if v.inv_s_in == "regs" and v.chunks > MAX_CACHED_SMOOTH:
         raise ValueError(f"smooth_in='regs': at most {MAX_CACHED_SMOOTH} vectors a thread, K={v.k} has {v.chunks}")
+    if v.prologue != "none":
+        # the producer's output is quantized per row as it is made: no static scale, smoothing folded into the
+        # producer's weight (gamma / s) or the weight of the linear before it, 16-byte vectors only
+        if v.static or v.smooth:
+            raise ValueError(f"prologue={v.prologue!r}: takes a dynamic scale and no smoothing factors")
+        if not v.aligned:
+            raise ValueError(f"prologue={v.prologue!r}: needs the aligned variant (K a multiple of 8, 16-byte rows)")
     if v.static:
         cache_doc = "converted as it streams"
     elif v.cache == v.chunks:
@@ -158,9 +175,11 @@ def _context(v: ActQuantConfig) -> dict[str, Any]:
         cache_doc = f"{v.cache} of {v.chunks} vectors held in registers ({v.hold}), the rest read again"
     mode = "static scale" if v.static else "dynamic per-row scale"
     smooth = f", smoothing factors {v.smooth} (reciprocals: {v.smooth_in})" if v.smooth else ""
+    pro = {"none": "", "rmsnorm": "RMSNorm then ", "silu_mul": "SiLU(gate) * up then "}[v.prologue]
     return dict(
         name=v.name,
-        summary=f"{v.dtype}, K = {v.k}, {mode}{smooth}",
+        summary=f"{pro}{v.dtype}, K = {v.k}, {mode}{smooth}",
+        prologue=v.prologue,
         dtype=v.dtype,
         k=v.k,
         smooth=v.smooth or "",

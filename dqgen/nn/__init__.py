@@ -6,12 +6,16 @@ from ..core.optional import require_torch
 from .quantize import quantize
 
 __all__ = [
+    "W8A8MLP",
     "QuantLinear",
+    "QuantizedActivation",
     "W4A8Linear",
     "W8A8Linear",
+    "W8A8RMSNorm",
     "from_pretrained",
     "quantize",
     "quantize_model",
+    "quantize_model_w8a8",
     "replace_linears",
     "save_quantized",
 ]
@@ -44,6 +48,16 @@ def __getattr__(name: str) -> object:
         from .w8a8_linear import W8A8Linear
 
         return W8A8Linear
+    if name in ("W8A8MLP", "W8A8RMSNorm", "quantize_model_w8a8"):
+        require_torch(f"dqgen.nn.{name}")
+        from . import w8a8_model
+
+        return getattr(w8a8_model, name)
+    if name == "QuantizedActivation":
+        require_torch("dqgen.nn.QuantizedActivation")
+        from .quantized_activation import QuantizedActivation
+
+        return QuantizedActivation
     if name in ("from_pretrained", "replace_linears"):
         require_torch(f"dqgen.nn.{name}")
         from . import load

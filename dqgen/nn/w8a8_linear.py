@@ -19,6 +19,7 @@ from ..w8a8.gemm_reference import WeightKind
 from ..w8a8.matmul_op import matmul, quantize_activations_fp8
 from ..w8a8.op import quantize_activations
 from .buffers import move_buffers
+from .quantized_activation import QuantizedActivation
 
 #: Start of each part of a forward's scratch buffer, in bytes: a multiple of 256 (the GEMM's cp.async and the
 #: quantizer's vector stores need 16; torch's own allocations start on 512).
@@ -127,6 +128,8 @@ class W8A8Linear(torch.nn.Module):
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if type(x) is QuantizedActivation:  # quantized by the op that made it (W8A8RMSNorm): the codes as they are
+            return self.forward_quantized(x.q, x.scale, x.dtype)
         compiling = torch.compiler.is_compiling()
         if not compiling:
             y = self._forward_hit(x)
@@ -144,6 +147,22 @@ class W8A8Linear(torch.nn.Module):
         if not compiling:
             self._remember(x, x2, q, s, bias, y)
         return y.reshape(*x.shape[:-1], self.out_features)
+
+    def forward_quantized(self, q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """y [..., N] in ``dtype`` of an input already quantized per token: q int8 [..., K], scale float32 [...]
+        (the fused producers' outputs: dqgen.w8a8.rmsnorm_quantize, silu_mul_quantize). An fp8 or a smoothed layer
+        cannot take them (its input must be quantized its own way): one-line error."""
+        if self.kind != "int8":
+            raise ValueError("x: int8 codes quantized upstream reach an fp8 layer (it takes e4m3 activations)")
+        if self.smooth is not None:
+            raise ValueError(
+                "x: codes quantized upstream reach a smoothed layer; fold its smoothing factors into the producer"
+            )
+        if q.shape[-1] != self.in_features:
+            raise ValueError(f"x: expected last dimension {self.in_features} (in_features), got {list(q.shape)}")
+        bias = None if self.bias is None else self.bias.to(dtype)
+        y = matmul(q.reshape(-1, self.in_features), scale.reshape(-1), self.weight, self.weight_scale, bias, dtype)
+        return y.reshape(*q.shape[:-1], self.out_features)
 
     def _forward_hit(self, x: torch.Tensor) -> torch.Tensor | None:
         """The forward of a signature checked before (the quantizer's and the GEMM's launches with this call's

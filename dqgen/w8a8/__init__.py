@@ -18,6 +18,8 @@ __all__ = [
     "quantize_activations",
     "quantize_weight",
     "reference",
+    "rmsnorm_quantize",
+    "silu_mul_quantize",
     "smooth_factors",
     "smooth_linear",
 ]
@@ -42,6 +44,11 @@ def __getattr__(name: str) -> object:
         from .op import quantize_activations
 
         return quantize_activations
+    if name in ("rmsnorm_quantize", "silu_mul_quantize"):
+        require_torch(f"dqgen.w8a8.{name}")
+        from . import producer_op
+
+        return getattr(producer_op, name)
     if name == "matmul":
         require_torch("dqgen.w8a8.matmul")
         from .matmul_op import matmul

@@ -25,6 +25,8 @@ KN: tuple[tuple[int, int], ...] = ((4096, 6144), (4096, 28672), (14336, 4096), (
 MS: tuple[int, ...] = (1, 16, 64, 256, 1024, 4096)
 #: W4A8 is timed at decode (M <= 16, against the W4A16 path) and prefill (M >= 128, against W4A16 and int8 W8A8).
 W4A8_SMALL_M, W4A8_LARGE_M = 16, 128
+#: The fused RMSNorm's epsilon (Llama-3's rms_norm_eps).
+EPS = 1e-5
 DEFAULT_OUT = Path("docs/bench/w8a8.json")
 
 
@@ -109,6 +111,7 @@ def run(kn: Sequence[tuple[int, int]] = KN, ms: Sequence[int] = MS, out: Path | 
     from .bench import copy_gbps
     from .matmul_op import matmul, quantize_activations_fp8, quantize_weight
     from .op import quantize_activations
+    from .producer_op import rmsnorm_quantize, silu_mul_quantize
 
     copy = copy_gbps(single_call_us)
     fp8 = torch.cuda.get_device_capability() >= (8, 9)
@@ -151,6 +154,20 @@ def run(kn: Sequence[tuple[int, int]] = KN, ms: Sequence[int] = MS, out: Path | 
         def dense(x16: Any) -> Any:
             return x16 @ w16.T
 
+        gamma = (1 + 0.1 * torch.randn(k, device="cuda", generator=g)).half()
+
+        def rms_norm(x16: Any) -> Any:
+            return torch.nn.functional.rms_norm(x16, (k,), gamma, EPS)
+
+        def norm_then_gemm(x16: Any) -> Any:
+            return matmul(*rmsnorm_quantize(x16, gamma, EPS), w, ws)
+
+        def silu_mul(gate_up: Any) -> Any:
+            return torch.nn.functional.silu(gate_up[:, :k]) * gate_up[:, k:]
+
+        def silu_then_gemm(gate_up: Any) -> Any:
+            return matmul(*silu_mul_quantize(gate_up), w, ws)
+
         w4 = w8_of_w4 = ws_tiles = None
         if w4a8:
             from .w4a8_op import w4a8_matmul
@@ -163,6 +180,14 @@ def run(kn: Sequence[tuple[int, int]] = KN, ms: Sequence[int] = MS, out: Path | 
             y = matmul(x, xs, w, ws)
             record("dqgen int8", m, k, n, functools.partial(matmul, x, xs, w, ws), _exact_int(y, x, xs, w, ws))
             record("dqgen quantize + int8", m, k, n, functools.partial(quantize_then_gemm, x16), None)
+            # the quantizer fused into the op that makes x (issue 24): the RMSNorm before q / k / v / gate / up, the
+            # SiLU-and-mul before down; beside them the fp16 producer a model runs without W8A8
+            record("torch rms_norm (fp16)", m, k, n, functools.partial(rms_norm, x16), None)
+            record("dqgen rmsnorm_quantize", m, k, n, functools.partial(rmsnorm_quantize, x16, gamma, EPS), None)
+            record("dqgen rmsnorm_quantize + int8", m, k, n, functools.partial(norm_then_gemm, x16), None)
+            gate_up = torch.randn(m, 2 * k, device="cuda", generator=g).half()
+            record("torch silu * mul (fp16)", m, k, n, functools.partial(silu_mul, gate_up), None)
+            record("dqgen silu_mul_quantize + int8", m, k, n, functools.partial(silu_then_gemm, gate_up), None)
             record("torch._int_mm", m, k, n, functools.partial(torch._int_mm, x, wt), None)
             record("torch._int_mm + scaling", m, k, n, functools.partial(int_mm_scaled, x, xs), None)
             if fp8:

@@ -31,6 +31,7 @@ class ActQuantKernel:
         self.max_blocks = per_sm * dev.sm_count(device)
         # the argument types, in order: the launch packs typed numpy scalars (dqgen.run.device.pack_args)
         types: list[type] = [np.uint64, np.int64]
+        types += [np.uint64, np.float32] if v.prologue == "rmsnorm" else []  # gamma, eps
         types += [np.uint64] if v.smooth else []
         types += [np.float32] if v.static else []
         self._types = [*types, np.uint64, np.uint64, np.int32]
@@ -45,8 +46,11 @@ class ActQuantKernel:
         q_ptr: int,
         scale_ptr: int,
         stream: int,
+        *,
+        gamma_ptr: int | None = None,
+        eps: float = 0.0,
     ) -> None:
-        blocks, args = self._args(x_ptr, x_stride, rows, smooth_ptr, scale, q_ptr, scale_ptr)
+        blocks, args = self._args(x_ptr, x_stride, rows, smooth_ptr, scale, q_ptr, scale_ptr, gamma_ptr, eps)
         self._kernel((blocks,), (self.variant.threads,), args, stream=stream, shared_mem=self.variant.shared_bytes)
 
     def bind(
@@ -58,9 +62,12 @@ class ActQuantKernel:
         scale: float | None,
         q_ptr: int,
         scale_ptr: int,
+        *,
+        gamma_ptr: int | None = None,
+        eps: float = 0.0,
     ) -> dev.BoundLaunch:
         """The launch with these arguments packed once: calling it (with a stream) costs one cuLaunchKernel."""
-        blocks, args = self._args(x_ptr, x_stride, rows, smooth_ptr, scale, q_ptr, scale_ptr)
+        blocks, args = self._args(x_ptr, x_stride, rows, smooth_ptr, scale, q_ptr, scale_ptr, gamma_ptr, eps)
         return self._kernel.bind((blocks,), (self.variant.threads,), args, shared_mem=self.variant.shared_bytes)
 
     def _args(
@@ -72,9 +79,15 @@ class ActQuantKernel:
         scale: float | None,
         q_ptr: int,
         scale_ptr: int,
+        gamma_ptr: int | None,
+        eps: float,
     ) -> tuple[int, list[Any]]:
         v = self.variant
         values: list[Any] = [x_ptr, x_stride]
+        if v.prologue == "rmsnorm":
+            if gamma_ptr is None:
+                raise ValueError("gamma: this kernel variant was compiled for an RMSNorm prologue, got None")
+            values += [gamma_ptr, eps]
         if v.smooth:
             if smooth_ptr is None:
                 raise ValueError("smooth: this kernel variant was compiled for smoothing factors, got None")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..kernels.act_quant import Hold, SmoothDtype, SmoothIn, XDtype, choose_act_quant
+from ..kernels.act_quant import Hold, Prologue, SmoothDtype, SmoothIn, XDtype, choose_act_quant
 from ..run import device as dev
 from ..run.calls import CALLS_MAX, remember
 from .kernel import loaded
@@ -60,9 +60,31 @@ def check_inputs(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | No
 
 
 def _inputs_aligned(x: torch.Tensor, smooth: torch.Tensor | None) -> bool:
-    """All of x's rows and smooth start on 16-byte boundaries and K is a whole number of 8-element vectors."""
+    """All of x's rows and smooth (or a producer's gamma) start on 16-byte boundaries and K is a whole number of
+    8-element vectors."""
     ok = x.shape[1] % 8 == 0 and x.data_ptr() % 16 == 0 and (x.shape[0] <= 1 or x.stride(0) % 8 == 0)
     return ok and (smooth is None or smooth.data_ptr() % 16 == 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Producer:
+    """The op fused in front of the quantizer (dqgen.kernels.act_quant.Prologue): "rmsnorm" with its weight
+    ``gamma`` [K] in x's dtype and ``eps``; "silu_mul" on x = [gate | up] (2K columns), no arguments."""
+
+    kind: Prologue
+    gamma: torch.Tensor | None = None
+    eps: float = 0.0
+
+    def out_k(self, x: torch.Tensor) -> int:
+        """Columns of the quantized output."""
+        return x.shape[1] // 2 if self.kind == "silu_mul" else x.shape[1]
+
+    def key(self) -> tuple:
+        g = self.gamma
+        return (self.kind, self.eps) if g is None else (self.kind, self.eps, g.data_ptr(), g.shape, g.dtype)
+
+
+_NO_PRODUCER = Producer("none")
 
 
 def _aligned(x: torch.Tensor, smooth: torch.Tensor | None, q: torch.Tensor) -> bool:
@@ -76,9 +98,10 @@ def _launch(
     scale: float | None,
     hold: Hold | None = None,
     smooth_in: SmoothIn | None = None,
+    producer: Producer = _NO_PRODUCER,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Allocate the outputs, pick the variant (``hold`` / ``smooth_in``: the bench's overrides) and launch."""
-    rows, k = x.shape
+    rows, k = x.shape[0], producer.out_k(x)
     q = torch.empty((rows, k), dtype=torch.int8, device=x.device)
     row_scale = torch.empty((rows,), dtype=torch.float32, device=x.device)
     if rows == 0:
@@ -91,14 +114,15 @@ def _launch(
         k,
         None if smooth is None else _S_DTYPES[smooth.dtype],
         scale is not None,
-        _aligned(x, smooth, q),
+        _aligned(x, producer.gamma if smooth is None else smooth, q),
         rows,
         hold,
         smooth_in,
+        producer.kind,
     )
     ordinal = x.device.index if x.device.index is not None else torch.cuda.current_device()
     kern = loaded(v, ordinal)
-    stride = x.stride(0) if rows > 1 else k
+    stride = x.stride(0) if rows > 1 else x.shape[1]
     stream = torch.cuda.current_stream(x.device).cuda_stream
     kern(
         x.data_ptr(),
@@ -109,6 +133,8 @@ def _launch(
         q.data_ptr(),
         row_scale.data_ptr(),
         stream,
+        gamma_ptr=None if producer.gamma is None else producer.gamma.data_ptr(),
+        eps=producer.eps,
     )
     return q, row_scale
 
@@ -165,39 +191,46 @@ _empty = torch.empty
 _int8, _float32 = torch.int8, torch.float32
 
 
-def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _call(
+    x: torch.Tensor,
+    smooth: torch.Tensor | None,
+    scale: float | None,
+    producer: Producer = _NO_PRODUCER,
+    check: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """An eager call through the signature cache. The key holds everything the checks and the bound launch depend
     on: x's shape, strides, dtype, device and pointer alignment (x's pointer itself is patched into the launch:
     in a model x is a new tensor every call), smooth's pointer, shape, strides, dtype and device, the static
     scale's value and the calling thread (the stream is read per call). A new signature is checked (the one-line
     errors) and planned first; empty inputs, and anything the key cannot be built from, take the checked _launch
-    every time."""
+    every time. A fused ``producer`` (its gamma's pointer and eps in the key) is checked by ``check(x, producer)``,
+    which the producer's op passes in place of check_inputs."""
     if scale is not None and type(scale) is not float:  # an int, or no number: checked, then keyed as the float
-        check_inputs(x, smooth, scale)
+        _check(check, x, smooth, scale, producer)
         scale = float(scale)
     try:
         key = (
             x.shape, x.stride(), x.dtype, x.get_device(), not x.data_ptr() % 16,
             None if smooth is None else (smooth.data_ptr(), smooth.shape, smooth.stride(), smooth.dtype,
                                          smooth.get_device()),
-            scale, _ident(),
+            scale, _ident(), producer.key(),
         )  # fmt: skip
         hit = _CALLS.get(key)
-    except (AttributeError, TypeError, RuntimeError):  # no tensors (or no storage): check_inputs names them
-        check_inputs(x, smooth, scale)
-        return _launch(x, smooth, scale)
+    except (AttributeError, TypeError, RuntimeError):  # no tensors (or no storage): the checks name them
+        _check(check, x, smooth, scale, producer)
+        return _launch(x, smooth, scale, producer=producer)
     if hit is None:
-        check_inputs(x, smooth, scale)
-        hit = plan(x, smooth, scale)
+        _check(check, x, smooth, scale, producer)
+        hit = plan(x, smooth, scale, producer)
         if hit is None:  # empty, or slots that cannot be told apart: the checked launch, every time
-            return _launch(x, smooth, scale)
+            return _launch(x, smooth, scale, producer=producer)
         remember(_CALLS, key, hit, CALLS_MAX)
     rows, k = hit.shape  # sizes passed as ints: torch parses them faster than a tuple (about 0.5 us a call)
     q = _empty(rows, k, dtype=_int8, device=hit.device)
     row_scale = _empty(rows, dtype=_float32, device=hit.device)
     q_ptr = q.data_ptr()
     if hit.aligned and q_ptr % 16:  # never from torch's allocator; the general variant then
-        return _launch(x, smooth, scale)
+        return _launch(x, smooth, scale, producer=producer)
     slots = hit.slots
     slots[hit.x_slot] = x.data_ptr()
     slots[hit.q_slot] = q_ptr
@@ -209,24 +242,35 @@ def _call(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> 
     return q, row_scale
 
 
-def plan(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> _Call | None:
+def _check(check: Any, x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None, producer: Producer) -> None:
+    """A new signature's checks: a producer's own (``check(x, producer)``), else check_inputs."""
+    if check is None:
+        check_inputs(x, smooth, scale)
+    else:
+        check(x, producer)
+
+
+def plan(
+    x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None, producer: Producer = _NO_PRODUCER
+) -> _Call | None:
     """The _Call of checked inputs: the variant (as _launch picks it for a 16-byte aligned q), its launch bound
     with x's pointer and those of outputs allocated here for the purpose (each call patches its own in), and the
     slot of each; None for an empty x, or where two of those pointers share a slot value (a patch could not tell
     them apart)."""
-    rows, k = x.shape
+    rows, k = x.shape[0], producer.out_k(x)
     if rows == 0 or k == 0:
         return None
-    aligned = _inputs_aligned(x, smooth)
+    aligned = _inputs_aligned(x, producer.gamma if smooth is None else smooth)
     s_dtype = None if smooth is None else _S_DTYPES[smooth.dtype]
-    v = choose_act_quant(_X_DTYPES[x.dtype], k, s_dtype, scale is not None, aligned, rows)
+    v = choose_act_quant(_X_DTYPES[x.dtype], k, s_dtype, scale is not None, aligned, rows, prologue=producer.kind)
     ordinal = x.device.index if x.device.index is not None else torch.cuda.current_device()
     q = torch.empty((rows, k), dtype=torch.int8, device=x.device)
     row_scale = torch.empty((rows,), dtype=torch.float32, device=x.device)
     pointers = (x.data_ptr(), q.data_ptr(), row_scale.data_ptr())
     fn = loaded(v, ordinal).bind(
-        pointers[0], x.stride(0) if rows > 1 else k, rows, None if smooth is None else smooth.data_ptr(), scale,
-        pointers[1], pointers[2],
+        pointers[0], x.stride(0) if rows > 1 else x.shape[1], rows, None if smooth is None else smooth.data_ptr(),
+        scale, pointers[1], pointers[2],
+        gamma_ptr=None if producer.gamma is None else producer.gamma.data_ptr(), eps=producer.eps,
     )  # fmt: skip
     x_slot, q_slot, scale_slot = (fn.slot_of(p) for p in pointers)
     if x_slot is None or q_slot is None or scale_slot is None:
