@@ -84,7 +84,7 @@ def test_silu_mul_quantize_is_within_one_code(rows: int, k: int, dtype: str) -> 
     from dqgen.w8a8 import silu_mul_quantize
 
     dt = getattr(torch, dtype)
-    gate_up = _x(rows, 2 * k, dt, seed=rows * k) / 4
+    gate_up = _x(rows, 2 * k, dt, seed=rows * k) / 64  # the huge row's SiLU(g) * u stays inside fp16
     q, scale = silu_mul_quantize(gate_up)
     want_q, want_scale = reference.dynamic(reference.silu_mul(_host(gate_up)))
     diff = np.abs(q.cpu().numpy().astype(np.int32) - want_q.astype(np.int32))

@@ -187,6 +187,7 @@ def run(kn: Sequence[tuple[int, int]] = KN, ms: Sequence[int] = MS, out: Path | 
             record("dqgen rmsnorm_quantize + int8", m, k, n, functools.partial(norm_then_gemm, x16), None)
             gate_up = torch.randn(m, 2 * k, device="cuda", generator=g).half()
             record("torch silu * mul (fp16)", m, k, n, functools.partial(silu_mul, gate_up), None)
+            record("dqgen silu_mul_quantize", m, k, n, functools.partial(silu_mul_quantize, gate_up), None)
             record("dqgen silu_mul_quantize + int8", m, k, n, functools.partial(silu_then_gemm, gate_up), None)
             record("torch._int_mm", m, k, n, functools.partial(torch._int_mm, x, wt), None)
             record("torch._int_mm + scaling", m, k, n, functools.partial(int_mm_scaled, x, xs), None)
