@@ -14,7 +14,7 @@ NVTX range named after the case), so ``ncu --profile-from-start off`` profiles t
     ncu --profile-from-start off --clock-control none --metrics "$(...)" --section WarpStateStats \\
         -o rep python devtools/w8a8_ncu.py profile     # GPU, under ncu
     python devtools/w8a8_ncu.py time [--out F.json]       # GPU, no ncu: each case's µs, a K sweep and decode variants
-    python devtools/w8a8_ncu.py table raw.csv             # ncu --page raw CSV -> the key figures per case
+    python devtools/w8a8_ncu.py table raw.csv [--save F]  # ncu --page raw CSV -> the key figures per case
 """
 
 from __future__ import annotations
@@ -194,7 +194,8 @@ def sass_row(cfg: Any, mw: int) -> dict[str, Any]:
     }
 
 
-def sass_report() -> list[dict[str, Any]]:
+def sass_report(out: str = "") -> list[dict[str, Any]]:
+    """sass_row of each dqgen kernel the cases launch (printed; ``out``: a JSON file of them too)."""
     rows = []
     seen: set[str] = set()
     for tag, (cfg, mw) in dqgen_kernels().items():
@@ -204,6 +205,10 @@ def sass_report() -> list[dict[str, Any]]:
         row = {"case": tag, **sass_row(cfg, mw)}
         rows.append(row)
         print(json.dumps(row), flush=True)
+    if out:
+        with open(out, "w") as f:
+            note = "main loop per 128-k tile, a warp's instructions (nvdisasm of NVRTC's sm_90a cubin)"
+            json.dump({"what": note, "rows": rows}, f, indent=1)
     return rows
 
 
@@ -430,9 +435,30 @@ def match_rows(rows: Sequence[dict[str, str]]) -> list[tuple[Case, dict[str, str
     return out
 
 
-def table(path: str) -> None:
-    """Per case (run_order): the TABLE figures, the busiest pipes and the top stall reasons of its kernel."""
+#: Columns of ncu's raw page that describe the device or the profiler, not the kernel (left out of --save).
+NOT_KERNEL = ("device__attribute_", "nvlink__", "numa__", "c2clink__", "profiler__", "Process", "Host Name", "Context")
+
+
+def save_rows(path: str, header: Sequence[str], units: Sequence[str], rows: Sequence[dict[str, str]]) -> None:
+    """The raw page's rows with a ``case`` column first (match_rows; helper kernels of a torch call get
+    ``helper of <case>``), the kernel's own columns only (NOT_KERNEL dropped), the units row kept."""
+    keep = [i for i, h in enumerate(header) if not h.startswith(NOT_KERNEL)]
+    mine = {id(row): case.tag for case, row, _ in match_rows(rows) if row is not None}
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["case", *(header[i] for i in keep)])
+        out.writerow(["", *(units[i] for i in keep)])
+        for row in rows:
+            tag = mine.get(id(row), "helper kernel (a torch call's)")
+            out.writerow([tag, *(row.get(header[i], "") for i in keep)])
+
+
+def table(path: str, save: str = "") -> None:
+    """Per case (run_order): the TABLE figures, the busiest pipes and the top stall reasons of its kernel; ``save``:
+    save_rows there."""
     header, units, rows = read_raw_csv(path)
+    if save:
+        save_rows(save, header, units, rows)
     unit = dict(zip(header, units, strict=True))
     for case, row, skipped in match_rows(rows):
         if skipped:
@@ -450,7 +476,7 @@ def table(path: str) -> None:
             cells.append(f"{label} {v:.1f}")
         pipes = sorted(
             ((number(row[h]), h.split(".")[0].removeprefix("sm__")) for h in header if h.startswith("sm__")
-             and "pipe" in h and h.endswith("pct_of_peak_sustained_active") and row.get(h)),
+             and "pipe" in h and h.endswith(".avg.pct_of_peak_sustained_active") and row.get(h)),
             reverse=True,
         )  # fmt: skip
         stalls = sorted(((number(row[h]), m.group(1)) for h in header if (m := _STALL.match(h)) and row.get(h)),
@@ -464,7 +490,8 @@ def table(path: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("sass")
+    sa = sub.add_parser("sass")
+    sa.add_argument("--out", default="")
     q = sub.add_parser("metrics")
     q.add_argument("query_file")
     sub.add_parser("profile")
@@ -472,9 +499,10 @@ def main() -> None:
     t.add_argument("--out", default="w8a8_ncu_time.json")
     r = sub.add_parser("table")
     r.add_argument("csv")
+    r.add_argument("--save", default="", help="the raw rows with a case column, device columns dropped")
     args = ap.parse_args()
     if args.cmd == "sass":
-        sass_report()
+        sass_report(args.out)
     elif args.cmd == "metrics":
         with open(args.query_file) as f:
             print(",".join(ncu_metrics(f.read())))
@@ -483,7 +511,7 @@ def main() -> None:
     elif args.cmd == "time":
         time_all(args.out)
     else:
-        table(args.csv)
+        table(args.csv, args.save)
 
 
 if __name__ == "__main__":

@@ -109,3 +109,26 @@ def test_rows_match_cases_by_kernel_name_in_run_order() -> None:
     assert all(row is not None and row["ID"] == case.tag for case, row, _ in matched)
     helpers = [skipped for _, _, skipped in matched if skipped]
     assert helpers and all(s == ["splitKreduce_kernel"] for s in helpers)
+
+
+def test_saved_rows_carry_the_case_and_drop_device_columns(tmp_path: Path) -> None:
+    header = ["ID", "device__attribute_l2_cache_size", "Kernel Name", "dram__bytes_read.sum"]
+    units = ["", "byte", "", "Gbyte"]
+    order = nc.run_order(nc.CASES)
+    rows = [
+        {
+            "ID": "0",
+            "device__attribute_l2_cache_size": "52",
+            "Kernel Name": "dqgen_w8a8_s8_x",
+            "dram__bytes_read.sum": "0.235",
+        }
+    ]
+    rows.append(
+        {"ID": "1", "device__attribute_l2_cache_size": "52", "Kernel Name": "sm90_gemm", "dram__bytes_read.sum": "0.1"}
+    )
+    out = tmp_path / "ncu.csv"
+    nc.save_rows(str(out), header, units, rows)
+    lines = out.read_text().splitlines()
+    assert lines[0] == "case,ID,Kernel Name,dram__bytes_read.sum" and lines[1] == ",,,Gbyte"
+    assert lines[2] == f"{order[0].tag},0,dqgen_w8a8_s8_x,0.235"  # the first case is dqgen int8
+    assert lines[3].startswith("helper kernel")  # the second case (dqgen int8 M = 16) is not a cuBLAS kernel
