@@ -269,6 +269,19 @@ def test_swap_and_restore_keep_the_fp16_linears() -> None:
     assert all(model.get_submodule(n) is lin for n, lin in originals.items()) and model.lm_head is lm_head
 
 
+def test_the_fused_w8a8_model_swaps_whole_norms_and_mlps_and_restores_them() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=100)  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).half()
+    originals, parts, lm_head = bmod.decoder_linears(model), bmod.decoder_parts(model), model.lm_head
+    how = bmod.prepare("dqgen w8a8 fused", model, originals)
+    assert how.startswith("dqgen.nn.quantize_model_w8a8, 2 layers")
+    assert type(model.model.layers[1].mlp).__name__ == "W8A8MLP" and not bmod.decoder_linears(model)
+    bmod.restore(model, originals, lm_head, parts)
+    assert all(model.get_submodule(n) is m for n, m in (parts | originals).items())
+
+
 @pytest.mark.gpu
 def test_short_run_every_implementation() -> None:
     """Every implementation in both modes on a 1-layer model: no figure may fail (graphs mode's capture included)."""

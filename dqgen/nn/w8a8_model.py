@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from ..w8a8 import quantize_weight
 from .quantized_activation import QuantizedActivation
 from .w8a8_linear import W8A8Linear
 
@@ -105,13 +106,11 @@ class W8A8MLP(torch.nn.Module):
         assert isinstance(down, torch.nn.Linear)
         if (gate.bias is None) != (up.bias is None):
             raise ValueError("mlp: gate_proj and up_proj must both have a bias or neither")
-        merged = torch.nn.Linear(gate.in_features, 2 * gate.out_features, bias=gate.bias is not None)
-        merged = merged.to(device=gate.weight.device, dtype=gate.weight.dtype)
-        with torch.no_grad():
-            merged.weight.copy_(torch.cat([gate.weight, up.weight]))
-            if gate.bias is not None and up.bias is not None:
-                merged.bias.copy_(torch.cat([gate.bias, up.bias]))
-        return cls(W8A8Linear.from_linear(merged), W8A8Linear.from_linear(down))
+        # per output channel, so [gate; up]'s codes are each layer's own (quantized in place of a merged nn.Linear,
+        # whose construction would initialise 2 x intermediate x hidden floats on the host first)
+        codes, scale = quantize_weight(torch.cat([gate.weight.detach(), up.weight.detach()]).float(), "int8")
+        bias = None if gate.bias is None or up.bias is None else torch.cat([gate.bias, up.bias]).detach()
+        return cls(W8A8Linear(codes, scale, bias), W8A8Linear.from_linear(down))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.gate_up(x)

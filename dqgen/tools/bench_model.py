@@ -56,7 +56,7 @@ MAX_LAYERS = 32
 MODES = ("eager", "graphs")
 #: Eager calls of a step on a side stream before it is captured (torch's recipe; the first compiles dqgen's kernels).
 CAPTURE_WARMUP = 3
-IMPLS = ("fp16", "dqgen w4a16", "dqgen w8a8", "torch int4")
+IMPLS = ("fp16", "dqgen w4a16", "dqgen w8a8", "dqgen w8a8 fused", "torch int4")
 #: Llama-3-8B's configuration (meta-llama/Meta-Llama-3-8B config.json), less the layer count.
 LLAMA3_8B: dict[str, Any] = {
     "hidden_size": 4096,
@@ -413,8 +413,23 @@ def _set(model: Any, name: str, module: Any) -> None:
     setattr(model.get_submodule(parent_name) if parent_name else model, attr, module)
 
 
-def restore(model: Any, originals: dict[str, Any], lm_head: Any) -> None:
-    """Put the fp16 linears (and lm_head) back wherever an implementation replaced them."""
+#: The decoder layer's modules an implementation may replace whole (the fused W8A8 model's norms and MLP).
+LAYER_PARTS = ("input_layernorm", "post_attention_layernorm", "mlp")
+
+
+def decoder_parts(model: Any) -> dict[str, Any]:
+    """Each decoder layer's LAYER_PARTS, by qualified name."""
+    return {
+        f"model.layers.{i}.{n}": getattr(layer, n) for i, layer in enumerate(model.model.layers) for n in LAYER_PARTS
+    }
+
+
+def restore(model: Any, originals: dict[str, Any], lm_head: Any, parts: dict[str, Any] | None = None) -> None:
+    """Put the fp16 linears (and lm_head, and the layers' ``parts`` first: the linears may live in them) back
+    wherever an implementation replaced them."""
+    for name, part in (parts or {}).items():
+        if model.get_submodule(name) is not part:
+            _set(model, name, part)
     for name, lin in originals.items():
         if model.get_submodule(name) is not lin:
             _set(model, name, lin)
@@ -475,6 +490,17 @@ def prepare(impl: str, model: Any, originals: dict[str, Any]) -> str:
         for name, lin in originals.items():
             _set(model, name, W8A8Linear.from_linear(lin))
         return "W8A8Linear.from_linear per linear (int8)"
+    if impl == "dqgen w8a8 fused":
+        from ..nn.w8a8_model import quantize_model_w8a8
+
+        report = quantize_model_w8a8(model)
+        if report.skipped:  # a layer left in fp16 would make the row a mix: refused, with the reason
+            first = min(report.skipped)
+            raise RuntimeError(f"quantize_model_w8a8 left layer {first} as it was: {report.skipped[first]}")
+        return (
+            f"dqgen.nn.quantize_model_w8a8, {len(report.converted)} layers (int8; the quantizers fused into the "
+            "RMSNorms and the SiLU-and-mul; gate / up merged)"
+        )
     if impl == "torch int4":
         for name, lin in originals.items():
             _set(model, name, _torch_int4_module(lin))
@@ -781,6 +807,7 @@ def bench_model(
 
     model = build_model(layers)
     originals = decoder_linears(model)
+    parts = decoder_parts(model)
     lm_head = model.lm_head
     dtype = next(model.parameters()).dtype
     log(f"model: {layers} layers, {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters, {dtype}")
@@ -803,7 +830,7 @@ def bench_model(
             err = _error(e)
             log(f"{impl}: failed to prepare ({err}): error rows")
             rows += [_failed(impl, mode, phase, b, n, f"prepare: {err}") for mode in modes for phase, b, n in keys]
-            restore(model, originals, lm_head)
+            restore(model, originals, lm_head, parts)
             model.to(dtype)
             if done is not None:
                 done(rows, prepare_s, prepare_how)
@@ -817,7 +844,7 @@ def bench_model(
                 # freed by the collector) make room for the next row's
                 gc.collect()
                 torch.cuda.empty_cache()
-        restore(model, originals, lm_head)
+        restore(model, originals, lm_head, parts)
         model.to(dtype)  # after torch int4's bf16
         torch.cuda.empty_cache()
         if done is not None:
