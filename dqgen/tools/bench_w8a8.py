@@ -20,6 +20,17 @@ SCALED_MM = "torch._scaled_mm fp8 rowwise"
 DQ_W4A8 = "dqgen w4a8"
 #: Column order of the GEMM table (an impl a run lacks is left out).
 TABLE_IMPLS = (DQ_INT8, "dqgen quantize + int8", INT_MM, INT_MM_SCALED, DQ_FP8, SCALED_MM, DQ_W4A8, DENSE)
+#: The quantizer fused into the op that makes x (issue 24 item 2): per producer, the fp16 op a float model runs
+#: anyway, the fused op alone, and the fused op then the int8 GEMM (rows of dqgen.w8a8.gemm_bench).
+PRODUCERS: tuple[tuple[str, str, str, str], ...] = (
+    ("RMSNorm", "torch rms_norm (fp16)", "dqgen rmsnorm_quantize", "dqgen rmsnorm_quantize + int8"),
+    ("SiLU-and-mul", "torch silu * mul (fp16)", "dqgen silu_mul_quantize", "dqgen silu_mul_quantize + int8"),
+)
+#: Bytes per output element of each fp16 producer at its floor: RMSNorm reads x and writes y (2 + 2), SiLU-and-mul
+#: reads gate and up and writes y (4 + 2).
+PRODUCER_FP16_BYTES = {"RMSNorm": 4, "SiLU-and-mul": 6}
+#: Issue 24 item 2: quantize + GEMM within this much of the GEMM alone, at M >= LARGE_M.
+QUANT_OVERHEAD_PCT = 5.0
 #: Issue 24 item 3: W4A8 faster than int8 W8A8 from this M on (and than the W4A16 GEMM: `dqgen bench --matmul`).
 W4A8_LARGE_M = 128
 #: Item 5's regimes: weight-bandwidth bound up to this M, compute bound from LARGE_M on.
@@ -105,6 +116,38 @@ def w4a8_targets(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def producer_targets(doc: dict[str, Any]) -> list[str]:
+    """Issue 24 item 2 at M >= LARGE_M: what quantizing adds to the GEMM, separate (quantize_activations before it)
+    and fused (the producer's fused op before it, less the fp16 producer a float model runs anyway), against
+    QUANT_OVERHEAD_PCT of the GEMM alone."""
+    rows = doc["rows"]
+    lines: list[str] = []
+    for r in sorted(
+        (r for r in rows if r["impl"] == DQ_INT8 and r["M"] >= LARGE_M), key=lambda r: (r["K"], r["N"], r["M"])
+    ):
+        m, k, n, gemm = r["M"], r["K"], r["N"], r["us"]
+        if (sep := _at(rows, "dqgen quantize + int8", m, k, n)) is not None:
+            pct = 100 * (sep["us"] - gemm) / gemm
+            lines.append(
+                f"- {k}x{n}, M = {m}, separate quantizer: within {QUANT_OVERHEAD_PCT:.0f}% of the GEMM: "
+                f"{_met(pct <= QUANT_OVERHEAD_PCT)} ({pct:+.1f}%: {sep['us']:.1f} vs {gemm:.1f} us)"
+            )
+        for name, fp16_impl, _, fused_impl in PRODUCERS:
+            fp16, fused = _at(rows, fp16_impl, m, k, n), _at(rows, fused_impl, m, k, n)
+            if fp16 is None or fused is None:
+                continue
+            pct = 100 * (fused["us"] - gemm - fp16["us"]) / gemm
+            floor_us = m * k * PRODUCER_FP16_BYTES[name] / (doc["copy_GBps"] * 1e3)
+            strict = 100 * (fused["us"] - gemm - floor_us) / gemm
+            lines.append(
+                f"- {k}x{n}, M = {m}, fused into the {name}: within {QUANT_OVERHEAD_PCT:.0f}% of the GEMM: "
+                f"{_met(pct <= QUANT_OVERHEAD_PCT)} ({pct:+.1f}%: {fused['us']:.1f} us against {gemm:.1f} for the "
+                f"GEMM plus {fp16['us']:.1f} for torch's fp16 {name}; {strict:+.1f}% against an fp16 {name} at its "
+                f"byte floor, {floor_us:.1f} us)"
+            )
+    return lines
+
+
 def act_targets(doc: dict[str, Any]) -> list[str]:
     """Item 5's activation-quantizer bar: the default call (impl "dqgen") at >= 85% of copy for M x K >= 4096^2."""
     lines = []
@@ -157,8 +200,28 @@ def markdown_section(gemm: dict[str, Any], act: dict[str, Any] | None) -> str:
                 f"| {r['M']}x{r['K']} | {r['impl']} | {r['us']:.1f} | {r['pct_copy']:.1f} | "
                 f"{'yes' if r['exact'] else 'NO'} |"
             )
+    producer_impls = [i for p in PRODUCERS for i in p[1:] if any(r["impl"] == i for r in rows)]
+    if producer_impls:
+        out += [
+            "",
+            "The quantizer fused into the op that makes x (issue 24; `dqgen.w8a8.rmsnorm_quantize`, "
+            "`silu_mul_quantize`; the SiLU-and-mul's input is [M, 2K]), beside the fp16 op a float model runs "
+            "instead, µs:",
+            "",
+            "| K x N | M | dqgen int8 | " + " | ".join(producer_impls) + " |",
+            "|---|---|---|" + "---|" * len(producer_impls),
+        ]
+        for k, n in sorted({(r["K"], r["N"]) for r in rows if r["impl"] in producer_impls}):
+            for m in sorted({r["M"] for r in rows if (r["K"], r["N"]) == (k, n) and r["impl"] in producer_impls}):
+                cells = [_at(rows, i, m, k, n) for i in (DQ_INT8, *producer_impls)]
+                out.append(
+                    f"| {k}x{n} | {m} | " + " | ".join("n/a" if c is None else f"{c['us']:.1f}" for c in cells) + " |"
+                )
     out += ["", "Targets (issue 15 item 5):", ""]
     out += gemm_targets(gemm) + (act_targets(act) if act is not None else [])
+    quant = producer_targets(gemm)
+    if quant:
+        out += ["", "Quantize + GEMM against the GEMM alone (issue 24 item 2, M >= 256):", "", *quant]
     w4a8 = w4a8_targets(gemm)
     if w4a8:
         out += ["", "W4A8 against int8 W8A8 (issue 24 item 3; against W4A16: the matmul section):", "", *w4a8]
