@@ -116,3 +116,21 @@ def test_a_weight_allocates_no_workspace_while_capturing() -> None:
         ws.get((64, 3, 2), 10, 3)
     assert "\n" not in str(info.value) and "before capturing" in str(info.value)
     assert len(made) == 2 and list(ws) == ["gemv"]
+
+
+def test_call_scratch_is_a_fresh_16_bit_buffer_per_call_on_the_weights_device() -> None:
+    """The gathered x' of the Hopper GEMM (dqgen.run.gemm90.GatheredLaunch): n int16 elements on CUDA device d from
+    torch's allocator, on every call (also while capturing: no zero fill to lose; torch's graph pool holds it)."""
+    from types import SimpleNamespace
+
+    from dqgen.run.workspace import call_scratch
+
+    made: list[tuple[int, object, tuple[str, int]]] = []
+    fake = SimpleNamespace(
+        int16="int16",
+        device=lambda kind, index: (kind, index),
+        empty=lambda n, dtype, device: made.append((n, dtype, device)) or len(made),
+    )
+    scratch = call_scratch(fake, 3)
+    assert scratch(7 * 4096) == 1 and scratch(7 * 4096) == 2
+    assert made == [(7 * 4096, "int16", ("cuda", 3))] * 2

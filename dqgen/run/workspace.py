@@ -1,17 +1,22 @@
-"""The split-K workspaces of the matmul kernels, one pool for every family: fp32 (or int32) partial sums and the
-tile counters a last-arriving block reads to know it sums the tile. Two owners:
+"""The workspaces of the matmul kernels: the split-K pool of every family (fp32 or int32 partial sums and the tile
+counters a last-arriving block reads to know it sums the tile), and the per-call scratch of a prologue kernel.
+Three owners:
 
 - ``SplitKWorkspace``: one packed weight's buffers (the GEMV's and the GEMM's), by launch layout, allocated on a
   layout's first launch and kept for the weight's life;
 - ``GrowOnlyCounters``: the W8A8 GEMM's counters, one buffer per device that only grows (its partial sums come
-  per call from torch's caching allocator).
+  per call from torch's caching allocator);
+- ``call_scratch``: a buffer a call's first launch writes whole and its second reads (the Hopper GEMM's gathered
+  x', dqgen.run.gemm90), from torch's caching allocator for the call alone.
 
 Both are CUDA-graph safe the same way: a launch bound once (a signature table) or captured into a graph keeps the
 addresses it was given and may run again at any later time, so no buffer handed out is ever freed or replaced
 while its owner lives; the kernels leave every counter they used at zero; and nothing is allocated while the
 calling stream captures a graph (the allocation would belong to the graph and its zero fill run only on replay):
-a one-line RuntimeError says to call once before capturing. Torch-free (allocation is a callable), so it is tested
-on the CPU with stand-ins."""
+a one-line RuntimeError says to call once before capturing. A call's scratch is the exception: it needs no zero
+fill (written whole before it is read), so it is allocated per call, also while capturing (torch's graph pool then
+holds it for the graph's replays). Torch-free (allocation is a callable), so it is tested on the CPU with
+stand-ins."""
 
 from __future__ import annotations
 
@@ -103,3 +108,14 @@ def torch_workspace(torch: Any, device: int, owner: str) -> SplitKWorkspace[Any]
         torch.cuda.is_current_stream_capturing,
         owner,
     )
+
+
+def call_scratch(torch: Any, device: int) -> Callable[[int], Any]:
+    """``scratch(n)``: n uninitialised 16-bit elements on CUDA device ``device`` from torch's caching allocator, for
+    one call: the caller keeps the tensor until its launches are queued on the device's current stream and drops
+    it then (the allocator reuses the memory only for work queued after them on that stream). Per call rather than
+    kept per weight: a gathered x' is the size of x, and a model's act-order layers would each keep one for the
+    largest M they saw (gigabytes at a long prefill); the allocator's blocks come back to a few addresses."""
+    cuda = torch.device("cuda", device)
+    empty, int16 = torch.empty, torch.int16
+    return lambda n: empty(n, dtype=int16, device=cuda)
