@@ -2,6 +2,9 @@
 beside the same weight in order (g_idx = arange(K) // group: no gather) on the Hopper GEMM and beside the sm_80
 GEMM's gather entry on the act-order weight, L2 flushed before each call (triton.testing.do_bench, median µs); the
 gather kernel alone too. Checks the act-order Hopper output against the sm_80 gather entry's (relative error).
+``--diagnose`` also times the Hopper GEMM alone on a gathered x' (bound once), the act-order call replayed as a CUDA
+graph (no host time), the host time of an eager call (a loop of calls, then one synchronize), and counts the
+launches bound (w._bound entries, x' addresses bound): what tells host time from GPU time in the eager figure.
 
     python devtools/gemm90_act_order_bench.py [--shape 8192x28672] [--ms 1,16,128] [--out $OUT/act_order.json]
 """
@@ -18,6 +21,7 @@ def main() -> None:
     ap.add_argument("--ms", default="1,16,128")
     ap.add_argument("--group", type=int, default=128)
     ap.add_argument("--out", default="")
+    ap.add_argument("--diagnose", action="store_true")
     args = ap.parse_args()
 
     import torch
@@ -63,7 +67,39 @@ def main() -> None:
                 return_mode="median",
             ),
         }
+        if args.diagnose:
+            import time
+
+            out = torch.empty((M, N), dtype=torch.float16, device=cuda)
+            gather(stream)
+            gemm_alone = gemm90.bind90(
+                spec, w_act, xp.data_ptr(), w_act.slots, M, None, out, None, None, x_cols=w_act.slots
+            )
+            t["gemm_alone_on_x_prime"] = tt.do_bench(lambda: gemm_alone(stream), return_mode="median")  # noqa: B023
+            static_out = torch.empty((M, N), dtype=torch.float16, device=cuda)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                gemm.run_gemm(spec, x, w_act, out=static_out)
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                gemm.run_gemm(spec, x, w_act, out=static_out)
+            t["act_order_graph_replay"] = tt.do_bench(g.replay, return_mode="median")
+            for name, wt in (("act_order", w_act), ("in_order", w_in)):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(200):
+                    gemm.run_gemm(spec, x, wt)
+                t1 = time.perf_counter()
+                torch.cuda.synchronize()
+                t[f"host_{name}_per_call"] = (t1 - t0) / 200 * 1000  # ms, like do_bench's figures
+            launches = list(w_act._bound.values())
+            xps = [len(v.by_xp) for v in launches if isinstance(v, gemm90.GatheredLaunch)]
+            print(f"  bound: {len(w_act._bound)} launches of the act-order weight, x' addresses bound {xps}")
         us = {k: round(v * 1000, 1) for k, v in t.items()}
+        if args.diagnose:
+            print("  " + ", ".join(f"{k} {v}" for k, v in us.items()))
         print(
             f"{M} | {us['act_order_hopper']} | {us['gather']} | {us['in_order_hopper']} | {us['act_order_sm80']} | "
             f"{err:.2e}"
