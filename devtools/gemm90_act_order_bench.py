@@ -4,7 +4,7 @@ GEMM's gather entry on the act-order weight, L2 flushed before each call (triton
 gather kernel alone too. Checks the act-order Hopper output against the sm_80 gather entry's (relative error).
 ``--diagnose`` also times the Hopper GEMM alone on a gathered x' (bound once), the act-order call replayed as a CUDA
 graph (no host time), the host time of an eager call (a loop of calls, then one synchronize), and counts the
-launches bound (w._bound entries, x' addresses bound): what tells host time from GPU time in the eager figure.
+launches bound (w._bound entries): what tells host time from GPU time in the eager figure.
 
     python devtools/gemm90_act_order_bench.py [--shape 8192x28672] [--ms 1,16,128] [--out $OUT/act_order.json]
 """
@@ -94,9 +94,8 @@ def main() -> None:
                 t1 = time.perf_counter()
                 torch.cuda.synchronize()
                 t[f"host_{name}_per_call"] = (t1 - t0) / 200 * 1000  # ms, like do_bench's figures
-            launches = list(w_act._bound.values())
-            xps = [len(v.by_xp) for v in launches if isinstance(v, gemm90.GatheredLaunch)]
-            print(f"  bound: {len(w_act._bound)} launches of the act-order weight, x' addresses bound {xps}")
+            gathered = sum(isinstance(v, gemm90.GatheredLaunch) for v in w_act._bound.values())
+            print(f"  bound: {len(w_act._bound)} launches of the act-order weight ({gathered} gathered)")
         us = {k: round(v * 1000, 1) for k, v in t.items()}
         if args.diagnose:
             print("  " + ", ".join(f"{k} {v}" for k, v in us.items()))

@@ -107,39 +107,9 @@ def test_hopper_ineligible_takes_gathered_slots(monkeypatch: pytest.MonkeyPatch)
     assert gemm90.hopper_ineligible(W(), 1 << 20, 4096) == "the GPU is not sm_90"
 
 
-def test_gathered_launch_allocates_per_call_and_binds_per_address() -> None:
-    """Each call takes its x' from the scratch, then launches the gather before the GEMM on the call's stream; the
-    pair is bound once per x' address (the X_BOUND_MAX latest kept)."""
-    from dqgen.run.bound_x import X_BOUND_MAX
-
-    calls: list[tuple[str, int, int]] = []
-    bound: list[int] = []
-
-    class Buf:
-        def __init__(self, ptr: int) -> None:
-            self.ptr = ptr
-
-        def data_ptr(self) -> int:
-            return self.ptr
-
-    addresses = iter([0x1000, 0x1000, 0x2000] + [0x3000 + 0x100 * i for i in range(X_BOUND_MAX)] + [0x1000])
-    sizes: list[int] = []
-
-    def scratch(n: int) -> Buf:
-        sizes.append(n)
-        return Buf(next(addresses))
-
-    def bind(ptr: int) -> tuple:
-        bound.append(ptr)
-        return (lambda s: calls.append(("gather", ptr, s)), lambda s: calls.append(("gemm", ptr, s)))
-
-    launch = gemm90.GatheredLaunch(scratch, 7 * 4096, bind)
+def test_gathered_launch_runs_the_gather_before_the_gemm_on_the_calls_stream() -> None:
+    calls: list[tuple[str, int]] = []
+    launch = gemm90.GatheredLaunch(lambda s: calls.append(("gather", s)), lambda s: calls.append(("gemm", s)))
     launch(5)
     launch(6)
-    assert calls == [("gather", 0x1000, 5), ("gemm", 0x1000, 5), ("gather", 0x1000, 6), ("gemm", 0x1000, 6)]
-    assert bound == [0x1000] and sizes == [7 * 4096, 7 * 4096]
-    for _ in range(1 + X_BOUND_MAX):
-        launch(7)
-    assert len(launch.by_xp) == X_BOUND_MAX and 0x1000 not in launch.by_xp  # the oldest went first
-    launch(8)  # 0x1000 again: bound anew
-    assert bound.count(0x1000) == 2 and calls[-2:] == [("gather", 0x1000, 8), ("gemm", 0x1000, 8)]
+    assert calls == [("gather", 5), ("gemm", 5), ("gather", 6), ("gemm", 6)]

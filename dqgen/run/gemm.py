@@ -12,6 +12,7 @@ stream, or a graph), not run concurrently on two streams. Torch only.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ from .loader import load
 from .operands import check_activation, check_torch_tensors, x_aligned
 from .packcache import PackCache
 from .problem import check_g_idx, checkpoint_problem
-from .workspace import SplitKWorkspace, call_scratch, torch_workspace
+from .workspace import GrowOnlyCounters, SplitKWorkspace, gathered_x_buffers, torch_workspace
 
 #: Fewest K tiles a split keeps (its workspace round trip must be paid for by enough main-loop work).
 MIN_TILES_PER_SPLIT = 4
@@ -197,6 +198,12 @@ def _ptr(t: Any) -> np.uint64:
     return np.uint64(0 if t is None else t.data_ptr())
 
 
+@functools.cache
+def _gathered_x() -> GrowOnlyCounters[Any]:
+    """The process's gathered-x' buffers (one per device; made on first use: torch is imported lazily here)."""
+    return gathered_x_buffers(_torch())
+
+
 def run_gemm(
     spec: Spec,
     x: Any,
@@ -249,8 +256,8 @@ def _bind(
     ):
         cfg90 = config if isinstance(config, Gemm90Config) else None
         if w.gather:  # x gathered into slot order (x', the call's scratch), then the GEMM over the slots
-            scratch = call_scratch(_torch(), w.device)
-            return bind90_gathered(spec, w, x2.data_ptr(), x_stride, M, bias, out, cfg90, want_splits, scratch)
+            xp = _gathered_x().get(w.device, M * w.slots)
+            return bind90_gathered(spec, w, x2.data_ptr(), x_stride, M, bias, out, cfg90, want_splits, xp.data_ptr())
         return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, cfg90, want_splits)
     cfg = config if config is not None else choose_config(M)
     entry = GemmEntry(cfg, w.gather or not x_aligned(x2.data_ptr(), x_stride, w.K))

@@ -4,7 +4,7 @@ rows, stride) of x (a bound launch is cached on those, so a repeated call makes 
 
 A weight whose K slots are gathered (act-order / desc_act, groups of no whole 64-k tiles: dqgen.layout.gemm) is
 taken the way Marlin and Machete take act-order: the gather kernel (dqgen.kernels.gather_x) writes x' [M, slots] =
-x[:, perm] (0 where perm is -1) once per call into the call's workspace (dqgen.run.workspace.call_scratch), and the
+x[:, perm] (0 where perm is -1) once per call into a device buffer (dqgen.run.workspace.gathered_x_buffers), and the
 GEMM reads x' by TMA over the slot-ordered K with the weight's tile_group as it is: every 64-k tile of the gathered
 slots lies in one group (layout.slots.sorted_by_group pads each group to whole tiles), so the kernel's one group
 lookup per K tile holds unchanged (``bind90_gathered``).
@@ -16,7 +16,6 @@ M rows, ``stream_k_ctas`` how many CTAs share the work. The entry points' parame
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -28,7 +27,6 @@ from ..kernels.gemm90 import Gemm90Config, Gemm90KernelConfig, choose_config90
 from ..layout.gemm import TILE_N
 from ..layout.gemm_trt import columns_interleaved
 from . import device as dev
-from .bound_x import X_BOUND_MAX
 from .loader import load
 
 #: The entry points' parameters in order with their widths (tests/test_gemm90.py holds this equal to the rendered
@@ -243,34 +241,17 @@ def bind_gather(w: Any, x_ptr: int, x_stride: int, M: int, xp_ptr: int) -> dev.B
     return fn.bind((GATHER_X.grid(M, w.slots),), (GATHER_X.threads,), args)
 
 
-class GatheredLaunch:
-    """The Hopper GEMM of a gathered weight as one callable launch: per call, x' ([M, slots] 16-bit) from
-    ``scratch`` (the call's workspace: freed when the call returns, stream-ordered), the gather into it, the GEMM
-    reading it. The GEMM's tensor map holds x's address as opaque bytes, so the pair is bound per x' address (the
-    caching allocator hands a call signature back the same few addresses; the X_BOUND_MAX latest are kept). Both
-    launches go to the one stream, so a CUDA graph captures them together."""
+class GatheredLaunch(NamedTuple):
+    """The Hopper GEMM of a gathered weight as one callable launch: the gather into x' (a device buffer that keeps
+    its address, dqgen.run.workspace.gathered_x_buffers), then the GEMM reading it, both on the one stream (a CUDA
+    graph captures them together)."""
 
-    __slots__ = ("_bind", "_elems", "_scratch", "by_xp")
-
-    def __init__(
-        self,
-        scratch: Callable[[int], Any],
-        elems: int,
-        bind: Callable[[int], tuple[dev.BoundLaunch, dev.BoundLaunch]],
-    ) -> None:
-        self._scratch, self._elems, self._bind = scratch, elems, bind
-        self.by_xp: dict[int, tuple[dev.BoundLaunch, dev.BoundLaunch]] = {}
+    gather: dev.BoundLaunch
+    gemm: Any
 
     def __call__(self, stream: int = 0) -> None:
-        xp = self._scratch(self._elems)  # held until both launches are queued: the GEMM's reads are stream-ordered
-        ptr = int(xp.data_ptr())
-        pair = self.by_xp.get(ptr)
-        if pair is None:
-            if len(self.by_xp) >= X_BOUND_MAX:
-                del self.by_xp[next(iter(self.by_xp))]
-            pair = self.by_xp[ptr] = self._bind(ptr)
-        pair[0](stream)
-        pair[1](stream)
+        self.gather(stream)
+        self.gemm(stream)
 
 
 def bind90_gathered(
@@ -283,18 +264,12 @@ def bind90_gathered(
     out: Any,
     cfg: Gemm90Config | None,
     want_splits: int | None,
-    scratch: Callable[[int], Any],
+    xp_ptr: int,
 ) -> GatheredLaunch:
-    """The Hopper GEMM of a weight with gathered K slots: the gather of x into x' (``scratch(n)``: n 16-bit
-    elements, 16-byte aligned), then the GEMM over x''s w.slots columns; both kernels loaded here, so a GPU that
-    cannot run them raises now, not at the first launch."""
+    """The Hopper GEMM of a weight with gathered K slots: the gather of x into x' at ``xp_ptr`` ([M, w.slots]
+    16-bit, 16-byte aligned, kept alive by its owner as long as the launch), then the GEMM over x''s w.slots
+    columns."""
     if not w.gather:
         raise ValueError(f"w: its K slots are in order ({w.spec_name}): bind90 reads x as it is")
-
-    def bind(xp_ptr: int) -> tuple[dev.BoundLaunch, dev.BoundLaunch]:
-        gather = bind_gather(w, x_ptr, x_stride, M, xp_ptr)
-        return gather, bind90(spec, w, xp_ptr, w.slots, M, bias, out, cfg, want_splits, x_cols=w.slots)
-
-    load(GATHER_X, w.device)
-    load(Gemm90KernelConfig.one(spec, cfg if cfg is not None else choose_config90(M)), w.device)
-    return GatheredLaunch(scratch, M * w.slots, bind)
+    gemm = bind90(spec, w, xp_ptr, w.slots, M, bias, out, cfg, want_splits, x_cols=w.slots)
+    return GatheredLaunch(bind_gather(w, x_ptr, x_stride, M, xp_ptr), gemm)
