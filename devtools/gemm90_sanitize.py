@@ -1,5 +1,6 @@
 """Every entry point of the Hopper GEMM (dqgen.run.gemm90: each token tile, one and two consumer warpgroups, split-K
-with its workspace and the unsplit grid) launched on shapes with tails, for `compute-sanitizer --tool memcheck`,
+with its workspace and the unsplit grid) and the gather kernel in front of it for act-order weights (x gathered into
+slot order, padding slots zero) launched on shapes with tails, for `compute-sanitizer --tool memcheck`,
 `racecheck` and `synccheck` (TMA stages reused through mbarriers, named barriers among the consumers); each output
 is also checked against the float64 reference. Exit 1 when an entry is not covered or an output is off; exit 0
 with a note on a GPU that is not sm_90."""
@@ -21,6 +22,8 @@ from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 CASES = (
     ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3, 5)),  # 12 K tiles in 5 pieces: CTAs spanning two tiles
     ("int8_bf16", 64 * 3 + 8, 128 * 3 + 4, None, (1, 2)),
+    # act-order (shuffled g_idx) in 6 groups of 96 rows, each padded to 128 slots: the gather writes x' [M, 768]
+    ("gptq_int4_asym_act_order_fp16", 96 * 6, 200, 96, (1, 3)),
 )
 
 
@@ -30,11 +33,12 @@ def main() -> int:
     if torch.cuda.get_device_capability(0) != (9, 0):
         print("not an sm_90 GPU: the Hopper GEMM does not run here")
         return 0
-    covered, bad = set(), []
+    covered, bad, gathered = set(), [], False
     for name, K, N, group, split_list in CASES:
         spec = load_spec(name)
         (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
         gw = gemm.pack_gemm(spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
+        gathered |= gw.gather
         for cfg in CONFIGS90:
             for splits in split_list:
                 M = cfg.bn - 3 if cfg.bn > 8 else 5
@@ -47,10 +51,10 @@ def main() -> int:
                 if not err <= TOLERANCE[spec.target.value]:
                     bad.append(f"{name} {cfg.tag} splits={splits}")
     missing = {(c, sp) for c in CONFIGS90 for sp in (False, True)} - covered
-    if missing or bad:
-        print(f"FAILED: not covered {sorted(str(m) for m in missing)}, off: {bad}")
+    if missing or bad or not gathered:
+        print(f"FAILED: not covered {sorted(str(m) for m in missing)}, off: {bad}, gather launched: {gathered}")
         return 1
-    print("every Hopper GEMM entry point launched, split and unsplit, every output within tolerance")
+    print("every Hopper GEMM entry point launched, split and unsplit, and the gather; every output within tolerance")
     return 0
 
 

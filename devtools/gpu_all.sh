@@ -75,7 +75,8 @@ if [[ " $STEPS " == *" quick "* ]]; then
   # the W4A8 GEMM, its op and W4A8Linear
   bg_pytest quick-w8a8gemm -m gpu tests/test_w8a8_gemm_gpu.py tests/test_w8a8_gemm90_gpu.py tests/test_w4a8_gemm90_gpu.py \
     tests/test_s8_converter_gpu.py tests/test_w4a8_module_gpu.py
-  # the Hopper GEMM (sm_90 only; skipped elsewhere): every int4 / int8 spec at every token tile with tails
+  # the Hopper GEMM (sm_90 only; skipped elsewhere): every int4 / int8 spec at every token tile with tails, act-order
+  # layers through the gather
   bg_pytest quick-gemm90 -m gpu tests/test_gpu_gemm90.py
   quick_jobs=(quick-tests quick-matmul quick-entry quick-gemm quick-w8a8gemm quick-gemm90)
   if [[ " $STEPS " != *" sanitize "* ]]; then
@@ -114,7 +115,8 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
   sanitize racecheck devtools/gemm_sanitize.py
   sanitize memcheck devtools/w8a8_gemm_memcheck.py
   sanitize racecheck devtools/w8a8_gemm_memcheck.py
-  # the Hopper GEMM: TMA stages recycled through mbarriers, consumers on a named barrier (sm_90 only)
+  # the Hopper GEMM: TMA stages recycled through mbarriers, consumers on a named barrier (sm_90 only); its act-order
+  # case launches the gather kernel (x into slot order) in front of it, so memcheck covers that entry too
   sanitize memcheck devtools/gemm90_sanitize.py
   sanitize racecheck devtools/gemm90_sanitize.py
   sanitize synccheck devtools/gemm90_sanitize.py

@@ -11,6 +11,7 @@ Families and the configurations enumerated (what the product can launch):
 - gemv: every shipped spec's fused GEMV source (every entry point);
 - gemm: every shipped spec the tensor-core GEMM takes (every tile config, plain and gather);
 - gemm90: the same specs' Hopper GEMM (every token-tile config; sm_90a only: wgmma is architecture-specific);
+- gather_x: the activation gather in front of the Hopper GEMM of gathered (act-order) weights (its one entry);
 - w8a8_gemm: every configuration ``choose`` returns for s8 / e4m3 x f16 / bf16 / acc over the M, N, K, SM counts and
   shared-memory sizes of the benches;
 - w8a8_gemm90: the Hopper W8A8 GEMM, every configuration its choice returns (sm_90a only);
@@ -63,6 +64,10 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
         if GemmKernelConfig.supports(spec):
             yield "gemm", name, GemmKernelConfig(spec).source(), spec.sm  # every tile config, plain and gather
             yield "gemm90", name, Gemm90KernelConfig(spec).source(), 90  # every token-tile config
+
+    from dqgen.kernels.gather_x import GATHER_X
+
+    yield "gather_x", GATHER_X.name, GATHER_X.source(), GATHER_X.min_sm
 
     from dqgen.kernels import w8a8_gemm as wg
 

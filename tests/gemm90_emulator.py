@@ -25,6 +25,10 @@ the last arriver's K-order sum, the epilogue). The kernel's index math is restat
   then) at the ``wgmma.wait_group`` that retires it, and the producer copies as far ahead as the barriers allow,
   so a stage or register set reused too early gives a wrong y.
 
+A weight whose K slots are gathered (act-order, groups of no whole 64-k tiles) runs as the host launches it
+(dqgen.run.gemm90.bind90_gathered): the gather kernel (templates/gather_x.cu.j2, modelled by ``gather_x`` thread by
+thread) writes x' [M, slots] = x[:, perm] (0 at padding), and the GEMM reads x' through an [M, slots] tensor map.
+
 Products and sums are float64 (as in tests/gemm_emulator.py): if the index math is right, y equals x @ W to
 float64 rounding. The CTAs run one after another in a given order (any order is a legal schedule of the
 counters); every workspace slot read must have been written exactly once, and every y element stored once.
@@ -38,6 +42,7 @@ import numpy as np
 
 from dqgen.core.spec import Spec
 from dqgen.emit.pipeline import compile_artifact
+from dqgen.kernels.gather_x import GATHER_X, GatherXConfig
 from dqgen.kernels.gemm import zero_bytes
 from dqgen.kernels.gemm90 import Gemm90Config, Gemm90KernelConfig
 from dqgen.layout.gemm import TILE_K, TILE_N, GemmPacked
@@ -180,6 +185,33 @@ def wgmma_desc_sw128(addr: int) -> int:
     return ((addr & 0x3FFFF) >> 4) | (1 << 16) | ((1024 >> 4) << 32) | (1 << 62)
 
 
+def gather_x(x16: np.ndarray, perm: np.ndarray, M: int, x_stride: int, cfg: GatherXConfig = GATHER_X) -> np.ndarray:
+    """One launch of templates/gather_x.cu.j2 on x16 (uint16, M rows ``x_stride`` elements apart, flat): xp
+    [M, slots] as its threads write it, each vector's 16-byte store once; a slot no thread wrote stays poisoned."""
+    flat = np.ascontiguousarray(x16).reshape(-1)
+    slots = int(perm.size)
+    vec = int(cfg.context()["vec"])
+    vecs = slots // vec
+    total = M * vecs
+    grid, threads = cfg.grid(M, slots), cfg.threads
+    xp = np.full(M * slots, 0xFFFF, dtype=np.uint16)  # a NaN pattern: a slot never written shows
+    writes = np.zeros(M * vecs, dtype=np.int64)
+    perm_vecs = np.asarray(perm, dtype=np.int32).reshape(-1, 4)  # the int4 loads of perm
+    i = np.arange(grid * threads, dtype=np.int64)  # blockIdx.x * blockDim.x + threadIdx.x
+    while i.size:
+        i = i[i < total]
+        m, v = i // vecs, i % vecs
+        p = np.concatenate([perm_vecs[2 * v], perm_vecs[2 * v + 1]], axis=1)  # {p0.x .. p0.w, p1.x .. p1.w}
+        src = m[:, None] * x_stride + np.maximum(p, 0)
+        e = np.where(p >= 0, flat[np.minimum(src, flat.size - 1)], 0).astype(np.uint16)
+        assert np.all(src[p >= 0] < flat.size), "the gather read past x"
+        xp.reshape(-1, vec)[m * vecs + v] = e
+        np.add.at(writes, m * vecs + v, 1)
+        i = i + grid * threads
+    assert np.all(writes == 1), "a vector of x' written twice or never"
+    return xp.reshape(M, slots)
+
+
 # -- the launch --------------------------------------------------------------------------------------------------
 
 
@@ -197,7 +229,6 @@ def emulate90(
 ) -> np.ndarray:
     """y [M, N] (float64, before the output rounding) of one launch on ``ctas`` CTAs, run in ``order``; ``whole``
     and ``split_ctas`` as in dqgen.run.gemm90.Plan90 (by default its defaults)."""
-    assert not packed.slots.gather, "the Hopper GEMM takes in-order slots only"
     conv = converter_spec(spec)
     plan = compile_artifact(conv).plan
     ctx = Gemm90KernelConfig.one(spec, cfg).context()
@@ -237,6 +268,9 @@ def emulate90(
     k_tiles = packed.slots.slots // TILE_K
     assert line_bytes == packed.slots.slots * 2
     x16 = np.ascontiguousarray(x).view(np.uint16)
+    if packed.slots.gather:  # bind90_gathered: the gather kernel first, the GEMM's tensor map over x' [M, slots]
+        x16 = gather_x(x16, packed.slots.perm, M, x16.shape[1])
+        assert x16.shape == (M, packed.slots.slots)
     m_tiles = -(-M // BN)
     tiles = m_tiles * -(-N // TILE_N)
     units = tiles * k_tiles

@@ -82,3 +82,28 @@ def test_the_loader_compiles_the_architecture_specific_target() -> None:
     kc = Gemm90KernelConfig.one(load_spec("awq_int4_fp16"), CONFIGS90[0])
     assert target_arch(kc, "sm_90") == "sm_90a" and target_arch(kc, "sm_90a") == "sm_90a"
     assert kc.min_sm == 90
+
+
+# -- the gather kernel of gathered K slots (act-order): x' = x[:, perm] in slot order --------------------------------
+
+
+def test_gather_kernel_signature_compile_and_config_errors() -> None:
+    """Its launch arguments are its rendered signature; it compiles for sm_80 and sm_90 with vector loads of perm
+    and one 16-byte store of x' a thread, no local memory; a config or grid it cannot take is one line."""
+    from dqgen.kernels.gather_x import GATHER_X, GatherXConfig
+    from dqgen.run.gemm90 import GATHER_PARAMS
+
+    src = GATHER_X.source()
+    assert entry_params(src, GATHER_X.name) == list(GATHER_PARAMS)
+    for arch in ("sm_80", "sm_90"):
+        res = compile_source(src, arch=arch, want="cubin", name=GATHER_X.source_name)
+        assert res.cubin is not None
+        ops = Counter(line.split()[0] for line in disassemble(res.cubin) if line.strip())
+        assert any(k.startswith("STG.E.128") for k in ops), sorted(ops)
+        assert any(k.startswith("LDG.E.128") for k in ops), sorted(ops)
+        assert not any(k.startswith(("LDL", "STL")) for k in ops)
+    with pytest.raises(ValueError, match=r"^GatherXConfig\.block: expected a multiple of 32 in 32\.\.1024, got 48$"):
+        GatherXConfig(48)
+    with pytest.raises(ValueError, match=r"^gather: expected M >= 1 rows of a multiple of 8 slots, got M=2, slots=60$"):
+        GATHER_X.grid(2, 60)
+    assert GATHER_X.grid(1, 8192) == 4 and GATHER_X.grid(10**6, 8192) == 65535

@@ -1,6 +1,7 @@
 """CPU: how the Hopper GEMM is chosen and its work shared out, as pure functions: the CTA count of the stream-K split
 (dqgen.run.gemm90.stream_k_ctas), when the Hopper kernel pays against the sm_80 one (hopper_pays), and the
-dispatch's small-M and sm_80 fallbacks on an sm_90 GPU (dqgen.run.dispatch.small_m_gemm, effective_rule)."""
+dispatch's small-M and sm_80 fallbacks on an sm_90 GPU (dqgen.run.dispatch.small_m_gemm, effective_rule); gathered
+(act-order) weights take the Hopper path with any x, the gather and the GEMM launched as one call (GatheredLaunch)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def test_small_m_and_the_sm80_fallback_on_hopper(monkeypatch: pytest.MonkeyPatch
     assert dispatch.small_m_gemm(4, HOPPER_RULE, 0, True, (28672, 128))
     assert not dispatch.small_m_gemm(4, HOPPER_RULE, 0, True, (1024, 64))  # narrow: the GEMV
     assert not dispatch.small_m_gemm(3, HOPPER_RULE, 0, True, (28672, 128))  # below the rule's 4 tokens
-    # it cannot (act-order, unaligned x): the sm_80 GEMM's rule, which keeps the GEMV below 16 and goes dense at 512
+    # it cannot (x rows not 16-byte aligned on in-order slots): the sm_80 GEMM's rule, which keeps the GEMV below 16
+    # and goes dense at 512
     assert dispatch.effective_rule(0, False) == SM80_ON_HOPPER_RULE
     assert not dispatch.small_m_gemm(8, SM80_ON_HOPPER_RULE, 0, False, (28672, 128))
     assert dispatch.pick(600, SM80_ON_HOPPER_RULE, gemm_ok=True, dense_ok=True) == "dense"
@@ -59,3 +61,55 @@ def test_small_m_and_the_sm80_fallback_on_hopper(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(dispatch, "rule_for", lambda device: DispatchRule(gemm_min_m=8, dense_min_m=None))
     assert dispatch.effective_rule(0, False) == DispatchRule(8, None)
     assert dispatch.small_m_gemm(8, DispatchRule(8, None), 0, False, None)
+
+
+class _X:
+    """Stands in for a torch tensor of x: shape, strides, address."""
+
+    def __init__(self, shape: tuple[int, ...], stride: tuple[int, ...], ptr: int) -> None:
+        self.shape, self._stride, self._ptr = shape, stride, ptr
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def stride(self, i: int) -> int:
+        return self._stride[i]
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+
+class _GW:
+    def __init__(self, gather: bool) -> None:
+        self.gather = gather
+
+
+def test_gathered_weights_take_the_hopper_path_with_any_x() -> None:
+    """A weight whose K slots are gathered (act-order): the Hopper GEMM takes it whatever x's alignment (the gather
+    kernel reads x with 2-byte loads and TMA reads x'); an in-order weight, and the checkpoint form before packing
+    tells which it is, need x rows TMA can address."""
+    aligned = _X((33, 4096), (4096, 1), 1 << 20)
+    unaligned = _X((33, 4095), (4096, 1), (1 << 20) + 2)
+    assert dispatch._hopper_can_take(_GW(True), aligned) and dispatch._hopper_can_take(_GW(True), unaligned)
+    assert dispatch._hopper_can_take(_GW(False), aligned) and not dispatch._hopper_can_take(_GW(False), unaligned)
+    assert dispatch._hopper_can_take(None, aligned) and not dispatch._hopper_can_take(None, unaligned)
+
+
+def test_hopper_ineligible_takes_gathered_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    class W:
+        device, K, gather = 0, 4095, True
+
+    monkeypatch.setattr(gemm90, "is_hopper", lambda device: True)
+    assert gemm90.hopper_ineligible(W(), (1 << 20) + 2, 4095) == ""  # gathered: x' is what TMA reads
+    W.gather = False
+    assert gemm90.hopper_ineligible(W(), (1 << 20) + 2, 4095).startswith("x's rows are not 16-byte aligned")
+    monkeypatch.setattr(gemm90, "is_hopper", lambda device: False)
+    assert gemm90.hopper_ineligible(W(), 1 << 20, 4096) == "the GPU is not sm_90"
+
+
+def test_gathered_launch_runs_the_gather_before_the_gemm_on_the_calls_stream() -> None:
+    calls: list[tuple[str, int]] = []
+    launch = gemm90.GatheredLaunch(lambda s: calls.append(("gather", s)), lambda s: calls.append(("gemm", s)))
+    launch(5)
+    launch(6)
+    assert calls == [("gather", 5), ("gemm", 5), ("gather", 6), ("gemm", 6)]

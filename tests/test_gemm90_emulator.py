@@ -3,7 +3,9 @@ mbarriers, ldmatrix and wgmma as the PTX ISA states them, the converter as its s
 spec the GEMM takes, every shipped CTA shape and the grids that matter (one tile a CTA, split-K in three, stream-K
 ranges that cross tiles), on shapes with tails (N = 200: a partial feature tile past the weight's lines; K with a
 tail inside a 64-tile; M not a multiple of the token tile), the model's y equals x @ dequantize(W), every workspace
-slot read was written once and every output stored once. The GPU runs are in tests/test_gpu_gemm90.py."""
+slot read was written once and every output stored once. Gathered K slots (act-order with a real desc_act g_idx,
+groups padded to whole tiles, K tails): the gather kernel's model writes x' = x[:, perm] (0 at padding) and the GEMM
+over x' equals x @ W. The GPU runs are in tests/test_gpu_gemm90.py."""
 
 from __future__ import annotations
 
@@ -152,3 +154,81 @@ def test_the_vectorised_ldmatrix_is_the_sm80_models() -> None:
     got = emu.ldsm_x4(smem, addr)
     for w in range(3):
         assert np.array_equal(got[w], ldsm_x4(smem, addr[w]))
+
+
+# -- gathered K slots: the gather kernel, then the GEMM over x' --------------------------------------------------
+
+
+def _act_order_layer(K: int, N: int, group: int, seed: int) -> tuple[Spec, GemmPacked, np.ndarray, np.ndarray]:
+    """A GPTQ desc_act layer as dqgen.quantize writes it (g_idx in the Hessian's order, not arange // group): the
+    spec, the packed weight, its g_idx and the independent dequantization W [K, N]."""
+    from dqgen.check.reference import dequantize_reference
+    from dqgen.nn.quantize import quantize
+
+    spec = load_spec("gptq_int4_asym_act_order_fp16")
+    dense = (np.random.default_rng(seed).standard_normal((K, N)) * 0.02).astype(np.float32)
+    t = quantize(spec, dense, group_size=group, act_order=True)
+    gi = np.asarray(t["g_idx"])
+    assert not np.array_equal(gi, np.arange(K) // group)  # really out of order
+    W = dequantize_reference(spec, t["qweight"], t["scales"], t.get("zeros"), gi, None)
+    return spec, pack_gemm(spec, t["qweight"], t["scales"], t.get("zeros"), gi, group), gi, W
+
+
+@pytest.mark.parametrize(
+    "K,group,cfg,M",
+    [
+        (288, 96, CONFIGS90[0], 5),  # K = 4.5 tiles; 3 groups of 96, each padded to 128 slots (32 x -1 a group)
+        (200, 40, CONFIGS90[1], 21),  # 5 groups of 40 padded to 64: 24 padding slots a tile; two token tiles
+        (256, 64, CONFIGS90[3], 61),  # whole-tile groups, still sorted by group: gathered without padding
+        (288, 96, CONFIGS90[4], 130),  # two consumer warpgroups, 128-token tiles, two of them
+    ],
+)
+def test_emulated_gemm90_act_order_gathers_x_into_slot_order(K: int, group: int, cfg: Gemm90Config, M: int) -> None:
+    spec, pk, gi, W = _act_order_layer(K, N, group, seed=K + group)
+    sl = pk.slots
+    assert sl.gather and sl.slots % 64 == 0 and int((sl.perm < 0).sum()) == sl.slots - K
+    # every 64-k tile of the gathered slots lies in one group: the kernel's one tile_group lookup per K tile holds
+    real = np.nonzero(sl.perm >= 0)[0]
+    assert np.array_equal(sl.tile_group[real // 64], gi[sl.perm[real]])
+    x = random_x(spec, M, K, seed=M)
+    ref = matmul_reference(x, W)
+    tiles = -(-M // cfg.bn) * -(-N // 128)
+    units = tiles * (sl.slots // 64)
+    for P in sorted({tiles, min(units, 3 * tiles), units // 2 + 1}):  # one tile a CTA, split-K, stream-K
+        order = np.random.default_rng(P).permutation(P).tolist()
+        y = emu.emulate90(spec, pk, x, cfg, P, order=order)
+        assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max()), (cfg.tag, M, P)
+
+
+def test_the_gather_model_is_x_at_perm_with_zero_padding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gather kernel's model (grid-stride loop included: a 32-thread block over 3 blocks at most) writes
+    x'[m, s] = x[m, perm[s]], 0 where perm[s] = -1, on rows further apart than K."""
+    from dqgen.kernels.gather_x import GatherXConfig
+
+    rng = np.random.default_rng(1)
+    K, M, stride = 200, 7, 216
+    perm = np.full(256, -1, dtype=np.int32)
+    perm[rng.permutation(256)[:K]] = rng.permutation(K)
+    x = rng.integers(0, 1 << 16, (M, stride), dtype=np.uint16)
+    x[:, K:] = 0xDEAD  # past K: never read
+    want = np.where(perm >= 0, x[:, np.maximum(perm, 0)], 0)
+    assert np.array_equal(emu.gather_x(x.reshape(-1), perm, M, stride), want)
+    small = GatherXConfig(32)
+    monkeypatch.setattr("dqgen.kernels.gather_x.MAX_BLOCKS", 3)
+    assert small.grid(M, 256) == 3  # 224 vectors over 96 threads: the loop runs three passes
+    assert np.array_equal(emu.gather_x(x.reshape(-1), perm, M, stride, small), want)
+
+
+def test_the_model_catches_a_gather_that_ignores_the_padding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """x' with the padding slots reading x's row 0 (as perm = -1 would read x[m - 1]'s last element): a wrong y, so
+    the GEMM's test of act-order depends on the zeros."""
+    spec, pk, _, W = _act_order_layer(288, 8, 96, seed=3)
+    x = random_x(spec, 5, 288, seed=2)
+    ref = matmul_reference(x, W)
+    real = emu.gather_x
+
+    def unpadded(x16: np.ndarray, perm: np.ndarray, M: int, x_stride: int) -> np.ndarray:
+        return real(x16, np.where(perm >= 0, perm, 0).astype(np.int32), M, x_stride)
+
+    monkeypatch.setattr(emu, "gather_x", unpadded)
+    assert not np.allclose(emu.emulate90(spec, pk, x, CONFIGS90[0], 1), ref, rtol=1e-3)

@@ -2,7 +2,8 @@
 and every token tile (wgmma n 8 .. 256) on shapes with tails (a partial 128-feature tile, K past the last 64-k
 tile, M not a multiple of the token tile), outputs poisoned with NaN, the same bits twice; forced split-K the same
 bits as one split's sum order allows (deterministic); a bias; the launch picks the Hopper kernel by itself on an
-H100 where it may, and the sm_80 kernel for act-order (gather)."""
+H100 where it may; act-order (GPTQ desc_act layers as dqgen.quantize writes them, groups padded to whole tiles) through
+the gather of x into slot order and the Hopper kernel, eagerly, through QuantLinear and inside a CUDA graph."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _weight(spec: Spec, K: int, N: int, seed: int, group: int | None):
 def test_every_spec_every_token_tile_with_tails(spec: Spec) -> None:
     _hopper()
     if spec.act_order:
-        pytest.skip("act-order gathers x: the sm_80 kernel (test_act_order_stays_on_sm80)")
+        pytest.skip("act-order: its desc_act layers in test_act_order_every_token_tile_through_the_gather")
     auto = spec.scales.group_size == "auto"
     K, N = (4096 + 128 if auto else 4096 + 8), 1448  # a partial feature tile; per-channel: a K tail
     gw, W = _weight(spec, K, N, K + N, 128 if auto else None)
@@ -125,18 +126,104 @@ def test_whole_tiles_then_a_stream_k_tail() -> None:
         check(spec, y, ref)
 
 
-def test_act_order_stays_on_sm80() -> None:
-    _hopper()
+def _act_order_layer(K: int, N: int, group: int, seed: int):
+    """A GPTQ desc_act layer as dqgen.quantize writes it (g_idx in the Hessian's order): torch tensors (qweight,
+    scales, zeros, g_idx) and the independent float dequantization W [K, N]."""
+    from dqgen.check.reference import dequantize_reference
+    from dqgen.nn.quantize import quantize
+
     spec = load_spec("gptq_int4_asym_act_order_fp16")
-    K, N = 128 * 20, 256
-    gw, W = _weight(spec, K, N, 5, 128)
-    assert gw.gather
-    x_np = random_x(spec, 33, K, seed=2)
-    y = gemm.run_gemm(spec, to_torch(x_np), gw)
-    check(spec, y, matmul_reference(x_np, W))
-    assert "w" not in gw.tensor_maps
-    with pytest.raises(ValueError, match=r"^config: the Hopper GEMM cannot take this launch: the weight's K slots"):
-        gemm.run_gemm(spec, to_torch(x_np), gw, config=CONFIGS90[0])
+    dense = (np.random.default_rng(seed).standard_normal((K, N)) * 0.02).astype(np.float32)
+    t = quantize(spec, dense, group_size=group, act_order=True)
+    gi = np.asarray(t["g_idx"])
+    assert not np.array_equal(gi, np.arange(K) // group)
+    W = dequantize_reference(spec, t["qweight"], t["scales"], t["zeros"], gi, None)
+    return spec, tuple(to_torch(np.asarray(a)) for a in (t["qweight"], t["scales"], t["zeros"], gi)), W
+
+
+@pytest.mark.quick
+def test_act_order_every_token_tile_through_the_gather() -> None:
+    """K = 45 groups of 96 rows (each padded to 128 slots: 32 -1 slots a group, K past the last whole tile), N with a
+    partial feature tile: every token tile forced, M with tails, x unaligned too (the gather reads x with 2-byte
+    loads; the Hopper path still takes it); the float64 reference, NaN-poisoned outputs, the same bits twice."""
+    _hopper()
+    K, N = 96 * 45, 1448
+    spec, (q, s, z, gi), W = _act_order_layer(K, N, 96, seed=1)
+    gw = gemm.pack_gemm(spec, q, s, z, g_idx=gi)
+    assert gw.gather and gw.slots == 45 * 128
+    assert gemm90.hopper_ineligible(gw, 2, K) == ""
+    for cfg in CONFIGS90:
+        for M in {1, cfg.bn - 3 if cfg.bn > 8 else 5, cfg.bn + 5}:
+            x_np = random_x(spec, M, K, seed=M + cfg.bn)
+            x = to_torch(x_np)
+            y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=cfg), (M, N), _dtype(W))  # noqa: B023
+            check(spec, y, matmul_reference(x_np, W))
+    assert "w" in gw.tensor_maps  # the Hopper kernel ran
+    x_np = random_x(spec, 20, K + 1, seed=3)
+    x = to_torch(x_np)[:, 1:]  # rows 2 bytes off a 16-byte boundary
+    y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=CONFIGS90[1], splits=3), (20, N), _dtype(W))
+    check(spec, y, matmul_reference(x_np[:, 1:], W))
+
+
+@pytest.mark.quick
+def test_act_order_automatic_choice_quantlinear_and_cuda_graph() -> None:
+    """A desc_act layer whose resident CTAs get enough K tiles (gemm90.hopper_pays): run_gemm takes the Hopper path by
+    itself at M = 7 and 100; QuantLinear (the torch module, no new API) does too, and a CUDA graph captured around
+    it holds the gather and the GEMM: replayed on new x it gives the new answer."""
+    _hopper()
+    import torch
+
+    from dqgen.nn.linear import QuantLinear
+    from dqgen.run import dispatch
+
+    K, N = 128 * 64, 4096 + 8  # 33 feature tiles x 128 K tiles
+    spec, (q, s, z, gi), W = _act_order_layer(K, N, 128, seed=2)
+    gw = gemm.pack_gemm(spec, q, s, z, g_idx=gi)
+    assert gw.gather and gemm90.hopper_pays(gw.N, gw.k_tiles, 7, gw.device)
+    for M in (7, 100):
+        x_np = random_x(spec, M, K, seed=M)
+        x = to_torch(x_np)
+        y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        check(spec, y, matmul_reference(x_np, W))
+    assert "w" in gw.tensor_maps
+    layer = QuantLinear(spec, q, s, z, g_idx=gi)
+    beside = dispatch.beside(layer._packed)
+    assert beside is not None and beside.gather
+    M = 64
+    x_np = random_x(spec, M, K, seed=5)
+    static_x = to_torch(x_np)
+    check(spec, layer(static_x), matmul_reference(x_np, W))
+    assert "w" in beside.tensor_maps  # the module's call took the Hopper path
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        layer(static_x)  # any split-K workspace is allocated before capture
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        ya = layer(static_x)
+    for seed in (6, 7):
+        x2_np = random_x(spec, M, K, seed=seed)
+        static_x.copy_(to_torch(x2_np))
+        ya.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        check(spec, ya, matmul_reference(x2_np, W))
+
+
+def test_act_order_bad_input_is_one_line_before_anything_is_written() -> None:
+    _hopper()
+    import torch
+
+    spec, (q, s, z, gi), _ = _act_order_layer(128 * 20, 256, 128, seed=3)
+    gw = gemm.pack_gemm(spec, q, s, z, g_idx=gi)
+    out = torch.full((33, 256), float("nan"), dtype=torch.float16, device="cuda")
+    with pytest.raises(ValueError, match=r"^x: expected shape \[\.\.\., 2560\] \(K of the weight\), got \(33, 2552\)$"):
+        gemm.run_gemm(spec, to_torch(random_x(spec, 33, 128 * 20 - 8, seed=1)), gw, out=out)
+    with pytest.raises(ValueError, match=r"^x: expected dtype fp16 \(the spec's target\), got torch\.bfloat16$"):
+        gemm.run_gemm(spec, to_torch(random_x(spec, 33, 128 * 20, seed=1)).to(torch.bfloat16), gw, out=out)
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all()
 
 
 def test_unaligned_x_falls_back() -> None:

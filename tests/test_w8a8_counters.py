@@ -116,3 +116,31 @@ def test_a_weight_allocates_no_workspace_while_capturing() -> None:
         ws.get((64, 3, 2), 10, 3)
     assert "\n" not in str(info.value) and "before capturing" in str(info.value)
     assert len(made) == 2 and list(ws) == ["gemv"]
+
+
+def test_gathered_x_buffers_grow_only_keep_outgrown_ones_and_refuse_a_capture() -> None:
+    """The gathered x' of the Hopper GEMM (dqgen.run.workspace.gathered_x_buffers): per device one uninitialised
+    int16 buffer, handed out again while it is large enough (a bound launch keeps its address), outgrown ones kept
+    alive; never made while the stream captures a graph."""
+    from types import SimpleNamespace
+
+    from dqgen.run.workspace import gathered_x_buffers
+
+    made: list[tuple[int, object, tuple[str, int]]] = []
+    state = {"capturing": False}
+    fake = SimpleNamespace(
+        int16="int16",
+        device=lambda kind, index: (kind, index),
+        empty=lambda n, dtype, device: made.append((n, dtype, device)) or Buf(device[1], n),
+        cuda=SimpleNamespace(is_current_stream_capturing=lambda: state["capturing"]),
+    )
+    bufs = gathered_x_buffers(fake)
+    first = bufs.get(3, 7 * 4096)
+    assert bufs.get(3, 4096) is first and made == [(7 * 4096, "int16", ("cuda", 3))]  # no minimum padding
+    bigger = bufs.get(3, 8 * 4096)
+    assert bigger is not first and bufs.outgrown == [first]
+    state["capturing"] = True
+    assert bufs.get(3, 8 * 4096) is bigger
+    with pytest.raises(RuntimeError, match=r"^gemm of an act-order weight: the gathered x' of GPU 3") as info:
+        bufs.get(3, 9 * 4096)
+    assert "\n" not in str(info.value) and "before capturing" in str(info.value)

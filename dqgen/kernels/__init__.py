@@ -6,6 +6,8 @@ compile cache key, and the entry point's name derived from it in one place.
 - dequant: the standalone dequantize kernel (``DequantConfig``, its launch variants);
 - gemv: the fused GEMV (``GemvConfig``, its entry points and code-shape ``Tuning``);
 - gemm: the tensor-core GEMM (``GemmKernelConfig``, its tiles and entry points);
+- gemm90: the Hopper GEMM (``Gemm90KernelConfig``, its token tiles); gather_x: the gather of x into a gathered
+  weight's slot order in front of it (``GatherXConfig``);
 - w8a8_gemm: the W8A8 int8 / fp8 GEMM (``W8A8GemmConfig`` and the tile choice);
 - act_quant: the activation quantizer (``ActQuantConfig`` and its choice);
 - gru_cell: the int8 GRU's per-step cell and persistent kernels (``GruCellConfig``).

@@ -125,9 +125,10 @@ class DispatchRule:
 #: The rule of an sm_90 GPU with no measurement of its own (an H200, an H100 of another name): the H100's measured
 #: rule with the Hopper GEMM (dispatch_rules.json): the GEMM from 4 tokens, never dequantize + cuBLAS.
 HOPPER_RULE = DispatchRule(gemm_min_m=4, dense_min_m=None)
-#: What an sm_90 GPU follows where the Hopper GEMM cannot take the call and the sm_80 GEMM runs (act-order or padded
-#: groups: its gather entry; x rows not 16-byte aligned): the H100's rule for the sm_80 GEMM, measured 2026-11-24
-#: (issue 14; the shipped rule before the Hopper GEMM): the GEMM from 16 tokens, dequantize + cuBLAS from 512.
+#: What an sm_90 GPU follows where the Hopper GEMM cannot take the call and the sm_80 GEMM runs (x rows not 16-byte
+#: aligned on a weight whose K slots are in order: its gather entry): the H100's rule for the sm_80 GEMM, measured
+#: 2026-11-24 (issue 14; the shipped rule before the Hopper GEMM): the GEMM from 16 tokens, dequantize + cuBLAS
+#: from 512.
 SM80_ON_HOPPER_RULE = DispatchRule(gemm_min_m=16, dense_min_m=512)
 
 
@@ -243,7 +244,7 @@ def dispatch(
     gw = beside(w) if is_packed else None
     gemm_ok = (gw is not None or not is_packed) and global_scale is None
     device = x.device.index or 0
-    hopper_ok = gemm_ok and is_hopper(device) and _hopper_can_take(gw, w, scales, g_idx, x, target)
+    hopper_ok = gemm_ok and is_hopper(device) and _hopper_can_take(gw, x)
     rule = effective_rule(device, hopper_ok)
     if is_packed:
         # the dense path needs the checkpoint tensors: alive and unchanged beside a packed weight, or passed
@@ -290,7 +291,7 @@ def takes_gemv(target: MatmulTarget, x: Any, w: Any, scales: Any, g_idx: Any, M:
     if not is_hopper(device):
         return rule_for(device).gemm_min_m > M
     gw = beside(w) if isinstance(w, MatmulWeight) else None
-    hopper_ok = _hopper_can_take(gw, w, scales, g_idx, x, target)
+    hopper_ok = _hopper_can_take(gw, x)
     rule = effective_rule(device, hopper_ok)
     if M < GEMV_MAX_M:
         return not small_m_gemm(M, rule, device, hopper_ok, _weight_dims(w, gw, scales, target))
@@ -308,20 +309,16 @@ def _weight_dims(w: Any, gw: GemmWeight | None, scales: Any, target: MatmulTarge
     return None
 
 
-def _hopper_can_take(gw: GemmWeight | None, w: Any, scales: Any, g_idx: Any, x: Any, target: MatmulTarget) -> bool:
-    """Whether the Hopper GEMM could run this call (gemm90.hopper_ineligible's conditions, before packing for the
-    checkpoint form: a g_idx, or groups that are no whole 64-k tiles, may need the gather entry, which it does not
-    have): K slots in order, x's rows 16-byte aligned. The GPU is checked by the caller."""
+def _hopper_can_take(gw: GemmWeight | None, x: Any) -> bool:
+    """Whether the Hopper GEMM could run this call (gemm90.hopper_ineligible's conditions): a weight with gathered
+    K slots (act-order, groups of no whole 64-k tiles) with any x, which the gather kernel puts into slot order
+    first; in-order slots (and the checkpoint form, before packing tells which it is) with x rows TMA can address
+    (16-byte aligned, unit inner stride). The GPU is checked by the caller."""
+    if gw is not None and gw.gather:
+        return True
     K = int(x.shape[-1])
     x_stride = int(x.stride(-2)) if x.dim() > 1 and x.shape[-2] > 1 else K
-    if x.stride(-1) != 1 or x_ineligible(x.data_ptr(), x_stride, K):
-        return False
-    if gw is not None:
-        return not gw.gather
-    if g_idx is not None or scales is None or not hasattr(scales, "shape"):
-        return False
-    groups = int(scales.shape[0])
-    return groups <= 1 or (K // groups) % TILE_K == 0
+    return x.stride(-1) == 1 and not x_ineligible(x.data_ptr(), x_stride, K)
 
 
 def _gemv(

@@ -12,6 +12,7 @@ stream, or a graph), not run concurrently on two streams. Torch only.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,12 +28,12 @@ from ..layout.gemm import TILE_K, TILE_N
 from . import device as dev
 from .calls import WEIGHT_BOUND_MAX, remember
 from .errors import imported_torch as _torch
-from .gemm90 import bind90, hopper_ineligible, hopper_pays
+from .gemm90 import bind90, bind90_gathered, hopper_ineligible, hopper_pays
 from .loader import load
 from .operands import check_activation, check_torch_tensors, x_aligned
 from .packcache import PackCache
 from .problem import check_g_idx, checkpoint_problem
-from .workspace import SplitKWorkspace, torch_workspace
+from .workspace import GrowOnlyCounters, SplitKWorkspace, gathered_x_buffers, torch_workspace
 
 #: Fewest K tiles a split keeps (its workspace round trip must be paid for by enough main-loop work).
 MIN_TILES_PER_SPLIT = 4
@@ -197,6 +198,12 @@ def _ptr(t: Any) -> np.uint64:
     return np.uint64(0 if t is None else t.data_ptr())
 
 
+@functools.cache
+def _gathered_x() -> GrowOnlyCounters[Any]:
+    """The process's gathered-x' buffers (one per device; made on first use: torch is imported lazily here)."""
+    return gathered_x_buffers(_torch())
+
+
 def run_gemm(
     spec: Spec,
     x: Any,
@@ -208,7 +215,8 @@ def run_gemm(
     splits: int | None = None,
 ) -> Any:
     """The GEMM launch on checked tensors: y = x @ W (+ bias), any M: on an H100 / H200 the Hopper main loop
-    (dqgen.run.gemm90) where it takes the launch and pays (gemm90.hopper_pays), else the sm_80 one. ``config`` /
+    (dqgen.run.gemm90; for gathered K slots after the gather of x into slot order) where it takes the launch and
+    pays (gemm90.hopper_pays), else the sm_80 one (its gather entry for gathered slots). ``config`` /
     ``splits`` override the choice of main loop and tile and the split (tuning and benchmarks; any tile of either
     template, any split count >= 1)."""
     torch = _torch()
@@ -243,10 +251,14 @@ def _bind(
     why_not = hopper_ineligible(w, x2.data_ptr(), x_stride)
     if isinstance(config, Gemm90Config) and why_not:
         raise ValueError(f"config: the Hopper GEMM cannot take this launch: {why_not}")
-    if isinstance(config, Gemm90Config):
-        return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, config, want_splits)
-    if config is None and not why_not and hopper_pays(w.N, w.k_tiles, M, w.device):
-        return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, None, want_splits)
+    if isinstance(config, Gemm90Config) or (
+        config is None and not why_not and hopper_pays(w.N, w.k_tiles, M, w.device)
+    ):
+        cfg90 = config if isinstance(config, Gemm90Config) else None
+        if w.gather:  # x gathered into slot order (x', the call's scratch), then the GEMM over the slots
+            xp = _gathered_x().get(w.device, M * w.slots)
+            return bind90_gathered(spec, w, x2.data_ptr(), x_stride, M, bias, out, cfg90, want_splits, xp.data_ptr())
+        return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, cfg90, want_splits)
     cfg = config if config is not None else choose_config(M)
     entry = GemmEntry(cfg, w.gather or not x_aligned(x2.data_ptr(), x_stride, w.K))
     fn = _function(spec, entry, w.device)

@@ -2,9 +2,16 @@
 read by TMA through a tensor map made once per weight and device; x through a tensor map made per (address,
 rows, stride) of x (a bound launch is cached on those, so a repeated call makes none).
 
-``hopper_ineligible`` says why it cannot take a launch (an sm_90 GPU, a weight whose K slots are in order: no gather
-entry, an x whose rows TMA can address), ``hopper_pays`` whether it beats the sm_80 kernel for a weight's N and K
-tiles at M rows, ``stream_k_ctas`` how many CTAs share the work. The entry points' parameters: PARAMS90."""
+A weight whose K slots are gathered (act-order / desc_act, groups of no whole 64-k tiles: dqgen.layout.gemm) is
+taken the way Marlin and Machete take act-order: the gather kernel (dqgen.kernels.gather_x) writes x' [M, slots] =
+x[:, perm] (0 where perm is -1) once per call into a device buffer (dqgen.run.workspace.gathered_x_buffers), and the
+GEMM reads x' by TMA over the slot-ordered K with the weight's tile_group as it is: every 64-k tile of the gathered
+slots lies in one group (layout.slots.sorted_by_group pads each group to whole tiles), so the kernel's one group
+lookup per K tile holds unchanged (``bind90_gathered``).
+
+``hopper_ineligible`` says why it cannot take a launch (an sm_90 GPU; for in-order slots an x whose rows TMA can
+address: a gathered x' always is), ``hopper_pays`` whether it beats the sm_80 kernel for a weight's N and K tiles at
+M rows, ``stream_k_ctas`` how many CTAs share the work. The entry points' parameters: PARAMS90, GATHER_PARAMS."""
 
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..core.spec import Spec
+from ..kernels.gather_x import GATHER_X
 from ..kernels.gemm import zero_bytes
 from ..kernels.gemm90 import Gemm90Config, Gemm90KernelConfig, choose_config90
 from ..layout.gemm import TILE_N
@@ -30,6 +38,12 @@ PARAMS90: tuple[tuple[str, Any], ...] = (
     ("units", np.int64),
     ("whole", np.int64),
     ("split_ctas", np.int32),
+)
+#: The gather kernel's parameters (templates/gather_x.cu.j2), held equal to its signature the same way.
+GATHER_PARAMS: tuple[tuple[str, Any], ...] = (
+    *((name, np.uint64) for name in ("x", "perm", "xp")),
+    *((name, np.int32) for name in ("M", "slots")),
+    ("x_stride", np.int64),
 )
 
 
@@ -108,12 +122,13 @@ MIN_K_TILES_PER_CTA = 12
 
 
 def hopper_ineligible(w: Any, x_ptr: int, x_stride: int) -> str:
-    """Why the Hopper GEMM cannot take this launch ("" where it can): it needs an sm_90 GPU, K slots in order (no
-    gather entry) and x rows TMA can address (16-byte aligned address and stride, K a multiple of 8, rows apart)."""
+    """Why the Hopper GEMM cannot take this launch ("" where it can): it needs an sm_90 GPU and, where the weight's
+    K slots are in order, x rows TMA can address (16-byte aligned address and stride, K a multiple of 8, rows
+    apart); gathered slots read x through the gather kernel, whose x' TMA always addresses."""
     if not is_hopper(w.device):
         return "the GPU is not sm_90"
     if w.gather:
-        return "the weight's K slots are not in order (act-order or groups of no whole 64-k tiles)"
+        return ""
     return x_ineligible(x_ptr, x_stride, w.K)
 
 
@@ -172,9 +187,11 @@ def bind90(
     cfg: Gemm90Config | None,
     want_splits: int | None,
     plan: Plan90 | None = None,
+    x_cols: int | None = None,
 ) -> Any:
     """The bound launch of the Hopper GEMM for this call (``want_splits``: split-K in that many pieces a tile,
-    else stream-K over the resident CTAs; ``plan``: that schedule instead, for the tuning scripts)."""
+    else stream-K over the resident CTAs; ``plan``: that schedule instead, for the tuning scripts; ``x_cols``: the
+    columns of x its tensor map spans, w.K by default, w.slots for a gathered x')."""
     cfg = cfg if cfg is not None else choose_config90(M)
     kc = Gemm90KernelConfig.one(spec, cfg)
     fn = load(kc, w.device)
@@ -196,7 +213,7 @@ def bind90(
     wmap, smap, zmap = weight_maps(spec, w)
     values = {
         "wmap": wmap,
-        "xmap": x_map(x_ptr, M, w.K, x_stride, cfg.bn),
+        "xmap": x_map(x_ptr, M, w.K if x_cols is None else x_cols, x_stride, cfg.bn),
         "smap": smap,
         "zmap": zmap,
         "tile_group": w.tile_group.data_ptr(),
@@ -214,3 +231,45 @@ def bind90(
     }
     args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in PARAMS90]
     return fn.bind((plan.ctas,), (cfg.threads,), args, shared_mem=smem)
+
+
+def bind_gather(w: Any, x_ptr: int, x_stride: int, M: int, xp_ptr: int) -> dev.BoundLaunch:
+    """The gather kernel's launch: x' at ``xp_ptr`` ([M, w.slots], contiguous) = x[:, w.perm], 0 at padding."""
+    fn = load(GATHER_X, w.device)
+    values = {"x": x_ptr, "perm": w.perm.data_ptr(), "xp": xp_ptr, "M": M, "slots": w.slots, "x_stride": x_stride}
+    args = [typ(values[name]) for name, typ in GATHER_PARAMS]
+    return fn.bind((GATHER_X.grid(M, w.slots),), (GATHER_X.threads,), args)
+
+
+class GatheredLaunch(NamedTuple):
+    """The Hopper GEMM of a gathered weight as one callable launch: the gather into x' (a device buffer that keeps
+    its address, dqgen.run.workspace.gathered_x_buffers), then the GEMM reading it, both on the one stream (a CUDA
+    graph captures them together)."""
+
+    gather: dev.BoundLaunch
+    gemm: Any
+
+    def __call__(self, stream: int = 0) -> None:
+        self.gather(stream)
+        self.gemm(stream)
+
+
+def bind90_gathered(
+    spec: Spec,
+    w: Any,
+    x_ptr: int,
+    x_stride: int,
+    M: int,
+    bias: Any,
+    out: Any,
+    cfg: Gemm90Config | None,
+    want_splits: int | None,
+    xp_ptr: int,
+) -> GatheredLaunch:
+    """The Hopper GEMM of a weight with gathered K slots: the gather of x into x' at ``xp_ptr`` ([M, w.slots]
+    16-bit, 16-byte aligned, kept alive by its owner as long as the launch), then the GEMM over x''s w.slots
+    columns."""
+    if not w.gather:
+        raise ValueError(f"w: its K slots are in order ({w.spec_name}): bind90 reads x as it is")
+    gemm = bind90(spec, w, xp_ptr, w.slots, M, bias, out, cfg, want_splits, x_cols=w.slots)
+    return GatheredLaunch(bind_gather(w, x_ptr, x_stride, M, xp_ptr), gemm)

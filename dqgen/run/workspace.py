@@ -1,12 +1,15 @@
-"""The split-K workspaces of the matmul kernels, one pool for every family: fp32 (or int32) partial sums and the
-tile counters a last-arriving block reads to know it sums the tile. Two owners:
+"""The workspaces of the matmul kernels: the split-K pool of every family (fp32 or int32 partial sums and the tile
+counters a last-arriving block reads to know it sums the tile), and the gathered x' of act-order weights.
+Three owners:
 
 - ``SplitKWorkspace``: one packed weight's buffers (the GEMV's and the GEMM's), by launch layout, allocated on a
   layout's first launch and kept for the weight's life;
 - ``GrowOnlyCounters``: the W8A8 GEMM's counters, one buffer per device that only grows (its partial sums come
-  per call from torch's caching allocator).
+  per call from torch's caching allocator);
+- ``gathered_x_buffers``: the Hopper GEMM's gathered x' (dqgen.run.gemm90), a GrowOnlyCounters of uninitialised
+  int16 per device.
 
-Both are CUDA-graph safe the same way: a launch bound once (a signature table) or captured into a graph keeps the
+All three are CUDA-graph safe the same way: a launch bound once (a signature table) or captured into a graph keeps the
 addresses it was given and may run again at any later time, so no buffer handed out is ever freed or replaced
 while its owner lives; the kernels leave every counter they used at zero; and nothing is allocated while the
 calling stream captures a graph (the allocation would belong to the graph and its zero fill run only on replay):
@@ -35,9 +38,18 @@ class GrowOnlyCounters(Generic[B]):
     ``capturing()``: whether the calling stream is capturing a CUDA graph, where an allocation would belong to the
     graph and its zero fill would run only on replay, so a buffer is never made there."""
 
-    def __init__(self, zeros: Callable[[int, int], B], capturing: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        zeros: Callable[[int, int], B],
+        capturing: Callable[[], bool],
+        what: str = "w8a8 / w4a8 matmul: the split-K counters",
+        minimum: int = MIN_COUNTERS,
+        unit: str = "tiles",
+    ) -> None:
         self._zeros = zeros
         self._capturing = capturing
+        self._what, self._unit = what, unit  # the capture error's subject and what its size counts
+        self._minimum = minimum  # the smallest buffer made
         self.current: dict[int, B] = {}
         #: Every buffer handed out and outgrown since, kept alive for the bound or captured launches holding it.
         self.outgrown: list[B] = []
@@ -49,10 +61,10 @@ class GrowOnlyCounters(Generic[B]):
             return buf
         if self._capturing():
             raise RuntimeError(
-                f"w8a8 / w4a8 matmul: the split-K counters of GPU {ordinal} ({tiles} tiles) are allocated outside "
-                "CUDA graphs: call the op once on this GPU (with this shape) before capturing"
+                f"{self._what} of GPU {ordinal} ({tiles} {self._unit}) are allocated outside CUDA graphs: call the op "
+                "once on this GPU (with this shape) before capturing"
             )
-        new = self._zeros(ordinal, max(tiles, MIN_COUNTERS))
+        new = self._zeros(ordinal, max(tiles, self._minimum))
         if buf is not None:
             self.outgrown.append(buf)
         self.current[ordinal] = new
@@ -102,4 +114,19 @@ def torch_workspace(torch: Any, device: int, owner: str) -> SplitKWorkspace[Any]
         lambda n: torch.zeros(n, dtype=torch.int32, device=cuda),
         torch.cuda.is_current_stream_capturing,
         owner,
+    )
+
+
+def gathered_x_buffers(torch: Any) -> GrowOnlyCounters[Any]:
+    """The gathered x' of the Hopper GEMM (dqgen.run.gemm90.bind90_gathered): per device one int16 buffer that only
+    grows (uninitialised: the gather writes it whole before the GEMM reads it), so a bound launch keeps its address
+    and a signature is bound once. One per device, not per weight: a model's act-order layers would each keep one
+    of their largest x (gigabytes at a long prefill). Launches that use it must be ordered (one stream, or a graph),
+    as for the W8A8 counters."""
+    return GrowOnlyCounters(
+        lambda ordinal, n: torch.empty(n, dtype=torch.int16, device=torch.device("cuda", ordinal)),
+        torch.cuda.is_current_stream_capturing,
+        "gemm of an act-order weight: the gathered x'",
+        0,
+        "elements",
     )
