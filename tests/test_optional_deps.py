@@ -24,14 +24,20 @@ PACKAGES = ("dqgen", "dqgen.nn", "dqgen.w8a8", "dqgen.gru")
 #: work without it.
 TORCH_ONLY = {
     "dqgen.nn.QuantLinear",
+    "dqgen.nn.QuantizedActivation",
     "dqgen.nn.W4A8Linear",
     "dqgen.nn.W8A8Linear",
+    "dqgen.nn.W8A8MLP",
+    "dqgen.nn.W8A8RMSNorm",
     "dqgen.nn.from_pretrained",
     "dqgen.nn.replace_linears",
     "dqgen.nn.quantize_model",
     "dqgen.nn.save_quantized",
+    "dqgen.nn.quantize_model_w8a8",
     "dqgen.w8a8.matmul",
     "dqgen.w8a8.quantize_activations",
+    "dqgen.w8a8.rmsnorm_quantize",
+    "dqgen.w8a8.silu_mul_quantize",
     "dqgen.gru.quantize",
     "dqgen.gru.QuantGRU",
 }
