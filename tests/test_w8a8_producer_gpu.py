@@ -238,3 +238,25 @@ def test_a_quantized_activation_reaching_other_ops_is_dequantized() -> None:
     h = x.float()
     want = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)).half().float()
     assert torch.allclose(plain.float(), want, rtol=0, atol=float(want.abs().max()) / 127 * 0.51 + 1e-3)
+
+
+def test_w4a8_linear_takes_the_codes_of_the_fused_norm() -> None:
+    """W4A8Linear reads a QuantizedActivation's codes as they are: the same output as its op on rmsnorm_quantize's
+    codes; a smoothed layer refuses them."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the W4A8 GEMM is sm_90's")
+    from dqgen.nn import W4A8Linear, W8A8RMSNorm
+    from dqgen.w8a8 import rmsnorm_quantize
+    from dqgen.w8a8.w4a8_op import w4a8_matmul
+
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(512, 256, bias=False).half().cuda()
+    layer = W4A8Linear.from_linear(lin, group_size=128)
+    gamma = (1 + 0.2 * torch.randn(512)).half().cuda()
+    x = _x(5, 512, torch.float16, seed=12)
+    y = layer(W8A8RMSNorm(gamma, 1e-5)(x))
+    q, s = rmsnorm_quantize(x, gamma, 1e-5)
+    assert torch.equal(y, w4a8_matmul(q, s, layer.w_q, layer.w_scale, layer.w_zeros, None, torch.float16))
+    smoothed = W4A8Linear.from_linear(lin, group_size=128, act_absmax=torch.rand(512).cuda() + 0.5)
+    with pytest.raises(ValueError, match="x: codes quantized upstream reach a smoothed layer"):
+        smoothed(W8A8RMSNorm(gamma, 1e-5)(x))

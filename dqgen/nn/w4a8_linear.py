@@ -25,6 +25,7 @@ from ..w8a8.op import quantize_activations
 from ..w8a8.w4a8_op import SPEC_SYMMETRIC, layout_tensors, spec_for, w4a8_matmul, weight_shape
 from .buffers import move_buffers
 from .quantize_torch import quantize_tensors
+from .quantized_activation import QuantizedActivation
 
 CheckpointKind = Literal["awq", "gptq"]
 
@@ -295,8 +296,14 @@ class W4A8Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x: expected last dimension {self.in_features} (in_features), got {list(x.shape)}")
-        x2 = x.reshape(-1, self.in_features)
-        q, s = quantize_activations(x2, self.smooth)
+        if type(x) is QuantizedActivation:  # int8 per-token codes made by the op before (W8A8RMSNorm): as they are
+            if self.smooth is not None:
+                raise ValueError(
+                    "x: codes quantized upstream reach a smoothed layer; fold its smoothing factors into the producer"
+                )
+            q, s = x.q.reshape(-1, self.in_features), x.scale.reshape(-1)
+        else:
+            q, s = quantize_activations(x.reshape(-1, self.in_features), self.smooth)
         y = w4a8_matmul(q, s, self.w_q, self.w_scale, self.w_zeros, self._bias_for(x.dtype), x.dtype)
         return y.reshape(*x.shape[:-1], self.out_features)
 
