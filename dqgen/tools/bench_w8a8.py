@@ -213,9 +213,9 @@ def markdown_section(gemm: dict[str, Any], act: dict[str, Any] | None) -> str:
         ]
         for k, n in sorted({(r["K"], r["N"]) for r in rows if r["impl"] in producer_impls}):
             for m in sorted({r["M"] for r in rows if (r["K"], r["N"]) == (k, n) and r["impl"] in producer_impls}):
-                cells = [_at(rows, i, m, k, n) for i in (DQ_INT8, *producer_impls)]
+                found = [_at(rows, i, m, k, n) for i in (DQ_INT8, *producer_impls)]
                 out.append(
-                    f"| {k}x{n} | {m} | " + " | ".join("n/a" if c is None else f"{c['us']:.1f}" for c in cells) + " |"
+                    f"| {k}x{n} | {m} | " + " | ".join("n/a" if c is None else f"{c['us']:.1f}" for c in found) + " |"
                 )
     out += ["", "Targets (issue 15 item 5):", ""]
     out += gemm_targets(gemm) + (act_targets(act) if act is not None else [])
