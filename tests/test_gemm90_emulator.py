@@ -13,26 +13,33 @@ import pytest
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.kernels.gemm import supports
-from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config
+from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config, Gemm90KernelConfig
 from dqgen.layout.gemm import GemmPacked, pack_gemm
 
 from . import gemm90_emulator as emu
 from .test_gemm import ZERO_VARIANTS
 
-SPECS = [s for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))) if supports(s) and not s.act_order]
+#: every in-order spec the Hopper GEMM takes: the integer specs and the float / codebook ones (fp8, nf4, ...)
+SPECS = [
+    s
+    for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml")))
+    if Gemm90KernelConfig.supports(s) and not s.act_order
+]
 IDS = [s.name for s in SPECS]
 N = 200
 
 
 def _case(spec: Spec, M: int, seed: int = 1) -> tuple[GemmPacked, np.ndarray, np.ndarray]:
     """Packed W, x [M, K], the float64 reference: per-channel K = 296 (5 K tiles, the last 40 k of 64: x's box
-    reads zeros past K), else groups of 64 over K = 320 (5 K tiles, a group each)."""
-    auto = spec.scales.group_size == "auto"
-    K = 296 if spec.scales.group_size == -1 else 320
-    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=seed, group_size=64 if auto else None)
+    reads zeros past K), else groups of 64 over K = 320 (5 K tiles, a group each; a spec's fixed groups of 128
+    over K = 384)."""
+    group = spec.scales.group_size
+    group = 64 if group == "auto" else group
+    K = 296 if group == -1 else -(-320 // group) * group
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=seed, group_size=group if group > 0 else None)
     G = s.shape[0]
     pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
-    assert not pk.slots.gather and pk.slots.slots == 320
+    assert not pk.slots.gather and pk.slots.slots == -(-K // 64) * 64
     x = random_x(spec, M, K, seed=seed + 2)
     return pk, x, matmul_reference(x, W)
 

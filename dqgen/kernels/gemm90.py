@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from ..core.spec import Spec
+from ..core.spec import SourceKind, Spec
 from ..emit.pipeline import compile_artifact
 from ..emit.render import context
 from ..layout.gemm import TILE_K, TILE_N
 from ..layout.gemm_trt import columns_interleaved, converter_spec
 from .family import Mainloop
-from .gemm import WeightOnlyGemmConfig, zero_bytes
+from .gemm import WeightOnlyGemmConfig, supports, zero_bytes
 
 #: Registers a producer thread keeps (setmaxnreg.dec): it computes addresses and issues copies, nothing else.
 PRODUCER_REGS: Final = 40
@@ -102,6 +102,48 @@ CONFIGS90: Final = (
 )
 
 
+#: Code kinds the Hopper GEMM takes beyond the sm_80 GEMM's integers: 4- and 8-bit minifloats (fp8 e4m3 / e5m2, fp4
+#: e2m1) and 4-bit codebooks (nf4), converted by the spec's own Plan solved for the layout's register order (the
+#: converter word gives fp16 / bf16 pairs in natural element order, as for the integers).
+FLOAT_KINDS: Final = (SourceKind.float, SourceKind.codebook)
+
+
+def refusal90(spec: Spec) -> str:
+    """Why the Hopper GEMM does not take ``spec`` ("" where it does), one line naming the spec field: the sm_80 GEMM's
+    specs (4- and 8-bit integer codes), and 4- and 8-bit float and codebook codes with 16-bit scales in groups of whole
+    64-k tiles (or one group). The kernel stages one row of 16-bit scales a 64-k tile and multiplies it into every
+    converted pair; a spec off that shape keeps the GEMV (dqgen.run.dispatch)."""
+    if supports(spec):
+        return ""
+    src, sc = spec.source, spec.scales
+    if src.kind not in FLOAT_KINDS:
+        return f"[source] {src.bits}-bit {src.kind.value} codes: the GEMM's layout holds 4- and 8-bit codes"
+    if src.bits not in (4, 8) or spec.words != 1:
+        return f"[source.bits] {src.bits}-bit {src.kind.value} codes: the GEMM's layout holds 4- and 8-bit codes"
+    if spec.integer_target:
+        return "[target] s8 lanes feed the W4A8 GEMM, not this fp16 / bf16 one"
+    if sc.block:
+        return (
+            f"[scales.dtype] {sc.dtype} block scales (one byte{', and a global fp32 scale' if sc.global_scale else ''})"
+            ": the GEMM stages 16-bit scale rows, and its Plan applies one decoded block scale to a whole converted"
+            " word"
+        )
+    if isinstance(sc.group_size, int) and sc.group_size > 0 and sc.group_size % TILE_K:
+        return (
+            f"[scales.group_size] groups of {sc.group_size}: the GEMM stages one scale row a {TILE_K}-k tile (groups"
+            f" of whole tiles, or one group)"
+        )
+    if spec.act_order:
+        return "[act_order] the Hopper GEMM reads K slots in order (no gather entry)"
+    return ""
+
+
+def hopper_only(spec: Spec) -> bool:
+    """Whether the Hopper GEMM is the only GEMM of ``spec`` (a float or codebook spec it takes, which the sm_80 GEMM
+    does not): where it cannot run (another GPU, an x TMA cannot address) the GEMV takes every M."""
+    return not supports(spec) and not refusal90(spec)
+
+
 def choose_config90(M: int) -> Gemm90Config:
     """The smallest token tile that holds M rows (256 past that: several token tiles)."""
     for cfg in CONFIGS90:
@@ -117,7 +159,8 @@ def gemm90_entry_name(spec: Spec, cfg: Gemm90Config) -> str:
 @dataclass(frozen=True)
 class Gemm90KernelConfig(WeightOnlyGemmConfig):
     """The Hopper GEMM of ``spec`` with ``entries``' CTA shapes (Gemm90Config) as entry points in one source (a
-    launch compiles the one it runs). Takes the specs the sm_80 GEMM takes (4- and 8-bit integer codes)."""
+    launch compiles the one it runs). Takes the specs the sm_80 GEMM takes (4- and 8-bit integer codes) and the float
+    and codebook specs ``refusal90`` accepts."""
 
     family: ClassVar[str] = "gemm90"
     template: ClassVar[str] = "gemm90.cu.j2"
@@ -126,6 +169,10 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
     arch_specific: ClassVar[bool] = True
 
     entries: tuple[Gemm90Config, ...] = CONFIGS90
+
+    @classmethod
+    def supports(cls, spec: Spec) -> bool:
+        return not refusal90(spec)
 
     @property
     def name(self) -> str:
