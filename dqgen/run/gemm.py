@@ -20,7 +20,7 @@ import numpy as np
 
 from ..core.spec import Spec
 from ..kernels.gemm import CONFIGS, GemmConfig, GemmEntry, GemmKernelConfig, has_zeros, supports
-from ..kernels.gemm90 import Gemm90Config
+from ..kernels.gemm90 import Gemm90Config, hopper_only, refusal90
 from ..layout import gemm as gemm_layout
 from ..layout import torch_pack
 from ..layout.gemm import TILE_K, TILE_N
@@ -139,11 +139,9 @@ def pack_gemm(
     """Check the checkpoint tensors and pack them (once, on their GPU; ``host_pack``: through the numpy packer on
     the host, the same bytes) into a GemmWeight."""
     torch = _torch()
-    if not supports(spec):
-        raise ValueError(
-            f"[source] the tensor-core GEMM takes 4- or 8-bit integer codes; spec {spec.name!r} has "
-            f"{spec.source.bits}-bit {spec.source.kind.value} codes"
-        )
+    refused = refusal90(spec)  # "" for every spec either main loop takes (floats: the Hopper one alone)
+    if refused:
+        raise ValueError(f"{refused} (spec {spec.name!r})")
     check_torch_tensors(torch, (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("g_idx", g_idx)))
     prob = checkpoint_problem(spec, qweight, scales, zeros, g_idx, None)
     q = dev.as_device_array(qweight, "qweight")
@@ -241,11 +239,14 @@ def _bind(
     want_splits: int | None = None,
 ) -> Any:
     why_not = hopper_ineligible(w, x2.data_ptr(), x_stride)
-    if isinstance(config, Gemm90Config) and why_not:
+    only90 = hopper_only(spec)  # a float / codebook spec: no sm_80 main loop to fall back on
+    if (isinstance(config, Gemm90Config) or only90) and why_not:
         raise ValueError(f"config: the Hopper GEMM cannot take this launch: {why_not}")
     if isinstance(config, Gemm90Config):
         return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, config, want_splits)
-    if config is None and not why_not and hopper_pays(w.N, w.k_tiles, M, w.device):
+    if only90 and config is not None:
+        raise ValueError(f"config: spec {spec.name!r} runs on the Hopper GEMM alone; got the sm_80 tile {config}")
+    if config is None and not why_not and (only90 or hopper_pays(w.N, w.k_tiles, M, w.device)):
         return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, None, want_splits)
     cfg = config if config is not None else choose_config(M)
     entry = GemmEntry(cfg, w.gather or not x_aligned(x2.data_ptr(), x_stride, w.K))
