@@ -32,10 +32,10 @@ N = 200
 def _case(spec: Spec, M: int, seed: int = 1) -> tuple[GemmPacked, np.ndarray, np.ndarray]:
     """Packed W, x [M, K], the float64 reference: per-channel K = 296 (5 K tiles, the last 40 k of 64: x's box
     reads zeros past K), else groups of 64 over K = 320 (5 K tiles, a group each; a spec's fixed groups of 128
-    over K = 384)."""
+    over K = 384; groups of 16 or 32 over 320 - group: the last tile's last scale row lies past G, a TMA zero)."""
     group = spec.scales.group_size
     group = 64 if group == "auto" else group
-    K = 296 if group == -1 else -(-320 // group) * group
+    K = 296 if group == -1 else 320 - group if group < 64 else -(-320 // group) * group
     (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=seed, group_size=group if group > 0 else None)
     G = s.shape[0]
     pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
@@ -159,3 +159,46 @@ def test_the_vectorised_ldmatrix_is_the_sm80_models() -> None:
     got = emu.ldsm_x4(smem, addr)
     for w in range(3):
         assert np.array_equal(got[w], ldsm_x4(smem, addr[w]))
+
+
+def _variant(name: str, **scales: object) -> Spec:
+    data = load_spec(name).model_dump(mode="json", exclude_none=True)
+    data["name"] = f"{name}_g{scales['group_size']}"
+    data["scales"] = {**data["scales"], **scales}
+    return load_spec(data)
+
+
+#: groups under the 64-k tile that no shipped spec has: fp4 in groups of 16 (four scale rows a stage, two a converted
+#: word), fp8 in groups of 32 (a 16-k word, two words a group) and of 16 (a scale row a word)
+SMALL_GROUPS = [
+    _variant("fp4_e2m1_bf16", group_size=16),
+    _variant("fp8_e4m3_fp16", group_size=32),
+    _variant("fp8_e5m2_fp16", group_size=16),
+]
+
+
+@pytest.mark.parametrize("cfg", [CONFIGS90[0], CONFIGS90[4]], ids=lambda c: c.tag)
+@pytest.mark.parametrize("spec", SMALL_GROUPS, ids=[s.name for s in SMALL_GROUPS])
+def test_emulated_gemm90_groups_under_a_tile(spec: Spec, cfg: Gemm90Config) -> None:
+    """A pair's scale row is 16 (its k16 step) / group size: every row of the stage is read by the right pairs."""
+    assert Gemm90KernelConfig.supports(spec)
+    _check(spec, cfg, 7)
+
+
+def test_specs_the_hopper_gemm_refuses_name_the_field() -> None:
+    """NVFP4 (a global fp32 scale), block scales in groups of 16 (two groups in one converted word), groups that are
+    no divisor or multiple of a tile, 6-bit codes: a one-line reason naming the spec field."""
+    from dqgen.kernels.gemm90 import refusal90
+
+    cases = [
+        (load_spec("nvfp4_fp16"), "[scales.global_scale] "),
+        (_variant("mxfp4_bf16", group_size=16), "[scales.group_size] e8m0 block scales in groups of 16"),
+        (_variant("fp4_e2m1_bf16", group_size=96), "[scales.group_size] groups of 96"),
+        (_variant("fp4_e2m1_bf16", group_size=8), "[scales.group_size] groups of 8"),
+        (load_spec("fp6_e2m3_fp16"), "[source.bits] 6-bit float codes"),
+        (load_spec("gptq_int3_fp16"), "[source] 3-bit biased codes"),
+    ]
+    for spec, start in cases:
+        why = refusal90(spec)
+        assert why.startswith(start) and "\n" not in why, why
+        assert not Gemm90KernelConfig.supports(spec)

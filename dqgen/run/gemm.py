@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..core.spec import Spec
-from ..kernels.gemm import CONFIGS, GemmConfig, GemmEntry, GemmKernelConfig, has_zeros, supports
+from ..kernels.gemm import CONFIGS, GemmConfig, GemmEntry, GemmKernelConfig, has_zeros
+from ..kernels.gemm import supports as supports  # re-exported: the sm_80 GEMM's specs (tests, dqgen.tools.build)
 from ..kernels.gemm90 import Gemm90Config, hopper_only, refusal90
 from ..layout import gemm as gemm_layout
 from ..layout import torch_pack
@@ -66,7 +67,7 @@ class GemmWeight:
     Ns: int  # scales' padded row length
     device: int
     wq: Any  # uint8 [n_lines, slots * 2]
-    scales: Any  # int16 [G, Ns]
+    scales: Any  # int16 [G, Ns] (uint8: block-scale codes)
     zeros: Any  # uint8 / int16 [G, Ns] or None
     perm: Any  # int32 [slots]
     tile_group: Any  # int32 [k_tiles]
@@ -181,7 +182,7 @@ def pack_gemm(
         Ns=int(pk.scales.shape[1]),
         device=device,
         wq=up(pk.wq, np.uint8),
-        scales=up(pk.scales, np.int16),
+        scales=up(pk.scales, np.int16 if pk.scales.dtype.itemsize == 2 else np.uint8),  # uint8: block-scale codes
         zeros=up(pk.zeros, zdtype),
         perm=up(pk.slots.perm, np.int32),
         tile_group=up(pk.slots.tile_group, np.int32),
