@@ -201,7 +201,7 @@ def test_float_spec_dispatch_takes_the_hopper_gemm(name: str) -> None:
     k = dqgen.compile(spec)
     assert k.target.hopper_only and k.gemm_ok
     for K, N in ((4096, 1024), (2048, 4096 + 8)):
-        (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=K, group_size=None)
+        (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=K, group_size=None)
         w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z))
         gw = dispatch.beside(w)
         assert gw is not None and "w" not in gw.tensor_maps

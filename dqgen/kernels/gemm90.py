@@ -148,11 +148,12 @@ def refusal90(spec: Spec) -> str:
     gs = sc.group_size
     if sc.global_scale:
         return "[scales.global_scale] a per-tensor fp32 scale (NVFP4): the GEMM's packed weight and launch carry none"
-    word_k = 4 * CONTAINER_BITS // src.bits  # k of one converted word: 4 threads' words make a 16-byte row
+    word_k = 4 * CONTAINER_BITS // src.bits  # the k one word's codes span (ldsm_row_permutation: 4 x its codes)
     if sc.block and (not isinstance(gs, int) or gs <= 0 or gs % word_k):
+        code = sc.dtype.value if sc.dtype is not None else "block"
         return (
-            f"[scales.group_size] {sc.dtype.value} block scales in groups of {gs}: the Plan applies one decoded block scale"
-            f" to a converted word, which spans {word_k} k"
+            f"[scales.group_size] {code} block scales in groups of {gs}: the Plan applies one decoded block scale to"
+            f" a converted word, which spans {word_k} k"
         )
     if isinstance(gs, int) and gs > 0 and gs % TILE_K and (TILE_K % gs or gs < 16):
         return (
