@@ -135,3 +135,33 @@ def test_a_spec_with_the_hopper_gemm_alone_falls_back_to_the_gemv(torch, monkeyp
     # an integer spec on the same sm_90 GPU where the Hopper kernel cannot take the call: the sm_80 GEMM's rule
     monkeypatch.setattr(dispatch, "_hopper_can_take", lambda *a: False)
     assert dispatch.dispatch(_target(True), x, q, s) == "gemm y"
+
+
+class _X:
+    """An aligned x [M, K]: what _hopper_can_take reads (shape, strides, address)."""
+
+    def __init__(self, M: int, K: int) -> None:
+        self.shape = (M, K)
+
+    def dim(self) -> int:
+        return 2
+
+    def stride(self, d: int) -> int:
+        return 1 if d == -1 else self.shape[1]
+
+    def data_ptr(self) -> int:
+        return 1 << 20
+
+
+def test_checkpoint_groups_under_a_tile_take_the_hopper_gemm_for_float_specs_only() -> None:
+    """Checkpoint tensors (no packed weight yet): fp4's groups of 32 stay in order (two scale rows a tile), so the
+    Hopper GEMM can take the call; an integer spec's groups of 32 are padded for the sm_80 gather entry, so not."""
+    from dqgen.core.spec import load_spec, with_group_size
+
+    x, scales = _X(64, 4096), types.SimpleNamespace(shape=(128, 256))  # 4096 / 128 groups = groups of 32
+    for spec, only90, want in (
+        (load_spec("fp4_e2m1_bf16"), True, True),
+        (with_group_size(load_spec("awq_int4_fp16"), 32), False, False),
+    ):
+        target = MatmulTarget(types.SimpleNamespace(spec=spec), "k", True, lambda *a, **kw: None, hopper_only=only90)
+        assert dispatch._hopper_can_take(None, Tensor((4096, 32)), scales, None, x, target) is want

@@ -10,7 +10,7 @@
 - from the rule's ``dense_min_m`` on (512 by default; never on sm_90), where the checkpoint tensors are at hand
   (passed in the call, or alive and unchanged beside a packed weight): dequantize into a dense weight and
   ``torch.matmul`` (cuBLAS), where a compute-bound GEMM of fp16 weights beats mma.sync with a conversion in its loop;
-- other specs (block-scaled fp4, groups of 16 / 32, 2/3-bit, ...) keep the GEMV for every M;
+- other specs (NVFP4, 2-, 3- and 6-bit codes: gemm90.refusal90 says why) keep the GEMV for every M;
 - under torch.compile, one custom op of dqgen.run.torch_op (``dqgen::matmul_dispatch*``; ``dqgen::matmul*`` for
   specs the GEMM does not take), which makes the same choice when it runs.
 
@@ -36,7 +36,7 @@ from typing import Any
 from ..core.formats import torch_dtype
 from ..emit.nvrtc import default_cache_dir
 from ..emit.pipeline import Artifact
-from ..layout.gemm import TILE_K
+from ..layout.gemm import TILE_K, group_rows
 from .errors import imported_torch as _torch
 from .gemm import GemmWeight, pack_gemm, packed_gemm, run_gemm
 from .gemm90 import hopper_pays, is_hopper, x_ineligible
@@ -331,7 +331,8 @@ def _hopper_can_take(gw: GemmWeight | None, w: Any, scales: Any, g_idx: Any, x: 
     if g_idx is not None or scales is None or not hasattr(scales, "shape"):
         return False
     groups = int(scales.shape[0])
-    return groups <= 1 or (K // groups) % TILE_K == 0
+    # a float spec's groups of 16 / 32 stay in order too (group_rows scale rows a tile)
+    return groups <= 1 or (K // groups) % TILE_K == 0 or (target.hopper_only and group_rows(target.artifact.spec) > 1)
 
 
 def _gemv(

@@ -241,8 +241,10 @@ def _bind(
 ) -> Any:
     why_not = hopper_ineligible(w, x2.data_ptr(), x_stride)
     only90 = hopper_only(spec)  # a float / codebook spec: no sm_80 main loop to fall back on
-    if (isinstance(config, Gemm90Config) or only90) and why_not:
+    if isinstance(config, Gemm90Config) and why_not:
         raise ValueError(f"config: the Hopper GEMM cannot take this launch: {why_not}")
+    if only90 and why_not:  # Kernel.matmul's dispatch sends such a call to the GEMV instead
+        raise ValueError(f"run_gemm: spec {spec.name!r} runs on the Hopper GEMM alone, which cannot take it: {why_not}")
     if isinstance(config, Gemm90Config):
         return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, config, want_splits)
     if only90 and config is not None:
