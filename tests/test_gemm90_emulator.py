@@ -29,13 +29,18 @@ IDS = [s.name for s in SPECS]
 N = 200
 
 
+def _case_k(spec: Spec) -> tuple[int, int]:
+    """(K, group size) of _case."""
+    group = spec.scales.group_size
+    group = 64 if group == "auto" else group
+    return (296 if group == -1 else 320 - group if group < 64 else -(-320 // group) * group), group
+
+
 def _case(spec: Spec, M: int, seed: int = 1) -> tuple[GemmPacked, np.ndarray, np.ndarray]:
     """Packed W, x [M, K], the float64 reference: per-channel K = 296 (5 K tiles, the last 40 k of 64: x's box
     reads zeros past K), else groups of 64 over K = 320 (5 K tiles, a group each; a spec's fixed groups of 128
     over K = 384; groups of 16 or 32 over 320 - group: the last tile's last scale row lies past G, a TMA zero)."""
-    group = spec.scales.group_size
-    group = 64 if group == "auto" else group
-    K = 296 if group == -1 else 320 - group if group < 64 else -(-320 // group) * group
+    K, group = _case_k(spec)
     (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=seed, group_size=group if group > 0 else None)
     G = s.shape[0]
     pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
@@ -202,3 +207,24 @@ def test_specs_the_hopper_gemm_refuses_name_the_field() -> None:
         why = refusal90(spec)
         assert why.startswith(start) and "\n" not in why, why
         assert not Gemm90KernelConfig.supports(spec)
+
+
+@pytest.mark.parametrize(
+    "spec", [s for s in SPECS if s.source.kind.value in ("float", "codebook")], ids=lambda s: s.name
+)
+def test_float_specs_pack_and_unpack_to_the_same_checkpoint(spec: Spec) -> None:
+    """The prepacked layout of each float / codebook spec is a bijection on the checkpoint: unpack_gemm gives back its
+    qweight and raw scales (MXFP4's e8m0 bytes as they are); groups under a tile stay in order (direct slots, every
+    tile naming its first group)."""
+    from dqgen.layout.gemm import group_rows, unpack_gemm
+
+    pk, _, _ = _case(spec, 3)
+    K, group = _case_k(spec)
+    (q, s, _, _, _), _ = matmul_inputs(spec, K, N, seed=1, group_size=group if group > 0 else None)
+    q2, s2, z2 = unpack_gemm(spec, pk)
+    assert z2 is None and np.array_equal(q2, np.ascontiguousarray(q).view(np.uint32).view(q.dtype).reshape(q.shape))
+    raw = np.ascontiguousarray(s).view(np.uint8 if spec.scales.block else np.uint16)
+    assert s2.dtype == raw.dtype and np.array_equal(s2, raw)
+    first_group = np.arange(pk.slots.slots // 64) * 64 // max(group, 1)  # each tile's first group (group_rows rows)
+    assert np.array_equal(pk.slots.tile_group, np.minimum(first_group, s.shape[0] - 1))
+    assert group_rows(spec) == (64 // group if 0 < group < 64 else 1)
