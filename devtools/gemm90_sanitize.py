@@ -17,13 +17,16 @@ from dqgen.kernels.gemm90 import CONFIGS90
 from dqgen.run import gemm
 from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 
-#: (spec, K, N, group size, splits a tile): int4 with zeros and int8 per-channel with a K tail inside a tile; N leaves a
-#: partial tile; 5 pieces of 12 K tiles put stream-K pieces across tiles (both partial slots, odd segments).
+#: (spec, K, N, group size, splits a tile): int4 with zeros, int8 per-channel with a K tail inside a tile and MXFP4 (the
+#: float specs' 1-byte scale rows); N leaves a partial tile; 5 pieces of 12 K tiles put stream-K pieces across tiles
+#: (both partial slots, odd segments).
 CASES = (
     ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3, 5)),  # 12 K tiles in 5 pieces: CTAs spanning two tiles
     ("int8_bf16", 64 * 3 + 8, 128 * 3 + 4, None, (1, 2)),
     # act-order (shuffled g_idx) in 6 groups of 96 rows, each padded to 128 slots: the gather writes x' [M, 768]
     ("gptq_int4_asym_act_order_fp16", 96 * 6, 200, 96, (1, 3)),
+    # a float spec: MXFP4's e8m0 codes, two scale rows a stage (groups of 32), the last tile's second past G
+    ("mxfp4_bf16", 64 * 12 + 32, 200, None, (1, 3)),
 )
 
 

@@ -10,7 +10,8 @@ Families and the configurations enumerated (what the product can launch):
 - dequant: every shipped spec's artifact source (every launch variant);
 - gemv: every shipped spec's fused GEMV source (every entry point);
 - gemm: every shipped spec the tensor-core GEMM takes (every tile config, plain and gather);
-- gemm90: the same specs' Hopper GEMM (every token-tile config; sm_90a only: wgmma is architecture-specific);
+- gemm90: the Hopper GEMM of every spec it takes, the same integer specs and the float / codebook ones (every token-tile
+  config; sm_90a only: wgmma is architecture-specific);
 - gather_x: the activation gather in front of the Hopper GEMM of gathered (act-order) weights (its one entry);
 - w8a8_gemm: every configuration ``choose`` returns for s8 / e4m3 x f16 / bf16 / acc over the M, N, K, SM counts and
   shared-memory sizes of the benches;
@@ -63,6 +64,7 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
         yield "gemv", name, GemvConfig(art).source(), spec.sm  # every entry point, the kept tuning
         if GemmKernelConfig.supports(spec):
             yield "gemm", name, GemmKernelConfig(spec).source(), spec.sm  # every tile config, plain and gather
+        if Gemm90KernelConfig.supports(spec):  # the integer specs, and the float / codebook ones it alone takes
             yield "gemm90", name, Gemm90KernelConfig(spec).source(), 90  # every token-tile config
 
     from dqgen.kernels.gather_x import GATHER_X

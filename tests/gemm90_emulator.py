@@ -43,7 +43,6 @@ import numpy as np
 from dqgen.core.spec import Spec
 from dqgen.emit.pipeline import compile_artifact
 from dqgen.kernels.gather_x import GATHER_X, GatherXConfig
-from dqgen.kernels.gemm import zero_bytes
 from dqgen.kernels.gemm90 import Gemm90Config, Gemm90KernelConfig
 from dqgen.layout.gemm import TILE_K, TILE_N, GemmPacked
 from dqgen.layout.gemm_trt import columns_interleaved, converter_spec
@@ -237,6 +236,9 @@ def emulate90(
     kCols, kBlk, kPerWord = int(ctx["cols"]), int(ctx["blocks"]), int(ctx["per_word"])
     assert kCols == columns_interleaved(conv.source.bits)
     kZElem = int(ctx["zero_bytes"])
+    kGroupRows, kGroupK, kSElem = int(ctx["group_rows"]), int(ctx["group_k"]), int(ctx["scale_elem"])
+    block_scales = bool(ctx["block_scales"])
+    assert kGroupRows * kGroupK == 64
     has_zeros, float_zeros = bool(ctx["has_zeros"]), bool(ctx["float_zeros"])
     pair_rep, zero_rep = int(str(ctx["broadcast_pair"]), 16), int(str(ctx["zero_rep"]), 16)
     BN, CONSUMERS, STAGES = cfg.bn, cfg.consumers, cfg.stages
@@ -246,11 +248,11 @@ def emulate90(
     kK16 = kTileK // 16
     kBLines = kTileN // kCols
     kWBytes = kBLines * 128
-    kSBytes = kTileN * 2
+    kSBytes = kTileN * kSElem * kGroupRows
     kZBytes = kZElem * kTileN
     kStage = (kWBytes + BN * 128 + kSBytes + kZBytes + 1023) // 1024 * 1024
     smem_size = 1024 + STAGES * kStage + STAGES * 16
-    assert smem_size == cfg.shared_bytes(spec.source.bits, zero_bytes(spec)), "host and kernel shared bytes differ"
+    assert smem_size == cfg.launch_shared_bytes(spec), "host and kernel shared bytes differ"
     kWgRows = kTileN // CONSUMERS
     MW = kWgRows // 64
     NI = BN // 8
@@ -346,7 +348,9 @@ def emulate90(
                 # (box 64 x BN, swizzled), scales / zeros [G, Ns] (box 128 x 1)
                 bar.complete_tx(tma_load_2d(smem, st, wq, (128, kTileN // kCols), (kt * 128, f0 // kCols), True))
                 bar.complete_tx(tma_load_2d(smem, st + kWBytes, x16, (64, BN), (kt * kTileK, m0), True))
-                bar.complete_tx(tma_load_2d(smem, st + kWBytes + BN * 128, scales, (TILE_N, 1), (f0, grp), False))
+                # scales: the tile's kGroupRows rows from its first group (rows past G land as zeros)
+                sbox = (TILE_N, kGroupRows)
+                bar.complete_tx(tma_load_2d(smem, st + kWBytes + BN * 128, scales, sbox, (f0, grp), False))
                 if kZBytes > 0:
                     assert zeros is not None
                     zdst = st + kWBytes + BN * 128 + kSBytes
@@ -382,6 +386,8 @@ def emulate90(
             st = base + s * kStage
             sp = st + kWBytes + BN * 128
             u16 = smem.view("<u2")
+            if kGroupRows > 1 or block_scales:
+                return load_convert_rows(st, sp, buf)
             for mw in range(MW):
                 sreg, zr, fz = [], [], []
                 for h in range(2):
@@ -409,6 +415,38 @@ def emulate90(
                         lo, hi = out
                         for hs in range(kSteps):
                             ks = (2 * q + bb) * kSteps + hs
+                            areg[buf, :, mw, ks, :, :, 0] = lo[2 * hs]
+                            areg[buf, :, mw, ks, :, :, 1] = hi[2 * hs]
+                            areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
+                            areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
+
+        def load_convert_rows(st: int, sp: int, buf: int) -> None:
+            """The template's path for groups under the K tile: pair p of block b's word takes scale row
+            16 (b kSteps + p / 2) / kGroupK (block scales: the code of the word's row, through the Plan's prep)."""
+            u16 = smem.view("<u2")
+            code_reg = next((i.name for i in plan.inputs if i.role == "scale_code"), "")
+            for mw in range(MW):
+                for q in range(kBlk // 2):
+                    w = ldsm_x4(smem, st + ld_off[mw, q])
+                    for bb in range(2):
+                        b = 2 * q + bb
+                        out = []
+                        for h in range(2):
+                            f = row0 + 64 * mw + 8 * h + g
+                            env = {"w": w[..., 2 * bb + h]}
+                            if block_scales:
+                                env[code_reg] = smem[sp + (16 * b * kSteps // kGroupK) * kTileN + f].astype(np.uint32)
+                            else:
+                                for p, name in enumerate(plan.scale_regs):
+                                    r = 16 * (b * kSteps + p // 2) // kGroupK
+                                    env[name] = u16[(sp + 2 * (r * kTileN + f)) // 2].astype(np.uint32) * np.uint32(
+                                        pair_rep
+                                    )
+                            regs = plan.run(env)
+                            out.append([regs[o] for o in plan.outputs])
+                        lo, hi = out
+                        for hs in range(kSteps):
+                            ks = b * kSteps + hs
                             areg[buf, :, mw, ks, :, :, 0] = lo[2 * hs]
                             areg[buf, :, mw, ks, :, :, 1] = hi[2 * hs]
                             areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]

@@ -110,3 +110,55 @@ def test_eager_calls_take_the_rules_path(torch, monkeypatch: pytest.MonkeyPatch)
         ("gemv", ("gemv weight", "awq-0123")),
     ]
     assert torch.ops.dqgen.calls == []
+
+
+def test_a_spec_with_the_hopper_gemm_alone_falls_back_to_the_gemv(torch, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float / codebook spec (MatmulTarget.hopper_only: fp8, nf4, ...) runs the GEMM only where the Hopper kernel
+    can take the call (an sm_90 GPU, x rows TMA can address), under the Hopper rule; elsewhere the GEMV at every M,
+    never the sm_80 GEMM it has no kernel for. takes_gemv (the fast path's memory) agrees."""
+    ran: list[str] = []
+    monkeypatch.setattr(dispatch, "packed_gemv", lambda art, owner, *a, **kw: "gemv weight")
+    monkeypatch.setattr(dispatch, "run_gemv", lambda art, x, w, **kw: ran.append("gemv") or "gemv y")
+    monkeypatch.setattr(dispatch, "packed_gemm", lambda spec, owner, *a, **kw: "gemm weight")
+    monkeypatch.setattr(dispatch, "run_gemm", lambda spec, x, w, **kw: ran.append("gemm") or "gemm y")
+    monkeypatch.setattr(dispatch, "rule_for", lambda device: DispatchRule(gemm_min_m=4, dense_min_m=None))
+    target = dataclasses.replace(_target(True), hopper_only=True)
+    q, s, x = Tensor((8, 32)), Tensor((1, 32)), Tensor((300, 64))
+    takes: dict[str, bool] = {}
+    for hopper, can_take, want in ((False, False, "gemv"), (True, False, "gemv"), (True, True, "gemm")):
+        monkeypatch.setattr(dispatch, "is_hopper", lambda device, h=hopper: h)
+        monkeypatch.setattr(dispatch, "_hopper_can_take", lambda *a, c=can_take: c)
+        assert dispatch.dispatch(target, x, q, s) == f"{want} y"
+        takes[want] = dispatch.takes_gemv(target, Tensor((16, 64)), q, s, None, 16)
+    assert ran == ["gemv", "gemv", "gemm"]
+    assert takes == {"gemv": True, "gemm": False}
+    # an integer spec on the same sm_90 GPU where the Hopper kernel cannot take the call: the sm_80 GEMM's rule
+    monkeypatch.setattr(dispatch, "_hopper_can_take", lambda *a: False)
+    assert dispatch.dispatch(_target(True), x, q, s) == "gemm y"
+
+
+class _X:
+    """An aligned x [M, K]: what _hopper_can_take reads (shape, strides, address)."""
+
+    def __init__(self, M: int, K: int) -> None:
+        self.shape = (M, K)
+
+    def dim(self) -> int:
+        return 2
+
+    def stride(self, d: int) -> int:
+        return 1 if d == -1 else self.shape[1]
+
+    def data_ptr(self) -> int:
+        return 1 << 20
+
+
+def test_checkpoint_groups_under_a_tile_take_the_hopper_gemm() -> None:
+    """Checkpoint tensors (no packed weight yet) with groups of 32: fp4's stay in order (two scale rows a tile) and
+    an integer spec's are padded into gathered slots, which the Hopper GEMM takes through the gather of x: both can
+    take an aligned x; an in-order weight cannot take x rows TMA cannot address."""
+    x = _X(64, 4096)
+    assert dispatch._hopper_can_take(None, x)
+    unaligned = _X(64, 4096)
+    unaligned.data_ptr = lambda: 1 << 20 | 8  # type: ignore[method-assign]  # 8-byte aligned rows: no tensor map
+    assert not dispatch._hopper_can_take(None, unaligned)

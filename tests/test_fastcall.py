@@ -218,7 +218,7 @@ def _weight(K: int = 256, N: int = 512) -> mm.MatmulWeight:
 
 
 #: What fastcall reads of dqgen.run.dispatch.MatmulTarget.
-TARGET = types.SimpleNamespace(gemm_ok=False, artifact=None, key="spec-key")
+TARGET = types.SimpleNamespace(gemm_ok=False, hopper_only=False, artifact=None, key="spec-key")
 
 
 def _run(table, x, w, scales=None, zeros=None, bias=None, out=None) -> Any:

@@ -13,13 +13,13 @@ import pytest
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.emit.nvrtc import compile_source
 from dqgen.emit.sass import disassemble
-from dqgen.kernels.gemm import supports
 from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config, Gemm90KernelConfig, choose_config90, gemm90_entry_name
 from dqgen.run.loader import target_arch
 
 from .kernel_signature import C_WIDTHS, entry_params
 
-SPECS = [s for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))) if supports(s)]
+#: every spec the Hopper GEMM takes: the sm_80 GEMM's integer specs and the float / codebook ones (gemm90.refusal90)
+SPECS = [s for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))) if Gemm90KernelConfig.supports(s)]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])

@@ -15,26 +15,38 @@ import pytest
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.kernels.gemm import supports
-from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config
+from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config, Gemm90KernelConfig
 from dqgen.layout.gemm import GemmPacked, pack_gemm
 
 from . import gemm90_emulator as emu
 from .test_gemm import ZERO_VARIANTS
 
-SPECS = [s for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))) if supports(s) and not s.act_order]
+#: every in-order spec the Hopper GEMM takes: the integer specs and the float / codebook ones (fp8, nf4, ...)
+SPECS = [
+    s
+    for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml")))
+    if Gemm90KernelConfig.supports(s) and not s.act_order
+]
 IDS = [s.name for s in SPECS]
 N = 200
 
 
+def _case_k(spec: Spec) -> tuple[int, int]:
+    """(K, group size) of _case."""
+    group = spec.scales.group_size
+    group = 64 if group == "auto" else group
+    return (296 if group == -1 else 320 - group if group < 64 else -(-320 // group) * group), group
+
+
 def _case(spec: Spec, M: int, seed: int = 1) -> tuple[GemmPacked, np.ndarray, np.ndarray]:
     """Packed W, x [M, K], the float64 reference: per-channel K = 296 (5 K tiles, the last 40 k of 64: x's box
-    reads zeros past K), else groups of 64 over K = 320 (5 K tiles, a group each)."""
-    auto = spec.scales.group_size == "auto"
-    K = 296 if spec.scales.group_size == -1 else 320
-    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=seed, group_size=64 if auto else None)
+    reads zeros past K), else groups of 64 over K = 320 (5 K tiles, a group each; a spec's fixed groups of 128
+    over K = 384; groups of 16 or 32 over 320 - group: the last tile's last scale row lies past G, a TMA zero)."""
+    K, group = _case_k(spec)
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=seed, group_size=group if group > 0 else None)
     G = s.shape[0]
     pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
-    assert not pk.slots.gather and pk.slots.slots == 320
+    assert not pk.slots.gather and pk.slots.slots == -(-K // 64) * 64
     x = random_x(spec, M, K, seed=seed + 2)
     return pk, x, matmul_reference(x, W)
 
@@ -232,3 +244,67 @@ def test_the_model_catches_a_gather_that_ignores_the_padding(monkeypatch: pytest
 
     monkeypatch.setattr(emu, "gather_x", unpadded)
     assert not np.allclose(emu.emulate90(spec, pk, x, CONFIGS90[0], 1), ref, rtol=1e-3)
+
+
+def _variant(name: str, **scales: object) -> Spec:
+    data = load_spec(name).model_dump(mode="json", exclude_none=True)
+    data["name"] = f"{name}_g{scales['group_size']}"
+    data["scales"] = {**data["scales"], **scales}
+    return load_spec(data)
+
+
+#: groups under the 64-k tile that no shipped spec has: fp4 in groups of 16 (four scale rows a stage, two a converted
+#: word), fp8 in groups of 32 (a 16-k word, two words a group) and of 16 (a scale row a word)
+SMALL_GROUPS = [
+    _variant("fp4_e2m1_bf16", group_size=16),
+    _variant("fp8_e4m3_fp16", group_size=32),
+    _variant("fp8_e5m2_fp16", group_size=16),
+]
+
+
+@pytest.mark.parametrize("cfg", [CONFIGS90[0], CONFIGS90[4]], ids=lambda c: c.tag)
+@pytest.mark.parametrize("spec", SMALL_GROUPS, ids=[s.name for s in SMALL_GROUPS])
+def test_emulated_gemm90_groups_under_a_tile(spec: Spec, cfg: Gemm90Config) -> None:
+    """A pair's scale row is 16 (its k16 step) / group size: every row of the stage is read by the right pairs."""
+    assert Gemm90KernelConfig.supports(spec)
+    _check(spec, cfg, 7)
+
+
+def test_specs_the_hopper_gemm_refuses_name_the_field() -> None:
+    """NVFP4 (a global fp32 scale), block scales in groups of 16 (two groups in one converted word), groups that are
+    no divisor or multiple of a tile, 6-bit codes: a one-line reason naming the spec field."""
+    from dqgen.kernels.gemm90 import refusal90
+
+    cases = [
+        (load_spec("nvfp4_fp16"), "[scales.global_scale] "),
+        (_variant("mxfp4_bf16", group_size=16), "[scales.group_size] e8m0 block scales in groups of 16"),
+        (_variant("fp4_e2m1_bf16", group_size=96), "[scales.group_size] groups of 96"),
+        (_variant("fp4_e2m1_bf16", group_size=8), "[scales.group_size] groups of 8"),
+        (load_spec("fp6_e2m3_fp16"), "[source.bits] 6-bit float codes"),
+        (load_spec("gptq_int3_fp16"), "[source] 3-bit biased codes"),
+    ]
+    for spec, start in cases:
+        why = refusal90(spec)
+        assert why.startswith(start) and "\n" not in why, why
+        assert not Gemm90KernelConfig.supports(spec)
+
+
+@pytest.mark.parametrize(
+    "spec", [s for s in SPECS if s.source.kind.value in ("float", "codebook")], ids=lambda s: s.name
+)
+def test_float_specs_pack_and_unpack_to_the_same_checkpoint(spec: Spec) -> None:
+    """The prepacked layout of each float / codebook spec is a bijection on the checkpoint: unpack_gemm gives back its
+    qweight and raw scales (MXFP4's e8m0 bytes as they are); groups under a tile stay in order (direct slots, every
+    tile naming its first group)."""
+    from dqgen.layout.gemm import group_rows, unpack_gemm
+
+    pk, _, _ = _case(spec, 3)
+    K, group = _case_k(spec)
+    (q, s, _, _, _), _ = matmul_inputs(spec, K, N, seed=1, group_size=group if group > 0 else None)
+    q2, s2, z2 = unpack_gemm(spec, pk)
+    assert z2 is None and np.array_equal(q2, np.ascontiguousarray(q).view(np.uint32).view(q.dtype).reshape(q.shape))
+    raw = np.ascontiguousarray(s).view(np.uint8 if spec.scales.block else np.uint16)
+    assert s2.dtype == raw.dtype and np.array_equal(s2, raw)
+    first_group = np.arange(pk.slots.slots // 64) * 64 // max(group, 1)  # each tile's first group (group_rows rows)
+    assert np.array_equal(pk.slots.tile_group, np.minimum(first_group, s.shape[0] - 1))
+    assert group_rows(spec) == (64 // group if 0 < group < 64 else 1)

@@ -12,7 +12,7 @@ import pytest
 
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
-from dqgen.kernels.gemm90 import CONFIGS90
+from dqgen.kernels.gemm90 import CONFIGS90, hopper_only
 from dqgen.run import gemm, gemm90
 from dqgen.run.gpucheck import to_torch
 
@@ -22,6 +22,8 @@ pytestmark = pytest.mark.gpu
 
 SPECS = [s for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))) if gemm.supports(s)]
 IDS = [s.name for s in SPECS]
+#: the float and codebook specs the Hopper GEMM alone takes (fp8 e4m3 / e5m2, fp4 e2m1, MXFP4, nf4, a codebook)
+FLOAT_SPECS = [s for s in (load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))) if hopper_only(s)]
 
 
 def _hopper() -> None:
@@ -237,5 +239,67 @@ def test_unaligned_x_falls_back() -> None:
     x = to_torch(x_np)[:, 1:]  # rows 2 bytes off a 16-byte boundary
     assert gemm90.hopper_ineligible(gw, x.data_ptr(), int(x.stride(0))).startswith("x's rows are not 16-byte aligned")
     y = gemm.run_gemm(spec, x, gw)
+    torch.cuda.synchronize()
+    check(spec, y, matmul_reference(x_np[:, 1:], W))
+
+
+def _float_k(spec: Spec) -> int:
+    """K with a tail: per-channel 4096 + 8 (inside a 64-k tile); groups of 16 / 32 end half-way through a tile (its
+    last scale rows past G); whole-tile groups one group past 4096."""
+    group = spec.scales.group_size
+    assert isinstance(group, int)
+    return 4096 + 8 if group == -1 else 4096 + 32 if group < 64 else 4096 + group
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("spec", FLOAT_SPECS, ids=[s.name for s in FLOAT_SPECS])
+def test_float_spec_every_token_tile_with_tails(spec: Spec) -> None:
+    """Each float / codebook spec the Hopper GEMM takes, each token tile (M = 1, the tile less 3, the tile + 5),
+    a partial feature tile, K with a tail, twice into NaN-poisoned outputs; split-K in 3 at one tile."""
+    _hopper()
+    K, N = _float_k(spec), 1448
+    gw, W = _weight(spec, K, N, K + N, None)
+    assert not gw.gather
+    for cfg in CONFIGS90:
+        for M in {1, cfg.bn - 3 if cfg.bn > 8 else 5, cfg.bn + 5}:
+            x_np = random_x(spec, M, K, seed=M + cfg.bn)
+            x = to_torch(x_np)
+            y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=cfg), (M, N), _dtype(W))  # noqa: B023
+            check(spec, y, matmul_reference(x_np, W))
+    x_np = random_x(spec, 40, K, seed=3)
+    x = to_torch(x_np)
+    y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=CONFIGS90[3], splits=3), (40, N), _dtype(W))
+    check(spec, y, matmul_reference(x_np, W))
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("name", ["fp8_e4m3_fp16", "mxfp4_bf16"])
+def test_float_spec_dispatch_takes_the_hopper_gemm(name: str) -> None:
+    """Kernel.matmul on a packed float weight: from the rule's M (4 on sm_90) the Hopper GEMM runs (its tensor maps
+    are made), even on a narrow weight where the integer specs would take the sm_80 kernel; an x TMA cannot address
+    takes the GEMV (no sm_80 GEMM of these specs); every answer within tolerance."""
+    _hopper()
+    import torch
+
+    import dqgen
+    from dqgen.run import dispatch
+
+    spec = load_spec(name)
+    k = dqgen.compile(spec)
+    assert k.target.hopper_only and k.gemm_ok
+    for K, N in ((4096, 1024), (2048, 4096 + 8)):
+        (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=K, group_size=None)
+        w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z))
+        gw = dispatch.beside(w)
+        assert gw is not None and "w" not in gw.tensor_maps
+        x_np = random_x(spec, 128, K, seed=1)
+        y = k.matmul(to_torch(x_np), w)
+        torch.cuda.synchronize()
+        check(spec, y, matmul_reference(x_np, W))
+        assert "w" in gw.tensor_maps  # the Hopper kernel ran
+    x_np = random_x(spec, 64, K + 1, seed=2)
+    xu = to_torch(x_np)[:, 1:]  # rows 2 bytes off a 16-byte boundary: the GEMV (no sm_80 GEMM of these specs)
+    assert not dispatch._hopper_can_take(gw, w, None, None, xu, k.target)
+    y = k.matmul(xu, w)
     torch.cuda.synchronize()
     check(spec, y, matmul_reference(x_np[:, 1:], W))

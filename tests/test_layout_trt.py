@@ -372,7 +372,7 @@ def test_bad_input_is_one_line_naming_the_argument() -> None:
         (lambda: from_trt_layout(np.zeros((2, 100), np.uint8), 8), "packed: a row of 100 bytes"),
         (lambda: from_trt_layout(np.zeros((2, 129), np.uint8), 4), "packed: a row of 129 bytes"),
         (lambda: from_trt_layout(np.zeros((2, 128), np.int32), 8), "packed: expected a 2-D uint8"),
-        (lambda: repack_checkpoint("nf4_bf16", np.zeros((64, 1), np.int32)), "[source.kind]"),
+        (lambda: repack_checkpoint("awq_int4_s8", np.zeros((8, 4), np.int32)), "[target]"),
         (lambda: repack_checkpoint("gptq_int3_fp16", np.zeros((6, 4), np.int32)), "[source.bits]"),
         (lambda: repack_checkpoint("gptq_int4_fp16", np.zeros((4, 4), np.int32)), "qweight: K=32"),
         (

@@ -1,7 +1,7 @@
 """CPU (torch): the torch packers (dqgen.layout.torch_pack) give the numpy packers' bytes, and the torch quantizer
 (dqgen.nn.quantize_torch) gives dqgen.quantize's tensors, bit for bit: the GEMV layout for every shipped spec, the
-GEMM layout for every spec the GEMM takes, several shapes (tails of N and K), groups that are no whole blocks or
-tiles, with and without act-order."""
+GEMM layout for every spec a GEMM takes (the floats' groups of 32 in order, MXFP4's 1-byte scale codes), several
+shapes (tails of N and K), groups that are no whole blocks or tiles, with and without act-order."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from dqgen.check.reference import random_inputs  # noqa: E402
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec, with_group_size  # noqa: E402
-from dqgen.kernels.gemm import supports  # noqa: E402
+from dqgen.kernels.gemm90 import Gemm90KernelConfig  # noqa: E402
 from dqgen.layout import gemm as gemm_layout  # noqa: E402
 from dqgen.layout import torch_pack  # noqa: E402
 from dqgen.layout.layout import Layout, pack_fields, unpack_fields  # noqa: E402
@@ -21,7 +21,7 @@ from dqgen.nn.quantize import quantize  # noqa: E402
 from dqgen.nn.quantize_torch import on_device, quantize_tensors  # noqa: E402
 
 SPECS = [load_spec(p) for p in sorted(SHIPPED_SPECS.glob("*.yaml"))]
-GEMM_SPECS = [s for s in SPECS if supports(s)]
+GEMM_SPECS = [s for s in SPECS if Gemm90KernelConfig.supports(s)]  # the integer specs, and the Hopper GEMM's floats
 INT_SPECS = [s for s in SPECS if on_device(s)]
 
 

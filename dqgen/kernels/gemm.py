@@ -121,8 +121,8 @@ class WeightOnlyGemmConfig(SpecEntriesConfig):
 @dataclass(frozen=True)
 class GemmKernelConfig(WeightOnlyGemmConfig):
     """The tensor-core GEMM of ``spec`` with ``entries``' entry points in one source (a launch compiles only the
-    one it runs; all of GEMM_ENTRIES by default). ValueError (from converter_spec) naming the spec field for specs that
-    are not 4- or 8-bit integer codes."""
+    one it runs; all of GEMM_ENTRIES by default). ValueError naming the spec field for specs that are not 4- or 8-bit
+    integer codes."""
 
     family: ClassVar[str] = "gemm"
     template: ClassVar[str] = "gemm.cu.j2"
@@ -151,6 +151,12 @@ class GemmKernelConfig(WeightOnlyGemmConfig):
         return max(self.spec.sm, *(e.config.mainloop.min_sm for e in self.entries))
 
     def context(self) -> dict[str, Any]:
+        kind = self.spec.source.kind
+        if kind not in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased):  # the layout holds any 4/8 bits
+            raise ValueError(
+                f"[source.kind] the sm_80 GEMM takes integer codes (unsigned, signed, biased), got {kind.value!r}"
+                " (the Hopper GEMM takes 4- and 8-bit float and codebook codes: dqgen.kernels.gemm90)"
+            )
         conv = converter_spec(self.spec)
         return _context(self.spec, conv, compile_artifact(conv).plan, self.entries)
 

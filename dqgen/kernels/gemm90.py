@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from ..core.spec import Spec
+from ..core.spec import CONTAINER_BITS, SourceKind, Spec
 from ..emit.pipeline import compile_artifact
 from ..emit.render import context
-from ..layout.gemm import TILE_K, TILE_N
+from ..layout.gemm import TILE_K, TILE_N, group_rows
 from ..layout.gemm_trt import columns_interleaved, converter_spec
 from .family import Mainloop
-from .gemm import WeightOnlyGemmConfig, zero_bytes
+from .gemm import WeightOnlyGemmConfig, supports, zero_bytes
 
 #: Registers a producer thread keeps (setmaxnreg.dec): it computes addresses and issues copies, nothing else.
 PRODUCER_REGS: Final = 40
@@ -40,10 +40,20 @@ def consumer_regs(consumers: int, min_blocks: int) -> int:
     return min(240, per // 8 * 8)
 
 
-def stage_bytes(bn: int, bits: int, zero_elem: int) -> int:
+#: Bytes of one stage's scales for one 16-bit scale row (the integer specs'); scale_stage_bytes gives a spec's.
+SCALE_ROW_BYTES: Final = TILE_N * 2
+
+
+def scale_stage_bytes(spec: Spec) -> int:
+    """Bytes of one stage's scales: group_rows(spec) rows (groups under a 64-k tile) of TILE_N scales, 2 bytes each
+    or 1 (a block-scale code)."""
+    return TILE_N * (1 if spec.scales.block else 2) * group_rows(spec)
+
+
+def stage_bytes(bn: int, bits: int, zero_elem: int, scale_bytes: int = SCALE_ROW_BYTES) -> int:
     """One pipeline stage (the template's stage_bytes<BN>): W lines, x rows, scales, zeros, to 1024 bytes."""
     w = TILE_N // columns_interleaved(bits) * 128
-    raw = w + bn * 128 + TILE_N * 2 + TILE_N * zero_elem
+    raw = w + bn * 128 + scale_bytes + TILE_N * zero_elem
     return -(-raw // 1024) * 1024
 
 
@@ -64,8 +74,16 @@ class Gemm90Config:
             raise ValueError(f"Gemm90Config.consumers: expected 1 or 2, got {self.consumers}")
         if self.consumers == 1 and self.bn > 128:
             raise ValueError("Gemm90Config: one consumer warpgroup holds at most 128 tokens (256 accumulators)")
-        for bits in (4, 8):
-            if self.shared_bytes(bits, 2) > SM_SHARED_BYTES // self.min_blocks - BLOCK_RESERVED_BYTES:
+        # the largest stages: 16-bit scales and zeros; four 16-bit scale rows (groups of 16), no zeros
+        for bits, zero_elem, scale_bytes in (
+            (4, 2, SCALE_ROW_BYTES),
+            (8, 2, SCALE_ROW_BYTES),
+            (8, 0, 4 * SCALE_ROW_BYTES),
+        ):
+            if (
+                self.shared_bytes(bits, zero_elem, scale_bytes)
+                > SM_SHARED_BYTES // self.min_blocks - BLOCK_RESERVED_BYTES
+            ):
                 raise ValueError(f"Gemm90Config: {self} does not fit {self.min_blocks} blocks an SM ({bits}-bit)")
 
     @property
@@ -84,9 +102,13 @@ class Gemm90Config:
     def tag(self) -> str:
         return f"n{self.bn}c{self.consumers}s{self.stages}b{self.min_blocks}"
 
-    def shared_bytes(self, bits: int, zero_elem: int) -> int:
+    def shared_bytes(self, bits: int, zero_elem: int, scale_bytes: int = SCALE_ROW_BYTES) -> int:
         """The template's smem_bytes<BN, STAGES>: alignment slack, the stages, two mbarriers a stage."""
-        return 1024 + self.stages * stage_bytes(self.bn, bits, zero_elem) + self.stages * 16
+        return 1024 + self.stages * stage_bytes(self.bn, bits, zero_elem, scale_bytes) + self.stages * 16
+
+    def launch_shared_bytes(self, spec: Spec) -> int:
+        """The dynamic shared memory of a launch of ``spec``'s kernel in this shape."""
+        return self.shared_bytes(spec.source.bits, zero_bytes(spec), scale_stage_bytes(spec))
 
 
 #: The CTA shapes, by token tile: up to 64 tokens one consumer warpgroup (two m64 wgmmas a step) and 2 CTAs an SM
@@ -100,6 +122,53 @@ CONFIGS90: Final = (
     Gemm90Config(128, 2, 8, 1),
     Gemm90Config(256, 2, 5, 1),
 )
+
+
+#: Code kinds the Hopper GEMM takes beyond the sm_80 GEMM's integers: 4- and 8-bit minifloats (fp8 e4m3 / e5m2, fp4
+#: e2m1) and 4-bit codebooks (nf4), converted by the spec's own Plan solved for the layout's register order (the
+#: converter word gives fp16 / bf16 pairs in natural element order, as for the integers).
+FLOAT_KINDS: Final = (SourceKind.float, SourceKind.codebook)
+
+
+def refusal90(spec: Spec) -> str:
+    """Why the Hopper GEMM does not take ``spec`` ("" where it does), one line naming the spec field: the sm_80 GEMM's
+    specs (4- and 8-bit integer codes), and 4- and 8-bit float and codebook codes with 16-bit scales in one group,
+    groups of whole 64-k tiles or groups of 16 or 32 (group_rows scale rows a stage, one scale a converted pair), or
+    one-byte block scales (MX's e8m0) in groups that hold whole converted words (one decoded scale a word). A spec off
+    that shape keeps the GEMV (dqgen.run.dispatch)."""
+    if supports(spec):
+        return ""
+    src, sc = spec.source, spec.scales
+    if src.kind not in FLOAT_KINDS:
+        return f"[source] {src.bits}-bit {src.kind.value} codes: the GEMM's layout holds 4- and 8-bit codes"
+    if src.bits not in (4, 8) or spec.words != 1:
+        return f"[source.bits] {src.bits}-bit {src.kind.value} codes: the GEMM's layout holds 4- and 8-bit codes"
+    if spec.integer_target:
+        return "[target] s8 lanes feed the W4A8 GEMM, not this fp16 / bf16 one"
+    gs = sc.group_size
+    if sc.global_scale:
+        return "[scales.global_scale] a per-tensor fp32 scale (NVFP4): the GEMM's packed weight and launch carry none"
+    word_k = 4 * CONTAINER_BITS // src.bits  # the k one word's codes span (ldsm_row_permutation: 4 x its codes)
+    if sc.block and (not isinstance(gs, int) or gs <= 0 or gs % word_k):
+        code = sc.dtype.value if sc.dtype is not None else "block"
+        return (
+            f"[scales.group_size] {code} block scales in groups of {gs}: the Plan applies one decoded block scale to"
+            f" a converted word, which spans {word_k} k"
+        )
+    if isinstance(gs, int) and gs > 0 and gs % TILE_K and (TILE_K % gs or gs < 16):
+        return (
+            f"[scales.group_size] groups of {gs}: the GEMM stages whole scale rows of a {TILE_K}-k tile (groups of"
+            f" 16, 32 or whole tiles, or one group)"
+        )
+    if spec.act_order:
+        return "[act_order] the Hopper GEMM reads K slots in order (no gather entry)"
+    return ""
+
+
+def hopper_only(spec: Spec) -> bool:
+    """Whether the Hopper GEMM is the only GEMM of ``spec`` (a float or codebook spec it takes, which the sm_80 GEMM
+    does not): where it cannot run (another GPU, an x TMA cannot address) the GEMV takes every M."""
+    return not supports(spec) and not refusal90(spec)
 
 
 def choose_config90(M: int) -> Gemm90Config:
@@ -117,7 +186,8 @@ def gemm90_entry_name(spec: Spec, cfg: Gemm90Config) -> str:
 @dataclass(frozen=True)
 class Gemm90KernelConfig(WeightOnlyGemmConfig):
     """The Hopper GEMM of ``spec`` with ``entries``' CTA shapes (Gemm90Config) as entry points in one source (a
-    launch compiles the one it runs). Takes the specs the sm_80 GEMM takes (4- and 8-bit integer codes)."""
+    launch compiles the one it runs). Takes the specs the sm_80 GEMM takes (4- and 8-bit integer codes) and the float
+    and codebook specs ``refusal90`` accepts."""
 
     family: ClassVar[str] = "gemm90"
     template: ClassVar[str] = "gemm90.cu.j2"
@@ -126,6 +196,10 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
     arch_specific: ClassVar[bool] = True
 
     entries: tuple[Gemm90Config, ...] = CONFIGS90
+
+    @classmethod
+    def supports(cls, spec: Spec) -> bool:
+        return not refusal90(spec)
 
     @property
     def name(self) -> str:
@@ -141,7 +215,7 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
 
     @property
     def shared_bytes(self) -> int:
-        return max(c.shared_bytes(self.spec.source.bits, zero_bytes(self.spec)) for c in self.entries)
+        return max(c.launch_shared_bytes(self.spec) for c in self.entries)
 
     @property
     def min_sm(self) -> int:
@@ -150,15 +224,18 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
     def context(self) -> dict[str, Any]:
         conv = converter_spec(self.spec)
         ctx = context(conv, compile_artifact(conv).plan)
-        bits = conv.source.bits
-        zeros = zero_bytes(self.spec)
+        rows = group_rows(self.spec)
         ctx.update(
             spec_name=self.spec.name,
-            cols=columns_interleaved(bits),
+            cols=columns_interleaved(conv.source.bits),
             blocks=TILE_K // (4 * conv.per_word),
             zero_bytes=zero_bytes(conv),
             mma_type="bf16" if conv.target.value == "bf16" else "f16",
             ns=sorted({c.bn for c in self.entries}),
+            # groups under a K tile: scale rows a stage, k a group (the consumers pick a pair's row); 1-byte codes
+            group_rows=rows,
+            group_k=TILE_K // rows,
+            scale_elem=1 if self.spec.scales.block else 2,
             entries=[
                 {
                     "entry": gemm90_entry_name(self.spec, c),
@@ -169,7 +246,7 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
                     "min_blocks": c.min_blocks,
                     "regs_producer": PRODUCER_REGS,
                     "regs_consumer": c.consumer_regs,
-                    "shared_bytes": c.shared_bytes(bits, zeros),
+                    "shared_bytes": c.launch_shared_bytes(self.spec),
                 }
                 for c in self.entries
             ],

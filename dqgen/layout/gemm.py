@@ -11,6 +11,10 @@ slot -> original row of W (and column of x: the kernel gathers the A tile throug
 sort leaves every row in place and pads only after the last (GPTQ's desc_act=False ``arange(K) // group_size``
 with groups of a multiple of 64) gives the direct slots.
 
+The float and codebook specs (fp4 in groups of 32, MXFP4, ...) run on the Hopper GEMM alone, which stages
+``group_rows(spec)`` = TILE_K / group_size scale rows a tile for groups that divide a tile: their slots stay direct
+(no padding between groups), ``tile_group`` naming each tile's first group.
+
 Padding codes are 0, a finite value in every integer format, multiplied by x = 0. N is padded to whole
 interleaved column groups (4 for int4, 2 for int8) in the weights and to whole ``TILE_N`` tiles in the scales
 and zeros (the kernel copies a tile's row of them without predicates).
@@ -27,7 +31,7 @@ from .gemm_trt import bias, columns_interleaved, converter_spec, from_trt_layout
 from .layout import Layout
 from .slots import in_order, sorted_by_group
 
-__all__ = ["TILE_K", "TILE_N", "GemmPacked", "GemmSlots", "gemm_slots", "pack_gemm", "unpack_gemm"]
+__all__ = ["TILE_K", "TILE_N", "GemmPacked", "GemmSlots", "gemm_slots", "group_rows", "pack_gemm", "unpack_gemm"]
 
 #: k per pipeline stage: one 128-byte line of fp16/bf16 activations (TensorRT-LLM's ThreadblockK).
 TILE_K = threadblock_k(16)
@@ -46,11 +50,28 @@ class GemmSlots:
     tile_group: np.ndarray  # int32 [slots / TILE_K]
 
 
-def gemm_slots(K: int, group_size: int, g_idx: np.ndarray | None = None) -> GemmSlots:
-    """The slot map for K rows in groups of ``group_size`` (-1: one group), or act-order's ``g_idx``."""
+def group_rows(spec: Spec) -> int:
+    """Scale rows one TILE_K tile stages: TILE_K / group_size for a float or codebook spec whose groups divide a tile
+    (the Hopper GEMM, their only GEMM, reads them in order), else 1 (one group a tile; smaller groups of the integer
+    specs are padded to whole tiles for the sm_80 GEMM)."""
+    gs = spec.scales.group_size
+    if spec.source.kind in (SourceKind.float, SourceKind.codebook) and isinstance(gs, int) and 0 < gs < TILE_K:
+        return TILE_K // gs if TILE_K % gs == 0 else 1
+    return 1
+
+
+def gemm_slots(K: int, group_size: int, g_idx: np.ndarray | None = None, rows_per_tile: int = 1) -> GemmSlots:
+    """The slot map for K rows in groups of ``group_size`` (-1: one group), or act-order's ``g_idx``;
+    ``rows_per_tile`` > 1 (group_rows: groups of TILE_K / rows_per_tile rows) keeps such groups in order, each tile
+    naming its first."""
     if K <= 0:
         raise ValueError(f"K: expected a positive number of rows, got {K}")
-    if g_idx is None and (group_size <= 0 or group_size % TILE_K == 0):
+    if rows_per_tile > 1 and (g_idx is not None or group_size * rows_per_tile != TILE_K):
+        raise ValueError(
+            f"rows_per_tile: {rows_per_tile} scale rows a tile need in-order groups of "
+            f"{TILE_K // rows_per_tile}, got group_size {group_size}{' and a g_idx' if g_idx is not None else ''}"
+        )
+    if g_idx is None and (group_size <= 0 or group_size % TILE_K == 0 or rows_per_tile > 1):
         slots = -(-K // TILE_K) * TILE_K
         return GemmSlots(K, slots, False, *in_order(K, slots, TILE_K, group_size))
     if g_idx is not None:
@@ -71,7 +92,7 @@ class GemmPacked:
     """One weight in the GEMM layout (host arrays)."""
 
     wq: np.ndarray  # uint8 [Nw / I, slots * I * bits / 8]: TensorRT-LLM's layout of the slot-ordered codes
-    scales: np.ndarray  # uint16 [G, Ns]: the raw 16-bit scales
+    scales: np.ndarray  # uint16 [G, Ns]: the raw 16-bit scales (uint8: block-scale codes)
     zeros: np.ndarray | None  # [G, Ns]: stored zero fields (uint8, packed zeros) or raw 16-bit zeros (uint16)
     slots: GemmSlots
     N: int
@@ -101,7 +122,7 @@ def pack_gemm(
     bits = spec.source.bits
     codes = _trt_fields(spec, lay.unpack_fields(np.ascontiguousarray(qweight).view(np.uint32)))
     K, N = codes.shape
-    sl = gemm_slots(K, group_size, g_idx)
+    sl = gemm_slots(K, group_size, g_idx, group_rows(spec) if group_size > 0 else 1)
     cols = columns_interleaved(bits)
     Nw = -(-N // cols) * cols
     Ns = -(-N // TILE_N) * TILE_N
@@ -110,8 +131,10 @@ def pack_gemm(
     slot_codes[valid, :N] = codes[sl.perm[valid]]
     wq = to_trt_layout(slot_codes, bits)
     for name, t in (("scales", scales), ("zeros", None if spec.zeros.packed else zeros)):
-        if t is not None and np.asarray(t).dtype.itemsize != 2:
-            raise ValueError(f"{name}: expected 16-bit values (fp16/bf16), got {np.asarray(t).dtype}")
+        want = 1 if name == "scales" and spec.scales.block else 2  # a block-scale code (e8m0, e4m3) is one byte
+        if t is not None and np.asarray(t).dtype.itemsize != want:
+            what = "8-bit codes" if want == 1 else "16-bit values (fp16/bf16)"
+            raise ValueError(f"{name}: expected {what}, got {np.asarray(t).dtype}")
     s, z = lay.group_columns(scales, zeros, Ns)
     return GemmPacked(wq, s, z, sl, N, Nw, int(scales.shape[0]))
 

@@ -241,7 +241,7 @@ def from_trt_layout(packed: np.ndarray, bits: int, *, signed: bool = False, acti
 
 
 def _check_trt_spec(spec: Spec) -> None:
-    bits, kind = spec.source.bits, spec.source.kind
+    bits = spec.source.bits
     if spec.integer_target:
         raise ValueError(
             "[target] TensorRT-LLM's GEMM layout feeds an fp16 / bf16 mma; got 's8' "
@@ -249,11 +249,9 @@ def _check_trt_spec(spec: Spec) -> None:
         )
     if bits not in WEIGHT_BITS:
         raise ValueError(f"[source.bits] TensorRT-LLM's GEMM layout takes {WEIGHT_BITS}-bit codes, got {bits}")
-    if kind not in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased):
-        raise ValueError(
-            f"[source.kind] TensorRT-LLM's GEMM layout takes integer codes (unsigned, signed, biased), "
-            f"got {kind.value!r}"
-        )
+    # Any kind of 4- or 8-bit code: the three transforms move fields by their width alone, and the converter of
+    # converter_spec (the spec's own Plan, solved for the register order) reads a minifloat's or a codebook's field
+    # as it reads an integer's. Only signed codes change their stored bits (re-biased, the same values).
 
 
 def converter_spec(spec: object) -> Spec:

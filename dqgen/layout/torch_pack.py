@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..core.spec import CONTAINER_BITS, SourceKind, Spec, block_words
-from .gemm import TILE_K, TILE_N, GemmSlots, gemm_slots
+from .gemm import TILE_K, TILE_N, GemmSlots, gemm_slots, group_rows
 from .gemm_trt import bias as trt_bias
 from .gemm_trt import columns_interleaved, converter_spec, ldsm_row_permutation, register_order, threadblock_k
 from .layout import Layout
@@ -241,14 +241,17 @@ def torch_pack_gemm(
     if spec.source.kind is SourceKind.signed:
         codes = codes ^ trt_bias(bits)
     K, N = codes.shape
-    sl = gemm_slots(K, group_size, g_idx)
+    sl = gemm_slots(K, group_size, g_idx, group_rows(spec) if group_size > 0 else 1)
     cols = columns_interleaved(bits)
     Nw = -(-N // cols) * cols
     Ns = -(-N // TILE_N) * TILE_N
     assert sl.slots % TILE_K == 0
     wq = torch_to_trt_layout(_slot_codes(codes, sl.perm, sl.slots, Nw), bits)
     for name, t in (("scales", scales), ("zeros", None if spec.zeros.packed else zeros)):
-        if t is not None and t.element_size() != 2:
-            raise ValueError(f"{name}: expected 16-bit values (fp16/bf16), got {t.dtype}")
+        want = 1 if name == "scales" and spec.scales.block else 2  # a block-scale code (e8m0, e4m3) is one byte
+        if t is not None and t.element_size() != want:
+            raise ValueError(
+                f"{name}: expected {'8-bit codes' if want == 1 else '16-bit values (fp16/bf16)'}, got {t.dtype}"
+            )
     s, z = torch_group_columns(lay, scales, zeros, Ns)
     return TorchGemmPacked(wq, s, z, sl, N, Nw, int(scales.shape[0]))

@@ -4,11 +4,13 @@
   beats the GEMV from 4 tokens): the fused GEMV (dqgen.run.matmul), up to 16 tokens a launch;
 - from there, for 4- and 8-bit integer specs: the tensor-core GEMM (dqgen.run.gemm; on sm_90 its wgmma main
   loop, dqgen.run.gemm90), on the GemmWeight packed beside the MatmulWeight by ``Kernel.pack_matmul`` or, for
-  checkpoint tensors, packed once per tensor version (cached like the GEMV's);
+  checkpoint tensors, packed once per tensor version (cached like the GEMV's); for the 4- and 8-bit float and
+  codebook specs the Hopper GEMM takes (fp8, nf4, ...: ``MatmulTarget.hopper_only``), that GEMM on an sm_90 GPU
+  where it can take the call, under the same rule, and the GEMV wherever it cannot (no sm_80 GEMM of theirs);
 - from the rule's ``dense_min_m`` on (512 by default; never on sm_90), where the checkpoint tensors are at hand
   (passed in the call, or alive and unchanged beside a packed weight): dequantize into a dense weight and
   ``torch.matmul`` (cuBLAS), where a compute-bound GEMM of fp16 weights beats mma.sync with a conversion in its loop;
-- other specs (floats, codebooks, 2/3-bit) keep the GEMV for every M;
+- other specs (NVFP4, 2-, 3- and 6-bit codes: gemm90.refusal90 says why) keep the GEMV for every M;
 - under torch.compile, one custom op of dqgen.run.torch_op (``dqgen::matmul_dispatch*``; ``dqgen::matmul*`` for
   specs the GEMM does not take), which makes the same choice when it runs.
 
@@ -61,6 +63,9 @@ class MatmulTarget:
     #: torch.compile traces it (dynamo cannot trace the spec's properties).
     gemm_ok: bool
     dequantize: Dequantizer  # the dense path's dequantize call (the Kernel itself)
+    #: The Hopper GEMM is the spec's only GEMM (a float / codebook spec: gemm90.hopper_only): where it cannot take
+    #: a call (another GPU, x rows TMA cannot address) the GEMV runs, not the sm_80 GEMM nor dequantize + cuBLAS.
+    hopper_only: bool = False
 
 
 @dataclass
@@ -83,7 +88,8 @@ def attach(
     """Beside a MatmulWeight (Kernel.pack_matmul): the GEMM layout (``gemm`` and specs the GEMM takes) and weak
     references to its checkpoint tensors."""
     spec = target.artifact.spec
-    weight = pack_gemm(spec, qweight, scales, zeros, g_idx=g_idx) if gemm and target.gemm_ok else None
+    gemm = gemm and target.gemm_ok and (not target.hopper_only or is_hopper(matmul_weight.device))
+    weight = pack_gemm(spec, qweight, scales, zeros, g_idx=g_idx) if gemm else None
     refs = tuple(None if t is None else (weakref.ref(t), version(t)) for t in (qweight, scales, zeros, g_idx))
     _BESIDE[matmul_weight] = _Beside(weight, refs)
 
@@ -245,6 +251,8 @@ def dispatch(
     gemm_ok = (gw is not None or not is_packed) and global_scale is None
     device = x.device.index or 0
     hopper_ok = gemm_ok and is_hopper(device) and _hopper_can_take(gw, x)
+    if target.hopper_only and not hopper_ok:  # its only GEMM cannot run this call
+        return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
     rule = effective_rule(device, hopper_ok)
     if is_packed:
         # the dense path needs the checkpoint tensors: alive and unchanged beside a packed weight, or passed
@@ -289,9 +297,11 @@ def takes_gemv(target: MatmulTarget, x: Any, w: Any, scales: Any, g_idx: Any, M:
     remembers): the same rule, Hopper check and small-M narrowing as the dispatch."""
     device = x.device.index or 0
     if not is_hopper(device):
-        return rule_for(device).gemm_min_m > M
+        return target.hopper_only or rule_for(device).gemm_min_m > M
     gw = beside(w) if isinstance(w, MatmulWeight) else None
     hopper_ok = _hopper_can_take(gw, x)
+    if target.hopper_only and not hopper_ok:
+        return True
     rule = effective_rule(device, hopper_ok)
     if M < GEMV_MAX_M:
         return not small_m_gemm(M, rule, device, hopper_ok, _weight_dims(w, gw, scales, target))

@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from ..core.spec import Spec
-from ..kernels.gemm import CONFIGS, GemmConfig, GemmEntry, GemmKernelConfig, has_zeros, supports
-from ..kernels.gemm90 import Gemm90Config
+from ..kernels.gemm import CONFIGS, GemmConfig, GemmEntry, GemmKernelConfig, has_zeros
+from ..kernels.gemm import supports as supports  # re-exported: the sm_80 GEMM's specs (tests, dqgen.tools.build)
+from ..kernels.gemm90 import Gemm90Config, hopper_only, refusal90
 from ..layout import gemm as gemm_layout
 from ..layout import torch_pack
 from ..layout.gemm import TILE_K, TILE_N
@@ -67,7 +68,7 @@ class GemmWeight:
     Ns: int  # scales' padded row length
     device: int
     wq: Any  # uint8 [n_lines, slots * 2]
-    scales: Any  # int16 [G, Ns]
+    scales: Any  # int16 [G, Ns] (uint8: block-scale codes)
     zeros: Any  # uint8 / int16 [G, Ns] or None
     perm: Any  # int32 [slots]
     tile_group: Any  # int32 [k_tiles]
@@ -140,11 +141,9 @@ def pack_gemm(
     """Check the checkpoint tensors and pack them (once, on their GPU; ``host_pack``: through the numpy packer on
     the host, the same bytes) into a GemmWeight."""
     torch = _torch()
-    if not supports(spec):
-        raise ValueError(
-            f"[source] the tensor-core GEMM takes 4- or 8-bit integer codes; spec {spec.name!r} has "
-            f"{spec.source.bits}-bit {spec.source.kind.value} codes"
-        )
+    refused = refusal90(spec)  # "" for every spec either main loop takes (floats: the Hopper one alone)
+    if refused:
+        raise ValueError(f"{refused} (spec {spec.name!r})")
     check_torch_tensors(torch, (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("g_idx", g_idx)))
     prob = checkpoint_problem(spec, qweight, scales, zeros, g_idx, None)
     q = dev.as_device_array(qweight, "qweight")
@@ -184,7 +183,7 @@ def pack_gemm(
         Ns=int(pk.scales.shape[1]),
         device=device,
         wq=up(pk.wq, np.uint8),
-        scales=up(pk.scales, np.int16),
+        scales=up(pk.scales, np.int16 if pk.scales.dtype.itemsize == 2 else np.uint8),  # uint8: block-scale codes
         zeros=up(pk.zeros, zdtype),
         perm=up(pk.slots.perm, np.int32),
         tile_group=up(pk.slots.tile_group, np.int32),
@@ -249,13 +248,18 @@ def _bind(
     want_splits: int | None = None,
 ) -> Any:
     why_not = hopper_ineligible(w, x2.data_ptr(), x_stride)
+    only90 = hopper_only(spec)  # a float / codebook spec: no sm_80 main loop to fall back on
     if isinstance(config, Gemm90Config) and why_not:
         raise ValueError(f"config: the Hopper GEMM cannot take this launch: {why_not}")
+    if only90 and why_not:  # Kernel.matmul's dispatch sends such a call to the GEMV instead
+        raise ValueError(f"run_gemm: spec {spec.name!r} runs on the Hopper GEMM alone, which cannot take it: {why_not}")
+    if only90 and config is not None and not isinstance(config, Gemm90Config):
+        raise ValueError(f"config: spec {spec.name!r} runs on the Hopper GEMM alone; got the sm_80 tile {config}")
     if isinstance(config, Gemm90Config) or (
-        config is None and not why_not and hopper_pays(w.N, w.k_tiles, M, w.device)
+        config is None and not why_not and (only90 or hopper_pays(w.N, w.k_tiles, M, w.device))
     ):
         cfg90 = config if isinstance(config, Gemm90Config) else None
-        if w.gather:  # x gathered into slot order (x', the call's scratch), then the GEMM over the slots
+        if w.gather:  # x gathered into slot order (x' in the device's buffer), then the GEMM over the slots
             xp = _gathered_x().get(w.device, M * w.slots)
             return bind90_gathered(spec, w, x2.data_ptr(), x_stride, M, bias, out, cfg90, want_splits, xp.data_ptr())
         return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, cfg90, want_splits)

@@ -22,9 +22,8 @@ import numpy as np
 
 from ..core.spec import Spec
 from ..kernels.gather_x import GATHER_X
-from ..kernels.gemm import zero_bytes
 from ..kernels.gemm90 import Gemm90Config, Gemm90KernelConfig, choose_config90
-from ..layout.gemm import TILE_N
+from ..layout.gemm import TILE_N, group_rows
 from ..layout.gemm_trt import columns_interleaved
 from . import device as dev
 from .loader import load
@@ -162,7 +161,9 @@ def weight_maps(spec: Spec, w: Any) -> tuple[dev.TensorMapArg, dev.TensorMapArg,
         lines_per_tile = TILE_N // columns_interleaved(spec.source.bits)
         wmap = dev.encode_tensor_map_2d(w.wq.data_ptr(), 1, line_bytes, w.n_lines, line_bytes, (128, lines_per_tile))
         groups = int(w.scales.shape[0])
-        smap = dev.encode_tensor_map_2d(w.scales.data_ptr(), 2, w.Ns, groups, w.Ns * 2, (TILE_N, 1), swizzle=False)
+        # a box is the tile's group_rows scale rows (groups under a 64-k tile: one row a group), 2 or 1 bytes each
+        se, rows = int(w.scales.element_size()), group_rows(spec)
+        smap = dev.encode_tensor_map_2d(w.scales.data_ptr(), se, w.Ns, groups, w.Ns * se, (TILE_N, rows), swizzle=False)
         zmap = smap
         if w.zeros is not None:
             ze = int(w.zeros.element_size())
@@ -195,7 +196,7 @@ def bind90(
     cfg = cfg if cfg is not None else choose_config90(M)
     kc = Gemm90KernelConfig.one(spec, cfg)
     fn = load(kc, w.device)
-    smem = cfg.shared_bytes(spec.source.bits, zero_bytes(spec))
+    smem = cfg.launch_shared_bytes(spec)
     m_tiles, n_tiles = -(-M // cfg.bn), -(-w.N // TILE_N)
     tiles = m_tiles * n_tiles
     resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))

@@ -23,6 +23,7 @@ from ..emit.pipeline import Artifact, compile_artifact
 from ..emit.render import BLOCK
 from ..kernels.dequant import DequantConfig, DequantVariant, kernel_name, variants
 from ..kernels.gemm import supports as gemm_supports
+from ..kernels.gemm90 import hopper_only
 from . import device as dev
 from . import fastcall, registry
 from . import problem as checks
@@ -112,9 +113,11 @@ class Kernel:
         self.compiled: list[str] = []  # entry points this Kernel compiled or loaded, in order
         self.op_key = f"{self.spec.name}-{hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]}"
         #: Whether the tensor-core GEMM takes this spec (MatmulTarget.gemm_ok says why it is decided here).
-        self.gemm_ok = gemm_supports(self.spec)
+        #: Float and codebook specs (fp8, nf4, ...) have the Hopper GEMM alone (gemm90.hopper_only).
+        only90 = hopper_only(self.spec)
+        self.gemm_ok = gemm_supports(self.spec) or only90
         #: What the matmul paths (dqgen.run.dispatch) take of this spec; the dense path dequantizes through self.
-        self.target = MatmulTarget(artifact, self.op_key, self.gemm_ok, self)
+        self.target = MatmulTarget(artifact, self.op_key, self.gemm_ok, self, only90)
         registry.add(self.op_key, self)
         _hook_torch()
         # cuda.core (the argument packer) takes a few hundred ms to import: here, not in the first call
