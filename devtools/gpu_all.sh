@@ -64,10 +64,10 @@ if [[ " $STEPS " == *" quick "* ]]; then
   bg_pytest quick-matmul -m gpu tests/test_gpu_matmul.py -k "not test_every_spec or awq_int4 or act_order_fp16 \
     or int8_fp16 or gptq_int3 or fp8_e4m3_fp16 or nvfp4 or mxfp6_e2m3 or nf4 or uint3_float"
   # the runtime's own entry points (custom op under torch.compile, graph capture, act-order checks), the GRU
-  # kernels, the activation quantizer and the dequant CLI's GPU path: each is one entry point the tier must launch
+  # kernels, the activation quantizer (and its fused producers) and the dequant CLI's GPU path: each is one entry point the tier must launch
   bg_pytest quick-entry -m gpu tests/test_gpu_runtime.py tests/test_gru_gpu.py tests/test_gru_persist.py \
     tests/test_checkpoint.py tests/test_refworker.py tests/test_build_cold.py tests/test_quantlinear_gpu.py \
-    tests/test_w8a8_gpu.py tests/test_device_views.py tests/test_gru_modules_gpu.py tests/test_gru_cluster.py
+    tests/test_w8a8_gpu.py tests/test_w8a8_producer_gpu.py tests/test_device_views.py tests/test_gru_modules_gpu.py tests/test_gru_cluster.py
   # the tensor-core GEMM (M > 16): one int4 and one int8 spec at M = 17, 64, 200 with tails, and every other test
   # of its file once (act-order, split-K, dispatch, real-format AWQ / GPTQ layers, torch.compile + graphs, errors)
   bg_pytest quick-gemm -m gpu tests/test_gpu_gemm.py -k "not test_every_spec or awq_int4_fp16-128 or int8_bf16-128"

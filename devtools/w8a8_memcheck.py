@@ -40,3 +40,24 @@ for k, aligned, static, hold, smooth_in in CASES:
         ok = (q == wq).all() and (r.view(np.int32) == wr.view(np.int32)).all()
         assert ok, (via, k, aligned, static, hold, smooth_in)
         print(f"memcheck launch ({via}) {kern.variant.name}: bit-exact")
+
+# The fused producers (issue 24): RMSNorm and SiLU-and-mul in front of the quantizer, exactly sized buffers (the
+# silu input [rows, 2K]), more rows than a few blocks so the rows loop and its reduction slots run under the tool.
+for prologue, k, rows in (("rmsnorm", 2048, 300), ("rmsnorm", 40000, 3), ("silu_mul", 2048, 300)):
+    width = 2 * k if prologue == "silu_mul" else k
+    x = (rng.standard_normal((rows, width)) * 3).astype(np.float16)
+    gamma = (1 + 0.2 * rng.standard_normal(k)).astype(np.float16)
+    kern = ActQuantKernel(ActQuantConfig("fp16", k, None, False, True, prologue=prologue))  # type: ignore[arg-type]
+    kern.max_blocks = min(kern.max_blocks, 64)  # a block loops over rows
+    xb, gb = dev.DeviceBuffer.from_host(x), dev.DeviceBuffer.from_host(gamma)
+    qb, rb = dev.DeviceBuffer(rows * k), dev.DeviceBuffer(4 * rows)
+    kern(xb.ptr, width, rows, None, None, qb.ptr, rb.ptr, 0, gamma_ptr=gb.ptr, eps=1e-5)
+    dev.synchronize()
+    q, r = dev.to_host(qb.as_array((rows, k), np.int8)), dev.to_host(rb.as_array((rows,), np.float32))
+    if prologue == "rmsnorm":
+        wq, wr = reference.dynamic(reference.rmsnorm(x, gamma, 1e-5, kern.variant.threads))
+        assert (q == wq).all() and (r.view(np.int32) == wr.view(np.int32)).all(), (prologue, k)
+    else:
+        wq, wr = reference.dynamic(reference.silu_mul(x))
+        assert np.abs(q.astype(np.int32) - wq).max() <= 1, (prologue, k)
+    print(f"memcheck launch {kern.variant.name} ({rows} rows on {min(rows, kern.max_blocks)} blocks): checked")

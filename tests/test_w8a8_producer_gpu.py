@@ -260,3 +260,66 @@ def test_w4a8_linear_takes_the_codes_of_the_fused_norm() -> None:
     smoothed = W4A8Linear.from_linear(lin, group_size=128, act_absmax=torch.rand(512).cuda() + 0.5)
     with pytest.raises(ValueError, match="x: codes quantized upstream reach a smoothed layer"):
         smoothed(W8A8RMSNorm(gamma, 1e-5)(x))
+
+
+def test_the_signature_cache_tells_gammas_eps_and_strides_apart() -> None:
+    """One x signature called with two gammas, another eps and the first gamma again: each call bit-exact with its
+    own reference (a key that left out gamma's pointer or eps would reuse the first bound launch); a strided gamma at
+    the first one's address is refused, not read as contiguous."""
+    from dqgen.w8a8 import rmsnorm_quantize
+
+    k = 2048
+    x = _x(9, k, torch.float16, seed=21)
+    base = (1 + 0.3 * torch.randn(2 * k, generator=torch.Generator().manual_seed(3))).half().cuda()
+    gamma1, gamma2 = base[:k], (base[k:] * 2).contiguous()
+    for gamma, eps in ((gamma1, 1e-5), (gamma2, 1e-5), (gamma2, 0.5), (gamma1, 1e-5)):
+        q, scale = rmsnorm_quantize(x, gamma, eps)
+        want_q, want_scale = _rms_reference(x, gamma, eps)
+        assert np.array_equal(q.cpu().numpy(), want_q), (eps, gamma is gamma1)
+        assert np.array_equal(scale.cpu().numpy(), want_scale)
+    with pytest.raises(ValueError, match="weight: expected a contiguous vector"):
+        rmsnorm_quantize(x, base[::2], 1e-5)  # base's address, gamma1's shape and dtype, stride 2
+    with pytest.raises(ValueError, match="eps: expected a float >= 0 that is finite in float32"):
+        rmsnorm_quantize(x, gamma1, 1e40)
+
+
+def test_rows_past_the_grid_and_strided_rows() -> None:
+    """More rows than resident blocks (each block loops over rows: the reductions' slots alternate) and rows further
+    apart than their width (x a slice of a wider buffer), for both producers."""
+    from dqgen.w8a8 import rmsnorm_quantize, silu_mul_quantize
+    from dqgen.w8a8.kernel import loaded
+
+    k = 2048
+    v = choose_act_quant("fp16", k, None, False, True, 1 << 20, prologue="rmsnorm")
+    rows = 3 * loaded(v, torch.cuda.current_device()).max_blocks + 1
+    buf = _x(rows, k + 64, torch.float16, seed=5)
+    x = buf[:, :k]
+    gamma = (1 + 0.3 * torch.randn(k, generator=torch.Generator().manual_seed(4))).half().cuda()
+    q, scale = rmsnorm_quantize(x, gamma, 1e-5)
+    want_q, want_scale = _rms_reference(x, gamma, 1e-5)
+    assert np.array_equal(q.cpu().numpy(), want_q) and np.array_equal(scale.cpu().numpy(), want_scale)
+    wide = _x(rows, 2 * k + 64, torch.float16, seed=6) / 64
+    gate_up = wide[:, : 2 * k]
+    q, scale = silu_mul_quantize(gate_up)
+    want_q, want_scale = reference.dynamic(reference.silu_mul(_host(gate_up)))
+    diff = np.abs(q.cpu().numpy().astype(np.int32) - want_q.astype(np.int32))
+    assert diff.max() <= 1 and (diff > 0).mean() < 1e-3
+    assert np.allclose(scale.cpu().numpy(), want_scale, rtol=2.0**-9, atol=0)
+
+
+def test_a_quantized_activation_is_refused_where_a_plain_tensor_is_read() -> None:
+    from dqgen.nn import W8A8MLP, W8A8Linear, W8A8RMSNorm
+    from dqgen.w8a8 import quantize_activations, rmsnorm_quantize
+
+    norm = W8A8RMSNorm(torch.ones(64, dtype=torch.float16, device="cuda"), 1e-5)
+    a = norm(_x(3, 64, torch.float16, seed=8))
+    with pytest.raises(ValueError, match="x: a QuantizedActivation with no storage of its own"):
+        quantize_activations(a)
+    with pytest.raises(ValueError, match="x: a QuantizedActivation with no storage of its own"):
+        rmsnorm_quantize(a, norm.weight, 1e-5)
+    # an MLP on no tokens returns no tokens
+    lin = torch.nn.Linear(128, 64, bias=False).half().cuda()
+    mlp = W8A8MLP(
+        W8A8Linear.from_linear(torch.nn.Linear(64, 256, bias=False).half().cuda()), W8A8Linear.from_linear(lin)
+    )
+    assert mlp(torch.zeros(2, 0, 64, dtype=torch.float16, device="cuda")).shape == (2, 0, 64)

@@ -11,7 +11,7 @@
 
 Without smoothing (SmoothQuant's factors would fold into the norms' weights; not done here). Under torch.compile the
 norm returns its float output and each linear quantizes its own input (the fused carrier is an eager / CUDA-graph
-path)."""
+path). Inference only, as the W8A8 linears are: the codes carry no gradient."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ class W8A8RMSNorm(torch.nn.Module):
         super().__init__()
         if weight.dim() != 1 or weight.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"weight: expected float16 / bfloat16 [K], got {weight.dtype} {list(weight.shape)}")
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 <= eps < float("inf")):
+            raise ValueError(f"eps: expected a finite float >= 0, got {eps!r}")
         self.register_buffer("weight", weight.detach().contiguous())
         self.eps = float(eps)
 
@@ -56,7 +58,8 @@ class W8A8RMSNorm(torch.nn.Module):
         eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
         if not isinstance(weight, torch.Tensor) or not isinstance(eps, (int, float)):
             raise ValueError(f"norm: expected an RMSNorm with weight and variance_epsilon, got {type(norm).__name__}")
-        probe = torch.randn(4, weight.shape[0], device=weight.device, dtype=weight.dtype) * 3
+        gen = torch.Generator(device=weight.device).manual_seed(0)  # the caller's random stream left alone
+        probe = torch.randn(4, weight.shape[0], device=weight.device, generator=gen).to(weight.dtype) * 3
         with torch.no_grad():
             same = torch.equal(norm(probe), _rmsnorm_float(probe, weight, float(eps)))
         if not same:
@@ -66,7 +69,12 @@ class W8A8RMSNorm(torch.nn.Module):
         return cls(weight.detach(), float(eps))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_compiling() or x.device.type != "cuda" or x.shape[-1] % 8:
+        if (
+            torch.compiler.is_compiling()
+            or x.device.type != "cuda"
+            or x.shape[-1] % 8
+            or x.dtype != self.weight.dtype  # the fused kernel takes x and the weight in one 16-bit dtype
+        ):
             return _rmsnorm_float(x, self.weight, self.eps)
         from ..w8a8.producer_op import rmsnorm_quantize
 
@@ -120,7 +128,8 @@ class W8A8MLP(torch.nn.Module):
         from ..w8a8.producer_op import silu_mul_quantize
 
         q, scale = silu_mul_quantize(h.reshape(-1, h.shape[-1]))
-        return self.down.forward_quantized(q.view(*h.shape[:-1], -1), scale.view(h.shape[:-1]), h.dtype)
+        codes = q.view(*h.shape[:-1], self.down.in_features)
+        return self.down.forward_quantized(codes, scale.view(h.shape[:-1]), h.dtype)
 
 
 class W8A8ModelReport(BaseModel):

@@ -36,6 +36,7 @@ def check_inputs(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | No
         raise ValueError(f"x: expected a 2-D tensor [M, K], got shape {list(x.shape)}")
     if x.device.type != "cuda":
         raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
+    refuse_storageless(x, "x")
     if x.shape[1] > 1 and x.stride(1) != 1:
         raise ValueError(f"x: expected contiguous rows (inner stride 1), got strides {list(x.stride())}")
     if x.shape[0] > 1 and x.stride(0) < x.shape[1]:
@@ -59,6 +60,15 @@ def check_inputs(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | No
             raise ValueError(f"scale: expected a positive finite float32 with a finite reciprocal, got {scale!r}")
 
 
+def refuse_storageless(x: torch.Tensor, name: str) -> None:
+    """A tensor wrapper with no storage of its own (dqgen.nn.QuantizedActivation: data_ptr() is 0) would launch
+    the kernel on address 0: refused with one line."""
+    if x.numel() and x.data_ptr() == 0:
+        raise ValueError(
+            f"{name}: a {type(x).__name__} with no storage of its own; pass a plain tensor (e.g. its dequantize())"
+        )
+
+
 def _inputs_aligned(x: torch.Tensor, smooth: torch.Tensor | None) -> bool:
     """All of x's rows and smooth (or a producer's gamma) start on 16-byte boundaries and K is a whole number of
     8-element vectors."""
@@ -80,8 +90,12 @@ class Producer:
         return x.shape[1] // 2 if self.kind == "silu_mul" else x.shape[1]
 
     def key(self) -> tuple:
+        """What a bound launch depends on: a gamma's pointer, shape, strides, dtype and device (its contents are
+        read at each launch)."""
         g = self.gamma
-        return (self.kind, self.eps) if g is None else (self.kind, self.eps, g.data_ptr(), g.shape, g.dtype)
+        if g is None:
+            return (self.kind, self.eps)
+        return (self.kind, self.eps, g.data_ptr(), g.shape, g.stride(), g.dtype, g.get_device())
 
 
 _NO_PRODUCER = Producer("none")
@@ -185,6 +199,7 @@ class _Call:
 
 
 _CALLS: dict[tuple, _Call] = {}
+_Tensor = torch.Tensor
 _raw_stream = dev.torch_raw_stream_fn(torch)
 _ident = threading.get_ident
 _empty = torch.empty
@@ -208,6 +223,9 @@ def _call(
     if scale is not None and type(scale) is not float:  # an int, or no number: checked, then keyed as the float
         _check(check, x, smooth, scale, producer)
         scale = float(scale)
+    if type(x) is not _Tensor:  # a subclass (a storage-less wrapper among them): checked and launched every call
+        _check(check, x, smooth, scale, producer)
+        return _launch(x, smooth, scale, producer=producer)
     try:
         key = (
             x.shape, x.stride(), x.dtype, x.get_device(), not x.data_ptr() % 16,

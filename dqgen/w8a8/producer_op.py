@@ -29,6 +29,8 @@ def _check_x(x: torch.Tensor, name: str, halves: bool) -> None:
         raise ValueError(f"{name}: expected a 2-D tensor, got shape {list(x.shape)}")
     if x.device.type != "cuda":
         raise ValueError(f"{name}: expected a CUDA tensor, got device {x.device}")
+    if not torch.compiler.is_compiling():  # traced tensors have no address
+        op.refuse_storageless(x, name)
     if halves and x.shape[1] % 2:
         raise ValueError(f"{name}: expected [M, 2K] ([gate | up]), got an odd width {x.shape[1]}")
     k = x.shape[1] // 2 if halves else x.shape[1]
@@ -55,8 +57,14 @@ def _check_rmsnorm(x: torch.Tensor, producer: op.Producer) -> None:
         raise ValueError(f"weight: expected x's device {x.device}, got {gamma.device}")
     if gamma.stride(0) != 1 or (not torch.compiler.is_compiling() and gamma.data_ptr() % 16):
         raise ValueError("weight: expected a contiguous vector starting on a 16-byte boundary")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (math.isfinite(eps) and eps >= 0):
-        raise ValueError(f"eps: expected a finite float >= 0, got {eps!r}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise ValueError(f"eps: expected a float, got {type(eps).__name__}")
+    try:
+        e32 = op._as_f32(eps)  # what the kernel gets
+    except OverflowError:
+        e32 = math.inf
+    if not (math.isfinite(e32) and e32 >= 0):
+        raise ValueError(f"eps: expected a float >= 0 that is finite in float32, got {eps!r}")
 
 
 def _check_silu_mul(x: torch.Tensor, producer: op.Producer) -> None:
