@@ -247,8 +247,8 @@ def test_errors_before_launch() -> None:
     assert torch.isnan(out).all()  # nothing written
     with pytest.raises(ShapeError, match=r"^x: expected dtype fp16"):
         gemm.run_gemm(k.spec, x.float(), gw)
-    with pytest.raises(ValueError, match=r"^\[source\] "):
-        gemm.pack_gemm(load_spec("nf4_bf16"), to_torch(q), to_torch(s))
+    with pytest.raises(ValueError, match=r"^\[source\.bits\] 6-bit float codes: the GEMM's layout holds 4- and 8-bit"):
+        gemm.pack_gemm(load_spec("fp6_e2m3_fp16"), to_torch(q), to_torch(s))  # a spec no GEMM main loop takes
 
 
 def test_torch_compile_and_cuda_graph_at_prefill_sizes() -> None:

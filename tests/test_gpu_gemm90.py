@@ -299,7 +299,7 @@ def test_float_spec_dispatch_takes_the_hopper_gemm(name: str) -> None:
         assert "w" in gw.tensor_maps  # the Hopper kernel ran
     x_np = random_x(spec, 64, K + 1, seed=2)
     xu = to_torch(x_np)[:, 1:]  # rows 2 bytes off a 16-byte boundary: the GEMV (no sm_80 GEMM of these specs)
-    assert not dispatch._hopper_can_take(gw, w, None, None, xu, k.target)
+    assert not dispatch._hopper_can_take(gw, xu)
     y = k.matmul(xu, w)
     torch.cuda.synchronize()
     check(spec, y, matmul_reference(x_np[:, 1:], W))

@@ -59,10 +59,13 @@ def _check_rmsnorm(x: torch.Tensor, producer: op.Producer) -> None:
         raise ValueError("weight: expected a contiguous vector starting on a 16-byte boundary")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise ValueError(f"eps: expected a float, got {type(eps).__name__}")
-    try:
-        e32 = op._as_f32(eps)  # what the kernel gets
-    except OverflowError:
-        e32 = math.inf
+    if torch.compiler.is_compiling():  # a traced constant; its float32 is checked when the op runs
+        e32 = float(eps)
+    else:
+        try:
+            e32 = op._as_f32(eps)  # what the kernel gets
+        except OverflowError:
+            e32 = math.inf
     if not (math.isfinite(e32) and e32 >= 0):
         raise ValueError(f"eps: expected a float >= 0 that is finite in float32, got {eps!r}")
 
