@@ -4,6 +4,7 @@
     torch._int_mm at M = 64 (it refuses M <= 16) and a plain read of the weight (torch's int32 sum over its bytes).
 (b) fp8 e4m3 at M = 4096 on 8192x28672 against torch._scaled_mm row-wise.
 (c) W4A8 at M = 256 against int8 W8A8 at M = 256, both shapes.
+(d) int8 against torch._int_mm where K is short (4096x28672, M = 256 and 4096).
 
 Each case is built as dqgen.w8a8.gemm_bench builds it (the same weights, quantizers and entry points: matmul,
 w4a8_matmul, gemm_bench.w4a8_weight) and launched once after a warm-up between cudaProfilerStart / Stop (and in an
@@ -62,6 +63,8 @@ CASES: tuple[Case, ...] = (
     Case("b", "dqgen fp8", 4096, *BIG),
     Case("b", "torch._scaled_mm", 4096, *BIG),
     *(Case("c", impl, 256, *kn) for kn in (BIG, TALL) for impl in ("dqgen w4a8", "dqgen int8")),
+    # (d) int8 below 1.1x _int_mm where K is short: 4096x28672 (32 K tiles a tile) at M = 256 and 4096
+    *(Case("d", impl, m, 4096, 28672) for m in (256, 4096) for impl in ("dqgen int8", "torch._int_mm")),
 )
 
 
@@ -316,12 +319,12 @@ def case_calls(cases: Sequence[Case]) -> Iterator[tuple[Case, Callable[[], Any]]
         torch.cuda.empty_cache()
 
 
-def profile() -> None:
-    """Each case once after two warm-up calls, between cudaProfilerStart and Stop, in an NVTX range of its tag (in
-    run_order)."""
+def profile(misses: str = "") -> None:
+    """Each case (of ``misses``, e.g. "d"; all by default) once after two warm-up calls, between cudaProfilerStart
+    and Stop, in an NVTX range of its tag (in run_order)."""
     import torch
 
-    for i, (case, call) in enumerate(case_calls(CASES)):
+    for i, (case, call) in enumerate(case_calls([c for c in CASES if not misses or c.miss in misses])):
         call()
         call()
         torch.cuda.synchronize()
@@ -420,12 +423,14 @@ def number(text: str) -> float:
     return float(text.replace(",", "")) if text not in ("", "n/a") else float("nan")
 
 
-def match_rows(rows: Sequence[dict[str, str]]) -> list[tuple[Case, dict[str, str] | None, list[str]]]:
+def match_rows(
+    rows: Sequence[dict[str, str]], cases: Sequence[Case] = CASES
+) -> list[tuple[Case, dict[str, str] | None, list[str]]]:
     """(case, its kernel's row or None, the names of other kernels before it) in run_order: each case takes the next
     row whose kernel is its own (kernel_of)."""
     out = []
     pos = 0
-    for case in run_order(CASES):
+    for case in run_order(cases):
         skipped = []
         while pos < len(rows) and not kernel_of(case, rows[pos].get("Kernel Name", "")):
             skipped.append(rows[pos].get("Kernel Name", "")[:50])
@@ -439,11 +444,17 @@ def match_rows(rows: Sequence[dict[str, str]]) -> list[tuple[Case, dict[str, str
 NOT_KERNEL = ("device__attribute_", "nvlink__", "numa__", "c2clink__", "profiler__", "Process", "Host Name", "Context")
 
 
-def save_rows(path: str, header: Sequence[str], units: Sequence[str], rows: Sequence[dict[str, str]]) -> None:
+def save_rows(
+    path: str,
+    header: Sequence[str],
+    units: Sequence[str],
+    rows: Sequence[dict[str, str]],
+    cases: Sequence[Case] = CASES,
+) -> None:
     """The raw page's rows with a ``case`` column first (match_rows; helper kernels of a torch call get
     ``helper of <case>``), the kernel's own columns only (NOT_KERNEL dropped), the units row kept."""
     keep = [i for i, h in enumerate(header) if not h.startswith(NOT_KERNEL)]
-    mine = {id(row): case.tag for case, row, _ in match_rows(rows) if row is not None}
+    mine = {id(row): case.tag for case, row, _ in match_rows(rows, cases) if row is not None}
     with open(path, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["case", *(header[i] for i in keep)])
@@ -453,14 +464,15 @@ def save_rows(path: str, header: Sequence[str], units: Sequence[str], rows: Sequ
             out.writerow([tag, *(row.get(header[i], "") for i in keep)])
 
 
-def table(path: str, save: str = "") -> None:
-    """Per case (run_order): the TABLE figures, the busiest pipes and the top stall reasons of its kernel; ``save``:
-    save_rows there."""
+def table(path: str, save: str = "", misses: str = "") -> None:
+    """Per case (run_order; of ``misses`` only where given, as profiled): the TABLE figures, the busiest pipes and
+    the top stall reasons of its kernel; ``save``: save_rows there."""
+    cases = [c for c in CASES if not misses or c.miss in misses]
     header, units, rows = read_raw_csv(path)
     if save:
-        save_rows(save, header, units, rows)
+        save_rows(save, header, units, rows, cases)
     unit = dict(zip(header, units, strict=True))
-    for case, row, skipped in match_rows(rows):
+    for case, row, skipped in match_rows(rows, cases):
         if skipped:
             print(f"   (other kernels before it: {skipped})")
         if row is None:
@@ -494,12 +506,14 @@ def main() -> None:
     sa.add_argument("--out", default="")
     q = sub.add_parser("metrics")
     q.add_argument("query_file")
-    sub.add_parser("profile")
+    pr = sub.add_parser("profile")
+    pr.add_argument("--misses", default="", help="only these misses' cases (letters, e.g. d)")
     t = sub.add_parser("time")
     t.add_argument("--out", default="w8a8_ncu_time.json")
     r = sub.add_parser("table")
     r.add_argument("csv")
     r.add_argument("--save", default="", help="the raw rows with a case column, device columns dropped")
+    r.add_argument("--misses", default="", help="the misses profile --misses ran")
     args = ap.parse_args()
     if args.cmd == "sass":
         sass_report(args.out)
@@ -507,11 +521,11 @@ def main() -> None:
         with open(args.query_file) as f:
             print(",".join(ncu_metrics(f.read())))
     elif args.cmd == "profile":
-        profile()
+        profile(args.misses)
     elif args.cmd == "time":
         time_all(args.out)
     else:
-        table(args.csv, args.save)
+        table(args.csv, args.save, args.misses)
 
 
 if __name__ == "__main__":

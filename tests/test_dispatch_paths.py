@@ -154,11 +154,46 @@ class _X:
 
 
 def test_checkpoint_groups_under_a_tile_take_the_hopper_gemm() -> None:
-    """Checkpoint tensors (no packed weight yet) with groups of 32: fp4's stay in order (two scale rows a tile) and
-    an integer spec's are padded into gathered slots, which the Hopper GEMM takes through the gather of x: both can
-    take an aligned x; an in-order weight cannot take x rows TMA cannot address."""
-    x = _X(64, 4096)
-    assert dispatch._hopper_can_take(None, x)
-    unaligned = _X(64, 4096)
+    """Checkpoint tensors (no packed weight yet): an integer spec's g_idx, or its groups of 32 (padded into gathered
+    slots), take the Hopper GEMM through the gather of x with any x; fp4's groups of 32 stay in order (two scale
+    rows a tile), so they need x rows TMA can address; whole-tile groups too."""
+    from dqgen.core.spec import load_spec, with_group_size
+
+    aligned, unaligned = _X(64, 4096), _X(64, 4096)
     unaligned.data_ptr = lambda: 1 << 20 | 8  # type: ignore[method-assign]  # 8-byte aligned rows: no tensor map
-    assert not dispatch._hopper_can_take(None, unaligned)
+    groups32, groups128 = types.SimpleNamespace(shape=(128, 256)), types.SimpleNamespace(shape=(32, 256))
+
+    def target(name: str, only90: bool) -> MatmulTarget:
+        spec = load_spec(name) if only90 else with_group_size(load_spec(name), 32)
+        return MatmulTarget(types.SimpleNamespace(spec=spec), "k", True, lambda *a, **kw: None, hopper_only=only90)
+
+    awq, fp4 = target("awq_int4_fp16", False), target("fp4_e2m1_bf16", True)
+    assert dispatch._hopper_can_take(None, unaligned, None, groups32, awq)  # gathered slots
+    assert dispatch._hopper_can_take(None, unaligned, object(), groups128, awq)  # a g_idx: gathered
+    assert not dispatch._hopper_can_take(None, unaligned, None, groups128, awq)  # whole tiles in order
+    assert dispatch._hopper_can_take(None, aligned, None, groups128, awq)
+    assert not dispatch._hopper_can_take(None, unaligned, None, groups32, fp4)  # in order: x by TMA
+    assert dispatch._hopper_can_take(None, aligned, None, groups32, fp4)
+
+
+def test_the_row_stride_is_judged_on_x_as_run_gemm_reads_it() -> None:
+    """x [B, 1, K] with an unaligned batch stride: its rows (as [B, K]) are that stride apart, not K; a single row
+    (all leading dimensions 1) is K apart."""
+
+    class X3:
+        shape: tuple[int, ...] = (4, 1, 4096)
+
+        def dim(self) -> int:
+            return 3
+
+        def stride(self, d: int) -> int:
+            return (4100, 4096, 1)[d]
+
+        def data_ptr(self) -> int:
+            return 1 << 20
+
+    assert dispatch._row_stride(X3()) == 4100
+    assert not dispatch._hopper_can_take(None, X3())  # 8200-byte rows: no tensor map
+    one = X3()
+    one.shape = (1, 1, 4096)
+    assert dispatch._row_stride(one) == 4096 and dispatch._hopper_can_take(None, one)

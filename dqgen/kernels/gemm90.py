@@ -161,7 +161,7 @@ def refusal90(spec: Spec) -> str:
             f" 16, 32 or whole tiles, or one group)"
         )
     if spec.act_order:
-        return "[act_order] the Hopper GEMM reads K slots in order (no gather entry)"
+        return "[act_order] act-order float codes: the Hopper GEMM gathers x for act-order integer specs only"
     return ""
 
 

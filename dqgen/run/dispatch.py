@@ -250,7 +250,7 @@ def dispatch(
     gw = beside(w) if is_packed else None
     gemm_ok = (gw is not None or not is_packed) and global_scale is None
     device = x.device.index or 0
-    hopper_ok = gemm_ok and is_hopper(device) and _hopper_can_take(gw, x)
+    hopper_ok = gemm_ok and is_hopper(device) and _hopper_can_take(gw, x, g_idx, scales, target)
     if target.hopper_only and not hopper_ok:  # its only GEMM cannot run this call
         return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
     rule = effective_rule(device, hopper_ok)
@@ -299,7 +299,7 @@ def takes_gemv(target: MatmulTarget, x: Any, w: Any, scales: Any, g_idx: Any, M:
     if not is_hopper(device):
         return target.hopper_only or rule_for(device).gemm_min_m > M
     gw = beside(w) if isinstance(w, MatmulWeight) else None
-    hopper_ok = _hopper_can_take(gw, x)
+    hopper_ok = _hopper_can_take(gw, x, g_idx, scales, target)
     if target.hopper_only and not hopper_ok:
         return True
     rule = effective_rule(device, hopper_ok)
@@ -319,16 +319,32 @@ def _weight_dims(w: Any, gw: GemmWeight | None, scales: Any, target: MatmulTarge
     return None
 
 
-def _hopper_can_take(gw: GemmWeight | None, x: Any) -> bool:
+def _hopper_can_take(
+    gw: GemmWeight | None, x: Any, g_idx: Any = None, scales: Any = None, target: MatmulTarget | None = None
+) -> bool:
     """Whether the Hopper GEMM could run this call (gemm90.hopper_ineligible's conditions): a weight with gathered
     K slots (act-order, groups of no whole 64-k tiles) with any x, which the gather kernel puts into slot order
-    first; in-order slots (and the checkpoint form, before packing tells which it is) with x rows TMA can address
-    (16-byte aligned, unit inner stride). The GPU is checked by the caller."""
+    first; in-order slots with x rows TMA can address (16-byte aligned, unit inner stride), judged on the rows
+    run_gemm reads (x as [M, K]). In the checkpoint form (no packed weight yet) a g_idx, or an integer spec's groups
+    of no whole 64-k tiles, mean gathered slots; a float spec's small groups stay in order. The GPU is checked by
+    the caller."""
     if gw is not None and gw.gather:
         return True
-    K = int(x.shape[-1])
-    x_stride = int(x.stride(-2)) if x.dim() > 1 and x.shape[-2] > 1 else K
-    return x.stride(-1) == 1 and not x_ineligible(x.data_ptr(), x_stride, K)
+    if gw is None and not (target is not None and target.hopper_only):
+        groups = int(scales.shape[0]) if scales is not None and hasattr(scales, "shape") and scales.shape else 1
+        K = int(x.shape[-1])
+        if g_idx is not None or (groups > 1 and (K // groups) % TILE_K):
+            return True
+    return x.stride(-1) == 1 and not x_ineligible(x.data_ptr(), _row_stride(x), int(x.shape[-1]))
+
+
+def _row_stride(x: Any) -> int:
+    """The row stride of x as [M, K] (run_gemm's x.reshape(-1, K) where that is a view): the stride of the innermost
+    leading dimension of more than one element, K where there is one row."""
+    for d in range(x.dim() - 2, -1, -1):
+        if x.shape[d] > 1:
+            return int(x.stride(d))
+    return int(x.shape[-1])
 
 
 def _gemv(

@@ -7,7 +7,9 @@ call's checks, dqgen.run.problem) and packs them on the host into a ``GemmWeight
 M > 16); ``packed_gemm`` packs checkpoint tensors once per tensor version (cached). x is ``[..., K]`` in the
 spec's target dtype with a unit last stride; rows 16-byte aligned take 16-byte cp.async copies, others the gather
 entry. A GemmWeight owns its split-K workspaces and counters: launches that use one weight must be ordered (one
-stream, or a graph), not run concurrently on two streams. Torch only.
+stream, or a graph), not run concurrently on two streams. On sm_90 the act-order (gathered) weights of a device also
+share one x' buffer (dqgen.run.workspace.gathered_x_buffers): their launches must be ordered among them too. Torch
+only.
 """
 
 from __future__ import annotations

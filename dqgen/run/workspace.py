@@ -64,7 +64,8 @@ class GrowOnlyCounters(Generic[B]):
                 f"{self._what} of GPU {ordinal} ({tiles} {self._unit}) are allocated outside CUDA graphs: call the op "
                 "once on this GPU (with this shape) before capturing"
             )
-        new = self._zeros(ordinal, max(tiles, self._minimum))
+        # twice the outgrown size at least: a creeping size (prefill lengths) keeps about twice the largest alive
+        new = self._zeros(ordinal, max(tiles, self._minimum, 2 * buf.numel() if buf is not None else 0))
         if buf is not None:
             self.outgrown.append(buf)
         self.current[ordinal] = new
@@ -121,8 +122,9 @@ def gathered_x_buffers(torch: Any) -> GrowOnlyCounters[Any]:
     """The gathered x' of the Hopper GEMM (dqgen.run.gemm90.bind90_gathered): per device one int16 buffer that only
     grows (uninitialised: the gather writes it whole before the GEMM reads it), so a bound launch keeps its address
     and a signature is bound once. One per device, not per weight: a model's act-order layers would each keep one
-    of their largest x (gigabytes at a long prefill). Launches that use it must be ordered (one stream, or a graph),
-    as for the W8A8 counters."""
+    of their largest x (gigabytes at a long prefill). So every act-order launch on a device shares it: they must be
+    ordered (one stream at a time, or one graph), as the W8A8 split-K counters; two act-order layers running on two
+    streams at once would overwrite each other's x'."""
     return GrowOnlyCounters(
         lambda ordinal, n: torch.empty(n, dtype=torch.int16, device=torch.device("cuda", ordinal)),
         torch.cuda.is_current_stream_capturing,
