@@ -7,6 +7,8 @@ the gather of x into slot order and the Hopper kernel, eagerly, through QuantLin
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -52,12 +54,7 @@ def test_every_spec_every_token_tile_with_tails(spec: Spec) -> None:
     K, N = (4096 + 128 if auto else 4096 + 8), 1448  # a partial feature tile; per-channel: a K tail
     gw, W = _weight(spec, K, N, K + N, 128 if auto else None)
     assert not gw.gather
-    for cfg in CONFIGS90:
-        for M in {1, cfg.bn - 3 if cfg.bn > 8 else 5, cfg.bn + 5}:
-            x_np = random_x(spec, M, K, seed=M + cfg.bn)
-            x = to_torch(x_np)
-            y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=cfg), (M, N), _dtype(W))  # noqa: B023
-            check(spec, y, matmul_reference(x_np, W))
+    _every_token_tile(spec, gw, W, K, N)
 
 
 @pytest.mark.quick
@@ -154,12 +151,7 @@ def test_act_order_every_token_tile_through_the_gather() -> None:
     gw = gemm.pack_gemm(spec, q, s, z, g_idx=gi)
     assert gw.gather and gw.slots == 45 * 128
     assert gemm90.hopper_ineligible(gw, 2, K) == ""
-    for cfg in CONFIGS90:
-        for M in {1, cfg.bn - 3 if cfg.bn > 8 else 5, cfg.bn + 5}:
-            x_np = random_x(spec, M, K, seed=M + cfg.bn)
-            x = to_torch(x_np)
-            y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=cfg), (M, N), _dtype(W))  # noqa: B023
-            check(spec, y, matmul_reference(x_np, W))
+    _every_token_tile(spec, gw, W, K, N)
     assert "w" in gw.tensor_maps  # the Hopper kernel ran
     x_np = random_x(spec, 20, K + 1, seed=3)
     x = to_torch(x_np)[:, 1:]  # rows 2 bytes off a 16-byte boundary
@@ -252,6 +244,17 @@ def _float_k(spec: Spec) -> int:
 
 
 @pytest.mark.quick
+def _every_token_tile(spec: Spec, gw: Any, W: Any, K: int, N: int) -> None:
+    """Each token tile of the Hopper GEMM at M = 1, the tile less 3 and the tile + 5, twice into NaN-poisoned
+    outputs, against the float64 reference."""
+    for cfg in CONFIGS90:
+        for M in {1, cfg.bn - 3 if cfg.bn > 8 else 5, cfg.bn + 5}:
+            x_np = random_x(spec, M, K, seed=M + cfg.bn)
+            x = to_torch(x_np)
+            y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=cfg), (M, N), _dtype(W))  # noqa: B023
+            check(spec, y, matmul_reference(x_np, W))
+
+
 @pytest.mark.parametrize("spec", FLOAT_SPECS, ids=[s.name for s in FLOAT_SPECS])
 def test_float_spec_every_token_tile_with_tails(spec: Spec) -> None:
     """Each float / codebook spec the Hopper GEMM takes, each token tile (M = 1, the tile less 3, the tile + 5),
@@ -260,12 +263,7 @@ def test_float_spec_every_token_tile_with_tails(spec: Spec) -> None:
     K, N = _float_k(spec), 1448
     gw, W = _weight(spec, K, N, K + N, None)
     assert not gw.gather
-    for cfg in CONFIGS90:
-        for M in {1, cfg.bn - 3 if cfg.bn > 8 else 5, cfg.bn + 5}:
-            x_np = random_x(spec, M, K, seed=M + cfg.bn)
-            x = to_torch(x_np)
-            y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=cfg), (M, N), _dtype(W))  # noqa: B023
-            check(spec, y, matmul_reference(x_np, W))
+    _every_token_tile(spec, gw, W, K, N)
     x_np = random_x(spec, 40, K, seed=3)
     x = to_torch(x_np)
     y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=CONFIGS90[3], splits=3), (40, N), _dtype(W))
