@@ -191,3 +191,19 @@ def test_smoothquant_mlp_against_float64() -> None:
         print(f"W4A8 MLP (GPU) vs float64: smoothing {smoothing}: {errors[smoothing]:.4f}")
     assert errors[True] <= 0.2
     assert errors[True] < 0.7 * errors[False]
+
+
+def test_more_x_addresses_than_bound_launches_re_address_the_oldest() -> None:
+    """The op on 2 x X_BOUND_MAX quantized activations alive at once, each twice in turn: the oldest launches' x
+    maps re-addressed in place past X_BOUND_MAX; each result the numpy model's."""
+    _hopper()
+    from dqgen.run.bound_x import X_BOUND_MAX
+    from dqgen.w8a8 import quantize_activations
+    from dqgen.w8a8.w4a8_op import w4a8_matmul
+
+    layer = _layer(512, 128, seed=3, bias=False)
+    xs = [_x(16, 512, torch.float16, seed=200 + s) for s in range(2 * X_BOUND_MAX)]
+    codes = [quantize_activations(x) for x in xs]  # all alive: distinct addresses
+    for x, (q, s) in list(zip(xs, codes, strict=True)) * 2:
+        y = w4a8_matmul(q, s, layer.w_q, layer.w_scale, layer.w_zeros, None, torch.float16)
+        assert torch.equal(y.cpu(), model_forward(layer, x))

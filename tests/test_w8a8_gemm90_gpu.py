@@ -205,3 +205,24 @@ def test_x_at_an_address_the_first_launch_was_bound_with() -> None:
     acc = ref.int_product(x2.cpu().numpy(), w.cpu().numpy())
     want = ref.epilogue(acc, xs_.cpu().numpy(), wsc.cpu().numpy(), None, "f16")
     assert (y2.cpu().numpy().view(np.int16) == want.view(np.int16)).all()
+
+
+def test_more_x_addresses_than_bound_launches_re_address_the_oldest() -> None:
+    """2 x X_BOUND_MAX activations alive at once (distinct addresses), each called twice in turn: past X_BOUND_MAX
+    the oldest launch's x map is re-addressed in place (no new bind); every result the reference's bits."""
+    _hopper()
+    from dqgen.run.bound_x import X_BOUND_MAX
+    from dqgen.w8a8 import matmul, matmul_op
+
+    m, n, k = 16, 1000, 4096
+    w = _int8(n, k, seed=5)
+    wsc = torch.rand(n, device="cuda") * 1e-3
+    xs_ = torch.rand(m, device="cuda") * 1e-3
+    xs = [_int8(m, k, seed=100 + i) for i in range(2 * X_BOUND_MAX)]
+    acc_w = w.cpu().numpy()
+    for x in xs + xs:
+        y = matmul(x, xs_, w, wsc)
+        want = ref.epilogue(ref.int_product(x.cpu().numpy(), acc_w), xs_.cpu().numpy(), wsc.cpu().numpy(), None, "f16")
+        assert (y.cpu().numpy().view(np.int16) == want.view(np.int16)).all()
+    hits = [c for c in matmul_op._CALLS.values() if c.bind_x is not None and c.mn == (m, n)]
+    assert hits and all(len(c.bind_x.by_x) == X_BOUND_MAX for c in hits)

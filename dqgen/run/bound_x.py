@@ -29,21 +29,29 @@ def markers(present: Sequence[bool]) -> tuple[int, ...]:
 
 class BoundPerX:
     """x's address -> the launch bound with x's tensor map at it and the slots of its per-call pointers (bound as
-    ``marks``, from markers()); the X_BOUND_MAX most recently bound are kept (a cycle of addresses keeps its recent
-    ones). ``bind(x_ptr)`` binds a launch with the marks in its arguments; ``what`` names the op in errors."""
+    ``marks``, from markers()); the X_BOUND_MAX most recently seen are kept (a cycle of addresses keeps its recent
+    ones). ``bind(x_ptr)`` binds a launch with the marks in its arguments; ``x_arg``: the index of x's tensor map
+    among its arguments; ``what`` names the op in errors.
 
-    __slots__ = ("_bind", "_marks", "_what", "by_x")
+    Once X_BOUND_MAX are kept, a new address re-addresses the oldest launch's map in place
+    (BoundLaunch.readdress_map, a few µs) instead of binding another (argument packing, the plan, the map's encoding:
+    0.2-0.3 ms): in eager decode the activations' addresses drift with the growing KV cache's allocations."""
 
-    def __init__(self, bind: Callable[[int], BoundLaunch], marks: tuple[int, int, int], what: str) -> None:
-        self._bind, self._marks, self._what = bind, marks, what
+    __slots__ = ("_bind", "_marks", "_what", "_x_arg", "by_x")
+
+    def __init__(self, bind: Callable[[int], BoundLaunch], marks: tuple[int, int, int], what: str, x_arg: int) -> None:
+        self._bind, self._marks, self._what, self._x_arg = bind, marks, what, x_arg
         self.by_x: dict[int, BoundForX] = {}
 
     def __call__(self, x_ptr: int) -> BoundForX:
         hit = self.by_x.get(x_ptr)
         if hit is None:
             if len(self.by_x) >= X_BOUND_MAX:
-                del self.by_x[next(iter(self.by_x))]
-            hit = self.by_x[x_ptr] = self._bound(x_ptr)
+                hit = self.by_x.pop(next(iter(self.by_x)))  # the oldest address's launch, for this one
+                hit[0].readdress_map(self._x_arg, x_ptr)
+            else:
+                hit = self._bound(x_ptr)
+            self.by_x[x_ptr] = hit
         return hit
 
     def _bound(self, x_ptr: int) -> BoundForX:

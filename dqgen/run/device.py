@@ -447,6 +447,16 @@ class BoundLaunch:
             driver.cuLaunchKernel, kernel._function, *self.grid, *self.block, self.shared_mem
         )
 
+    def readdress_map(self, arg: int, ptr: int) -> None:
+        """Point the tensor map of argument ``arg`` at ``ptr`` in place (``cuTensorMapReplaceAddress`` on a copy of
+        its bytes, written back): the map's shape, strides and box stay. A launch already made or captured into a
+        graph keeps the arguments it had (cuLaunchKernel copies them)."""
+        at = self._addresses[arg]  # the map's bytes in this launcher's argument buffer
+        tmap = driver.CUtensorMap()
+        ctypes.memmove(tmap.getPtr(), at, TENSOR_MAP_BYTES)
+        _check(driver.cuTensorMapReplaceAddress(tmap, int(ptr)), "cuTensorMapReplaceAddress")
+        ctypes.memmove(at, tmap.getPtr(), TENSOR_MAP_BYTES)
+
     def slot_of(self, value: int) -> int | None:
         """The index of the one argument slot holding ``value`` (a device pointer the caller bound), or None where
         no slot or more than one holds it (a patch could not tell them apart)."""

@@ -22,6 +22,7 @@ from ..run.gemm90 import is_hopper
 from ..run.operands import x_aligned
 from ..run.workspace import GrowOnlyCounters
 from .gemm import GemmKernel, loaded
+from .gemm90 import PARAMS as GEMM90_PARAMS
 from .gemm90 import Gemm90Kernel, loaded90
 from .gemm_reference import QMAX, WeightKind
 
@@ -334,7 +335,8 @@ def plan(
 
     device = torch.device("cuda", ordinal)
     if tma:
-        per_x = BoundPerX(bind, (pointers[1], pointers[2], pointers[3]), "w8a8 matmul")
+        x_arg = [name for name, _ in GEMM90_PARAMS].index("qmap" if kern.cfg.swap else "pmap")
+        per_x = BoundPerX(bind, (pointers[1], pointers[2], pointers[3]), "w8a8 matmul", x_arg)
         fn, x_scale_slot, y_slot, ws_slot = per_x(pointers[0])
         return _Call(
             fn, fn.launch, fn.params, fn.slots, -1, x_scale_slot, y_slot, ws_slot, (m, n), ws_elems, ws_dtype,

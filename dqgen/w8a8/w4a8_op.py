@@ -263,7 +263,7 @@ def plan(
         return fn.bind((tiles * splits,), (tile.threads,), args, shared_mem=smem)
 
     device = torch.device("cuda", ordinal)
-    per_x = BoundPerX(bind, (marks[0], marks[1], marks[2]), "w4a8 matmul")
+    per_x = BoundPerX(bind, (marks[0], marks[1], marks[2]), "w4a8 matmul", [name for name, _ in PARAMS].index("xmap"))
     return _Call(per_x, (m, n), ws_elems, counters, ordinal, device, out_dtype)
 
 
