@@ -196,7 +196,6 @@ def test_smoothquant_mlp_against_float64() -> None:
 def test_more_x_addresses_than_bound_launches_re_address_the_oldest() -> None:
     """The op on 2 x X_BOUND_MAX quantized activations alive at once, each twice in turn: the oldest launches' x
     maps re-addressed in place past X_BOUND_MAX; each result the numpy model's."""
-    _hopper()
     from dqgen.run.bound_x import X_BOUND_MAX
     from dqgen.w8a8 import quantize_activations
     from dqgen.w8a8.w4a8_op import w4a8_matmul
