@@ -53,6 +53,11 @@ def _at(rows: list[dict], impl: str, m: int, k: int, n: int) -> dict | None:
     return next((r for r in rows if (r["impl"], r["M"], r["K"], r["N"]) == (impl, m, k, n)), None)
 
 
+def _from_m(rows: list[dict], impl: str, m: int) -> list[dict]:
+    """``impl``'s rows from ``m`` tokens on, by shape, then M."""
+    return sorted((r for r in rows if r["impl"] == impl and r["M"] >= m), key=lambda r: (r["K"], r["N"], r["M"]))
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
@@ -104,9 +109,7 @@ def w4a8_targets(doc: dict[str, Any]) -> list[str]:
     (the W4A16 comparisons, M >= 128 and M <= 16, are against `dqgen bench --matmul`'s record)."""
     rows = doc["rows"]
     lines = []
-    for r in sorted(
-        (r for r in rows if r["impl"] == DQ_W4A8 and r["M"] >= W4A8_LARGE_M), key=lambda r: (r["K"], r["N"], r["M"])
-    ):
+    for r in _from_m(rows, DQ_W4A8, W4A8_LARGE_M):
         int8 = _at(rows, DQ_INT8, r["M"], r["K"], r["N"])
         if int8 is not None:
             lines.append(
@@ -122,9 +125,7 @@ def producer_targets(doc: dict[str, Any]) -> list[str]:
     QUANT_OVERHEAD_PCT of the GEMM alone."""
     rows = doc["rows"]
     lines: list[str] = []
-    for r in sorted(
-        (r for r in rows if r["impl"] == DQ_INT8 and r["M"] >= LARGE_M), key=lambda r: (r["K"], r["N"], r["M"])
-    ):
+    for r in _from_m(rows, DQ_INT8, LARGE_M):
         m, k, n, gemm = r["M"], r["K"], r["N"], r["us"]
         if (sep := _at(rows, "dqgen quantize + int8", m, k, n)) is not None:
             pct = 100 * (sep["us"] - gemm) / gemm

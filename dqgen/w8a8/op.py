@@ -26,21 +26,22 @@ def _as_f32(v: float) -> float:
         return float(np.float32(v))
 
 
-def check_inputs(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None) -> None:
-    """Raise a one-line ValueError naming the bad argument; nothing has run yet."""
+def check_inputs(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | None, name: str = "x") -> None:
+    """Raise a one-line ValueError naming the bad argument (x as ``name``: a fused producer's input); nothing has
+    run yet."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"x: expected a CUDA torch.Tensor [M, K], got {type(x).__name__}")
+        raise ValueError(f"{name}: expected a CUDA torch.Tensor [M, K], got {type(x).__name__}")
     if x.dtype not in _X_DTYPES:
-        raise ValueError(f"x: expected float16 or bfloat16, got {x.dtype}")
+        raise ValueError(f"{name}: expected float16 or bfloat16, got {x.dtype}")
     if x.dim() != 2:
-        raise ValueError(f"x: expected a 2-D tensor [M, K], got shape {list(x.shape)}")
+        raise ValueError(f"{name}: expected a 2-D tensor [M, K], got shape {list(x.shape)}")
     if x.device.type != "cuda":
-        raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
-    refuse_storageless(x, "x")
+        raise ValueError(f"{name}: expected a CUDA tensor, got device {x.device}")
+    refuse_storageless(x, name)
     if x.shape[1] > 1 and x.stride(1) != 1:
-        raise ValueError(f"x: expected contiguous rows (inner stride 1), got strides {list(x.stride())}")
+        raise ValueError(f"{name}: expected contiguous rows (inner stride 1), got strides {list(x.stride())}")
     if x.shape[0] > 1 and x.stride(0) < x.shape[1]:
-        raise ValueError(f"x: expected non-overlapping rows (row stride >= K = {x.shape[1]}), got {x.stride(0)}")
+        raise ValueError(f"{name}: expected non-overlapping rows (row stride >= K = {x.shape[1]}), got {x.stride(0)}")
     if smooth is not None:
         if not isinstance(smooth, torch.Tensor):
             raise ValueError(f"smooth: expected a tensor [K] or None, got {type(smooth).__name__}")
@@ -62,8 +63,9 @@ def check_inputs(x: torch.Tensor, smooth: torch.Tensor | None, scale: float | No
 
 def refuse_storageless(x: torch.Tensor, name: str) -> None:
     """A tensor wrapper with no storage of its own (dqgen.nn.QuantizedActivation: data_ptr() is 0) would launch
-    the kernel on address 0: refused with one line."""
-    if x.numel() and x.data_ptr() == 0:
+    the kernel on address 0: refused with one line (not while tracing: a traced tensor has no address; the op
+    checks when it runs)."""
+    if not torch.compiler.is_compiling() and x.numel() and x.data_ptr() == 0:
         raise ValueError(
             f"{name}: a {type(x).__name__} with no storage of its own; pass a plain tensor (e.g. its dequantize())"
         )

@@ -21,26 +21,15 @@ __all__ = ["rmsnorm_quantize", "silu_mul_quantize"]
 
 def _check_x(x: torch.Tensor, name: str, halves: bool) -> None:
     """x's one-line errors, shared by both producers (``halves``: a row is [gate | up], the codes half as wide)."""
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name}: expected a CUDA torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"{name}: expected float16 or bfloat16, got {x.dtype}")
-    if x.dim() != 2:
-        raise ValueError(f"{name}: expected a 2-D tensor, got shape {list(x.shape)}")
-    if x.device.type != "cuda":
-        raise ValueError(f"{name}: expected a CUDA tensor, got device {x.device}")
-    if not torch.compiler.is_compiling():  # traced tensors have no address
-        op.refuse_storageless(x, name)
+    op.check_inputs(x, None, None, name)  # the quantizer's own checks of x (type, dtype, 2-D, device, rows)
     if halves and x.shape[1] % 2:
         raise ValueError(f"{name}: expected [M, 2K] ([gate | up]), got an odd width {x.shape[1]}")
     k = x.shape[1] // 2 if halves else x.shape[1]
     if k % 8 or k == 0:
         raise ValueError(f"{name}: the fused quantizer takes rows of a positive multiple of 8 elements, got {k}")
-    if x.shape[1] > 1 and x.stride(1) != 1:
-        raise ValueError(f"{name}: expected contiguous rows (inner stride 1), got strides {list(x.stride())}")
-    if x.shape[0] > 1 and (x.stride(0) < x.shape[1] or x.stride(0) % 8):
+    if x.shape[0] > 1 and x.stride(0) % 8:
         raise ValueError(
-            f"{name}: expected rows a multiple of 8 elements apart, at least {x.shape[1]}, got stride {x.stride(0)}"
+            f"{name}: expected rows a multiple of 8 elements apart (16-byte vectors), got stride {x.stride(0)}"
         )
     if not torch.compiler.is_compiling() and x.data_ptr() % 16:  # traced tensors have no address: checked when run
         raise ValueError(f"{name}: expected a 16-byte aligned start (the kernel reads 16-byte vectors)")
