@@ -68,7 +68,7 @@ CASES: tuple[Case, ...] = (
 )
 
 
-def run_order(cases: Sequence[Case]) -> list[Case]:
+def run_order(cases: Sequence[Any]) -> list[Any]:
     """The cases in the order they run (and ncu lists them): shape by shape, each shape's in ``cases``' order."""
     shapes = dict.fromkeys((c.k, c.n) for c in cases)
     return [c for kn in shapes for c in cases if (c.k, c.n) == kn]
@@ -424,15 +424,16 @@ def number(text: str) -> float:
 
 
 def match_rows(
-    rows: Sequence[dict[str, str]], cases: Sequence[Case] = CASES
-) -> list[tuple[Case, dict[str, str] | None, list[str]]]:
+    rows: Sequence[dict[str, str]], cases: Sequence[Any] = CASES, owns: Callable[[Any, str], bool] | None = None
+) -> list[tuple[Any, dict[str, str] | None, list[str]]]:
     """(case, its kernel's row or None, the names of other kernels before it) in run_order: each case takes the next
-    row whose kernel is its own (kernel_of)."""
+    row whose kernel is its own (``owns``, kernel_of by default; another script's cases bring their own)."""
+    owns = kernel_of if owns is None else owns
     out = []
     pos = 0
     for case in run_order(cases):
         skipped = []
-        while pos < len(rows) and not kernel_of(case, rows[pos].get("Kernel Name", "")):
+        while pos < len(rows) and not owns(case, rows[pos].get("Kernel Name", "")):
             skipped.append(rows[pos].get("Kernel Name", "")[:50])
             pos += 1
         out.append((case, rows[pos] if pos < len(rows) else None, skipped))
@@ -449,12 +450,13 @@ def save_rows(
     header: Sequence[str],
     units: Sequence[str],
     rows: Sequence[dict[str, str]],
-    cases: Sequence[Case] = CASES,
+    cases: Sequence[Any] = CASES,
+    owns: Callable[[Any, str], bool] | None = None,
 ) -> None:
     """The raw page's rows with a ``case`` column first (match_rows; helper kernels of a torch call get
     ``helper of <case>``), the kernel's own columns only (NOT_KERNEL dropped), the units row kept."""
     keep = [i for i, h in enumerate(header) if not h.startswith(NOT_KERNEL)]
-    mine = {id(row): case.tag for case, row, _ in match_rows(rows, cases) if row is not None}
+    mine = {id(row): case.tag for case, row, _ in match_rows(rows, cases, owns) if row is not None}
     with open(path, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["case", *(header[i] for i in keep)])
@@ -464,39 +466,50 @@ def save_rows(
             out.writerow([tag, *(row.get(header[i], "") for i in keep)])
 
 
-def table(path: str, save: str = "", misses: str = "") -> None:
-    """Per case (run_order; of ``misses`` only where given, as profiled): the TABLE figures, the busiest pipes and
-    the top stall reasons of its kernel; ``save``: save_rows there."""
-    cases = [c for c in CASES if not misses or c.miss in misses]
+def print_row(tag: str, row: dict[str, str], header: Sequence[str], unit: dict[str, str]) -> None:
+    """One case's kernel: the TABLE figures, its busiest pipes and its top stall reasons."""
+    cells = []
+    for label, metric in TABLE:
+        v = number(row.get(metric, ""))
+        if metric == "gpu__time_duration.sum":
+            v *= TIME_UNIT_US.get(unit[metric], 1.0)
+        elif metric.startswith("dram__bytes"):
+            v *= BYTE_UNIT_MB.get(unit[metric], 1.0)
+        cells.append(f"{label} {v:.1f}")
+    pipes = sorted(
+        ((number(row[h]), h.split(".")[0].removeprefix("sm__")) for h in header if h.startswith("sm__")
+         and "pipe" in h and h.endswith(".avg.pct_of_peak_sustained_active") and row.get(h)),
+        reverse=True,
+    )  # fmt: skip
+    stalls = sorted(((number(row[h]), m.group(1)) for h in header if (m := _STALL.match(h)) and row.get(h)),
+                    reverse=True)  # fmt: skip
+    print(f"{tag}  [{row.get('Kernel Name', '')[:60]}]")
+    print("   " + " | ".join(cells))
+    print("   pipes: " + ", ".join(f"{n} {v:.1f}%" for v, n in pipes[:8] if v == v))
+    print("   stalls (cycles an issue): " + ", ".join(f"{n} {v:.2f}" for v, n in stalls[:6] if v == v))
+
+
+def table(
+    path: str,
+    save: str = "",
+    misses: str = "",
+    cases: Sequence[Any] = CASES,
+    owns: Callable[[Any, str], bool] | None = None,
+) -> None:
+    """Per case (run_order; of ``misses`` only where given, as profiled): print_row of its kernel; ``save``:
+    save_rows there. ``cases`` / ``owns``: another script's cases and kernel_of."""
+    cases = [c for c in cases if not misses or c.miss in misses]
     header, units, rows = read_raw_csv(path)
     if save:
-        save_rows(save, header, units, rows, cases)
+        save_rows(save, header, units, rows, cases, owns)
     unit = dict(zip(header, units, strict=True))
-    for case, row, skipped in match_rows(rows, cases):
+    for case, row, skipped in match_rows(rows, cases, owns):
         if skipped:
             print(f"   (other kernels before it: {skipped})")
         if row is None:
             print(f"{case.tag}: no kernel of its own in the CSV")
             continue
-        cells = []
-        for label, metric in TABLE:
-            v = number(row.get(metric, ""))
-            if metric == "gpu__time_duration.sum":
-                v *= TIME_UNIT_US.get(unit[metric], 1.0)
-            elif metric.startswith("dram__bytes"):
-                v *= BYTE_UNIT_MB.get(unit[metric], 1.0)
-            cells.append(f"{label} {v:.1f}")
-        pipes = sorted(
-            ((number(row[h]), h.split(".")[0].removeprefix("sm__")) for h in header if h.startswith("sm__")
-             and "pipe" in h and h.endswith(".avg.pct_of_peak_sustained_active") and row.get(h)),
-            reverse=True,
-        )  # fmt: skip
-        stalls = sorted(((number(row[h]), m.group(1)) for h in header if (m := _STALL.match(h)) and row.get(h)),
-                        reverse=True)  # fmt: skip
-        print(f"{case.tag}  [{row.get('Kernel Name', '')[:60]}]")
-        print("   " + " | ".join(cells))
-        print("   pipes: " + ", ".join(f"{n} {v:.1f}%" for v, n in pipes[:8] if v == v))
-        print("   stalls (cycles an issue): " + ", ".join(f"{n} {v:.2f}" for v, n in stalls[:6] if v == v))
+        print_row(case.tag, row, header, unit)
 
 
 def main() -> None:
