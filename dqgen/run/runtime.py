@@ -333,7 +333,7 @@ class Kernel:
 
         _hook_torch()  # the matmul custom ops, for torch imported after this Kernel was made
         w = matmul.pack_gemv(self.artifact, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
-        dispatch.attach(self.target, w, qweight, scales, zeros, g_idx, gemm)
+        dispatch.attach(self.target, w, qweight, scales, zeros, g_idx, gemm, global_scale)
         return w
 
     def matmul(
