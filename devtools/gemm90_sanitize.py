@@ -17,9 +17,9 @@ from dqgen.kernels.gemm90 import CONFIGS90
 from dqgen.run import gemm
 from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 
-#: (spec, K, N, group size, splits a tile): int4 with zeros, int8 per-channel with a K tail inside a tile and MXFP4 (the
-#: float specs' 1-byte scale rows); N leaves a partial tile; 5 pieces of 12 K tiles put stream-K pieces across tiles
-#: (both partial slots, odd segments).
+#: (spec, K, N, group size, splits a tile): int4 with zeros, int8 per-channel with a K tail inside a tile, MXFP4 (the
+#: float specs' 1-byte scale rows) and NVFP4 (its global scale); N leaves a partial tile; 5 pieces of 12 K tiles put
+#: stream-K pieces across tiles (both partial slots, odd segments).
 CASES = (
     ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3, 5)),  # 12 K tiles in 5 pieces: CTAs spanning two tiles
     ("int8_bf16", 64 * 3 + 8, 128 * 3 + 4, None, (1, 2)),
@@ -27,6 +27,9 @@ CASES = (
     ("gptq_int4_asym_act_order_fp16", 96 * 6, 200, 96, (1, 3)),
     # a float spec: MXFP4's e8m0 codes, two scale rows a stage (groups of 32), the last tile's second past G
     ("mxfp4_bf16", 64 * 12 + 32, 200, None, (1, 3)),
+    # NVFP4: e4m3 codes in groups of 16 (four scale rows a stage, two decoded a word), the fp32 global scale's
+    # pointer an argument of the launch; the last tile's last two scale rows past G
+    ("nvfp4_fp16", 64 * 12 + 32, 200, None, (1, 3)),
 )
 
 
@@ -39,8 +42,8 @@ def main() -> int:
     covered, bad, gathered = set(), [], False
     for name, K, N, group, split_list in CASES:
         spec = load_spec(name)
-        (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
-        gw = gemm.pack_gemm(spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
+        (q, s, z, gi, gs), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
+        gw = gemm.pack_gemm(spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gs))
         gathered |= gw.gather
         for cfg in CONFIGS90:
             for splits in split_list:

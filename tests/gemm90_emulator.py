@@ -464,9 +464,7 @@ def emulate90(
                             areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
                             areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
 
-        def split_word(
-            sp: int, w: np.ndarray, mw: int, bb: int, b: int, code_reg: str, gs_reg: str, buf: int
-        ) -> None:
+        def split_word(sp: int, w: np.ndarray, mw: int, bb: int, b: int, code_reg: str, gs_reg: str, buf: int) -> None:
             """The template's groups of 16 under a word (block_split): k16 step hs of block b's word takes scale row
             16 (b kSteps + hs) / kGroupK; the whole Plan runs once a decoded scale and step hs keeps its pairs."""
             for hs in range(kSteps):

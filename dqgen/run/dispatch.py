@@ -67,6 +67,9 @@ class MatmulTarget:
     #: The Hopper GEMM is the spec's only GEMM (a float / codebook spec: gemm90.hopper_only): where it cannot take
     #: a call (another GPU, x rows TMA cannot address) the GEMV runs, not the sm_80 GEMM nor dequantize + cuBLAS.
     hopper_only: bool = False
+    #: The spec has an fp32 global scale (NVFP4): it goes with the GEMM's weight, and the dense path (whose
+    #: checkpoint tuple holds none) is not taken.
+    global_scale: bool = False
 
 
 @dataclass
@@ -257,22 +260,22 @@ def dispatch(
     M = _rows(x)
     gw = beside(w) if is_packed else None
     # a global scale goes with the GEMM's weight where the spec has one (NVFP4); elsewhere the GEMV names it
-    global_ok = global_scale is None or target.artifact.spec.scales.global_scale
-    gemm_ok = (gw is not None or not is_packed) and global_ok
+    gemm_ok = (gw is not None or not is_packed) and (global_scale is None or target.global_scale)
     device = x.device.index or 0
     hopper_ok = gemm_ok and is_hopper(device) and _hopper_can_take(gw, x, g_idx, scales, target)
     if target.hopper_only and not hopper_ok:  # its only GEMM cannot run this call
         return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
     rule = effective_rule(device, hopper_ok)
+    # the dense path's checkpoint holds no global scale (NVFP4): the GEMM it would replace runs
+    dense_spec = not target.global_scale
     if is_packed:
         # the dense path needs the checkpoint tensors: alive and unchanged beside a packed weight, or passed
-        checkpoint = checkpoint_of(w) if gemm_ok and rule.dense_min_m is not None and rule.dense_min_m <= M else None
+        dense_m = rule.dense_min_m is not None and rule.dense_min_m <= M
+        checkpoint = checkpoint_of(w) if gemm_ok and dense_spec and dense_m else None
         dense_ok = checkpoint is not None
     else:
         checkpoint = (w, scales, zeros, g_idx)
-        dense_ok = True
-    # the dense path's checkpoint holds no global scale (NVFP4): the GEMM it would replace runs
-    dense_ok = dense_ok and global_scale is None and not (is_packed and target.artifact.spec.scales.global_scale)
+        dense_ok = dense_spec
     if gemm_ok and M < GEMV_MAX_M and not small_m_gemm(M, rule, device, hopper_ok, _weight_dims(w, gw, scales, target)):
         rule = DispatchRule(GEMV_MAX_M, rule.dense_min_m)
     way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok)
