@@ -1,8 +1,9 @@
 """``y = x @ dequant(W)`` for prefill and batches (M > 16): the tensor-core GEMM of dqgen.kernels.gemm on weights
 moved once into TensorRT-LLM's layout (dqgen.layout.gemm).
 
-``pack_gemm(spec, qweight, scales, zeros=None, *, g_idx=None)`` checks the checkpoint tensors (the dequantize
-call's checks, dqgen.run.problem) and packs them on the host into a ``GemmWeight`` of device tensors;
+``pack_gemm(spec, qweight, scales, zeros=None, *, g_idx=None, global_scale=None)`` checks the checkpoint tensors
+(the dequantize call's checks, dqgen.run.problem) and packs them on the host into a ``GemmWeight`` of device tensors
+(NVFP4's global scale copied into it);
 ``run_gemm(spec, x, w)`` launches the GEMM (any M; ``Kernel.matmul`` reaches it through dqgen.run.dispatch for
 M > 16); ``packed_gemm`` packs checkpoint tensors once per tensor version (cached). x is ``[..., K]`` in the
 spec's target dtype with a unit last stride; rows 16-byte aligned take 16-byte cp.async copies, others the gather

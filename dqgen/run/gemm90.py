@@ -11,7 +11,8 @@ lookup per K tile holds unchanged (``bind90_gathered``).
 
 ``hopper_ineligible`` says why it cannot take a launch (an sm_90 GPU; for in-order slots an x whose rows TMA can
 address: a gathered x' always is), ``hopper_pays`` whether it beats the sm_80 kernel for a weight's N and K tiles at
-M rows, ``stream_k_ctas`` how many CTAs share the work. The entry points' parameters: PARAMS90, GATHER_PARAMS."""
+M rows, ``stream_k_ctas`` how many CTAs share the work. The entry points' parameters: PARAMS90 (``params90``: with
+NVFP4's global scale last), GATHER_PARAMS."""
 
 from __future__ import annotations
 
