@@ -225,9 +225,11 @@ def emulate90(
     order: Sequence[int] | None = None,
     whole: int | None = None,
     split_ctas: int | None = None,
+    global_scale: np.ndarray | None = None,
 ) -> np.ndarray:
     """y [M, N] (float64, before the output rounding) of one launch on ``ctas`` CTAs, run in ``order``; ``whole``
-    and ``split_ctas`` as in dqgen.run.gemm90.Plan90 (by default its defaults)."""
+    and ``split_ctas`` as in dqgen.run.gemm90.Plan90 (by default its defaults); ``global_scale``: the fp32 [1]
+    launch argument of a spec with one (NVFP4), whose bits every consumer thread reads."""
     conv = converter_spec(spec)
     plan = compile_artifact(conv).plan
     ctx = Gemm90KernelConfig.one(spec, cfg).context()
@@ -238,6 +240,10 @@ def emulate90(
     kZElem = int(ctx["zero_bytes"])
     kGroupRows, kGroupK, kSElem = int(ctx["group_rows"]), int(ctx["group_k"]), int(ctx["scale_elem"])
     block_scales = bool(ctx["block_scales"])
+    block_split = bool(ctx["block_split"])  # groups of 16 under a 32-k word: one decoded scale a k16 step
+    assert bool(ctx["global_scale"]) == (global_scale is not None), "a global scale exactly where the spec has one"
+    # the template's gsc: the global scale's fp32 bits, read once a thread
+    gsc = None if global_scale is None else np.asarray(global_scale, dtype=np.float32).reshape(1).view(np.uint32)[0]
     assert kGroupRows * kGroupK == 64
     has_zeros, float_zeros = bool(ctx["has_zeros"]), bool(ctx["float_zeros"])
     pair_rep, zero_rep = int(str(ctx["broadcast_pair"]), 16), int(str(ctx["zero_rep"]), 16)
@@ -425,17 +431,23 @@ def emulate90(
             16 (b kSteps + p / 2) / kGroupK (block scales: the code of the word's row, through the Plan's prep)."""
             u16 = smem.view("<u2")
             code_reg = next((i.name for i in plan.inputs if i.role == "scale_code"), "")
+            gs_reg = next((i.name for i in plan.inputs if i.role == "global_scale"), "")
             for mw in range(MW):
                 for q in range(kBlk // 2):
                     w = ldsm_x4(smem, st + ld_off[mw, q])
                     for bb in range(2):
                         b = 2 * q + bb
+                        if block_split:
+                            split_word(sp, w, mw, bb, b, code_reg, gs_reg, buf)
+                            continue
                         out = []
                         for h in range(2):
                             f = row0 + 64 * mw + 8 * h + g
                             env = {"w": w[..., 2 * bb + h]}
                             if block_scales:
                                 env[code_reg] = smem[sp + (16 * b * kSteps // kGroupK) * kTileN + f].astype(np.uint32)
+                                if gsc is not None:
+                                    env[gs_reg] = np.uint32(gsc)
                             else:
                                 for p, name in enumerate(plan.scale_regs):
                                     r = 16 * (b * kSteps + p // 2) // kGroupK
@@ -451,6 +463,26 @@ def emulate90(
                             areg[buf, :, mw, ks, :, :, 1] = hi[2 * hs]
                             areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
                             areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
+
+        def split_word(sp: int, w: np.ndarray, mw: int, bb: int, b: int, code_reg: str, gs_reg: str, buf: int) -> None:
+            """The template's groups of 16 under a word (block_split): k16 step hs of block b's word takes scale row
+            16 (b kSteps + hs) / kGroupK; the whole Plan runs once a decoded scale and step hs keeps its pairs."""
+            for hs in range(kSteps):
+                out = []
+                for h in range(2):
+                    f = row0 + 64 * mw + 8 * h + g
+                    row = 16 * (b * kSteps + hs) // kGroupK
+                    env = {"w": w[..., 2 * bb + h], code_reg: smem[sp + row * kTileN + f].astype(np.uint32)}
+                    if gsc is not None:
+                        env[gs_reg] = np.uint32(gsc)
+                    regs = plan.run(env)
+                    out.append([regs[o] for o in plan.outputs])
+                lo, hi = out
+                ks = b * kSteps + hs
+                areg[buf, :, mw, ks, :, :, 0] = lo[2 * hs]
+                areg[buf, :, mw, ks, :, :, 1] = hi[2 * hs]
+                areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
+                areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
 
         def mma_stage(s: int, buf: int, first: bool) -> None:
             xs = base + s * kStage + kWBytes

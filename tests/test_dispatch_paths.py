@@ -137,6 +137,44 @@ def test_a_spec_with_the_hopper_gemm_alone_falls_back_to_the_gemv(torch, monkeyp
     assert dispatch.dispatch(_target(True), x, q, s) == "gemm y"
 
 
+def test_nvfp4_takes_the_hopper_gemm_with_its_global_scale(torch, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVFP4 (e4m3 block scales in groups of 16, an fp32 global scale) is a spec the Hopper GEMM alone takes: on sm_90
+    from the rule's M the checkpoint call packs the GEMM weight with its global scale and runs the GEMM, a packed
+    weight runs the GEMM beside it; never dense + cuBLAS (its checkpoint tuple has no global scale), even under a
+    rule that would; another GPU, and a spec without a global scale given one, the GEMV (which names the tensor)."""
+    from dqgen.core.spec import load_spec
+    from dqgen.kernels.gemm90 import hopper_only, refusal90
+
+    spec = load_spec("nvfp4_fp16")
+    assert refusal90(spec) == "" and hopper_only(spec)
+    ran: list[tuple[str, Any]] = []
+    monkeypatch.setattr(dispatch, "packed_gemv", lambda art, owner, *a, **kw: "gemv weight")
+    monkeypatch.setattr(dispatch, "run_gemv", lambda art, x, w, **kw: ran.append(("gemv", w)) or "gemv y")
+    monkeypatch.setattr(dispatch, "packed_gemm", lambda sp, owner, *a, **kw: ("gemm weight", kw["global_scale"]))
+    monkeypatch.setattr(dispatch, "run_gemm", lambda sp, x, w, **kw: ran.append(("gemm", w)) or "gemm y")
+    monkeypatch.setattr(dispatch, "rule_for", lambda device: DispatchRule(gemm_min_m=4, dense_min_m=100))
+    monkeypatch.setattr(dispatch, "_hopper_can_take", lambda *a: True)
+    monkeypatch.setattr(dispatch, "checkpoint_of", lambda w: pytest.fail("no dense path for a global scale"))
+    target = MatmulTarget(
+        types.SimpleNamespace(spec=spec), "nvfp4-0123", True, lambda *a, **kw: pytest.fail("no dense"), True, True
+    )
+    q, s, gs, x = Tensor((16, 256)), Tensor((8, 256)), Tensor((1,)), Tensor((300, 128))
+    monkeypatch.setattr(dispatch, "is_hopper", lambda device: True)
+    assert dispatch.dispatch(target, x, q, s, global_scale=gs) == "gemm y"
+    assert ran.pop() == ("gemm", ("gemm weight", gs))
+    packed = _weight()
+    gw = types.SimpleNamespace(N=256, k_tiles=2, gather=False)  # the GemmWeight beside it
+    monkeypatch.setattr(dispatch, "beside", lambda w: gw)
+    assert dispatch.dispatch(target, x, packed) == "gemm y" and ran.pop() == ("gemm", gw)
+    assert dispatch.dispatch(target, Tensor((2, 128)), packed) == "gemv y"  # under the rule's 4 rows
+    monkeypatch.setattr(dispatch, "is_hopper", lambda device: False)
+    assert dispatch.dispatch(target, x, q, s, global_scale=gs) == "gemv y"
+    monkeypatch.setattr(dispatch, "is_hopper", lambda device: True)
+    mx = MatmulTarget(types.SimpleNamespace(spec=load_spec("mxfp4_bf16")), "mx", True, target.dequantize, True)
+    assert dispatch.dispatch(mx, x, q, s, global_scale=gs) == "gemv y"
+    assert [way for way, _ in ran] == ["gemv", "gemv", "gemv"]
+
+
 class _X:
     """An aligned x [M, K]: what _hopper_can_take reads (shape, strides, address)."""
 

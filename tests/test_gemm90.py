@@ -40,15 +40,18 @@ def test_compiles_for_sm90a_with_wgmma_and_no_local_memory(spec: Spec) -> None:
     assert any(k.startswith("UTMALDG") for k in ops) and any(k.startswith("SYNCS") for k in ops)
 
 
-def test_launch_arguments_match_the_rendered_signature() -> None:
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "nvfp4_fp16"])
+def test_launch_arguments_match_the_rendered_signature(name: str) -> None:
+    """PARAMS90, and for NVFP4 its fp32 global scale's pointer after them (one argument more)."""
     from dqgen.run.device import TensorMapArg
-    from dqgen.run.gemm90 import PARAMS90
+    from dqgen.run.gemm90 import PARAMS90, params90
 
-    spec = load_spec("awq_int4_fp16")
+    spec = load_spec(name)
     src = Gemm90KernelConfig(spec).source()
     widths = {**C_WIDTHS, "TensorMap": TensorMapArg}
     for cfg in CONFIGS90:
-        assert entry_params(src, gemm90_entry_name(spec, cfg), widths) == list(PARAMS90)
+        assert entry_params(src, gemm90_entry_name(spec, cfg), widths) == list(params90(spec))
+    assert len(params90(spec)) == len(PARAMS90) + (1 if spec.scales.global_scale else 0)
 
 
 def test_configs_fit_and_the_choice_holds_m() -> None:

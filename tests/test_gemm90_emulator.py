@@ -38,17 +38,18 @@ def _case_k(spec: Spec) -> tuple[int, int]:
     return (296 if group == -1 else 320 - group if group < 64 else -(-320 // group) * group), group
 
 
-def _case(spec: Spec, M: int, seed: int = 1) -> tuple[GemmPacked, np.ndarray, np.ndarray]:
+def _case(spec: Spec, M: int, seed: int = 1) -> tuple[GemmPacked, np.ndarray, np.ndarray, np.ndarray | None]:
     """Packed W, x [M, K], the float64 reference: per-channel K = 296 (5 K tiles, the last 40 k of 64: x's box
     reads zeros past K), else groups of 64 over K = 320 (5 K tiles, a group each; a spec's fixed groups of 128
-    over K = 384; groups of 16 or 32 over 320 - group: the last tile's last scale row lies past G, a TMA zero)."""
+    over K = 384; groups of 16 or 32 over 320 - group: the last tile's last scale row lies past G, a TMA zero), and
+    the global scale of a spec with one (NVFP4: the reference applies it by the formula, not by the Plan)."""
     K, group = _case_k(spec)
-    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=seed, group_size=group if group > 0 else None)
+    (q, s, z, gi, gs), W = matmul_inputs(spec, K, N, seed=seed, group_size=group if group > 0 else None)
     G = s.shape[0]
     pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
     assert not pk.slots.gather and pk.slots.slots == -(-K // 64) * 64
     x = random_x(spec, M, K, seed=seed + 2)
-    return pk, x, matmul_reference(x, W)
+    return pk, x, matmul_reference(x, W), gs
 
 
 def _grids(tiles: int, units: int) -> list[int]:
@@ -60,7 +61,7 @@ def _grids(tiles: int, units: int) -> list[int]:
 
 
 def _check(spec: Spec, cfg: Gemm90Config, M: int, bias: bool = False) -> None:
-    pk, x, ref = _case(spec, M)
+    pk, x, ref, gs = _case(spec, M)
     b = np.random.default_rng(6).standard_normal(N) if bias else None
     if b is not None:
         ref = ref + b
@@ -72,7 +73,7 @@ def _check(spec: Spec, cfg: Gemm90Config, M: int, bias: bool = False) -> None:
     plans += [(tiles, tiles - 1, min(tiles, 5)), (half, half, half)] if tiles > 1 else []
     for P, whole, q in plans:
         order = np.random.default_rng(P).permutation(P).tolist()  # any order is a schedule the counters allow
-        y = emu.emulate90(spec, pk, x, cfg, P, bias=b, order=order, whole=whole, split_ctas=q)
+        y = emu.emulate90(spec, pk, x, cfg, P, bias=b, order=order, whole=whole, split_ctas=q, global_scale=gs)
         # the model sums exact products in float64, in another order than the reference: rounding only
         assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max()), (cfg.tag, M, P, whole, q)
 
@@ -117,7 +118,7 @@ def test_emulated_gemm90_the_stage_ring_wraps(name: str, K: int, cfg: Gemm90Conf
 
 def _awq() -> tuple[Spec, GemmPacked, np.ndarray, np.ndarray]:
     spec = load_spec("awq_int4_fp16")
-    pk, x, ref = _case(spec, 13)
+    pk, x, ref, _ = _case(spec, 13)
     return spec, pk, x, ref
 
 
@@ -254,9 +255,11 @@ def _variant(name: str, **scales: object) -> Spec:
 
 
 #: groups under the 64-k tile that no shipped spec has: fp4 in groups of 16 (four scale rows a stage, two a converted
-#: word), fp8 in groups of 32 (a 16-k word, two words a group) and of 16 (a scale row a word)
+#: word), fp8 in groups of 32 (a 16-k word, two words a group) and of 16 (a scale row a word), MXFP4's e8m0 block
+#: scales in groups of 16 (NVFP4's decoding, a scale a k16 step, without a global scale)
 SMALL_GROUPS = [
     _variant("fp4_e2m1_bf16", group_size=16),
+    _variant("mxfp4_bf16", group_size=16),
     _variant("fp8_e4m3_fp16", group_size=32),
     _variant("fp8_e5m2_fp16", group_size=16),
 ]
@@ -271,13 +274,12 @@ def test_emulated_gemm90_groups_under_a_tile(spec: Spec, cfg: Gemm90Config) -> N
 
 
 def test_specs_the_hopper_gemm_refuses_name_the_field() -> None:
-    """NVFP4 (a global fp32 scale), block scales in groups of 16 (two groups in one converted word), groups that are
-    no divisor or multiple of a tile, 6-bit codes: a one-line reason naming the spec field."""
+    """Block scales in groups of 8 (under a k16 step), groups that are no divisor or multiple of a tile, 6-bit codes:
+    a one-line reason naming the spec field."""
     from dqgen.kernels.gemm90 import refusal90
 
     cases = [
-        (load_spec("nvfp4_fp16"), "[scales.global_scale] "),
-        (_variant("mxfp4_bf16", group_size=16), "[scales.group_size] e8m0 block scales in groups of 16"),
+        (_variant("mxfp4_bf16", group_size=8), "[scales.group_size] e8m0 block scales in groups of 8"),
         (_variant("fp4_e2m1_bf16", group_size=96), "[scales.group_size] groups of 96"),
         (_variant("fp4_e2m1_bf16", group_size=8), "[scales.group_size] groups of 8"),
         (load_spec("fp6_e2m3_fp16"), "[source.bits] 6-bit float codes"),
@@ -298,7 +300,7 @@ def test_float_specs_pack_and_unpack_to_the_same_checkpoint(spec: Spec) -> None:
     tile naming its first group)."""
     from dqgen.layout.gemm import group_rows, unpack_gemm
 
-    pk, _, _ = _case(spec, 3)
+    pk, _, _, _ = _case(spec, 3)
     K, group = _case_k(spec)
     (q, s, _, _, _), _ = matmul_inputs(spec, K, N, seed=1, group_size=group if group > 0 else None)
     q2, s2, z2 = unpack_gemm(spec, pk)
@@ -308,3 +310,18 @@ def test_float_specs_pack_and_unpack_to_the_same_checkpoint(spec: Spec) -> None:
     first_group = np.arange(pk.slots.slots // 64) * 64 // max(group, 1)  # each tile's first group (group_rows rows)
     assert np.array_equal(pk.slots.tile_group, np.minimum(first_group, s.shape[0] - 1))
     assert group_rows(spec) == (64 // group if 0 < group < 64 else 1)
+
+
+def test_the_model_catches_nvfp4_with_one_block_scale_a_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVFP4's groups of 16 put two block scales in one converted word (pairs 0, 1: the first group, 2, 3: the
+    second): the emulated kernel decoding one scale a word (the MX path) is off the reference, so the NVFP4 cases
+    above test the per-k16-step decoding."""
+    spec = load_spec("nvfp4_fp16")
+    pk, x, ref, gs = _case(spec, 5)
+    cfg = CONFIGS90[0]
+    y = emu.emulate90(spec, pk, x, cfg, 2, global_scale=gs)
+    assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+    real = Gemm90KernelConfig.context
+    monkeypatch.setattr(Gemm90KernelConfig, "context", lambda self: {**real(self), "block_split": False})
+    y = emu.emulate90(spec, pk, x, cfg, 2, global_scale=gs)
+    assert not np.allclose(y, ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())

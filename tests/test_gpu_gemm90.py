@@ -39,8 +39,9 @@ def _dtype(W: np.ndarray):
 
 
 def _weight(spec: Spec, K: int, N: int, seed: int, group: int | None):
-    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=seed, group_size=group)
-    gw = gemm.pack_gemm(spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi))
+    """The packed GemmWeight (NVFP4: with its global scale) and the float reference W [K, N]."""
+    (q, s, z, gi, gs), W = matmul_inputs(spec, K, N, seed=seed, group_size=group)
+    gw = gemm.pack_gemm(spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gs))
     return gw, W
 
 
@@ -301,3 +302,57 @@ def test_float_spec_dispatch_takes_the_hopper_gemm(name: str) -> None:
     y = k.matmul(xu, w)
     torch.cuda.synchronize()
     check(spec, y, matmul_reference(x_np[:, 1:], W))
+
+
+def test_nvfp4_through_kernel_matmul_and_quantlinear() -> None:
+    """NVFP4 (e4m3 scales in groups of 16: two a converted word; the fp32 global scale a launch argument) through the
+    user's calls on an sm_90 GPU: Kernel.matmul on a packed weight at M reaching every token tile (8 .. 256 and two
+    256-token tiles) on a weight where the Hopper GEMM pays from 4 rows, twice into NaN-poisoned outputs, and the
+    checkpoint form once; QuantLinear (its buffers, no new API) likewise; each time the Hopper kernel ran (the weight
+    beside it got its tensor maps), each answer within the fp16 tolerance of the float64 reference. Bad global
+    scales are one line naming the tensor, before any launch."""
+    _hopper()
+    import torch
+
+    import dqgen
+    from dqgen.nn.linear import QuantLinear
+    from dqgen.run import dispatch
+
+    spec = load_spec("nvfp4_fp16")
+    K, N = 4096 + 32, 8192 + 8  # a K tail half-way through a tile, a partial feature tile; 65 x 65 tiles
+    (q_np, s_np, _, _, gs_np), W = matmul_inputs(spec, K, N, seed=11)
+    q, s, gs = to_torch(q_np), to_torch(s_np), to_torch(gs_np)
+    k = dqgen.compile(spec)
+    assert k.target.hopper_only and k.gemm_ok and k.target.global_scale
+    w = k.pack_matmul(q, s, global_scale=gs)
+    gw = dispatch.beside(w)
+    assert gw is not None and gw.global_scale is not None and "w" not in gw.tensor_maps
+    assert gemm90.hopper_pays(gw.N, gw.k_tiles, 5, gw.device)
+    for M in (5, 13, 29, 61, 125, 253, 261):
+        x_np = random_x(spec, M, K, seed=M)
+        x = to_torch(x_np)
+        y = twice(lambda out: k.matmul(x, w, out=out), (M, N), torch.float16)  # noqa: B023
+        check(spec, y, matmul_reference(x_np, W))
+    assert "w" in gw.tensor_maps  # the Hopper kernel ran
+    x_np = random_x(spec, 40, K, seed=3)
+    y = k.matmul(to_torch(x_np), q, s, global_scale=gs)  # the checkpoint form: packed once per tensor version
+    torch.cuda.synchronize()
+    check(spec, y, matmul_reference(x_np, W))
+    layer = QuantLinear(spec, q, s, global_scale=gs)
+    lw = dispatch.beside(layer._packed)
+    assert lw is not None and "w" not in lw.tensor_maps
+    for M in (7, 100):
+        x_np = random_x(spec, M, K, seed=M + 1)
+        x = to_torch(x_np)
+        y1, y2 = layer(x), layer(x)
+        torch.cuda.synchronize()
+        assert torch.equal(y1.view(torch.int16), y2.view(torch.int16))
+        check(spec, y1, matmul_reference(x_np, W))
+    assert "w" in lw.tensor_maps  # the module's calls took the Hopper path
+    for bad, want in (
+        (None, r"^global_scale: this spec has a global scale"),
+        (gs.half(), r"^global_scale: expected a one-element float32 tensor, got shape \(1,\) float16"),
+        (torch.ones(2, device="cuda"), r"^global_scale: expected a one-element float32 tensor, got shape \(2,\)"),
+    ):
+        with pytest.raises(ValueError, match=want):
+            gemm.pack_gemm(spec, q, s, global_scale=bad)

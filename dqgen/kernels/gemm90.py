@@ -134,8 +134,9 @@ def refusal90(spec: Spec) -> str:
     """Why the Hopper GEMM does not take ``spec`` ("" where it does), one line naming the spec field: the sm_80 GEMM's
     specs (4- and 8-bit integer codes), and 4- and 8-bit float and codebook codes with 16-bit scales in one group,
     groups of whole 64-k tiles or groups of 16 or 32 (group_rows scale rows a stage, one scale a converted pair), or
-    one-byte block scales (MX's e8m0) in groups that hold whole converted words (one decoded scale a word). A spec off
-    that shape keeps the GEMV (dqgen.run.dispatch)."""
+    one-byte block scales (MX's e8m0, NVFP4's e4m3) in groups that hold whole converted words (one decoded scale a
+    word) or groups of 16 (one a k16 step: ``block_split``), with NVFP4's fp32 global scale (a launch argument read
+    once a thread, carried by the packed weight). A spec off that shape keeps the GEMV (dqgen.run.dispatch)."""
     if supports(spec):
         return ""
     src, sc = spec.source, spec.scales
@@ -146,14 +147,14 @@ def refusal90(spec: Spec) -> str:
     if spec.integer_target:
         return "[target] s8 lanes feed the W4A8 GEMM, not this fp16 / bf16 one"
     gs = sc.group_size
-    if sc.global_scale:
-        return "[scales.global_scale] a per-tensor fp32 scale (NVFP4): the GEMM's packed weight and launch carry none"
+    if sc.global_scale and not sc.block:
+        return "[scales.global_scale] a per-tensor fp32 scale without block scales: the Plan has none of that shape"
     word_k = 4 * CONTAINER_BITS // src.bits  # the k one word's codes span (ldsm_row_permutation: 4 x its codes)
-    if sc.block and (not isinstance(gs, int) or gs <= 0 or gs % word_k):
+    if sc.block and (not isinstance(gs, int) or gs <= 0 or (gs % word_k and not block_split(spec))):
         code = sc.dtype.value if sc.dtype is not None else "block"
         return (
             f"[scales.group_size] {code} block scales in groups of {gs}: the Plan applies one decoded block scale to"
-            f" a converted word, which spans {word_k} k"
+            f" a converted word, which spans {word_k} k (or to one k16 step of it: groups of 16)"
         )
     if isinstance(gs, int) and gs > 0 and gs % TILE_K and (TILE_K % gs or gs < 16):
         return (
@@ -163,6 +164,15 @@ def refusal90(spec: Spec) -> str:
     if spec.act_order:
         return "[act_order] act-order float codes: the Hopper GEMM gathers x for act-order integer specs only"
     return ""
+
+
+def block_split(spec: Spec) -> bool:
+    """Whether ``spec``'s block scales are narrower than a converted word (NVFP4: groups of 16, a 4-bit word spans
+    32 k): the GEMM then decodes one scale a k16 step (two a word) and converts the word once a decoded scale, keeping
+    that step's pairs of each (the converter's asm is not volatile: the identical convert ops are shared)."""
+    sc = spec.scales
+    word_k = 4 * CONTAINER_BITS // spec.source.bits
+    return bool(sc.block) and sc.group_size == 16 and word_k > 16
 
 
 def hopper_only(spec: Spec) -> bool:
@@ -236,6 +246,8 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
             group_rows=rows,
             group_k=TILE_K // rows,
             scale_elem=1 if self.spec.scales.block else 2,
+            # block scales in groups of 16 under a 32-k word (NVFP4): one decoded scale a k16 step
+            block_split=block_split(self.spec),
             entries=[
                 {
                     "entry": gemm90_entry_name(self.spec, c),

@@ -10,7 +10,8 @@
 - from the rule's ``dense_min_m`` on (512 by default; never on sm_90), where the checkpoint tensors are at hand
   (passed in the call, or alive and unchanged beside a packed weight): dequantize into a dense weight and
   ``torch.matmul`` (cuBLAS), where a compute-bound GEMM of fp16 weights beats mma.sync with a conversion in its loop;
-- other specs (NVFP4, 2-, 3- and 6-bit codes: gemm90.refusal90 says why) keep the GEMV for every M;
+  NVFP4 among them (its fp32 global scale packed with the weight and passed to the Hopper GEMM's launch);
+- other specs (2-, 3- and 6-bit codes: gemm90.refusal90 says why) keep the GEMV for every M;
 - under torch.compile, one custom op of dqgen.run.torch_op (``dqgen::matmul_dispatch*``; ``dqgen::matmul*`` for
   specs the GEMM does not take), which makes the same choice when it runs.
 
@@ -66,6 +67,9 @@ class MatmulTarget:
     #: The Hopper GEMM is the spec's only GEMM (a float / codebook spec: gemm90.hopper_only): where it cannot take
     #: a call (another GPU, x rows TMA cannot address) the GEMV runs, not the sm_80 GEMM nor dequantize + cuBLAS.
     hopper_only: bool = False
+    #: The spec has an fp32 global scale (NVFP4): it goes with the GEMM's weight, and the dense path (whose
+    #: checkpoint tuple holds none) is not taken.
+    global_scale: bool = False
 
 
 @dataclass
@@ -83,13 +87,20 @@ _BESIDE: weakref.WeakKeyDictionary[Any, _Beside] = weakref.WeakKeyDictionary()
 
 
 def attach(
-    target: MatmulTarget, matmul_weight: Any, qweight: Any, scales: Any, zeros: Any, g_idx: Any, gemm: bool
+    target: MatmulTarget,
+    matmul_weight: Any,
+    qweight: Any,
+    scales: Any,
+    zeros: Any,
+    g_idx: Any,
+    gemm: bool,
+    global_scale: Any = None,
 ) -> None:
-    """Beside a MatmulWeight (Kernel.pack_matmul): the GEMM layout (``gemm`` and specs the GEMM takes) and weak
-    references to its checkpoint tensors."""
+    """Beside a MatmulWeight (Kernel.pack_matmul): the GEMM layout (``gemm`` and specs the GEMM takes; with the
+    global scale, NVFP4) and weak references to its checkpoint tensors."""
     spec = target.artifact.spec
     gemm = gemm and target.gemm_ok and (not target.hopper_only or is_hopper(matmul_weight.device))
-    weight = pack_gemm(spec, qweight, scales, zeros, g_idx=g_idx) if gemm else None
+    weight = pack_gemm(spec, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale) if gemm else None
     refs = tuple(None if t is None else (weakref.ref(t), version(t)) for t in (qweight, scales, zeros, g_idx))
     _BESIDE[matmul_weight] = _Beside(weight, refs)
 
@@ -248,19 +259,23 @@ def dispatch(
         return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
     M = _rows(x)
     gw = beside(w) if is_packed else None
-    gemm_ok = (gw is not None or not is_packed) and global_scale is None
+    # a global scale goes with the GEMM's weight where the spec has one (NVFP4); elsewhere the GEMV names it
+    gemm_ok = (gw is not None or not is_packed) and (global_scale is None or target.global_scale)
     device = x.device.index or 0
     hopper_ok = gemm_ok and is_hopper(device) and _hopper_can_take(gw, x, g_idx, scales, target)
     if target.hopper_only and not hopper_ok:  # its only GEMM cannot run this call
         return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
     rule = effective_rule(device, hopper_ok)
+    # the dense path's checkpoint holds no global scale (NVFP4): the GEMM it would replace runs
+    dense_spec = not target.global_scale
     if is_packed:
         # the dense path needs the checkpoint tensors: alive and unchanged beside a packed weight, or passed
-        checkpoint = checkpoint_of(w) if gemm_ok and rule.dense_min_m is not None and rule.dense_min_m <= M else None
+        dense_m = rule.dense_min_m is not None and rule.dense_min_m <= M
+        checkpoint = checkpoint_of(w) if gemm_ok and dense_spec and dense_m else None
         dense_ok = checkpoint is not None
     else:
         checkpoint = (w, scales, zeros, g_idx)
-        dense_ok = True
+        dense_ok = dense_spec
     if gemm_ok and M < GEMV_MAX_M and not small_m_gemm(M, rule, device, hopper_ok, _weight_dims(w, gw, scales, target)):
         rule = DispatchRule(GEMV_MAX_M, rule.dense_min_m)
     way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok)
@@ -271,7 +286,7 @@ def dispatch(
         assert checkpoint is not None
         return _dense(torch, target, x, checkpoint, bias, out)
     if gw is None:
-        gw = packed_gemm(spec, target.key, w, scales, zeros, g_idx=g_idx)
+        gw = packed_gemm(spec, target.key, w, scales, zeros, g_idx=g_idx, global_scale=global_scale)
     return run_gemm(spec, x, gw, bias=bias, out=out)
 
 

@@ -1,8 +1,9 @@
 """``y = x @ dequant(W)`` for prefill and batches (M > 16): the tensor-core GEMM of dqgen.kernels.gemm on weights
 moved once into TensorRT-LLM's layout (dqgen.layout.gemm).
 
-``pack_gemm(spec, qweight, scales, zeros=None, *, g_idx=None)`` checks the checkpoint tensors (the dequantize
-call's checks, dqgen.run.problem) and packs them on the host into a ``GemmWeight`` of device tensors;
+``pack_gemm(spec, qweight, scales, zeros=None, *, g_idx=None, global_scale=None)`` checks the checkpoint tensors
+(the dequantize call's checks, dqgen.run.problem) and packs them on the host into a ``GemmWeight`` of device tensors
+(NVFP4's global scale copied into it);
 ``run_gemm(spec, x, w)`` launches the GEMM (any M; ``Kernel.matmul`` reaches it through dqgen.run.dispatch for
 M > 16); ``packed_gemm`` packs checkpoint tensors once per tensor version (cached). x is ``[..., K]`` in the
 spec's target dtype with a unit last stride; rows 16-byte aligned take 16-byte cp.async copies, others the gather
@@ -75,6 +76,8 @@ class GemmWeight:
     perm: Any  # int32 [slots]
     tile_group: Any  # int32 [k_tiles]
     key: str = ""
+    #: fp32 [1]: the per-tensor scale of a spec with one (NVFP4; the Hopper GEMM's launch argument), else None
+    global_scale: Any = None
     #: split-K partials and counters by (BM, output tiles, splits): configs of one BM share the layout
     workspace: SplitKWorkspace[Any] | None = field(default=None, repr=False)
     #: TMA tensor maps of the Hopper GEMM (dqgen.run.gemm90), made on first use
@@ -138,16 +141,27 @@ def choose_gemm_splits(tiles: int, k_tiles: int, resident: int, bm: int = 64) ->
 
 
 def pack_gemm(
-    spec: Spec, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None, host_pack: bool = False
+    spec: Spec,
+    qweight: Any,
+    scales: Any,
+    zeros: Any = None,
+    *,
+    g_idx: Any = None,
+    global_scale: Any = None,
+    host_pack: bool = False,
 ) -> GemmWeight:
     """Check the checkpoint tensors and pack them (once, on their GPU; ``host_pack``: through the numpy packer on
-    the host, the same bytes) into a GemmWeight."""
+    the host, the same bytes) into a GemmWeight; ``global_scale`` (NVFP4's fp32 [1], required exactly where the
+    spec has one) is copied into the weight."""
     torch = _torch()
     refused = refusal90(spec)  # "" for every spec either main loop takes (floats: the Hopper one alone)
     if refused:
         raise ValueError(f"{refused} (spec {spec.name!r})")
-    check_torch_tensors(torch, (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("g_idx", g_idx)))
-    prob = checkpoint_problem(spec, qweight, scales, zeros, g_idx, None)
+    check_torch_tensors(
+        torch,
+        (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("g_idx", g_idx), ("global_scale", global_scale)),
+    )
+    prob = checkpoint_problem(spec, qweight, scales, zeros, g_idx, global_scale)
     q = dev.as_device_array(qweight, "qweight")
     s = dev.as_device_array(scales, "scales")
     z = dev.as_device_array(zeros, "zeros") if zeros is not None else None
@@ -190,6 +204,8 @@ def pack_gemm(
         perm=up(pk.slots.perm, np.int32),
         tile_group=up(pk.slots.tile_group, np.int32),
         workspace=torch_workspace(torch, device, f"{spec.name} GEMM"),
+        # a copy, as the GEMV's MatmulWeight keeps: the packed weight does not change with the caller's tensor
+        global_scale=None if global_scale is None else global_scale.detach().clone().reshape(1),
     )
     w.key = f"{spec.name}-gemm-{next(_ids)}"
     return w
@@ -314,10 +330,19 @@ _PACKED: PackCache[GemmWeight] = PackCache()
 
 
 def packed_gemm(
-    spec: Spec, owner: str, qweight: Any, scales: Any, zeros: Any = None, *, g_idx: Any = None
+    spec: Spec,
+    owner: str,
+    qweight: Any,
+    scales: Any,
+    zeros: Any = None,
+    *,
+    g_idx: Any = None,
+    global_scale: Any = None,
 ) -> GemmWeight:
     """The GemmWeight of these checkpoint tensors: packed on first use and again when any of them changes
     (torch's in-place version counter) or is freed. ``owner``: the compiled spec's key (Kernel.op_key)."""
     return _PACKED.get(
-        owner, (qweight, scales, zeros, g_idx), lambda: pack_gemm(spec, qweight, scales, zeros, g_idx=g_idx)
+        owner,
+        (qweight, scales, zeros, g_idx, global_scale),
+        lambda: pack_gemm(spec, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale),
     )

@@ -11,7 +11,8 @@ lookup per K tile holds unchanged (``bind90_gathered``).
 
 ``hopper_ineligible`` says why it cannot take a launch (an sm_90 GPU; for in-order slots an x whose rows TMA can
 address: a gathered x' always is), ``hopper_pays`` whether it beats the sm_80 kernel for a weight's N and K tiles at
-M rows, ``stream_k_ctas`` how many CTAs share the work. The entry points' parameters: PARAMS90, GATHER_PARAMS."""
+M rows, ``stream_k_ctas`` how many CTAs share the work. The entry points' parameters: PARAMS90 (``params90``: with
+NVFP4's global scale last), GATHER_PARAMS."""
 
 from __future__ import annotations
 
@@ -38,6 +39,15 @@ PARAMS90: tuple[tuple[str, Any], ...] = (
     ("whole", np.int64),
     ("split_ctas", np.int32),
 )
+#: What the entry points of a spec with a global scale (NVFP4) take after PARAMS90: its fp32 [1] tensor.
+GLOBAL_SCALE_PARAM: tuple[str, Any] = ("global_scale", np.uint64)
+
+
+def params90(spec: Spec) -> tuple[tuple[str, Any], ...]:
+    """The entry points' parameters of ``spec``'s Hopper GEMM: PARAMS90, then the global scale where it has one."""
+    return (*PARAMS90, GLOBAL_SCALE_PARAM) if spec.scales.global_scale else PARAMS90
+
+
 #: The gather kernel's parameters (templates/gather_x.cu.j2), held equal to its signature the same way.
 GATHER_PARAMS: tuple[tuple[str, Any], ...] = (
     *((name, np.uint64) for name in ("x", "perm", "xp")),
@@ -229,8 +239,10 @@ def bind90(
         "units": tiles * w.k_tiles,
         "whole": plan.whole,
         "split_ctas": plan.split_ctas,
+        # NVFP4's fp32 [1] global scale (pack_gemm checked it and keeps it with the weight); no argument elsewhere
+        "global_scale": 0 if w.global_scale is None else w.global_scale.data_ptr(),
     }
-    args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in PARAMS90]
+    args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in params90(spec)]
     return fn.bind((plan.ctas,), (cfg.threads,), args, shared_mem=smem)
 
 

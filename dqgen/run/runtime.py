@@ -117,7 +117,7 @@ class Kernel:
         only90 = hopper_only(self.spec)
         self.gemm_ok = gemm_supports(self.spec) or only90
         #: What the matmul paths (dqgen.run.dispatch) take of this spec; the dense path dequantizes through self.
-        self.target = MatmulTarget(artifact, self.op_key, self.gemm_ok, self, only90)
+        self.target = MatmulTarget(artifact, self.op_key, self.gemm_ok, self, only90, self.spec.scales.global_scale)
         registry.add(self.op_key, self)
         _hook_torch()
         # cuda.core (the argument packer) takes a few hundred ms to import: here, not in the first call
@@ -333,7 +333,7 @@ class Kernel:
 
         _hook_torch()  # the matmul custom ops, for torch imported after this Kernel was made
         w = matmul.pack_gemv(self.artifact, qweight, scales, zeros, g_idx=g_idx, global_scale=global_scale)
-        dispatch.attach(self.target, w, qweight, scales, zeros, g_idx, gemm)
+        dispatch.attach(self.target, w, qweight, scales, zeros, g_idx, gemm, global_scale)
         return w
 
     def matmul(
