@@ -477,9 +477,9 @@ def emulate90(
                                 else:
                                     for p, name in enumerate(plan.scale_regs):
                                         r = 16 * (b * kSteps + p // 2) // kGroupK
-                                        env[name] = u16[(sp + 2 * (r * kTileN + f)) // 2].astype(
-                                            np.uint32
-                                        ) * np.uint32(pair_rep)
+                                        env[name] = u16[(sp + 2 * (r * kTileN + f)) // 2].astype(np.uint32) * np.uint32(
+                                            pair_rep
+                                        )
                                 regs = plan.run(env)
                                 out.append([regs[o] for o in plan.outputs])
                             lo, hi = out

@@ -197,7 +197,7 @@ def use_cluster90(M: int, N: int) -> bool:
     if CLUSTER_RULE is None:
         return False
     least_m, least_n = CLUSTER_RULE
-    return M >= least_m and N >= least_n and cluster_config90(choose_config90(M)) is not None
+    return least_m <= M and least_n <= N and cluster_config90(choose_config90(M)) is not None
 
 
 def cluster_plan(cfg: Gemm90Config, M: int, N: int, k_tiles: int, resident_clusters: int) -> Plan90:
