@@ -404,3 +404,21 @@ def test_cluster_schedule_and_config_errors() -> None:
         Gemm90Config(128, 2, 8, 1, cluster=4)
     with pytest.raises(ValueError, match=r"^Gemm90Config\.cluster: 2-CTA clusters take bn >= 64, got bn 32$"):
         Gemm90Config(32, 1, 8, 2, cluster=2)
+
+
+def test_the_cluster_rule_takes_large_m_on_wide_weights() -> None:
+    """bind90's automatic choice (CLUSTER_RULE, from docs/bench/gemm90_cluster_h100.json): the cluster entry from
+    M = 1024 on weights of N >= 8192 (a 256-token tile, which has one), the one-CTA entries elsewhere."""
+    import json
+    from pathlib import Path
+
+    from dqgen.run.gemm90 import CLUSTER_RULE, use_cluster90
+
+    assert use_cluster90(1024, 8192) and use_cluster90(4096, 28672) and use_cluster90(1500, 8192)
+    assert not use_cluster90(512, 28672) and not use_cluster90(1024, 4096) and not use_cluster90(4096, 4096)
+    # the rule is the bench's: every row it takes ran faster in clusters than bind90's one-CTA launch, every row it
+    # leaves did not
+    rows = json.loads((Path(__file__).parents[1] / "docs/bench/gemm90_cluster_h100.json").read_text())["rows"]
+    assert CLUSTER_RULE is not None and len(rows) == 20
+    for r in rows:
+        assert use_cluster90(r["M"], r["N"]) == (r["us"]["sm90 cluster"] < r["us"]["sm90 gemm"]), r

@@ -346,3 +346,21 @@ def test_cluster_entries_with_tails_and_odd_feature_tiles(name: str) -> None:
     check(spec, twice(run, (M, gw.N), _dtype(W)), matmul_reference(x_np, W))
     with pytest.raises(ValueError, match=r"^want_splits: a 2-CTA cluster entry \(n128c2s8b1x2\) runs whole tiles"):
         gemm.run_gemm(spec, x, gw, config=cfg, splits=2)
+
+
+@pytest.mark.quick
+def test_the_rule_launches_the_cluster_entry_by_itself() -> None:
+    """run_gemm with no config at M = 1024 on a weight of N = 8192 (gemm90.CLUSTER_RULE) binds the 2-CTA entry; at
+    M = 512 the one-CTA one; both within tolerance."""
+    _hopper()
+    spec = load_spec("awq_int4_fp16")
+    K, N = 1024, 8192
+    gw, W = _weight(spec, K, N, 8, 128)
+    for M, clustered in ((1024, True), (512, False)):
+        assert gemm90.use_cluster90(M, N) == clustered
+        x_np = random_x(spec, M, K, seed=M)
+        y = twice(lambda out: gemm.run_gemm(spec, to_torch(x_np), gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        check(spec, y, matmul_reference(x_np, W))
+        names = [b.kernel.name for b in gw._bound.values() if hasattr(b, "kernel")]
+        assert any(n.endswith("x2") for n in names) == clustered, names
+        gw._bound.clear()

@@ -187,9 +187,12 @@ def cluster_ctas(pair_tiles: int, resident_clusters: int) -> int:
     return resident_clusters
 
 
-#: Where bind90 runs a 2-CTA cluster entry by itself (cfg None): (the least M, the least N) on the H100, from
-#: docs/bench/gemm90_cluster_h100.json; None: never by default (the entries stay selectable through ``cfg``).
-CLUSTER_RULE: tuple[int, int] | None = None
+#: Where bind90 runs a 2-CTA cluster entry by itself (cfg None): (the least M, the least N); None: never (the entries
+#: stay selectable through ``cfg``). On the H100 (docs/bench/gemm90_cluster_h100.json, one run) the cluster ran
+#: 0.93-0.98x the one-CTA launch at M = 1024 and 4096 on the three shapes with N >= 8192, and 1.00-1.04x at M = 128
+#: to 512 (where the one-CTA launch splits tiles over an under-filled grid: up to 2.5x); at N = 4096 (14336 x 4096)
+#: 1.02x at M = 1024 and 4096.
+CLUSTER_RULE: tuple[int, int] | None = (1024, 8192)
 
 
 def use_cluster90(M: int, N: int) -> bool:
