@@ -5,7 +5,8 @@ ranges that cross tiles), on shapes with tails (N = 200: a partial feature tile 
 tail inside a 64-tile; M not a multiple of the token tile), the model's y equals x @ dequantize(W), every workspace
 slot read was written once and every output stored once. Gathered K slots (act-order with a real desc_act g_idx,
 groups padded to whole tiles, K tails): the gather kernel's model writes x' = x[:, perm] (0 at padding) and the GEMM
-over x' equals x @ W. The GPU runs are in tests/test_gpu_gemm90.py."""
+over x' equals x @ W. 2-CTA clusters: pair tiles, x multicast in halves into both CTAs, both CTAs' releases of a
+stage and the producer tail (dropping either is caught). The GPU runs are in tests/test_gpu_gemm90.py."""
 
 from __future__ import annotations
 

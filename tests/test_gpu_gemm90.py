@@ -3,7 +3,8 @@ and every token tile (wgmma n 8 .. 256) on shapes with tails (a partial 128-feat
 tile, M not a multiple of the token tile), outputs poisoned with NaN, the same bits twice; forced split-K the same
 bits as one split's sum order allows (deterministic); a bias; the launch picks the Hopper kernel by itself on an
 H100 where it may; act-order (GPTQ desc_act layers as dqgen.quantize writes them, groups padded to whole tiles) through
-the gather of x into slot order and the Hopper kernel, eagerly, through QuantLinear and inside a CUDA graph."""
+the gather of x into slot order and the Hopper kernel, eagerly, through QuantLinear and inside a CUDA graph; the 2-CTA
+cluster entries (x multicast) with tails and odd feature-tile counts, and the rule that picks them."""
 
 from __future__ import annotations
 
