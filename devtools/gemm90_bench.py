@@ -3,6 +3,13 @@ GPU, L2 flushed before each call (triton.testing.do_bench, median), AWQ int4 g12
 and writes JSON (--out). Also checks the Hopper output against the sm_80 kernel's on every case (relative error).
 
     python devtools/gemm90_bench.py --out $OUT/gemm90.json [--shapes 4096x6144,8192x28672] [--ms 1,16,64,256]
+
+``--cluster``: the 2-CTA cluster entry of M's token tile (x multicast, dqgen.kernels.gemm90.CLUSTER_CONFIGS90) beside
+the one-CTA launch ("sm90 gemm": the schedule bind90 picks; "sm90 1/tile": one whole tile a CTA, the cluster's
+schedule) and cuBLAS, and only those (its error against the one-CTA entry is recorded too):
+
+    python devtools/gemm90_bench.py --cluster --shapes 8192x28672,28672x8192,4096x28672,14336x4096 \
+        --ms 128,256,512,1024,4096 --out docs/bench/gemm90_cluster_h100.json
 """
 
 from __future__ import annotations
@@ -24,13 +31,14 @@ def main() -> None:
         "--schedules", action="store_true", help="also time the chosen tile's schedules: one tile a CTA, persistent, "
         "whole waves then the tail in stream-K over every resident CTA or in 2-4 lockstep pieces a tile",
     )  # fmt: skip
+    ap.add_argument("--cluster", action="store_true", help="the 2-CTA cluster entry vs one-CTA vs cuBLAS only")
     args = ap.parse_args()
 
     import torch
     import triton.testing as tt
 
     import dqgen
-    from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config, choose_config90
+    from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config, choose_config90, cluster_config90
     from dqgen.run import gemm
     from dqgen.run.matmul import run_gemv
 
@@ -53,8 +61,11 @@ def main() -> None:
         floor_us = (K * N / 2 + G * N * 2 + G * N / 2) / 3.0e12 * 1e6
         for M in (int(v) for v in args.ms.split(",")):
             x = (torch.randn(M, K, device="cuda") / K**0.5).half()
-            y80 = gemm.run_gemm(spec, x, gw, config=gemm.choose_config(M))
-            y90 = gemm.run_gemm(spec, x, gw, config=choose_config90(M))
+            cl = cluster_config90(choose_config90(M))
+            if args.cluster and cl is None:
+                continue
+            y80 = gemm.run_gemm(spec, x, gw, config=choose_config90(M) if args.cluster else gemm.choose_config(M))
+            y90 = gemm.run_gemm(spec, x, gw, config=cl if args.cluster else choose_config90(M))
             torch.cuda.synchronize()
             err = float((y90.float() - y80.float()).norm() / y80.float().norm())
             cands = {
@@ -63,7 +74,10 @@ def main() -> None:
                 "sm90 1/tile": lambda: gemm.run_gemm(spec, x, gw, config=choose_config90(M), splits=1),  # noqa: B023
                 "cuBLAS fp16": lambda: torch.matmul(x, W),  # noqa: B023
             }
-            if M <= 16:
+            if args.cluster:
+                del cands["sm80 gemm"]
+                cands["sm90 cluster"] = lambda c=cl: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
+            if M <= 16 and not args.cluster:
                 cands["gemv"] = lambda: run_gemv(k.artifact, x, w)  # noqa: B023
             for spec_text in filter(None, args.extra.split(",")):
                 cfg = Gemm90Config(*(int(v) for v in spec_text.split(":")))
@@ -80,13 +94,15 @@ def main() -> None:
                 fn()
                 res[name] = float(tt.do_bench(fn, warmup=25, rep=100, return_mode="median")) * 1e3
             flops = 2 * M * K * N
-            row = {"K": K, "N": N, "M": M, "floor_us": floor_us, "err_90_vs_80": err, "us": res, "gpu": dev_name}
+            err_key = "err_cluster_vs_one_cta" if args.cluster else "err_90_vs_80"
+            row = {"K": K, "N": N, "M": M, "floor_us": floor_us, err_key: err, "us": res, "gpu": dev_name}
             rows.append(row)
             best = min(res, key=res.get)  # type: ignore[arg-type]
             print(
                 f"{K}x{N} M={M:5d} floor {floor_us:6.1f} | "
                 + " | ".join(f"{n} {v:7.1f}" for n, v in res.items())
-                + f" | sm90 {flops / res['sm90 gemm'] / 1e6:6.1f} TF/s  err {err:.1e}  best {best}",
+                + f" | sm90 {flops / res['sm90 gemm'] / 1e6:6.1f} TF/s  err {err:.1e}  best {best}"
+                + (f"  cluster/one-CTA {res['sm90 cluster'] / res['sm90 gemm']:.3f}" if args.cluster else ""),
                 flush=True,
             )
         print(f"  (packed in {pack_s:.1f} s)", flush=True)

@@ -1,10 +1,12 @@
 """Every entry point of the Hopper GEMM (dqgen.run.gemm90: each token tile, one and two consumer warpgroups, split-K
-with its workspace and the unsplit grid) and the gather kernel in front of it for act-order weights (x gathered into
-slot order, padding slots zero) launched on shapes with tails, for `compute-sanitizer --tool memcheck`,
-`racecheck` and `synccheck` (TMA stages reused through mbarriers, named barriers among the consumers); each output
-is also checked against the float64 reference. Exit 1 when an entry is not covered or an output is off; exit 0
-with a note on a GPU that is not sm_90. ``--only nvfp4_fp16,...``: those cases alone (each still launches every entry
-point split and unsplit; the gather is required only where its act-order case runs)."""
+with its workspace and the unsplit grid, the 2-CTA cluster entries multicasting x: two token tiles, the second's
+rank-1 half past M, and an odd feature-tile count's spare CTA) and the gather kernel in front of it for act-order
+weights (x gathered into slot order, padding slots zero) launched on shapes with tails, for `compute-sanitizer --tool
+memcheck`, `racecheck` and `synccheck` (TMA stages reused through mbarriers, named barriers among the consumers,
+remote arrivals on a peer's barriers); each output is also checked against the float64 reference. Exit 1 when an
+entry is not covered or an output is off; exit 0 with a note on a GPU that is not sm_90. ``--only nvfp4_fp16,...``:
+those cases alone (each still launches every entry point split and unsplit; the gather is required only where its
+act-order case runs); ``--cluster``: the 2-CTA cluster entries alone (a shorter run under the sanitizers)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import numpy as np
 
 from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import load_spec
-from dqgen.kernels.gemm90 import CONFIGS90
+from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, CONFIGS90
 from dqgen.run import gemm
 from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 
@@ -35,7 +37,7 @@ CASES = (
 )
 
 
-def main(only: list[str] | None = None) -> int:
+def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
     import torch
 
     if torch.cuda.get_device_capability(0) != (9, 0):
@@ -51,7 +53,7 @@ def main(only: list[str] | None = None) -> int:
         (q, s, z, gi, gs), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
         gw = gemm.pack_gemm(spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gs))
         gathered |= gw.gather
-        for cfg in CONFIGS90:
+        for cfg in () if only_cluster else CONFIGS90:
             for splits in split_list:
                 M = cfg.bn - 3 if cfg.bn > 8 else 5
                 x = random_x(spec, M, K, seed=M)
@@ -62,7 +64,25 @@ def main(only: list[str] | None = None) -> int:
                 print(f"{name} K={K} N={N} M={M} {cfg.tag} splits={splits}: rel err {err:.2e}")
                 if not err <= TOLERANCE[spec.target.value]:
                     bad.append(f"{name} {cfg.tag} splits={splits}")
-    missing = {(c, sp) for c in CONFIGS90 for sp in (False, True)} - covered
+        for cfg in CLUSTER_CONFIGS90:  # whole pair tiles only: two token tiles; N = 200 and 200 + 256 (3 tiles)
+            for n_cols in (N, N + 256):
+                (q, s, z, gi, gs), W = matmul_inputs(spec, K, n_cols, seed=K + n_cols, group_size=group)
+                gw = gemm.pack_gemm(
+                    spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gs)
+                )
+                M = cfg.bn + 5
+                x = random_x(spec, M, K, seed=M)
+                y = gemm.run_gemm(spec, to_torch(x), gw, config=cfg)
+                torch.cuda.synchronize()
+                covered.add((cfg, False))
+                err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
+                print(f"{name} K={K} N={n_cols} M={M} {cfg.tag}: rel err {err:.2e}")
+                if not err <= TOLERANCE[spec.target.value]:
+                    bad.append(f"{name} {cfg.tag} N={n_cols}")
+    want = {(c, False) for c in CLUSTER_CONFIGS90}
+    if not only_cluster:
+        want |= {(c, sp) for c in CONFIGS90 for sp in (False, True)}
+    missing = want - covered
     want_gather = any(load_spec(c[0]).act_order for c in cases)
     if missing or bad or gathered != want_gather:
         print(f"FAILED: not covered {sorted(str(m) for m in missing)}, off: {bad}, gather launched: {gathered}")
@@ -75,6 +95,7 @@ def main(only: list[str] | None = None) -> int:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="comma-separated case names (default: every case)")
+    ap.add_argument("--cluster", action="store_true", help="the 2-CTA cluster entries alone")
     args = ap.parse_args()
     exact_allocations()
-    sys.exit(main(args.only.split(",") if args.only else None))
+    sys.exit(main(args.only.split(",") if args.only else None, args.cluster))

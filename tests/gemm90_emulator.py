@@ -49,6 +49,12 @@ from dqgen.layout.gemm_trt import columns_interleaved, converter_spec
 from dqgen.run.gemm90 import Plan90
 
 LINE = 128
+#: The cluster producers' tail (the template's waits for every stage's last release before the producer returns);
+#: tests turn it off to show the model refuses a CTA that exits while its peer can still reach its shared memory.
+PRODUCER_TAIL = True
+#: The cluster consumers' release of a stage on the peer's empty barrier too (counted there: CLUSTER x CONSUMERS x 4
+#: arrivals); tests turn it off (the one-CTA kernel's count and arrival) to show the model catches the race.
+PEER_RELEASE = True
 #: Where the dynamic shared memory starts (not 1024-aligned: the kernel aligns its stages itself; the static
 #: ``__shared__ bool last`` sits before it).
 RAW0 = 16
@@ -68,13 +74,19 @@ def owner(u: int, units: int, P: int) -> int:
 
 
 class Barrier:
-    """One mbarrier: ``count`` arrivals and the announced transaction bytes complete a phase."""
+    """One mbarrier: ``count`` arrivals and the announced transaction bytes complete a phase. The transaction count
+    may go below zero before the phase's expect_tx arrival (a peer's multicast completing its bytes first: the PTX
+    ISA's tx-count range is signed); ``events`` counts every operation (the cluster scheduler's progress)."""
+
+    events = 0
 
     def __init__(self, count: int) -> None:
         self.count, self.pending, self.tx, self.phases = count, count, 0, 0
 
     def _check(self) -> None:
+        Barrier.events += 1
         assert self.pending >= 0, "more arrivals on an mbarrier than its count"
+        assert self.tx >= 0 or self.pending > 0, "a copy completed more bytes on an mbarrier than were announced"
         if self.pending == 0 and self.tx == 0:
             self.phases += 1
             self.pending = self.count
@@ -88,9 +100,11 @@ class Barrier:
         self.pending -= 1
         self._check()
 
-    def complete_tx(self, nbytes: int) -> None:
+    def complete_tx(self, nbytes: int, phase: int | None = None) -> None:
+        """``phase``: the phase the copy was issued for (asserted current: bytes of a later phase landing in this
+        one would complete it with its own data missing)."""
+        assert phase is None or phase == self.phases, f"a copy for phase {phase} completed on phase {self.phases}"
         self.tx -= nbytes
-        assert self.tx >= 0, "a copy completed more bytes on an mbarrier than were announced"
         self._check()
 
     def ready(self, parity: int) -> bool:
@@ -228,8 +242,12 @@ def emulate90(
     global_scale: np.ndarray | None = None,
 ) -> np.ndarray:
     """y [M, N] (float64, before the output rounding) of one launch on ``ctas`` CTAs, run in ``order``; ``whole``
-    and ``split_ctas`` as in dqgen.run.gemm90.Plan90 (by default its defaults); ``global_scale``: the fp32 [1]
-    launch argument of a spec with one (NVFP4), whose bits every consumer thread reads."""
+    and ``split_ctas`` as in dqgen.run.gemm90.Plan90 (by default its defaults). A 2-CTA cluster config
+    (``cfg.cluster`` 2): ``ctas`` and ``order`` count clusters, the schedule's tiles are pair tiles
+    (dqgen.run.gemm90.cluster_plan), and the CTAs of a cluster run together, each producer copying its half of the
+    x tile into both CTAs (multicast), each consumer warp releasing a stage on both CTAs' empty barriers.
+    ``global_scale``: the fp32 [1] launch argument of a spec with one (NVFP4), whose bits every consumer thread
+    reads."""
     conv = converter_spec(spec)
     plan = compile_artifact(conv).plan
     ctx = Gemm90KernelConfig.one(spec, cfg).context()
@@ -279,13 +297,18 @@ def emulate90(
     if packed.slots.gather:  # bind90_gathered: the gather kernel first, the GEMM's tensor map over x' [M, slots]
         x16 = gather_x(x16, packed.slots.perm, M, x16.shape[1])
         assert x16.shape == (M, packed.slots.slots)
+    CLUSTER = cfg.cluster
     m_tiles = -(-M // BN)
-    tiles = m_tiles * -(-N // TILE_N)
+    tiles = m_tiles * -(-N // (TILE_N * CLUSTER))  # pair tiles in a cluster
     units = tiles * k_tiles
-    P = ctas
+    P = ctas  # clusters in a cluster launch (the grid: P CLUSTER CTAs)
     assert 1 <= P <= units
     sched = Plan90.of(tiles, P, k_tiles, whole, split_ctas)
     sched.check()  # what bind90 launches
+    assert CLUSTER == 1 or not sched.split, "bind90 refuses a cluster launch with split tiles"
+    # the x tensor map's box (bind90: Gemm90Config.x_box_rows) and where a rank's rows land in the stage's x tile
+    x_rows = cfg.x_box_rows
+    assert x_rows * CLUSTER == BN
     W, Q = sched.whole, sched.split_ctas
     sk_units = units - W * k_tiles
     ws = np.full(2 * Q * BN * TILE_N, np.nan)
@@ -310,15 +333,25 @@ def emulate90(
             f = row0 + 64 * mw + 8 * (i & 1) + (lane & 7)
             ld_off[mw, q] = np.broadcast_to(swz(f // kCols, (f % kCols) * kBlk + 2 * q + (i >> 1)), (CONSUMERS, 4, 32))
 
-    def run_cta(cta: int) -> None:
-        # the shared window from address 0: the dynamic allocation is [RAW0, RAW0 + smem_size)
-        smem = np.full(RAW0 + smem_size, 0xA5, dtype=np.uint8)  # garbage where no copy lands
+    def run_cluster(cta: int) -> None:
+        """Cluster ``cta`` (one CTA where CLUSTER is 1): its CTAs' producers and consumers as coroutines, stepped
+        until each finishes (a full round without progress is a deadlock)."""
+        # the shared window of each CTA from address 0: the dynamic allocation is [RAW0, RAW0 + smem_size)
+        smems = [np.full(RAW0 + smem_size, 0xA5, dtype=np.uint8) for _ in range(CLUSTER)]  # garbage where no copy lands
         base = (RAW0 + 1023) & ~1023
         bars = base + STAGES * kStage
         assert bars + 16 * STAGES <= RAW0 + smem_size, "the stages and barriers overrun the dynamic shared memory"
-        full = {bars + 8 * s: Barrier(1) for s in range(STAGES)}
-        empty = {bars + 8 * (STAGES + s): Barrier(CONSUMERS * 4) for s in range(STAGES)}
-        barrier = {**full, **empty}
+        barriers = [
+            {
+                **{bars + 8 * s: Barrier(1) for s in range(STAGES)},
+                **{
+                    bars + 8 * (STAGES + s): Barrier((CLUSTER if PEER_RELEASE else 1) * CONSUMERS * 4)
+                    for s in range(STAGES)
+                },
+            }
+            for _ in range(CLUSTER)
+        ]
+        exited = [False] * CLUSTER  # every thread of the CTA has returned: its shared memory is gone
         # the template's schedule (blocks/splitk.cuh.j2 cta_work): whole tiles cta, cta + P, ... below W, then the
         # CTA's range of the stream-K units (CTA c < Q: [c U / Q, (c + 1) U / Q) of the U after tile W's first)
         whole_mine = (W - cta + P - 1) // P if cta < W else 0
@@ -336,259 +369,312 @@ def emulate90(
                 return W + sk_begin // k_tiles, sk_begin % k_tiles
             return tile + 1, 0
 
-        def producer() -> Iterator[None]:
+        def origin(tile: int, rank: int) -> tuple[int, int]:
+            """(m0, f0) of this CTA's tile: feature tile CLUSTER fp + rank of pair tile (m, fp)."""
+            return tile % m_tiles * BN, (tile // m_tiles * CLUSTER + rank) * kTileN
+
+        def wait(barrier: dict[int, Barrier], bar: int, parity: int) -> Iterator[None]:
+            while not barrier[bar].ready(parity):
+                yield
+            Barrier.events += 1
+
+        def producer(rank: int) -> Iterator[None]:
+            smem, barrier = smems[rank], barriers[rank]
             tile, kt = first_segment()
-            m0, f0 = tile % m_tiles * BN, tile // m_tiles * kTileN
+            m0, f0 = origin(tile, rank)
             grp = int(tile_group[kt]) if nt > 0 else 0
             for i in range(nt):
                 s = i % STAGES
                 tile_next, kt_next = (tile, kt + 1) if kt + 1 < k_tiles else next_segment(tile)
                 grp_next = int(tile_group[kt_next]) if i + 1 < nt else 0
                 if i >= STAGES:
-                    while not barrier[bars + 8 * (STAGES + s)].ready(((i // STAGES) + 1) & 1):
-                        yield
+                    yield from wait(barrier, bars + 8 * (STAGES + s), ((i // STAGES) + 1) & 1)
                 st = base + s * kStage
                 bar = barrier[bars + 8 * s]
+                phase = i // STAGES
                 bar.expect_tx(kStageTx)
                 # the tensor maps of dqgen.run.gemm90: wq rows of line_bytes (box 128 x lines, swizzled), x [M, K]
-                # (box 64 x BN, swizzled), scales / zeros [G, Ns] (box 128 x 1)
-                bar.complete_tx(tma_load_2d(smem, st, wq, (128, kTileN // kCols), (kt * 128, f0 // kCols), True))
-                bar.complete_tx(tma_load_2d(smem, st + kWBytes, x16, (64, BN), (kt * kTileK, m0), True))
+                # (box 64 x x_rows, swizzled), scales / zeros [G, Ns] (box 128 x 1)
+                wbox = (128, kTileN // kCols)
+                bar.complete_tx(tma_load_2d(smem, st, wq, wbox, (kt * 128, f0 // kCols), True), phase)
+                # x: rows [rank x_rows, (rank + 1) x_rows) of the tile into every CTA of the cluster (multicast)
+                xdst = st + kWBytes + rank * x_rows * 128
+                for peer in range(CLUSTER):
+                    assert not exited[peer], "a multicast into a CTA that has exited"
+                    nbytes = tma_load_2d(smems[peer], xdst, x16, (64, x_rows), (kt * kTileK, m0 + rank * x_rows), True)
+                    barriers[peer][bars + 8 * s].complete_tx(nbytes, phase)
                 # scales: the tile's kGroupRows rows from its first group (rows past G land as zeros)
                 sbox = (TILE_N, kGroupRows)
-                bar.complete_tx(tma_load_2d(smem, st + kWBytes + BN * 128, scales, sbox, (f0, grp), False))
+                bar.complete_tx(tma_load_2d(smem, st + kWBytes + BN * 128, scales, sbox, (f0, grp), False), phase)
                 if kZBytes > 0:
                     assert zeros is not None
                     zdst = st + kWBytes + BN * 128 + kSBytes
-                    bar.complete_tx(tma_load_2d(smem, zdst, zeros, (TILE_N, 1), (f0, grp), False))
+                    bar.complete_tx(tma_load_2d(smem, zdst, zeros, (TILE_N, 1), (f0, grp), False), phase)
                 grp = grp_next
                 kt = kt_next
                 if tile_next != tile:
                     tile = tile_next
-                    m0 = tile % m_tiles * BN
-                    f0 = tile // m_tiles * kTileN
+                    m0, f0 = origin(tile, rank)
+            if CLUSTER > 1 and PRODUCER_TAIL:  # the producer tail: every stage's last release by both CTAs' warps
+                for i in range(max(nt, STAGES), nt + STAGES):
+                    yield from wait(barrier, bars + 8 * (STAGES + i % STAGES), ((i // STAGES) + 1) & 1)
 
-        prod = producer()
-        prod_done = [False]
+        def consumer(rank: int) -> Iterator[None]:
+            smem, barrier = smems[rank], barriers[rank]
+            acc = np.zeros((CONSUMERS, MW, 4, 32, NI, 4))
+            areg = np.zeros((2, CONSUMERS, MW, kK16, 4, 32, 4), dtype=np.uint32)
+            pending: list[list[Callable[[], None]]] = []  # committed wgmma groups, not yet retired
 
-        def pump() -> None:
-            """Let the producer copy as far ahead as its barriers allow (the most adversarial schedule)."""
-            if not prod_done[0]:
-                try:
-                    next(prod)
-                except StopIteration:
-                    prod_done[0] = True
-
-        def wait(bar: int, parity: int) -> None:
-            pump()
-            assert barrier[bar].ready(parity), "deadlock: a consumer waits on a phase no copy will complete"
-
-        pump()
-        acc = np.zeros((CONSUMERS, MW, 4, 32, NI, 4))
-        areg = np.zeros((2, CONSUMERS, MW, kK16, 4, 32, 4), dtype=np.uint32)
-        pending: list[list[Callable[[], None]]] = []  # committed wgmma groups, not yet retired
-
-        def load_convert(s: int, buf: int) -> None:
-            st = base + s * kStage
-            sp = st + kWBytes + BN * 128
-            u16 = smem.view("<u2")
-            if kGroupRows > 1 or block_scales:
-                return load_convert_rows(st, sp, buf)
-            for mw in range(MW):
-                sreg, zr, fz = [], [], []
-                for h in range(2):
-                    f = row0 + 64 * mw + 8 * h + g
-                    sreg.append(u16[(sp + 2 * f) // 2].astype(np.uint32) * np.uint32(pair_rep))
-                    if has_zeros:
-                        zr.append(smem[sp + kSBytes + f].astype(np.uint32) * np.uint32(zero_rep))
-                    elif float_zeros:
-                        fz.append(u16[(sp + kSBytes + 2 * f) // 2].astype(np.uint32) * np.uint32(pair_rep))
-                for q in range(kBlk // 2):
-                    w = ldsm_x4(smem, st + ld_off[mw, q])  # [C, 4, 32, 4]
-                    for bb in range(2):
-                        out = []
-                        for h in range(2):  # lo: rows g (w[2 bb]), hi: rows g + 8 (w[2 bb + 1])
-                            env = {"w": w[..., 2 * bb + h]}
-                            for name in plan.scale_regs:
-                                env[name] = sreg[h]
-                            if has_zeros:
-                                env["z"] = zr[h]
-                            elif float_zeros:
-                                for p in range(pairs):
-                                    env[f"f{p}"] = fz[h]
-                            regs = plan.run(env)
-                            out.append([regs[o] for o in plan.outputs])
-                        lo, hi = out
-                        for hs in range(kSteps):
-                            ks = (2 * q + bb) * kSteps + hs
-                            areg[buf, :, mw, ks, :, :, 0] = lo[2 * hs]
-                            areg[buf, :, mw, ks, :, :, 1] = hi[2 * hs]
-                            areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
-                            areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
-
-        def load_convert_rows(st: int, sp: int, buf: int) -> None:
-            """The template's path for groups under the K tile: pair p of block b's word takes scale row
-            16 (b kSteps + p / 2) / kGroupK (block scales: the code of the word's row, through the Plan's prep)."""
-            u16 = smem.view("<u2")
-            code_reg = next((i.name for i in plan.inputs if i.role == "scale_code"), "")
-            gs_reg = next((i.name for i in plan.inputs if i.role == "global_scale"), "")
-            for mw in range(MW):
-                for q in range(kBlk // 2):
-                    w = ldsm_x4(smem, st + ld_off[mw, q])
-                    for bb in range(2):
-                        b = 2 * q + bb
-                        if block_split:
-                            split_word(sp, w, mw, bb, b, code_reg, gs_reg, buf)
-                            continue
-                        out = []
-                        for h in range(2):
-                            f = row0 + 64 * mw + 8 * h + g
-                            env = {"w": w[..., 2 * bb + h]}
-                            if block_scales:
-                                env[code_reg] = smem[sp + (16 * b * kSteps // kGroupK) * kTileN + f].astype(np.uint32)
-                                if gsc is not None:
-                                    env[gs_reg] = np.uint32(gsc)
-                            else:
-                                for p, name in enumerate(plan.scale_regs):
-                                    r = 16 * (b * kSteps + p // 2) // kGroupK
-                                    env[name] = u16[(sp + 2 * (r * kTileN + f)) // 2].astype(np.uint32) * np.uint32(
-                                        pair_rep
-                                    )
-                            regs = plan.run(env)
-                            out.append([regs[o] for o in plan.outputs])
-                        lo, hi = out
-                        for hs in range(kSteps):
-                            ks = b * kSteps + hs
-                            areg[buf, :, mw, ks, :, :, 0] = lo[2 * hs]
-                            areg[buf, :, mw, ks, :, :, 1] = hi[2 * hs]
-                            areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
-                            areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
-
-        def split_word(sp: int, w: np.ndarray, mw: int, bb: int, b: int, code_reg: str, gs_reg: str, buf: int) -> None:
-            """The template's groups of 16 under a word (block_split): k16 step hs of block b's word takes scale row
-            16 (b kSteps + hs) / kGroupK; the whole Plan runs once a decoded scale and step hs keeps its pairs."""
-            for hs in range(kSteps):
-                out = []
-                for h in range(2):
-                    f = row0 + 64 * mw + 8 * h + g
-                    row = 16 * (b * kSteps + hs) // kGroupK
-                    env = {"w": w[..., 2 * bb + h], code_reg: smem[sp + row * kTileN + f].astype(np.uint32)}
-                    if gsc is not None:
-                        env[gs_reg] = np.uint32(gsc)
-                    regs = plan.run(env)
-                    out.append([regs[o] for o in plan.outputs])
-                lo, hi = out
-                ks = b * kSteps + hs
-                areg[buf, :, mw, ks, :, :, 0] = lo[2 * hs]
-                areg[buf, :, mw, ks, :, :, 1] = hi[2 * hs]
-                areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
-                areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
-
-        def mma_stage(s: int, buf: int, first: bool) -> None:
-            xs = base + s * kStage + kWBytes
-            group: list[Callable[[], None]] = []
-            for ks in range(kK16):
+            def load_convert(s: int, buf: int) -> None:
+                st = base + s * kStage
+                sp = st + kWBytes + BN * 128
+                u16 = smem.view("<u2")
+                if kGroupRows > 1 or block_scales:
+                    return load_convert_rows(st, sp, buf)
                 for mw in range(MW):
-                    for c in range(CONSUMERS):
+                    sreg, zr, fz = [], [], []
+                    for h in range(2):
+                        f = row0 + 64 * mw + 8 * h + g
+                        sreg.append(u16[(sp + 2 * f) // 2].astype(np.uint32) * np.uint32(pair_rep))
+                        if has_zeros:
+                            zr.append(smem[sp + kSBytes + f].astype(np.uint32) * np.uint32(zero_rep))
+                        elif float_zeros:
+                            fz.append(u16[(sp + kSBytes + 2 * f) // 2].astype(np.uint32) * np.uint32(pair_rep))
+                    for q in range(kBlk // 2):
+                        w = ldsm_x4(smem, st + ld_off[mw, q])  # [C, 4, 32, 4]
+                        for bb in range(2):
+                            out = []
+                            for h in range(2):  # lo: rows g (w[2 bb]), hi: rows g + 8 (w[2 bb + 1])
+                                env = {"w": w[..., 2 * bb + h]}
+                                for name in plan.scale_regs:
+                                    env[name] = sreg[h]
+                                if has_zeros:
+                                    env["z"] = zr[h]
+                                elif float_zeros:
+                                    for p in range(pairs):
+                                        env[f"f{p}"] = fz[h]
+                                regs = plan.run(env)
+                                out.append([regs[o] for o in plan.outputs])
+                            lo, hi = out
+                            for hs in range(kSteps):
+                                ks = (2 * q + bb) * kSteps + hs
+                                areg[buf, :, mw, ks, :, :, 0] = lo[2 * hs]
+                                areg[buf, :, mw, ks, :, :, 1] = hi[2 * hs]
+                                areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
+                                areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
 
-                        def op(c: int = c, mw: int = mw, ks: int = ks, acc_on: bool = ks > 0 or not first) -> None:
-                            desc = wgmma_desc_sw128(xs + 32 * ks)
-                            wgmma_rs(acc[c, mw], areg[buf, c, mw, ks], desc, acc_on, smem, BN, bf16)
+            def load_convert_rows(st: int, sp: int, buf: int) -> None:
+                """The template's path for groups under the K tile: pair p of block b's word takes scale row
+                16 (b kSteps + p / 2) / kGroupK (block scales: the code of the word's row, through the Plan's prep)."""
+                u16 = smem.view("<u2")
+                code_reg = next((i.name for i in plan.inputs if i.role == "scale_code"), "")
+                gs_reg = next((i.name for i in plan.inputs if i.role == "global_scale"), "")
+                for mw in range(MW):
+                    for q in range(kBlk // 2):
+                        w = ldsm_x4(smem, st + ld_off[mw, q])
+                        for bb in range(2):
+                            b = 2 * q + bb
+                            if block_split:
+                                split_word(sp, w, mw, bb, b, code_reg, gs_reg, buf)
+                                continue
+                            out = []
+                            for h in range(2):
+                                f = row0 + 64 * mw + 8 * h + g
+                                env = {"w": w[..., 2 * bb + h]}
+                                if block_scales:
+                                    env[code_reg] = smem[sp + (16 * b * kSteps // kGroupK) * kTileN + f].astype(
+                                        np.uint32
+                                    )
+                                    if gsc is not None:
+                                        env[gs_reg] = np.uint32(gsc)
+                                else:
+                                    for p, name in enumerate(plan.scale_regs):
+                                        r = 16 * (b * kSteps + p // 2) // kGroupK
+                                        env[name] = u16[(sp + 2 * (r * kTileN + f)) // 2].astype(np.uint32) * np.uint32(
+                                            pair_rep
+                                        )
+                                regs = plan.run(env)
+                                out.append([regs[o] for o in plan.outputs])
+                            lo, hi = out
+                            for hs in range(kSteps):
+                                ks = b * kSteps + hs
+                                areg[buf, :, mw, ks, :, :, 0] = lo[2 * hs]
+                                areg[buf, :, mw, ks, :, :, 1] = hi[2 * hs]
+                                areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
+                                areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
 
-                        group.append(op)
-            pending.append(group)  # wgmma_commit
+            def split_word(
+                sp: int, w: np.ndarray, mw: int, bb: int, b: int, code_reg: str, gs_reg: str, buf: int
+            ) -> None:
+                """The template's groups of 16 under a word (block_split): k16 step hs of block b's word takes scale
+                row 16 (b kSteps + hs) / kGroupK; the whole Plan runs once a decoded scale and step hs keeps its
+                pairs."""
+                for hs in range(kSteps):
+                    out = []
+                    for h in range(2):
+                        f = row0 + 64 * mw + 8 * h + g
+                        row = 16 * (b * kSteps + hs) // kGroupK
+                        env = {"w": w[..., 2 * bb + h], code_reg: smem[sp + row * kTileN + f].astype(np.uint32)}
+                        if gsc is not None:
+                            env[gs_reg] = np.uint32(gsc)
+                        regs = plan.run(env)
+                        out.append([regs[o] for o in plan.outputs])
+                    lo, hi = out
+                    ks = b * kSteps + hs
+                    areg[buf, :, mw, ks, :, :, 0] = lo[2 * hs]
+                    areg[buf, :, mw, ks, :, :, 1] = hi[2 * hs]
+                    areg[buf, :, mw, ks, :, :, 2] = lo[2 * hs + 1]
+                    areg[buf, :, mw, ks, :, :, 3] = hi[2 * hs + 1]
 
-        def wgmma_wait(n: int) -> None:
-            while len(pending) > n:
-                for op in pending.pop(0):
-                    op()
+            def mma_stage(s: int, buf: int, first: bool) -> None:
+                xs = base + s * kStage + kWBytes
+                group: list[Callable[[], None]] = []
+                for ks in range(kK16):
+                    for mw in range(MW):
+                        for c in range(CONSUMERS):
 
-        def store_tile(tile: int, v: np.ndarray) -> None:
-            m0, n0 = tile % m_tiles * BN, tile // m_tiles * kTileN
-            for mw in range(MW):
-                for h in range(2):
-                    n = n0 + row0 + 64 * mw + g + 8 * h  # [C, 4, 32]
-                    for j in range(NI):
-                        for e in range(2):
-                            m = m0 + 8 * j + 2 * t + e
-                            val = v[:, mw, :, :, j, 2 * h + e]
-                            nb, mb = np.broadcast_arrays(n, m)
-                            ok = (nb < N) & (mb < M)
-                            b = 0.0 if bias is None else np.asarray(bias, np.float64)[np.minimum(nb, N - 1)]
-                            out = val + b
-                            y[mb[ok], nb[ok]] = out[ok]
-                            np.add.at(y_writes, (mb[ok], nb[ok]), 1)
+                            def op(c: int = c, mw: int = mw, ks: int = ks, acc_on: bool = ks > 0 or not first) -> None:
+                                desc = wgmma_desc_sw128(xs + 32 * ks)
+                                wgmma_rs(acc[c, mw], areg[buf, c, mw, ks], desc, acc_on, smem, BN, bf16)
 
-        def ws_index(c: int, slot: int) -> np.ndarray:
-            """[C, MW, 4, 32, NI, 4] indices: ws + (c * 2 + slot) (kAcc kConsumerThreads) + ctid, element [i][j][r]
-            at ((i NI + j) 4 + r) kConsumerThreads."""
-            i = np.arange(MW)[None, :, None, None, None, None]
-            j = np.arange(NI)[None, None, None, None, :, None]
-            r = np.arange(4)[None, None, None, None, None, :]
-            th = ctid[:, None, :, :, None, None]
-            idx = (c * 2 + slot) * (kAcc * kConsumerThreads) + th + ((i * NI + j) * 4 + r) * kConsumerThreads
-            assert idx.min() >= 0 and idx.max() < ws.size, "a partial past the workspace run.gemm90 allocates"
-            return idx
+                            group.append(op)
+                pending.append(group)  # wgmma_commit
 
-        def finish_segment(tile: int, kb: int, ke: int) -> None:
-            if kb == 0 and ke == k_tiles:
-                store_tile(tile, acc)
-                return
-            first_unit = (tile - W) * k_tiles  # counted from the first stream-K unit
-            c0, c1 = owner(first_unit, sk_units, Q), owner(first_unit + k_tiles - 1, sk_units, Q)
+            def wgmma_wait(n: int) -> None:
+                while len(pending) > n:
+                    for op in pending.pop(0):
+                        op()
 
-            def slot(c: int) -> int:
-                return 0 if c * sk_units // Q >= first_unit else 1
+            def store_tile(tile: int, v: np.ndarray) -> None:
+                m0, n0 = origin(tile, rank)
+                for mw in range(MW):
+                    for h in range(2):
+                        n = n0 + row0 + 64 * mw + g + 8 * h  # [C, 4, 32]
+                        for j in range(NI):
+                            for e in range(2):
+                                m = m0 + 8 * j + 2 * t + e
+                                val = v[:, mw, :, :, j, 2 * h + e]
+                                nb, mb = np.broadcast_arrays(n, m)
+                                ok = (nb < N) & (mb < M)
+                                b = 0.0 if bias is None else np.asarray(bias, np.float64)[np.minimum(nb, N - 1)]
+                                out = val + b
+                                y[mb[ok], nb[ok]] = out[ok]
+                                np.add.at(y_writes, (mb[ok], nb[ok]), 1)
 
-            idx = ws_index(cta, slot(cta))
-            assert (ws_writes[idx] == 0).all(), "two partial sums share a workspace slot"
-            ws[idx] = acc
-            ws_writes[idx] += 1
-            last = counters[tile] == c1 - c0
-            counters[tile] += 1
-            if last:
-                for c in range(c0, c1 + 1):
-                    part = ws_index(c, slot(c))
-                    assert (ws_writes[part] == 1).all(), "the last arriver reads a workspace slot not written once"
-                    v = ws[part]
-                    acc[...] = (0.0 if c == c0 else acc) + v
-                store_tile(tile, acc)
-                counters[tile] = 0
+            def ws_index(c: int, slot: int) -> np.ndarray:
+                """[C, MW, 4, 32, NI, 4] indices: ws + (c * 2 + slot) (kAcc kConsumerThreads) + ctid, element
+                [i][j][r] at ((i NI + j) 4 + r) kConsumerThreads."""
+                i = np.arange(MW)[None, :, None, None, None, None]
+                j = np.arange(NI)[None, None, None, None, :, None]
+                r = np.arange(4)[None, None, None, None, None, :]
+                th = ctid[:, None, :, :, None, None]
+                idx = (c * 2 + slot) * (kAcc * kConsumerThreads) + th + ((i * NI + j) * 4 + r) * kConsumerThreads
+                assert idx.min() >= 0 and idx.max() < ws.size, "a partial past the workspace run.gemm90 allocates"
+                return idx
 
-        def step(done: int, i: int, buf: int) -> None:
-            ii = done + i + buf
-            mma_stage(ii % STAGES, buf, i + buf == 0)
-            wgmma_wait(1)
-            if ii >= 1:
-                barrier[bars + 8 * (STAGES + (ii - 1) % STAGES)].arrive(CONSUMERS * 4)  # lane 0 of every warp
-                pump()
-            if ii + 1 < nt:
-                sn = (ii + 1) % STAGES
-                wait(bars + 8 * sn, ((ii + 1) // STAGES) & 1)
-                load_convert(sn, 1 - buf)
+            def finish_segment(tile: int, kb: int, ke: int) -> None:
+                if CLUSTER > 1 or (kb == 0 and ke == k_tiles):
+                    assert kb == 0 and ke == k_tiles, "a cluster CTA ran a piece of a tile"
+                    store_tile(tile, acc)
+                    return
+                first_unit = (tile - W) * k_tiles  # counted from the first stream-K unit
+                c0, c1 = owner(first_unit, sk_units, Q), owner(first_unit + k_tiles - 1, sk_units, Q)
 
-        if nt > 0:
-            wait(bars, 0)
-            load_convert(0, 0)
-        tile, kb = first_segment()
-        done = 0
-        while done < nt:
-            seg = min(k_tiles - kb, nt - done)
-            for i in range(0, seg, 2):
-                step(done, i, 0)
-                if i + 1 < seg:
-                    step(done, i, 1)
-            wgmma_wait(0)
-            finish_segment(tile, kb, kb + seg)
-            done += seg
-            if seg % 2 != 0:
-                areg[0] = areg[1]
-            tile, kb = next_segment(tile)
-        pump()
-        assert prod_done[0], "the producer waits on a stage no consumer releases"
+                def slot(c: int) -> int:
+                    return 0 if c * sk_units // Q >= first_unit else 1
+
+                idx = ws_index(cta, slot(cta))
+                assert (ws_writes[idx] == 0).all(), "two partial sums share a workspace slot"
+                ws[idx] = acc
+                ws_writes[idx] += 1
+                last = counters[tile] == c1 - c0
+                counters[tile] += 1
+                if last:
+                    for c in range(c0, c1 + 1):
+                        part = ws_index(c, slot(c))
+                        assert (ws_writes[part] == 1).all(), "the last arriver reads a workspace slot not written once"
+                        v = ws[part]
+                        acc[...] = (0.0 if c == c0 else acc) + v
+                    store_tile(tile, acc)
+                    counters[tile] = 0
+
+            def release(s: int) -> None:
+                """lane 0 of every warp: its own CTA's empty barrier of stage s and, in a cluster, the peer's."""
+                for peer in range(CLUSTER) if PEER_RELEASE else (rank,):
+                    assert not exited[peer], "a remote arrival on a CTA that has exited"
+                    barriers[peer][bars + 8 * (STAGES + s)].arrive(CONSUMERS * 4)
+
+            def step(done: int, i: int, buf: int) -> Iterator[None]:
+                ii = done + i + buf
+                mma_stage(ii % STAGES, buf, i + buf == 0)
+                wgmma_wait(1)
+                if ii >= 1:
+                    release((ii - 1) % STAGES)
+                    yield  # the producers refill the stage as soon as they may
+                if ii + 1 < nt:
+                    sn = (ii + 1) % STAGES
+                    yield from wait(barrier, bars + 8 * sn, ((ii + 1) // STAGES) & 1)
+                    load_convert(sn, 1 - buf)
+
+            if nt > 0:
+                yield from wait(barrier, bars, 0)
+                load_convert(0, 0)
+            tile, kb = first_segment()
+            done = 0
+            while done < nt:
+                seg = min(k_tiles - kb, nt - done)
+                for i in range(0, seg, 2):
+                    yield from step(done, i, 0)
+                    if i + 1 < seg:
+                        yield from step(done, i, 1)
+                wgmma_wait(0)
+                finish_segment(tile, kb, kb + seg)
+                done += seg
+                if seg % 2 != 0:
+                    areg[0] = areg[1]
+                tile, kb = next_segment(tile)
+            if CLUSTER > 1 and nt > 0:  # the last K tile's stage, for the producers' tails
+                release((nt - 1) % STAGES)
+
+        # the most adversarial schedule the barriers allow: the producers copy as far ahead as they may after every
+        # move, and one consumer leads (the last rank, the first in odd clusters): it runs until it blocks before
+        # the other moves, so a stage the leader released is refilled while the other CTA may still read it
+        producers = [producer(rank) for rank in range(CLUSTER)]
+        ranks = list(range(CLUSTER))[:: 1 if cta % 2 else -1]
+        consumers = [(rank, consumer(rank)) for rank in ranks]
+        prod_live, cons_live = [True] * CLUSTER, [True] * CLUSTER
+
+        def advance(co: Iterator[None]) -> bool:
+            """One move of a thread; False once it has returned."""
+            try:
+                next(co)
+            except StopIteration:
+                return False
+            return True
+
+        def exit_check(rank: int) -> None:  # a CTA exits once its producer and its consumers have returned
+            exited[rank] = not prod_live[rank] and not cons_live[ranks.index(rank)]
+
+        while any(prod_live) or any(cons_live):
+            before, finished = Barrier.events, False
+            for rank in range(CLUSTER):
+                if prod_live[rank] and not advance(producers[rank]):
+                    prod_live[rank], finished = False, True
+                    exit_check(rank)
+            for k, (rank, co) in enumerate(consumers):
+                if not cons_live[k]:
+                    continue
+                moved = Barrier.events
+                if not advance(co):
+                    cons_live[k], finished = False, True
+                    exit_check(rank)
+                    break
+                if Barrier.events != moved:
+                    break  # the leader moved: the producers go again before anyone else
+            assert finished or Barrier.events != before, "deadlock: every thread of the cluster waits"
 
     for cta in order if order is not None else range(P):
-        run_cta(cta)
+        run_cluster(cta)
 
     assert not counters.any(), "a tile counter not reset for the next launch"
     assert (y_writes == 1).all(), "a y element stored other than once"

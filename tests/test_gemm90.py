@@ -13,7 +13,15 @@ import pytest
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.emit.nvrtc import compile_source
 from dqgen.emit.sass import disassemble
-from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config, Gemm90KernelConfig, choose_config90, gemm90_entry_name
+from dqgen.kernels.gemm90 import (
+    CLUSTER_CONFIGS90,
+    CONFIGS90,
+    Gemm90Config,
+    Gemm90KernelConfig,
+    choose_config90,
+    cluster_config90,
+    gemm90_entry_name,
+)
 from dqgen.run.loader import target_arch
 
 from .kernel_signature import C_WIDTHS, entry_params
@@ -29,7 +37,8 @@ def test_compiles_for_sm90a_with_wgmma_and_no_local_memory(spec: Spec) -> None:
     assert res.cubin is not None
     # every entry point: no stack frame, no spills (ptxas -v prints one line of each per function)
     frames = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", res.log)
-    assert len(frames) == len(CONFIGS90) and all(f == ("0", "0", "0") for f in frames), res.log
+    assert len(frames) == len(CONFIGS90) + len(CLUSTER_CONFIGS90), res.log
+    assert all(f == ("0", "0", "0") for f in frames), res.log
     ops = Counter(line.split()[0] for line in disassemble(res.cubin) if line.strip())
     assert sum(v for k, v in ops.items() if k.startswith("HGMMA")) > 0
     # no int -> float conversion of weights (the Plan's magic numbers do it): the only I2F allowed is the .RP
@@ -38,6 +47,24 @@ def test_compiles_for_sm90a_with_wgmma_and_no_local_memory(spec: Spec) -> None:
     assert not slow, slow
     # the warp-specialised pipeline: TMA loads completing on mbarriers
     assert any(k.startswith("UTMALDG") for k in ops) and any(k.startswith("SYNCS") for k in ops)
+
+
+def test_cluster_entries_multicast_x_and_the_others_do_not() -> None:
+    """The 2-CTA entries: the multicast form of the TMA load (x), the cluster barrier (UCGABAR) after the mbarrier
+    init, and no split-K path; the one-CTA entries of the same module have none of the cluster instructions."""
+    spec = load_spec("awq_int4_fp16")
+    for cfg in CONFIGS90[-2:] + CLUSTER_CONFIGS90:
+        kc = Gemm90KernelConfig(spec, (cfg,))
+        res = compile_source(kc.source(), arch="sm_90a", want="cubin", name=kc.source_name)
+        assert res.cubin is not None
+        ops = Counter(line.split()[0] for line in disassemble(res.cubin) if line.strip())
+        clustered = cfg.cluster > 1
+        assert (ops["UTMALDG.2D.MULTICAST"] > 0) == clustered, (cfg.tag, sorted(ops))
+        assert (ops["UTMALDG.2D"] > 0) and any(k.startswith("HGMMA") for k in ops)
+        assert any(k.startswith("UCGABAR") for k in ops) == clustered, (cfg.tag, sorted(ops))
+        assert not any(k.startswith(("LDL", "STL")) for k in ops)
+        # the split tiles' partials (__stcg to the workspace, STG.E.STRONG.GPU) only where tiles may split
+        assert any(k.startswith("ATOMG") or k.startswith("RED") for k in ops) != clustered, (cfg.tag, sorted(ops))
 
 
 @pytest.mark.parametrize("name", ["awq_int4_fp16", "nvfp4_fp16"])
@@ -49,13 +76,13 @@ def test_launch_arguments_match_the_rendered_signature(name: str) -> None:
     spec = load_spec(name)
     src = Gemm90KernelConfig(spec).source()
     widths = {**C_WIDTHS, "TensorMap": TensorMapArg}
-    for cfg in CONFIGS90:
+    for cfg in CONFIGS90 + CLUSTER_CONFIGS90:
         assert entry_params(src, gemm90_entry_name(spec, cfg), widths) == list(params90(spec))
     assert len(params90(spec)) == len(PARAMS90) + (1 if spec.scales.global_scale else 0)
 
 
 def test_configs_fit_and_the_choice_holds_m() -> None:
-    for cfg in CONFIGS90:
+    for cfg in CONFIGS90 + CLUSTER_CONFIGS90:
         for bits, zero_elem in ((4, 1), (8, 2), (4, 0)):
             assert cfg.shared_bytes(bits, zero_elem) <= 228 * 1024 // cfg.min_blocks - 1024
         # after setmaxnreg the CTA's registers fit the SM's 64K among min_blocks CTAs, the consumers holding what the
@@ -64,7 +91,14 @@ def test_configs_fit_and_the_choice_holds_m() -> None:
         assert cfg.consumer_regs == {(1, 2): 216, (2, 1): 232}[(cfg.consumers, cfg.min_blocks)]
     for M in (1, 8, 9, 64, 65, 200, 256, 257, 4096):
         cfg = choose_config90(M)
-        assert cfg.bn >= min(M, 256) and (cfg.bn == 8 or cfg.bn // 2 < M)
+        assert cfg.bn >= min(M, 256) and (cfg.bn == 8 or cfg.bn // 2 < M) and cfg.cluster == 1
+    # each cluster entry is a one-CTA shape's twin (the same pipeline, x's box half the token tile)
+    for cfg in CONFIGS90:
+        twin = cluster_config90(cfg)
+        assert (twin is not None) == (cfg.bn >= 128)
+        if twin is not None:
+            assert twin.cluster == 2 and twin.x_box_rows == cfg.bn // 2 and twin.tag == cfg.tag + "x2"
+            assert twin.shared_bytes(4, 1) == cfg.shared_bytes(4, 1)
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ ranges that cross tiles), on shapes with tails (N = 200: a partial feature tile 
 tail inside a 64-tile; M not a multiple of the token tile), the model's y equals x @ dequantize(W), every workspace
 slot read was written once and every output stored once. Gathered K slots (act-order with a real desc_act g_idx,
 groups padded to whole tiles, K tails): the gather kernel's model writes x' = x[:, perm] (0 at padding) and the GEMM
-over x' equals x @ W. The GPU runs are in tests/test_gpu_gemm90.py."""
+over x' equals x @ W. 2-CTA clusters: pair tiles, x multicast in halves into both CTAs, both CTAs' releases of a
+stage and the producer tail (dropping either is caught). The GPU runs are in tests/test_gpu_gemm90.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.kernels.gemm import supports
-from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config, Gemm90KernelConfig
+from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, CONFIGS90, Gemm90Config, Gemm90KernelConfig
 from dqgen.layout.gemm import GemmPacked, pack_gemm
 
 from . import gemm90_emulator as emu
@@ -325,3 +326,117 @@ def test_the_model_catches_nvfp4_with_one_block_scale_a_word(monkeypatch: pytest
     monkeypatch.setattr(Gemm90KernelConfig, "context", lambda self: {**real(self), "block_split": False})
     y = emu.emulate90(spec, pk, x, cfg, 2, global_scale=gs)
     assert not np.allclose(y, ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+
+
+# -- 2-CTA clusters: pair tiles, x multicast in halves, both CTAs' releases ------------------------------------------
+
+CLUSTER_SPECS = [load_spec(n) for n in ("awq_int4_fp16", "int8_bf16", "fp8_e4m3_fp16")] + SMALL_GROUPS[:1]
+
+
+def _cluster_grids(pair_tiles: int) -> list[int]:
+    """One pair tile a cluster (Plan90.of's whole tiles), and fewer clusters than pair tiles (persistent clusters on
+    pair tiles P apart)."""
+    return sorted({pair_tiles, max(1, pair_tiles - 1), max(1, pair_tiles // 2)})
+
+
+@pytest.mark.parametrize("cfg", CLUSTER_CONFIGS90, ids=lambda c: c.tag)
+@pytest.mark.parametrize("spec", CLUSTER_SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("n,extra_rows", [(200, -3), (296, 5)])
+def test_emulated_cluster_gemm90_equals_x_at_w(spec: Spec, cfg: Gemm90Config, n: int, extra_rows: int) -> None:
+    """N = 200: one pair tile of two feature tiles (the second partial); N = 300: three feature tiles, so the second
+    pair's rank-1 CTA is a spare (its W and scales land as TMA zeros, it stores nothing). M = BN - 3 (rank 1's half of
+    x partly past M) and BN + 5 (two token tiles, the second's rank-1 half wholly past M: zeros); every y element is
+    stored once, and the multicast halves land where the wgmma reads both."""
+    assert cfg.cluster == 2 and cfg.x_box_rows == cfg.bn // 2
+    M = cfg.bn + extra_rows
+    K, group = _case_k(spec)
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, n, seed=3, group_size=group if group > 0 else None)
+    G = s.shape[0]
+    pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
+    x = random_x(spec, M, K, seed=4)
+    ref = matmul_reference(x, W)
+    pair_tiles = -(-M // cfg.bn) * -(-n // 256)
+    for P in _cluster_grids(pair_tiles):
+        order = np.random.default_rng(P).permutation(P).tolist()
+        y = emu.emulate90(spec, pk, x, cfg, P, order=order)
+        assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max()), (cfg.tag, M, n, P)
+
+
+@pytest.mark.parametrize("cfg", CLUSTER_CONFIGS90, ids=lambda c: c.tag)
+def test_emulated_cluster_gemm90_the_stage_ring_wraps(cfg: Gemm90Config) -> None:
+    """11 K tiles through 8 / 5 stages, two pair tiles on one persistent cluster: every stage is refilled by both
+    producers (each multicasting into the other's ring) as soon as both CTAs' warps have released it."""
+    spec = load_spec("awq_int4_fp16")
+    K, n, M = 704, 512, 9
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, n, seed=4, group_size=64)
+    pk = pack_gemm(spec, q, s, z, gi, 64)
+    x = random_x(spec, M, K, seed=5)
+    y = emu.emulate90(spec, pk, x, cfg, 1)
+    ref = matmul_reference(x, W)
+    assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+def test_the_model_catches_a_cluster_without_the_peers_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Consumer warps releasing a stage on their own CTA's empty barrier alone (the one-CTA kernel's count): the
+    peer's producer multicasts its next x half into a stage whose wgmmas have not run yet — y is wrong, or the model
+    refuses (bytes of a later phase on a barrier, a CTA gone before its peer's arrival)."""
+    spec = load_spec("awq_int4_fp16")
+    K, n, M = 704, 256, 100
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, n, seed=4, group_size=64)
+    pk = pack_gemm(spec, q, s, z, gi, 64)
+    x = random_x(spec, M, K, seed=5)
+    ref = matmul_reference(x, W)
+    monkeypatch.setattr(emu, "PEER_RELEASE", False)
+    try:
+        y = emu.emulate90(spec, pk, x, CLUSTER_CONFIGS90[0], 1)
+    except AssertionError:
+        return
+    assert not np.allclose(y, ref)
+
+
+def test_the_model_catches_a_cluster_cta_exiting_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the producer tail (its waits for the last releases) a CTA can exit while its peer still arrives on
+    its barriers: the model refuses the remote arrival."""
+    spec = load_spec("awq_int4_fp16")
+    K, n, M = 704, 256, 100
+    (q, s, z, gi, _), _ = matmul_inputs(spec, K, n, seed=4, group_size=64)
+    pk = pack_gemm(spec, q, s, z, gi, 64)
+    x = random_x(spec, M, K, seed=5)
+    monkeypatch.setattr(emu, "PRODUCER_TAIL", False)
+    with pytest.raises(AssertionError, match="exited"):
+        emu.emulate90(spec, pk, x, CLUSTER_CONFIGS90[0], 1)
+
+
+def test_cluster_schedule_and_config_errors() -> None:
+    """bind90's cluster plan: whole pair tiles (an odd feature-tile count rounds up to a pair with a spare CTA), one
+    a cluster up to two waves or whole waves, else the resident clusters; configs a cluster cannot take name the
+    field."""
+    from dqgen.run.gemm90 import cluster_ctas, cluster_plan
+
+    cfg = CLUSTER_CONFIGS90[0]
+    plan = cluster_plan(cfg, 300, 28672, 128, 66)  # 3 token tiles x 112 feature pairs = 336 pair tiles
+    assert (plan.tiles, plan.ctas, plan.whole, plan.split) == (336, 66, 336, False)
+    assert cluster_plan(cfg, 128, 4104, 64, 66).tiles == 17  # 33 feature tiles: 17 pairs, the last with a spare
+    assert cluster_ctas(100, 66) == 100 and cluster_ctas(132, 66) == 132 and cluster_ctas(140, 66) == 66
+    with pytest.raises(ValueError, match=r"^Gemm90Config\.cluster: expected 1 or 2, got 4$"):
+        Gemm90Config(128, 2, 8, 1, cluster=4)
+    with pytest.raises(ValueError, match=r"^Gemm90Config\.cluster: 2-CTA clusters take bn >= 64, got bn 32$"):
+        Gemm90Config(32, 1, 8, 2, cluster=2)
+
+
+def test_the_cluster_rule_takes_large_m_on_wide_weights() -> None:
+    """bind90's automatic choice (CLUSTER_RULE, from docs/bench/gemm90_cluster_h100.json): the cluster entry from
+    M = 1024 on weights of N >= 8192 (a 256-token tile, which has one), the one-CTA entries elsewhere."""
+    import json
+    from pathlib import Path
+
+    from dqgen.run.gemm90 import CLUSTER_RULE, use_cluster90
+
+    assert use_cluster90(1024, 8192) and use_cluster90(4096, 28672) and use_cluster90(1500, 8192)
+    assert not use_cluster90(512, 28672) and not use_cluster90(1024, 4096) and not use_cluster90(4096, 4096)
+    # the rule is the bench's: every row it takes ran faster in clusters than bind90's one-CTA launch, every row it
+    # leaves did not
+    rows = json.loads((Path(__file__).parents[1] / "docs/bench/gemm90_cluster_h100.json").read_text())["rows"]
+    assert CLUSTER_RULE is not None and len(rows) == 20
+    for r in rows:
+        assert use_cluster90(r["M"], r["N"]) == (r["us"]["sm90 cluster"] < r["us"]["sm90 gemm"]), r

@@ -3,7 +3,8 @@ and every token tile (wgmma n 8 .. 256) on shapes with tails (a partial 128-feat
 tile, M not a multiple of the token tile), outputs poisoned with NaN, the same bits twice; forced split-K the same
 bits as one split's sum order allows (deterministic); a bias; the launch picks the Hopper kernel by itself on an
 H100 where it may; act-order (GPTQ desc_act layers as dqgen.quantize writes them, groups padded to whole tiles) through
-the gather of x into slot order and the Hopper kernel, eagerly, through QuantLinear and inside a CUDA graph."""
+the gather of x into slot order and the Hopper kernel, eagerly, through QuantLinear and inside a CUDA graph; the 2-CTA
+cluster entries (x multicast) with tails and odd feature-tile counts, and the rule that picks them."""
 
 from __future__ import annotations
 
@@ -356,3 +357,66 @@ def test_nvfp4_through_kernel_matmul_and_quantlinear() -> None:
     ):
         with pytest.raises(ValueError, match=want):
             gemm.pack_gemm(spec, q, s, global_scale=bad)
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "int8_bf16", "mxfp4_bf16"])
+def test_cluster_entries_with_tails_and_odd_feature_tiles(name: str) -> None:
+    """The 2-CTA cluster entries (x multicast in halves, __cluster_dims__ launched by cuLaunchKernel), at M = 1, the
+    tile less 3, the tile + 5 (the second token tile's rank-1 half wholly past M) and 3 tiles + 7: N with an even
+    count of feature tiles (the last partial) and an odd one (the last pair's spare CTA), K with a tail; twice into
+    NaN-poisoned outputs, against the float64 reference, and the same bits as the one-CTA entry on whole tiles (the
+    same wgmmas in the same order); persistent clusters on pair tiles P apart; split-K refused in one line."""
+    _hopper()
+    import torch
+
+    from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, cluster_config90
+
+    spec = load_spec(name)
+    K = _float_k(spec) if hopper_only(spec) else 4096 + 8 if spec.scales.group_size == -1 else 4096 + 128
+    group = 128 if spec.scales.group_size == "auto" else None
+    for N in (1448, 1448 + 128):  # 12 feature tiles, 13
+        gw, W = _weight(spec, K, N, K + N, group)
+        for cfg in CLUSTER_CONFIGS90:
+            one = next(c for c in CONFIGS90 if cluster_config90(c) == cfg)
+            for M in (1, cfg.bn - 3, cfg.bn + 5, 3 * cfg.bn + 7):
+                x_np = random_x(spec, M, K, seed=M + N)
+                x = to_torch(x_np)
+                y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=cfg), (M, N), _dtype(W))  # noqa: B023
+                check(spec, y, matmul_reference(x_np, W))
+                y1 = gemm.run_gemm(spec, x, gw, config=one, splits=1)
+                torch.cuda.synchronize()
+                assert torch.equal(y.view(torch.int16), y1.view(torch.int16)), (cfg.tag, M, N)
+    # persistent clusters: 5 pair tiles (13 feature tiles, M = 3 tiles less 4 -> 3 x 7 = 21) on 4 clusters
+    cfg = CLUSTER_CONFIGS90[0]
+    M = 3 * cfg.bn - 4
+    x_np = random_x(spec, M, K, seed=11)
+    x = to_torch(x_np)
+    plan = gemm90.Plan90.of(3 * 7, 4, gw.k_tiles)
+
+    def run(out: object) -> object:
+        fn = gemm90.bind90(spec, gw, x.data_ptr(), K, M, None, out, cfg, None, plan)
+        fn(torch.cuda.current_stream().cuda_stream)
+        return out
+
+    check(spec, twice(run, (M, gw.N), _dtype(W)), matmul_reference(x_np, W))
+    with pytest.raises(ValueError, match=r"^want_splits: a 2-CTA cluster entry \(n128c2s8b1x2\) runs whole tiles"):
+        gemm.run_gemm(spec, x, gw, config=cfg, splits=2)
+
+
+@pytest.mark.quick
+def test_the_rule_launches_the_cluster_entry_by_itself() -> None:
+    """run_gemm with no config at M = 1024 on a weight of N = 8192 (gemm90.CLUSTER_RULE) binds the 2-CTA entry; at
+    M = 512 the one-CTA one; both within tolerance."""
+    _hopper()
+    spec = load_spec("awq_int4_fp16")
+    K, N = 1024, 8192
+    gw, W = _weight(spec, K, N, 8, 128)
+    for M, clustered in ((1024, True), (512, False)):
+        assert gemm90.use_cluster90(M, N) == clustered
+        x_np = random_x(spec, M, K, seed=M)
+        y = twice(lambda out: gemm.run_gemm(spec, to_torch(x_np), gw, out=out), (M, N), _dtype(W))  # noqa: B023
+        check(spec, y, matmul_reference(x_np, W))
+        names = [b.kernel.name for b in gw._bound.values() if hasattr(b, "kernel")]
+        assert any(n.endswith("x2") for n in names) == clustered, names
+        gw._bound.clear()

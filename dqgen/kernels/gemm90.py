@@ -28,6 +28,8 @@ SM_SHARED_BYTES: Final = 228 * 1024
 BLOCK_RESERVED_BYTES: Final = 1024
 #: wgmma's n per CTA (tokens): the smallest that holds M is picked (choose_config90); 8 is wgmma's least.
 TOKEN_TILES: Final = (8, 16, 32, 64, 128, 256)
+#: The least token tile of a 2-CTA cluster entry (Gemm90Config.cluster).
+CLUSTER_MIN_BN: Final = 64
 
 
 def consumer_regs(consumers: int, min_blocks: int) -> int:
@@ -60,16 +62,24 @@ def stage_bytes(bn: int, bits: int, zero_elem: int, scale_bytes: int = SCALE_ROW
 @dataclass(frozen=True)
 class Gemm90Config:
     """One CTA shape: ``bn`` tokens x 128 features, ``consumers`` math warpgroups (1: each wgmma step is two m64
-    instructions of one warpgroup; 2: one each), ``stages`` TMA stages, ``min_blocks`` CTAs per SM."""
+    instructions of one warpgroup; 2: one each), ``stages`` TMA stages, ``min_blocks`` CTAs per SM; ``cluster`` 2:
+    2-CTA clusters on two neighbouring feature tiles of one token tile, each CTA copying half of the x tile and
+    multicasting it into both (templates/gemm90.cu.j2; whole tiles only)."""
 
     bn: int
     consumers: int
     stages: int
     min_blocks: int
+    cluster: int = 1
 
     def __post_init__(self) -> None:
         if self.bn not in TOKEN_TILES:
             raise ValueError(f"Gemm90Config.bn: expected one of {TOKEN_TILES}, got {self.bn}")
+        if self.cluster not in (1, 2):
+            raise ValueError(f"Gemm90Config.cluster: expected 1 or 2, got {self.cluster}")
+        if self.cluster > 1 and self.bn < CLUSTER_MIN_BN:
+            # half an x tile a CTA: below 64 tokens x is a small part of a stage, not worth a cluster's lockstep
+            raise ValueError(f"Gemm90Config.cluster: 2-CTA clusters take bn >= {CLUSTER_MIN_BN}, got bn {self.bn}")
         if self.consumers not in (1, 2):
             raise ValueError(f"Gemm90Config.consumers: expected 1 or 2, got {self.consumers}")
         if self.consumers == 1 and self.bn > 128:
@@ -100,7 +110,14 @@ class Gemm90Config:
 
     @property
     def tag(self) -> str:
-        return f"n{self.bn}c{self.consumers}s{self.stages}b{self.min_blocks}"
+        return f"n{self.bn}c{self.consumers}s{self.stages}b{self.min_blocks}" + (
+            f"x{self.cluster}" if self.cluster > 1 else ""
+        )
+
+    @property
+    def x_box_rows(self) -> int:
+        """Rows of x's TMA box: the token tile, half of it in a 2-CTA cluster (each CTA copies one half)."""
+        return self.bn // self.cluster
 
     def shared_bytes(self, bits: int, zero_elem: int, scale_bytes: int = SCALE_ROW_BYTES) -> int:
         """The template's smem_bytes<BN, STAGES>: alignment slack, the stages, two mbarriers a stage."""
@@ -122,6 +139,20 @@ CONFIGS90: Final = (
     Gemm90Config(128, 2, 8, 1),
     Gemm90Config(256, 2, 5, 1),
 )
+#: The 2-CTA cluster entries (x multicast; Gemm90Config.cluster): the large-M token tiles, where x is 80-90 % of a
+#: stage's bytes (16 / 32 KB against 4 KB of int4 W). dqgen.run.gemm90.bind90 picks one where CLUSTER_RULE says.
+CLUSTER_CONFIGS90: Final = (
+    Gemm90Config(128, 2, 8, 1, cluster=2),
+    Gemm90Config(256, 2, 5, 1, cluster=2),
+)
+
+
+def cluster_config90(cfg: Gemm90Config) -> Gemm90Config | None:
+    """The 2-CTA cluster entry of ``cfg``'s CTA shape (None where there is none)."""
+    for c in CLUSTER_CONFIGS90:
+        if (c.bn, c.consumers, c.stages, c.min_blocks) == (cfg.bn, cfg.consumers, cfg.stages, cfg.min_blocks):
+            return c
+    return None
 
 
 #: Code kinds the Hopper GEMM takes beyond the sm_80 GEMM's integers: 4- and 8-bit minifloats (fp8 e4m3 / e5m2, fp4
@@ -205,7 +236,7 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
     #: wgmma and setmaxnreg exist only in the architecture-specific target (compiled for sm_90a).
     arch_specific: ClassVar[bool] = True
 
-    entries: tuple[Gemm90Config, ...] = CONFIGS90
+    entries: tuple[Gemm90Config, ...] = CONFIGS90 + CLUSTER_CONFIGS90
 
     @classmethod
     def supports(cls, spec: Spec) -> bool:
@@ -242,6 +273,7 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
             zero_bytes=zero_bytes(conv),
             mma_type="bf16" if conv.target.value == "bf16" else "f16",
             ns=sorted({c.bn for c in self.entries}),
+            clusters=any(c.cluster > 1 for c in self.entries),
             # groups under a K tile: scale rows a stage, k a group (the consumers pick a pair's row); 1-byte codes
             group_rows=rows,
             group_k=TILE_K // rows,
@@ -256,6 +288,7 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
                     "stages": c.stages,
                     "threads": c.threads,
                     "min_blocks": c.min_blocks,
+                    "cluster": c.cluster,
                     "regs_producer": PRODUCER_REGS,
                     "regs_consumer": c.consumer_regs,
                     "shared_bytes": c.launch_shared_bytes(self.spec),

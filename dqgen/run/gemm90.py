@@ -23,7 +23,7 @@ import numpy as np
 
 from ..core.spec import Spec
 from ..kernels.gather_x import GATHER_X
-from ..kernels.gemm90 import Gemm90Config, Gemm90KernelConfig, choose_config90
+from ..kernels.gemm90 import Gemm90Config, Gemm90KernelConfig, choose_config90, cluster_config90
 from ..layout.gemm import TILE_N, group_rows
 from ..layout.gemm_trt import columns_interleaved
 from . import device as dev
@@ -183,8 +183,42 @@ def weight_maps(spec: Spec, w: Any) -> tuple[dev.TensorMapArg, dev.TensorMapArg,
 
 
 def x_map(x_ptr: int, M: int, K: int, x_stride: int, bn: int) -> dev.TensorMapArg:
-    """x's tensor map: M rows of K halves, ``x_stride`` halves apart; a box is 64 k of ``bn`` tokens."""
+    """x's tensor map: M rows of K halves, ``x_stride`` halves apart; a box is 64 k of ``bn`` tokens (a 2-CTA
+    cluster entry's CTA copies half its token tile: Gemm90Config.x_box_rows)."""
     return dev.encode_tensor_map_2d(x_ptr, 2, K, M, x_stride * 2, (64, bn))
+
+
+def cluster_ctas(pair_tiles: int, resident_clusters: int) -> int:
+    """The clusters of a 2-CTA cluster launch (whole pair tiles only, no stream-K pieces): one pair tile a cluster
+    up to two waves or a whole number of waves, else the resident clusters, persistent (stream_k_ctas' rule for
+    whole tiles)."""
+    if pair_tiles < 2 * resident_clusters or pair_tiles % resident_clusters == 0:
+        return pair_tiles
+    return resident_clusters
+
+
+#: Where bind90 runs a 2-CTA cluster entry by itself (cfg None): (the least M, the least N); None: never (the entries
+#: stay selectable through ``cfg``). On the H100 (docs/bench/gemm90_cluster_h100.json, one run) the cluster ran
+#: 0.93-0.98x the one-CTA launch at M = 1024 and 4096 on the three shapes with N >= 8192, and 1.00-1.04x at M = 128
+#: to 512 (where the one-CTA launch splits tiles over an under-filled grid: up to 2.5x); at N = 4096 (14336 x 4096)
+#: 1.02x at M = 1024 and 4096.
+CLUSTER_RULE: tuple[int, int] | None = (1024, 8192)
+
+
+def use_cluster90(M: int, N: int) -> bool:
+    """Whether bind90 picks the 2-CTA cluster entry of M's token tile for this call (CLUSTER_RULE)."""
+    if CLUSTER_RULE is None:
+        return False
+    least_m, least_n = CLUSTER_RULE
+    return least_m <= M and least_n <= N and cluster_config90(choose_config90(M)) is not None
+
+
+def cluster_plan(cfg: Gemm90Config, M: int, N: int, k_tiles: int, resident_clusters: int) -> Plan90:
+    """The schedule of a 2-CTA cluster launch: its tiles are pair tiles (two neighbouring feature tiles of one token
+    tile; an odd last feature tile's pair has a spare CTA that loads zeros and stores nothing), its CTAs clusters,
+    every tile whole."""
+    pair_tiles = -(-M // cfg.bn) * -(-N // (TILE_N * cfg.cluster))
+    return Plan90.of(pair_tiles, cluster_ctas(pair_tiles, max(1, resident_clusters)), k_tiles)
 
 
 def bind90(
@@ -202,17 +236,30 @@ def bind90(
 ) -> Any:
     """The bound launch of the Hopper GEMM for this call (``want_splits``: split-K in that many pieces a tile,
     else stream-K over the resident CTAs; ``plan``: that schedule instead, for the tuning scripts; ``x_cols``: the
-    columns of x its tensor map spans, w.K by default, w.slots for a gathered x')."""
-    cfg = cfg if cfg is not None else choose_config90(M)
+    columns of x its tensor map spans, w.K by default, w.slots for a gathered x'). A 2-CTA cluster entry
+    (``cfg.cluster`` 2, or cfg None where use_cluster90 says) runs whole pair tiles: ``plan`` counts pair tiles and
+    clusters, and split-K is refused."""
+    if cfg is None:
+        cfg = choose_config90(M)
+        if want_splits is None and plan is None and use_cluster90(M, w.N):
+            cfg = cluster_config90(cfg) or cfg
     kc = Gemm90KernelConfig.one(spec, cfg)
     fn = load(kc, w.device)
     smem = cfg.launch_shared_bytes(spec)
-    m_tiles, n_tiles = -(-M // cfg.bn), -(-w.N // TILE_N)
+    m_tiles, n_tiles = -(-M // cfg.bn), -(-w.N // (TILE_N * cfg.cluster))  # pair tiles' feature pairs in a cluster
     tiles = m_tiles * n_tiles
-    resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
-    if plan is None:
+    if cfg.cluster > 1:
+        if want_splits is not None:
+            raise ValueError(f"want_splits: a 2-CTA cluster entry ({cfg.tag}) runs whole tiles, got {want_splits}")
+        if plan is None:
+            grid = 2 * tiles  # the occupancy query's grid: any whole number of clusters
+            plan = cluster_plan(cfg, M, w.N, w.k_tiles, fn.max_active_clusters(grid, cfg.threads, cfg.cluster, smem))
+        if plan.split:
+            raise ValueError(f"plan: a 2-CTA cluster entry ({cfg.tag}) runs whole pair tiles, got {plan}")
+    elif plan is None:
+        resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
         plan = Plan90.of(tiles, stream_k_ctas(tiles, w.k_tiles, resident, want_splits), w.k_tiles)
-    elif plan.tiles != tiles or plan.k_tiles != w.k_tiles:
+    if plan.tiles != tiles or plan.k_tiles != w.k_tiles:
         raise ValueError(f"plan: expected {tiles} tiles of {w.k_tiles} K tiles, got {plan}")
     plan.check()
     ws, counters = None, None
@@ -224,7 +271,7 @@ def bind90(
     wmap, smap, zmap = weight_maps(spec, w)
     values = {
         "wmap": wmap,
-        "xmap": x_map(x_ptr, M, w.K if x_cols is None else x_cols, x_stride, cfg.bn),
+        "xmap": x_map(x_ptr, M, w.K if x_cols is None else x_cols, x_stride, cfg.x_box_rows),
         "smap": smap,
         "zmap": zmap,
         "tile_group": w.tile_group.data_ptr(),
@@ -243,7 +290,8 @@ def bind90(
         "global_scale": 0 if w.global_scale is None else w.global_scale.data_ptr(),
     }
     args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in params90(spec)]
-    return fn.bind((plan.ctas,), (cfg.threads,), args, shared_mem=smem)
+    # a cluster entry's grid: plan.ctas clusters of cfg.cluster CTAs (its __cluster_dims__: a plain cuLaunchKernel)
+    return fn.bind((plan.ctas * cfg.cluster,), (cfg.threads,), args, shared_mem=smem)
 
 
 def bind_gather(w: Any, x_ptr: int, x_stride: int, M: int, xp_ptr: int) -> dev.BoundLaunch:
