@@ -586,16 +586,16 @@ def _bench_e2e(
     if other_bench:
         _fail(f"{which} is a bench of its own; give no --matmul, --gru or --w8a8 with it")
     for flag, on in (("specs", bool(specs)), ("--shapes", shapes is not None),
-                     ("--docs", docs is not None and model_linears), ("--plot", plot is not None)):  # fmt: skip
+                     ("--plot", plot is not None)):  # fmt: skip
         if on:
-            _fail(f"{which} times fixed Llama-3-8B shapes and writes its JSON record only; got {flag}")
+            _fail(f"{which} times fixed Llama-3-8B shapes; got {flag}")
     own = ("--layers", "--replays") if model_linears else ("--layers", "--batches", "--prefill", "--new-tokens",
                                                               "--modes", "--runs")  # fmt: skip
     stray = [f for f, v in e2e.items() if v is not None and f not in own]
     if stray:
         _fail(f"[{stray[0]}] does not apply to {which}")
     if model_linears:
-        _bench_linears(e2e, impls, m, as_json, record, merge)
+        _bench_linears(e2e, impls, m, as_json, record, merge, docs)
     else:
         if m is not None:
             _fail("[--m] does not apply to --model (it times --batches and --prefill)")
@@ -603,14 +603,20 @@ def _bench_e2e(
 
 
 def _bench_linears(
-    e2e: dict[str, Any], impls: str | None, m: str | None, as_json: bool, record: str | None, merge: bool
+    e2e: dict[str, Any],
+    impls: str | None,
+    m: str | None,
+    as_json: bool,
+    record: str | None,
+    merge: bool,
+    docs: str | None,
 ) -> None:
+    """``dqgen bench --model-linears``: the record (``--merge``: this run's rows over the record's), with --docs the
+    "linears" section of the report."""
     from .run import device as dev
     from .tools import bench_linears as bl
     from .tools import bench_matmul as bm
 
-    if merge:
-        _fail("[--merge] does not apply to --model-linears (one run writes the whole table)")
     try:
         layers = bl.parse_layers(e2e["--layers"] if e2e["--layers"] is not None else bl.DEFAULT_LAYERS)
         replays = bl.parse_replays(e2e["--replays"] if e2e["--replays"] is not None else bl.DEFAULT_REPLAYS)
@@ -619,6 +625,19 @@ def _bench_linears(
     except ValueError as e:
         _fail(str(e))
     record_path = Path(record) if record else Path("docs") / "bench" / "e2e_linears.json"
+    old = None
+    if merge:
+        try:
+            old = bl.load_document(record_path)  # refused before the GPU is touched
+        except ValueError as e:
+            _fail(f"--merge: {e}")
+    if docs:
+        from .tools.report import read_sections
+
+        try:
+            read_sections(Path(docs))  # a report the bench could not rewrite is refused before it measures
+        except (ValueError, OSError, UnicodeDecodeError) as e:
+            _fail(f"--docs: {e}")
     if not dev.gpu_available():
         _fail("dqgen bench --model-linears needs an NVIDIA GPU (none found)")
     import torch
@@ -628,7 +647,14 @@ def _bench_linears(
     log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
     rows = bl.bench_linears(layers, ms, wanted, replays, log=log)
     doc = bl.document(torch.cuda.get_device_name(0), layers, rows, bl.method_text(replays))
+    if old is not None:
+        try:
+            doc = bl.merge_documents(old, doc)
+        except ValueError as e:
+            _fail(str(e))
     write_json(record_path, doc)
+    if docs:
+        bl.write_docs(Path(docs), doc)
     typer.echo(json.dumps(doc, indent=2) if as_json else bl.table(doc))
     bad = bl.failed(rows)
     if bad:

@@ -25,13 +25,11 @@ from dqgen.tools import bench_linears as bl
         (["--replays", "2"], "error: [--replays] got 2; expected at least 3"),
         (["--batches", "1"], "error: [--batches] does not apply to --model-linears"),
         (["--runs", "3"], "error: [--runs] does not apply to --model-linears"),
-        (["--merge"], "error: [--merge] does not apply to --model-linears"),
+        (["--merge", "--record", "missing.json"], "error: --merge: missing.json: cannot read"),
+        (["--docs", "report.md"], "error: --docs: report.md: expected only whole"),
         (["--matmul"], "error: --model-linears is a bench of its own"),
         (["--model"], "error: --model and --model-linears are separate benches"),
-        (["awq_int4_fp16"], "error: --model-linears times fixed Llama-3-8B shapes and writes its JSON record only; "
-                            "got specs"),
-        (["--docs", "perf.md"], "error: --model-linears times fixed Llama-3-8B shapes and writes its JSON record "
-                                "only; got --docs"),
+        (["awq_int4_fp16"], "error: --model-linears times fixed Llama-3-8B shapes; got specs"),
         (["--shapes", "4096x4096"], "error: --model-linears times fixed Llama-3-8B shapes"),
     ],
 )  # fmt: skip
@@ -41,6 +39,8 @@ def test_flags_refused_before_the_gpu(monkeypatch, tmp_path, args, message, gpu)
 
     monkeypatch.setattr(dev, "gpu_available", lambda: gpu)  # the same message with or without a GPU: checked first
     monkeypatch.chdir(tmp_path)
+    report = "prose outside any section\n<!-- section:x:begin -->\nx\n<!-- section:x:end -->\n"
+    (tmp_path / "report.md").write_text(report)
     r = CliRunner().invoke(app, ["bench", "--model-linears", *args])
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -290,3 +290,44 @@ def test_bench_bookkeeping_on_cpu_stand_ins(monkeypatch) -> None:
     ]
     assert calls == [0, 1, 1, 0, 2, 3, 3, 2]  # round two in reverse order
     assert graphs == [5, 5, 5, 5] and all(r.rel_err < bl.TOLERANCE["fp16"] for r in rows)
+
+
+def test_merge_keeps_the_rows_this_run_did_not_time() -> None:
+    old = _doc(ROWS)
+    new = bl.document(
+        "NVIDIA H100 80GB HBM3", 4, [_row("dqgen", 64, 600.0), _row("dqgen", 256, 1000.0)], "m", when="later"
+    )
+    merged = bl.merge_documents(old, new)
+    got = {(r["impl"], r["M"]): r["us"] for r in merged["rows"]}
+    assert got[("dqgen", 64)] == 600.0 and got[("dqgen", 256)] == 1000.0  # the new run's
+    assert got[("dqgen", 1)] == 322.0 and got[("humming", 64)] == 490.0  # kept from the record
+    assert len(merged["rows"]) == len(ROWS) + 1
+    assert merged["note"] == "M = 1, 64 from the run of 2026-11-27 16:00 UTC, the rest from the run of later"
+    with pytest.raises(ValueError, match="layers 4, this run 2"):
+        bl.merge_documents(old, bl.document("NVIDIA H100 80GB HBM3", 2, [], "m"))
+    with pytest.raises(ValueError, match="gpu"):
+        bl.merge_documents(old, bl.document("NVIDIA H200", 4, [], "m"))
+
+
+def test_load_document_names_the_file(tmp_path) -> None:
+    path = tmp_path / "e2e.json"
+    write_json(path, _doc(ROWS))
+    assert bl.load_document(path)["rows"][1]["us"] == 322.0
+    write_json(path, _doc(ROWS) | {"layers": "four"})
+    with pytest.raises(ValueError, match=r"e2e.json: layers: "):
+        bl.load_document(path)
+
+
+def test_section_states_each_peer_by_hand(tmp_path) -> None:
+    text = bl.markdown_section(_doc(ROWS))
+    assert text.startswith(bl.SECTION_TITLE)
+    # 322 / 552 = 0.58, 700 / 557 = 1.26; 322 / 340 = 0.95, 700 / 490 = 1.43; 322 / 317 = 1.02
+    assert "- dqgen against fp16 cublas: faster at M = 1, slower at M = 64 (0.58x at 1, 1.26x at 64 its time)." in text
+    assert "- dqgen against humming: faster at M = 1, slower at M = 64 (0.95x at 1, 1.43x at 64 its time)." in text
+    assert "- dqgen against torch int4: slower at every M (1.02x at 1 its time)." in text
+    report = tmp_path / "performance.md"
+    report.write_text("<!-- section:matmul:begin -->\nm\n<!-- section:matmul:end -->\n\n"
+                      "<!-- section:gru:begin -->\ng\n<!-- section:gru:end -->\n")  # fmt: skip
+    bl.write_docs(report, _doc(ROWS))
+    body = report.read_text()
+    assert body.index("section:matmul:end") < body.index("section:linears:begin") < body.index("section:gru:begin")

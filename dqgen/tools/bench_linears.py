@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -80,6 +81,8 @@ class LinearsDocument(BaseModel):
     linears: list[tuple[str, int, int]]
     method: str
     rows: list[LinearsRow]
+    #: How the table was assembled where it is not one run's (``--merge``: which rows came from which run).
+    note: str = ""
 
 
 # ----------------------------------------------------------------------------------------------- flags
@@ -124,6 +127,84 @@ def document(gpu: str, layers: int, rows: list[LinearsRow], method: str, when: s
         gpu=gpu, date=when or _now(), spec=SPEC, layers=layers, linears=list(LINEARS), method=method, rows=rows
     )
     return doc.model_dump()
+
+
+def load_document(path: Path) -> dict:
+    """An e2e_linears.json record, checked against the schema: ValueError (one line naming the file) otherwise."""
+    from pydantic import ValidationError
+
+    from .report import read_json_record
+
+    raw = read_json_record(path, "the linears bench's")
+    try:
+        return LinearsDocument.model_validate(raw).model_dump()
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the record"
+        raise ValueError(f"{path}: {where}: {first['msg']}") from None
+
+
+def merge_documents(old: dict, new: dict) -> dict:
+    """``new`` with the rows of ``old`` it did not measure (same impl and M): one table from several runs
+    (``--merge``; e.g. M = 256 in a process of its own). Refused across GPUs, specs or layer counts."""
+    for key in ("gpu", "spec", "layers"):
+        if old[key] != new[key]:
+            raise ValueError(f"--merge: the record has {key} {old[key]!r}, this run {new[key]!r}; not one table")
+    seen = {(r["impl"], r["M"]) for r in new["rows"]}
+    kept = [r for r in old["rows"] if (r["impl"], r["M"]) not in seen]
+    if not kept:
+        return new
+    ms = sorted({r["M"] for r in kept})
+    runs = f"M = {', '.join(map(str, ms))} from the run of {old['date']}, the rest from the run of {new['date']}"
+    return new | {"rows": sorted(kept + new["rows"], key=lambda r: r["M"]), "note": runs}
+
+
+#: The "linears" section's title in docs/performance.md.
+SECTION_TITLE = "## Llama-3-8B's linears as one CUDA graph (`dqgen bench --model-linears`)"
+
+
+def markdown_section(doc: dict) -> str:
+    """The "linears" section of docs/performance.md, from the record alone: how it was measured, the table, and
+    where dqgen stands against fp16 and each peer at each M."""
+    rows = doc["rows"]
+    by = {(r["impl"], r["M"]): r["us"] for r in rows}
+    verdicts = []
+    for peer in ("fp16 cublas", "humming", "torch int4"):
+        ms = sorted(M for (i, M) in by if i == peer and ("dqgen", M) in by)
+        if not ms:
+            continue
+        ahead = [M for M in ms if by[("dqgen", M)] < by[(peer, M)]]
+        behind = [M for M in ms if M not in ahead]
+        where = (
+            "faster at every M" if not behind else "slower at every M" if not ahead
+            else f"faster at M = {', '.join(map(str, ahead))}, slower at M = {', '.join(map(str, behind))}"
+        )  # fmt: skip
+        ratios = ", ".join(f"{by[('dqgen', M)] / by[(peer, M)]:.2f}x at {M}" for M in ms)
+        verdicts.append(f"- dqgen against {peer}: {where} ({ratios} its time).")
+    names = ", ".join(f"{n} {k}x{m}" for n, k, m in doc["linears"])
+    return "\n".join(
+        [
+            SECTION_TITLE,
+            "",
+            f"Written by `dqgen bench --model-linears` on {doc['date']}, GPU: {doc['gpu']}. The {len(doc['linears'])} "
+            f"linears of a Llama-3-8B decoder layer ({names}; K x N) x {doc['layers']} layers, {doc['spec']}, every "
+            "call of one implementation in one CUDA graph (what a server replays); the same weights for every "
+            "implementation (module docstring of dqgen.tools.bench_linears).",
+            "",
+            f"Method: {doc['method']}." + (f" {doc['note']}." if doc.get("note") else ""),
+            "",
+            table(doc),
+            "",
+            *verdicts,
+        ]
+    )
+
+
+def write_docs(path: Path, doc: dict) -> None:
+    """Rewrite the "linears" section of ``path`` (docs/performance.md) from ``doc``."""
+    from .report import write_section
+
+    write_section(path, "linears", markdown_section(doc))
 
 
 def table(doc: dict) -> str:

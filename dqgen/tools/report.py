@@ -36,7 +36,7 @@ def read_sections(path: Path) -> dict[str, str]:
 
 
 #: The order sections appear in, whichever bench wrote last.
-SECTION_ORDER = ("dequant", "matmul", "w8a8", "gru", "model", "notes")
+SECTION_ORDER = ("dequant", "matmul", "linears", "w8a8", "gru", "model", "notes")
 
 
 def write_section(path: Path, name: str, body: str, order: tuple[str, ...] = SECTION_ORDER) -> None:
