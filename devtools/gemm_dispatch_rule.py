@@ -5,11 +5,15 @@ tensor-core GEMM (dqgen.run.gemm.run_gemm on a packed weight) and dequantize + c
 buffer, then torch.matmul), with cuBLAS on the dense weight alone beside them; one call after an L2 flush, median
 (dqgen.run.timing.single_call_us). Every output is checked against float64 x @ W first.
 
-The rule: ``gemm_min_m`` = the M (of the list up to 16, or 17: the GEMV launches 16 rows at a time) from
-which the GEMM replaces the GEMV that costs the least over the faster of the two at its worst M and shape;
+The rule (dqgen.run.dispatch_sweep.rule_from_sweep, a function of the times alone): ``gemm_min_m`` = the M (of the
+list up to 16, or 17: the GEMV launches 16 rows at a time) from which the GEMM replaces the GEMV that costs the least
+over the faster of the two at its worst M and shape (on sm_90 with the dispatch's narrowing below 16 rows: the Hopper
+GEMM only where it pays);
 ``dense_min_m`` = the smallest M of the list from
-which dequantize + cuBLAS is faster than the GEMM by more than 3% on every shape (None: never). Prints a table;
-writes the rows as JSON to --json.
+which dequantize + cuBLAS is faster than the GEMM by more than 3% on every shape (None: never), for shapes the sweep
+did not time; ``shapes`` = per shape timed, the M (> 16) where dequantize + cuBLAS ran more than 3% faster than the
+GEMM (dispatch.MeasuredShape: a call takes the choice of the measured M nearest its own). Prints a table; writes
+the rows as JSON to --json.
 
     python devtools/gemm_dispatch_rule.py [--spec awq_int4_fp16] [--json out.json] [--write-rule]
 """
@@ -38,6 +42,11 @@ def main() -> int:
     ap.add_argument("--spec", default="awq_int4_fp16")
     ap.add_argument("--json", default=None)
     ap.add_argument("--write-rule", action="store_true")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="then time Kernel.matmul under the rule (written first) against the best path",
+    )
     ap.add_argument("--shapes", default=",".join(f"{k}x{n}" for k, n in SHAPES))
     ap.add_argument("--ms", default=",".join(map(str, MS)))
     a = ap.parse_args()
@@ -84,11 +93,6 @@ def main() -> int:
     def t(impl: str, M: int, K: int, N: int) -> float:
         return next(r["us"] for r in rows if (r["impl"], r["M"], r["K"], r["N"]) == (impl, M, K, N))
 
-    dense_min = None
-    for M in ms:
-        if M > 16 and all(t("dequant + cublas", M, K, N) * 1.03 < t("gemm", M, K, N) for K, N in shapes):
-            dense_min = M
-            break
     print("\n| M | " + " | ".join(f"{K}x{N} gemv / gemm / dense / cublas (us)" for K, N in shapes) + " |")
     for M in ms:
         cells = [
@@ -97,26 +101,46 @@ def main() -> int:
             for K, N in shapes
         ]
         print(f"| {M} | " + " | ".join(cells) + " |")
-    small = [M for M in ms if M <= dispatch.GEMV_MAX_M]
+    from dqgen.run import device as dev
+    from dqgen.run.dispatch_sweep import regret, rule_from_sweep
 
-    def regret(start: int) -> float:
-        """The worst ratio over the faster path, GEMV below ``start``, GEMM from it, over the small M and shapes."""
-        worst = 1.0
-        for M in small:
-            for K, N in shapes:
-                gv, gm = t("gemv", M, K, N), t("gemm", M, K, N)
-                worst = max(worst, (gm if start <= M else gv) / min(gv, gm))
-        return worst
-
-    gemm_min = min([*small, dispatch.GEMV_MAX_M + 1], key=lambda m: (regret(m), -m))
-    print(f"gemm_min_m {gemm_min}: at most {regret(gemm_min):.3f}x the faster of GEMV and GEMM up to M = 16")
-    rule = dispatch.DispatchRule(gemm_min_m=gemm_min, dense_min_m=dense_min)
+    sms = dev.sm_count(0) if dispatch.is_hopper(0) else None  # the dispatch's small-M narrowing on sm_90
+    rule = rule_from_sweep(t, ms, shapes, sms)
+    print(f"gemm_min_m {rule.gemm_min_m}: at most {regret(t, rule.gemm_min_m, ms, shapes, sms):.3f}x the faster of "
+          "GEMV and GEMM up to M = 16")  # fmt: skip
     print(f"rule for {torch.cuda.get_device_name(0)}: {rule}")
+    if a.write_rule or a.check:
+        print(f"written to {dispatch.save_rule(0, rule)}")
+    checks = []
+    if a.check:  # what a user pays under the rule: Kernel.matmul (the dispatch) over the best path measured above
+        for K, N in shapes:
+            q, s, z = make_inputs(spec, K, N, 0)
+            gi = make_g_idx(spec, K, 0)
+            mw = k.pack_matmul(q, s, z, g_idx=gi)  # q, s, z stay alive: the dense path may dequantize them
+            for M in ms:
+                x = torch.randn((M, K), dtype=dt, device="cuda")
+                us = single_call_us(lambda x=x, mw=mw: k.matmul(x, mw))
+                best = min(
+                    r["us"] for r in rows if (r["M"], r["K"], r["N"]) == (M, K, N) and r["impl"] != "cublas dense"
+                )
+                checks.append({"M": M, "K": K, "N": N, "dispatch_us": us, "best_us": best, "over_best": us / best})
+                print(f"{K}x{N} M={M} Kernel.matmul: {us:.1f} us, {us / best:.3f}x the best path ({best:.1f})")
+            del q, s, z, mw
+            torch.cuda.empty_cache()
+        worst = max(checks, key=lambda c: c["over_best"])
+        print(f"worst: {worst['over_best']:.3f}x the best path at {worst['K']}x{worst['N']} M={worst['M']}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(0), "rule": rule.__dict__, "rows": rows}, f, indent=1)
-    if a.write_rule:
-        print(f"written to {dispatch.save_rule(0, rule)}")
+            json.dump(
+                {
+                    "gpu": torch.cuda.get_device_name(0),
+                    "rule": dispatch.rule_entry(rule),
+                    "rows": rows,
+                    "checks": checks,
+                },
+                f,
+                indent=1,
+            )
     bad = [r for r in rows if not r["rel_err"] <= (2e-3 if spec.target.value == "fp16" else 1e-2)]
     if bad:
         print(f"FAILED: {len(bad)} outputs off the reference, first {bad[0]}")

@@ -42,14 +42,15 @@ def test_hopper_pays_where_each_resident_cta_gets_12_k_tiles(monkeypatch: pytest
 
 
 def test_small_m_and_the_sm80_fallback_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:
+    rule4 = DispatchRule(gemm_min_m=4, dense_min_m=None)  # a Hopper rule that sends rows under 16 to the GEMM
     monkeypatch.setattr(dispatch, "is_hopper", lambda device: True)
-    monkeypatch.setattr(dispatch, "rule_for", lambda device: HOPPER_RULE)
+    monkeypatch.setattr(dispatch, "rule_for", lambda device: rule4)
     monkeypatch.setattr(dispatch, "hopper_pays", lambda n, k, m, device: n >= 8192)
     # the Hopper kernel can take the call: its rule, narrowed to the shapes where it pays
-    assert dispatch.effective_rule(0, True) == HOPPER_RULE
-    assert dispatch.small_m_gemm(4, HOPPER_RULE, 0, True, (28672, 128))
-    assert not dispatch.small_m_gemm(4, HOPPER_RULE, 0, True, (1024, 64))  # narrow: the GEMV
-    assert not dispatch.small_m_gemm(3, HOPPER_RULE, 0, True, (28672, 128))  # below the rule's 4 tokens
+    assert dispatch.effective_rule(0, True) == rule4
+    assert dispatch.small_m_gemm(4, rule4, 0, True, (28672, 128))
+    assert not dispatch.small_m_gemm(4, rule4, 0, True, (1024, 64))  # narrow: the GEMV
+    assert not dispatch.small_m_gemm(3, rule4, 0, True, (28672, 128))  # below the rule's 4 tokens
     # it cannot (x rows not 16-byte aligned on in-order slots): the sm_80 GEMM's rule, which keeps the GEMV below 16
     # and goes dense at 512
     assert dispatch.effective_rule(0, False) == SM80_ON_HOPPER_RULE

@@ -308,9 +308,10 @@ def test_float_spec_dispatch_takes_the_hopper_gemm(name: str) -> None:
 def test_nvfp4_through_kernel_matmul_and_quantlinear() -> None:
     """NVFP4 (e4m3 scales in groups of 16: two a converted word; the fp32 global scale a launch argument) through the
     user's calls on an sm_90 GPU: Kernel.matmul on a packed weight at M reaching every token tile (8 .. 256 and two
-    256-token tiles) on a weight where the Hopper GEMM pays from 4 rows, twice into NaN-poisoned outputs, and the
-    checkpoint form once; QuantLinear (its buffers, no new API) likewise; each time the Hopper kernel ran (the weight
-    beside it got its tensor maps), each answer within the fp16 tolerance of the float64 reference. Bad global
+    256-token tiles; under 16 rows the GPU's rule may keep the GEMV) on a weight where the Hopper GEMM pays, twice
+    into NaN-poisoned outputs, and the checkpoint form once; QuantLinear (its buffers, no new API) likewise; the
+    Hopper kernel ran (the weight beside it got its tensor maps), each answer within the fp16 tolerance of the
+    float64 reference. Bad global
     scales are one line naming the tensor, before any launch."""
     _hopper()
     import torch

@@ -1,15 +1,17 @@
 """``Kernel.matmul``: y = x @ dequant(W) by the fastest path for M, by a per-GPU ``DispatchRule``.
 
-- M below the rule's ``gemm_min_m`` (17 by default; 4 on the H100 and other sm_90 GPUs, where the Hopper GEMM
-  beats the GEMV from 4 tokens): the fused GEMV (dqgen.run.matmul), up to 16 tokens a launch;
+- M below the rule's ``gemm_min_m`` (17 by default; 16 on the H100 and other sm_90 GPUs, measured; a rule from
+  under 16 sends those rows to the Hopper GEMM only where it pays): the fused GEMV (dqgen.run.matmul), up to 16
+  tokens a launch;
 - from there, for 4- and 8-bit integer specs: the tensor-core GEMM (dqgen.run.gemm; on sm_90 its wgmma main
   loop, dqgen.run.gemm90), on the GemmWeight packed beside the MatmulWeight by ``Kernel.pack_matmul`` or, for
   checkpoint tensors, packed once per tensor version (cached like the GEMV's); for the 4- and 8-bit float and
   codebook specs the Hopper GEMM takes (fp8, nf4, ...: ``MatmulTarget.hopper_only``), that GEMM on an sm_90 GPU
   where it can take the call, under the same rule, and the GEMV wherever it cannot (no sm_80 GEMM of theirs);
-- from the rule's ``dense_min_m`` on (512 by default; never on sm_90), where the checkpoint tensors are at hand
-  (passed in the call, or alive and unchanged beside a packed weight): dequantize into a dense weight and
-  ``torch.matmul`` (cuBLAS), where a compute-bound GEMM of fp16 weights beats mma.sync with a conversion in its loop;
+- from the rule's ``dense_min_m`` on (512 by default; never on sm_90), and for a weight shape of the rule's sweep
+  (``DispatchRule.shapes``) at the M where it measured faster (on the H100: small N, e.g. 4096x1024 from 64 tokens,
+  where the GEMM's 128-feature tiles leave SMs idle), where the checkpoint tensors are at hand (passed in the call,
+  or alive and unchanged beside a packed weight): dequantize into a dense weight and ``torch.matmul`` (cuBLAS);
   NVFP4 among them (its fp32 global scale packed with the weight and passed to the Hopper GEMM's launch);
 - other specs (2-, 3- and 6-bit codes: gemm90.refusal90 says why) keep the GEMV for every M;
 - under torch.compile, one custom op of dqgen.run.torch_op (``dqgen::matmul_dispatch*``; ``dqgen::matmul*`` for
@@ -130,18 +132,54 @@ def checkpoint_of(matmul_weight: Any) -> tuple[Any, ...] | None:
     return tuple(out)
 
 
+#: How much faster dequantize + cuBLAS must have run than the GEMM at a measured (K, N, M) for the rule to send that
+#: point to it: the issue's bound on what a user may pay over the best path (3%).
+DENSE_MARGIN = 1.03
+
+
+@dataclass(frozen=True)
+class MeasuredShape:
+    """One weight shape (K x N) of a GPU's rule sweep: the M it was timed at and those of them where dequantize +
+    cuBLAS ran more than DENSE_MARGIN faster than the GEMM (on the H100: small N, where the GEMM's tiles leave a
+    partial wave and cuBLAS's smaller ones do not; docs/experiments/issue23.md, session 32)."""
+
+    k: int
+    n: int
+    ms: tuple[int, ...]
+    dense_ms: tuple[int, ...] = ()
+
+    def dense(self, M: int) -> bool | None:
+        """Whether M rows go to dequantize + cuBLAS: the choice at the measured M nearest M (on a log scale; the
+        smaller on a tie), None below the smallest (not measured: the rule's dense_min_m decides)."""
+        if not self.ms or min(self.ms) > M:
+            return None
+        nearest = min(self.ms, key=lambda m: (abs(math.log2(m / M)), m))
+        return nearest in self.dense_ms
+
+
 @dataclass(frozen=True)
 class DispatchRule:
     """Per GPU: from which M the GEMM replaces the GEMV, and from which M (None: never) dequantize + cuBLAS
-    replaces the GEMM where the checkpoint tensors are at hand (passed, or alive beside a packed weight)."""
+    replaces the GEMM where the checkpoint tensors are at hand (passed, or alive beside a packed weight); for the
+    weight shapes of its sweep (``shapes``), the M where dequantize + cuBLAS measured faster instead."""
 
     gemm_min_m: int = GEMV_MAX_M + 1
     dense_min_m: int | None = DEFAULT_DENSE_MIN_M
+    shapes: tuple[MeasuredShape, ...] = ()
+
+    def dense(self, M: int, k_n: tuple[int, int] | None = None) -> bool:
+        """Whether M rows of a K x N weight (``k_n``; None: unknown) go to dequantize + cuBLAS under this rule."""
+        if k_n is not None:
+            for shape in self.shapes:
+                if (shape.k, shape.n) == k_n:
+                    here = shape.dense(M)
+                    if here is not None:
+                        return here
+        return self.dense_min_m is not None and self.dense_min_m <= M
 
 
-#: The rule of an sm_90 GPU with no measurement of its own (an H200, an H100 of another name): the H100's measured
-#: rule with the Hopper GEMM (dispatch_rules.json): the GEMM from 4 tokens, never dequantize + cuBLAS.
-HOPPER_RULE = DispatchRule(gemm_min_m=4, dense_min_m=None)
+#: The GPU whose measured rule an sm_90 GPU without one of its own follows (dispatch_rules.json).
+HOPPER_REFERENCE_GPU = "NVIDIA H100 80GB HBM3"
 #: What an sm_90 GPU follows where the Hopper GEMM cannot take the call and the sm_80 GEMM runs (x rows not 16-byte
 #: aligned on a weight whose K slots are in order: its gather entry): the H100's rule for the sm_80 GEMM, measured
 #: 2026-11-24 (issue 14; the shipped rule before the Hopper GEMM): the GEMM from 16 tokens, dequantize + cuBLAS
@@ -172,9 +210,21 @@ def _stored(path: Path, name: str) -> DispatchRule | None:
         return None
     dense = entry.get("dense_min_m")
     try:
-        return DispatchRule(int(entry.get("gemm_min_m", GEMV_MAX_M + 1)), None if dense is None else int(dense))
-    except (TypeError, ValueError):  # a hand-edited value that is no number: as if there were no entry
+        measured = tuple(
+            MeasuredShape(int(m["k"]), int(m["n"]), tuple(map(int, m["ms"])), tuple(map(int, m.get("dense_ms", ()))))
+            for m in entry.get("shapes", ())
+        )
+        return DispatchRule(
+            int(entry.get("gemm_min_m", GEMV_MAX_M + 1)), None if dense is None else int(dense), measured
+        )
+    except (TypeError, ValueError, KeyError, AttributeError):  # a hand-edited entry: as if there were none
         return None
+
+
+#: The rule of an sm_90 GPU with no measurement of its own (an H200, an H100 of another name): the H100's measured
+#: rule with the Hopper GEMM (dispatch_rules.json: dequantize + cuBLAS at the shapes and M where it measured faster;
+#: the same 132 SMs, so the same partial waves), else the GEMM from 4 tokens and never dequantize + cuBLAS.
+HOPPER_RULE = _stored(SHIPPED_RULES, HOPPER_REFERENCE_GPU) or DispatchRule(gemm_min_m=4, dense_min_m=None)
 
 
 def rule_for(device: int) -> DispatchRule:
@@ -199,7 +249,7 @@ def save_rule(device: int, rule: DispatchRule) -> Path:
         rules = json.loads(path.read_text())
     except (OSError, ValueError):
         rules = {}
-    rules[dev_name(device)] = {"gemm_min_m": rule.gemm_min_m, "dense_min_m": rule.dense_min_m}
+    rules[dev_name(device)] = rule_entry(rule)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(rules, indent=1, sort_keys=True))
@@ -208,16 +258,25 @@ def save_rule(device: int, rule: DispatchRule) -> Path:
     return path
 
 
+def rule_entry(rule: DispatchRule) -> dict[str, Any]:
+    """A rule as dispatch.json / dispatch_rules.json hold it (what _stored reads back)."""
+    entry: dict[str, Any] = {"gemm_min_m": rule.gemm_min_m, "dense_min_m": rule.dense_min_m}
+    if rule.shapes:
+        entry["shapes"] = [{"k": m.k, "n": m.n, "ms": list(m.ms), "dense_ms": list(m.dense_ms)} for m in rule.shapes]
+    return entry
+
+
 def dev_name(device: int) -> str:
     torch = _torch()
     return str(torch.cuda.get_device_name(device))
 
 
-def pick(M: int, rule: DispatchRule, *, gemm_ok: bool, dense_ok: bool) -> str:
-    """'gemv', 'gemm' or 'dense' for M rows under ``rule`` (what dispatch runs; a pure function for the tests)."""
+def pick(M: int, rule: DispatchRule, *, gemm_ok: bool, dense_ok: bool, k_n: tuple[int, int] | None = None) -> str:
+    """'gemv', 'gemm' or 'dense' for M rows of a K x N weight (``k_n``) under ``rule`` (what dispatch runs; a pure
+    function for the tests)."""
     if not gemm_ok or rule.gemm_min_m > M:
         return "gemv"
-    if dense_ok and rule.dense_min_m is not None and rule.dense_min_m <= M:
+    if dense_ok and rule.dense(M, k_n):
         return "dense"
     return "gemm"
 
@@ -268,17 +327,18 @@ def dispatch(
     rule = effective_rule(device, hopper_ok)
     # the dense path's checkpoint holds no global scale (NVFP4): the GEMM it would replace runs
     dense_spec = not target.global_scale
+    k_n = _k_n(w, gw, scales, target) if rule.shapes else None  # the weight's shape, where the rule has measured ones
     if is_packed:
         # the dense path needs the checkpoint tensors: alive and unchanged beside a packed weight, or passed
-        dense_m = rule.dense_min_m is not None and rule.dense_min_m <= M
+        dense_m = rule.dense(M, k_n)
         checkpoint = checkpoint_of(w) if gemm_ok and dense_spec and dense_m else None
         dense_ok = checkpoint is not None
     else:
         checkpoint = (w, scales, zeros, g_idx)
         dense_ok = dense_spec
     if gemm_ok and M < GEMV_MAX_M and not small_m_gemm(M, rule, device, hopper_ok, _weight_dims(w, gw, scales, target)):
-        rule = DispatchRule(GEMV_MAX_M, rule.dense_min_m)
-    way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok)
+        rule = DispatchRule(GEMV_MAX_M, rule.dense_min_m, rule.shapes)
+    way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok, k_n=k_n)
     if way == "gemv":
         return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
     spec = target.artifact.spec
@@ -321,6 +381,17 @@ def takes_gemv(target: MatmulTarget, x: Any, w: Any, scales: Any, g_idx: Any, M:
     if M < GEMV_MAX_M:
         return not small_m_gemm(M, rule, device, hopper_ok, _weight_dims(w, gw, scales, target))
     return rule.gemm_min_m > M
+
+
+def _k_n(w: Any, gw: GemmWeight | None, scales: Any, target: MatmulTarget) -> tuple[int, int] | None:
+    """(K, N) of the weight a call multiplies by (what the rule's measured shapes are keyed by): the packed GEMM
+    weight's, or the checkpoint tensors'."""
+    if gw is not None:
+        return gw.K, gw.N
+    if scales is not None and hasattr(w, "shape"):
+        K, N = output_shape(target.artifact.spec, tuple(w.shape))
+        return K, N
+    return None
 
 
 def _weight_dims(w: Any, gw: GemmWeight | None, scales: Any, target: MatmulTarget) -> tuple[int, int] | None:

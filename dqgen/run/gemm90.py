@@ -152,11 +152,14 @@ def x_ineligible(x_ptr: int, x_stride: int, K: int) -> str:
 def hopper_pays(N: int, k_tiles: int, M: int, device: int) -> bool:
     """Whether the Hopper GEMM is the faster GEMM for M rows of this weight on this GPU: its resident CTAs (the
     config's blocks an SM) get at least MIN_K_TILES_PER_CTA K tiles each."""
-    if not is_hopper(device):
-        return False
+    return is_hopper(device) and pays90(N, k_tiles, M, dev.sm_count(device))
+
+
+def pays90(N: int, k_tiles: int, M: int, sms: int) -> bool:
+    """hopper_pays on a GPU of ``sms`` SMs (a pure function: the dispatch rule's sweep models the dispatch with it)."""
     cfg = choose_config90(M)
     tiles = -(-M // cfg.bn) * -(-N // TILE_N)
-    resident = dev.sm_count(device) * cfg.min_blocks
+    resident = sms * cfg.min_blocks
     per_cta = k_tiles if tiles >= resident else tiles * k_tiles / resident
     return per_cta >= MIN_K_TILES_PER_CTA
 
