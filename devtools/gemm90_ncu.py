@@ -1,12 +1,14 @@
 """Issue 23's speed misses under ncu, each beside the kernel it is measured against, and the W4A16 Hopper GEMM's
 main-loop SASS on the CPU.
 
-(a) decode at >= 80% of the weight floor: dqgen (through Kernel.matmul's dispatch) at M = 1 and 8 on 8192x28672 and
-    28672x8192 (K x N), humming at M = 1, and a plain read of the packed weight (torch's sum over its int32 words).
+(a) decode at >= 80% of the weight floor: dqgen at M = 1 (Kernel.matmul: the GEMV) and 8 (``dqgen gemm``: run_gemm,
+    the Hopper GEMM whatever the dispatch rule says) on 8192x28672 and 28672x8192 (K x N), humming at M = 1, and a
+    plain read of the packed weight (torch's sum over its int32 words).
 (b) at most 0.9x humming's time, M = 16..256: dqgen and humming at M = 16, 128, 256 on 8192x28672, and at M = 128 on
     4096x28672 (the worst ratio of the committed bench).
-(c) end to end, the small linears of a Llama-3-8B layer (q / o 4096x4096, k / v 4096x1024) at M = 64 and 256: dqgen,
-    humming and cuBLAS on the dense fp16 weight.
+(c) end to end, the small linears of a Llama-3-8B layer (q / o 4096x4096, k / v 4096x1024) at M = 64 and 256: dqgen's
+    GEMM (run_gemm: the sm_80 or Hopper kernel, by gemm90.hopper_pays; the dispatch may send these to dequantize +
+    cuBLAS instead), humming and cuBLAS on the dense fp16 weight.
 
 Weights: AWQ int4 g128 fp16 (dqgen.run.inputs.make_inputs, the bench's), humming quantizing the same dense W itself
 (dqgen.tools.bench_matmul.humming_layer). Each case is launched once after two warm-up calls between
@@ -35,17 +37,17 @@ SPEC = "awq_int4_fp16"
 BIG, TALL, WIDE = (8192, 28672), (28672, 8192), (4096, 28672)
 Q_O, K_V = (4096, 4096), (4096, 1024)
 CASES: tuple[Case, ...] = (
-    *(Case("a", impl, m, *kn) for kn in (BIG, TALL) for impl, m in (("dqgen", 1), ("dqgen", 8), ("humming", 1))),
+    *(Case("a", impl, m, *kn) for kn in (BIG, TALL) for impl, m in (("dqgen", 1), ("dqgen gemm", 8), ("humming", 1))),
     Case("a", "read weight", 0, *BIG),
     *(Case("b", impl, m, *BIG) for m in (16, 128, 256) for impl in ("dqgen", "humming")),
     *(Case("b", impl, 128, *WIDE) for impl in ("dqgen", "humming")),
-    *(Case("c", impl, m, *kn) for kn in (Q_O, K_V) for m in (64, 256) for impl in ("dqgen", "humming", "cublas")),
+    *(Case("c", impl, m, *kn) for kn in (Q_O, K_V) for m in (64, 256) for impl in ("dqgen gemm", "humming", "cublas")),
 )
 
 
 def kernel_of(case: Case, name: str) -> bool:
     """Whether a kernel of this name is the case's own (a torch call's helper kernels are listed beside it)."""
-    if case.impl == "dqgen":
+    if case.impl in ("dqgen", "dqgen gemm"):
         return name.startswith("dqgen")
     if case.impl == "read weight":
         return "reduce_kernel" in name and "splitK" not in name
@@ -64,7 +66,7 @@ def sass_report(out: str = "") -> list[dict[str, Any]]:
 
     spec = load_spec(SPEC)
     rows = []
-    for cfg in dict.fromkeys(choose_config90(c.m) for c in CASES if c.impl == "dqgen"):
+    for cfg in dict.fromkeys(choose_config90(c.m) for c in CASES if c.impl in ("dqgen", "dqgen gemm")):
         mw = 128 // cfg.consumers // 64
         # sass_row counts 4 GMMAs of each m64 block a tile: the k16 steps of one 64-k tile here
         row = {"config": cfg.tag, **nc.sass_row(Gemm90KernelConfig.one(spec, cfg), mw)}
@@ -87,6 +89,7 @@ def shape_calls(k: int, n: int, cases: Sequence[Case]) -> list[tuple[Case, Calla
 
     from dqgen import Kernel
     from dqgen.core.spec import load_spec
+    from dqgen.run import dispatch, gemm
     from dqgen.run.inputs import make_inputs
     from dqgen.tools.bench_matmul import humming_layer
 
@@ -94,7 +97,8 @@ def shape_calls(k: int, n: int, cases: Sequence[Case]) -> list[tuple[Case, Calla
     q, s, z = make_inputs(kernel.spec, k, n, 0)
     W = kernel(q, s, z)  # [K, N] fp16
     impls = {c.impl for c in cases}
-    packed = kernel.pack_matmul(q, s, z) if "dqgen" in impls else None
+    packed = kernel.pack_matmul(q, s, z) if impls & {"dqgen", "dqgen gemm"} else None
+    gw = dispatch.beside(packed) if packed is not None else None
     layer = humming_layer(W.t()) if "humming" in impls else None
     g = torch.Generator(device="cuda").manual_seed(k + n)
     calls: list[tuple[Case, Callable[[], Any]]] = []
@@ -105,6 +109,7 @@ def shape_calls(k: int, n: int, cases: Sequence[Case]) -> list[tuple[Case, Calla
         x = (torch.randn(c.m, k, device="cuda", generator=g) / k**0.5).half()
         call = {
             "dqgen": lambda x=x: kernel.matmul(x, packed),
+            "dqgen gemm": lambda x=x: gemm.run_gemm(kernel.spec, x, gw),
             "humming": lambda x=x: layer(x),
             "cublas": lambda x=x: torch.matmul(x, W),
         }[c.impl]

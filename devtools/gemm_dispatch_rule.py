@@ -104,13 +104,15 @@ def main() -> int:
     from dqgen.run import device as dev
     from dqgen.run.dispatch_sweep import regret, rule_from_sweep
 
-    sms = dev.sm_count(0) if dispatch.is_hopper(0) else None  # the dispatch's small-M narrowing on sm_90
-    rule = rule_from_sweep(t, ms, shapes, sms)
-    print(f"gemm_min_m {rule.gemm_min_m}: at most {regret(t, rule.gemm_min_m, ms, shapes, sms):.3f}x the faster of "
-          "GEMV and GEMM up to M = 16")  # fmt: skip
+    sms, hopper = dev.sm_count(0), dispatch.is_hopper(0)  # hopper: the dispatch's small-M narrowing on sm_90
+    rule = rule_from_sweep(t, ms, shapes, spec.name, sms, hopper)
+    worst = regret(t, rule.gemm_min_m, ms, shapes, sms if hopper else None)
+    print(f"gemm_min_m {rule.gemm_min_m}: at most {worst:.3f}x the faster of GEMV and GEMM up to M = 16")
     print(f"rule for {torch.cuda.get_device_name(0)}: {rule}")
-    if a.write_rule or a.check:
+    if a.write_rule:
         print(f"written to {dispatch.save_rule(0, rule)}")
+    elif a.check:  # this process alone follows it (the machine's rule file is left as it was)
+        dispatch._RULES[dispatch.dev_name(0)] = rule
     checks = []
     if a.check:  # what a user pays under the rule: Kernel.matmul (the dispatch) over the best path measured above
         for K, N in shapes:
@@ -134,6 +136,7 @@ def main() -> int:
             json.dump(
                 {
                     "gpu": torch.cuda.get_device_name(0),
+                    "spec": spec.name,
                     "rule": dispatch.rule_entry(rule),
                     "rows": rows,
                     "checks": checks,

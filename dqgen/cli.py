@@ -631,9 +631,15 @@ def _bench_linears(
             old = bl.load_document(record_path)  # refused before the GPU is touched
         except ValueError as e:
             _fail(f"--merge: {e}")
+        if (old["spec"], old["layers"]) != (bl.SPEC, layers):
+            _fail(
+                f"--merge: {record_path} is of {old['spec']} with {old['layers']} layers; this run {bl.SPEC}, {layers}"
+            )
     if docs:
         from .tools.report import read_sections
 
+        if Path(docs).exists() and not Path(docs).is_file():
+            _fail(f"--docs: {docs} is not a file")
         try:
             read_sections(Path(docs))  # a report the bench could not rewrite is refused before it measures
         except (ValueError, OSError, UnicodeDecodeError) as e:
@@ -641,6 +647,9 @@ def _bench_linears(
     if not dev.gpu_available():
         _fail("dqgen bench --model-linears needs an NVIDIA GPU (none found)")
     import torch
+
+    if old is not None and old["gpu"] != torch.cuda.get_device_name(0):
+        _fail(f"--merge: {record_path} is of {old['gpu']!r}; this GPU is {torch.cuda.get_device_name(0)!r}")
 
     from .core.files import write_json
 

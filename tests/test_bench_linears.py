@@ -27,6 +27,9 @@ from dqgen.tools import bench_linears as bl
         (["--runs", "3"], "error: [--runs] does not apply to --model-linears"),
         (["--merge", "--record", "missing.json"], "error: --merge: missing.json: cannot read"),
         (["--docs", "report.md"], "error: --docs: report.md: expected only whole"),
+        (["--docs", "adir"], "error: --docs: adir is not a file"),
+        (["--merge", "--record", "rec.json", "--layers", "2"],
+         "error: --merge: rec.json is of awq_int4_fp16 with 4 layers; this run awq_int4_fp16, 2"),
         (["--matmul"], "error: --model-linears is a bench of its own"),
         (["--model"], "error: --model and --model-linears are separate benches"),
         (["awq_int4_fp16"], "error: --model-linears times fixed Llama-3-8B shapes; got specs"),
@@ -41,6 +44,8 @@ def test_flags_refused_before_the_gpu(monkeypatch, tmp_path, args, message, gpu)
     monkeypatch.chdir(tmp_path)
     report = "prose outside any section\n<!-- section:x:begin -->\nx\n<!-- section:x:end -->\n"
     (tmp_path / "report.md").write_text(report)
+    (tmp_path / "adir").mkdir()
+    write_json(tmp_path / "rec.json", _doc(ROWS))
     r = CliRunner().invoke(app, ["bench", "--model-linears", *args])
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -302,7 +307,14 @@ def test_merge_keeps_the_rows_this_run_did_not_time() -> None:
     assert got[("dqgen", 64)] == 600.0 and got[("dqgen", 256)] == 1000.0  # the new run's
     assert got[("dqgen", 1)] == 322.0 and got[("humming", 64)] == 490.0  # kept from the record
     assert len(merged["rows"]) == len(ROWS) + 1
-    assert merged["note"] == "M = 1, 64 from the run of 2026-11-27 16:00 UTC, the rest from the run of later"
+    assert merged["note"] == (
+        "rows kept from the run of 2026-11-27 16:00 UTC (M = 1: fp16 cublas, dqgen, humming, torch int4; "
+        "M = 64: fp16 cublas, humming), the rest from the run of later"
+    )
+    again = bl.merge_documents(
+        merged, bl.document("NVIDIA H100 80GB HBM3", 4, [_row("dqgen", 1, 300.0)], "m", when="t3")
+    )
+    assert again["note"].endswith("the rest from the run of t3; that run's record: " + merged["note"])
     with pytest.raises(ValueError, match="layers 4, this run 2"):
         bl.merge_documents(old, bl.document("NVIDIA H100 80GB HBM3", 2, [], "m"))
     with pytest.raises(ValueError, match="gpu"):

@@ -27,6 +27,8 @@ def gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setattr(dispatch, "dev_name", dev_name)
     monkeypatch.setattr(dispatch, "is_hopper", lambda device: names[device].startswith("NVIDIA H"))
     monkeypatch.setattr(dispatch, "rule_path", lambda: tmp_path / "dispatch.json")
+    # an H100 SXM's 132 SMs, the H100 PCIe's 114 (device 3 in the tests that name one)
+    monkeypatch.setattr(dispatch.dev, "sm_count", lambda device: 114 if names[device] == "NVIDIA H100 PCIe" else 132)
     monkeypatch.setattr(dispatch, "_RULES", {})
     monkeypatch.setattr(dispatch, "_NAMES", {})
     return names, asked
@@ -172,10 +174,10 @@ def test_the_rule_from_a_sweep_models_the_small_m_narrowing() -> None:
     assert dispatch_sweep.regret(us, 4, ms, shapes, 132) == 1.0
     assert dispatch_sweep.regret(us, 4, ms, shapes, None) == pytest.approx(1.2)
     assert dispatch_sweep.regret(us, 17, ms, shapes, None) == pytest.approx(1.1)
-    rule = dispatch_sweep.rule_from_sweep(us, ms, shapes, 132)
-    assert (rule.gemm_min_m, rule.dense_min_m) == (4, None)
+    rule = dispatch_sweep.rule_from_sweep(us, ms, shapes, "awq_int4_fp16", 132, True)
+    assert (rule.gemm_min_m, rule.dense_min_m, rule.sweep_spec, rule.sms) == (4, None, "awq_int4_fp16", 132)
     assert rule.shapes == (dispatch.MeasuredShape(*wide, (32,)), dispatch.MeasuredShape(*small, (32,)))
-    assert dispatch_sweep.rule_from_sweep(us, ms, shapes, None).gemm_min_m == 17  # 1.1x beats 1.2x (from 4 .. 16)
+    assert dispatch_sweep.rule_from_sweep(us, ms, shapes, "awq_int4_fp16", 132, False).gemm_min_m == 17  # 1.1 < 1.2
 
 
 def test_the_shipped_rule_is_the_function_of_its_recorded_rows() -> None:
@@ -188,4 +190,42 @@ def test_the_shipped_rule_is_the_function_of_its_recorded_rows() -> None:
 
     ms = sorted({r["M"] for r in rows})
     shapes = list(dict.fromkeys((r["K"], r["N"]) for r in rows))
-    assert dispatch.rule_entry(dispatch_sweep.rule_from_sweep(us, ms, shapes, 132)) == record["rule"]
+    rule = dispatch_sweep.rule_from_sweep(us, ms, shapes, record["spec"], 132, True)
+    assert dispatch.rule_entry(rule) == record["rule"]
+
+
+def test_measured_shapes_keep_to_their_sm_count_and_their_code_family(gpu) -> None:
+    """The shipped H100 rule's per-shape choices come from its 132 SMs' partial waves and its int4 sweep: an sm_90
+    GPU of another SM count gets the rule without them, and specs of another code family, act-order specs and the
+    float specs only the Hopper GEMM takes never use them."""
+    import dataclasses
+    import types
+
+    names, _ = gpu
+    names[2], names[3] = "NVIDIA H200", "NVIDIA H100 PCIe"
+    assert dispatch.rule_for(0).shapes and dispatch.rule_for(0).sms == 132
+    assert dispatch.rule_for(2).shapes  # an H200: 132 SMs too
+    pcie = dispatch.rule_for(3)
+    assert not pcie.shapes and pcie.gemm_min_m == dispatch.HOPPER_RULE.gemm_min_m
+    from dqgen.core.spec import load_spec
+
+    rule = dispatch.rule_for(0)
+
+    def target(name: str, hopper_only: bool = False) -> object:
+        art = types.SimpleNamespace(spec=load_spec(name))
+        return types.SimpleNamespace(artifact=art, hopper_only=hopper_only)
+
+    assert dispatch.shapes_apply(rule, target("awq_int4_fp16"))
+    assert dispatch.shapes_apply(rule, target("gptq_int4_fp16"))  # the same 4-bit integer codes
+    assert not dispatch.shapes_apply(rule, target("int8_fp16"))  # 8-bit: not swept
+    assert not dispatch.shapes_apply(rule, target("gptq_int4_asym_act_order_fp16"))
+    assert not dispatch.shapes_apply(rule, target("fp4_e2m1_bf16", hopper_only=True))
+    assert not dispatch.shapes_apply(dataclasses.replace(rule, shapes=()), target("awq_int4_fp16"))
+    assert not dispatch.shapes_apply(dataclasses.replace(rule, sweep_spec="no_such_spec"), target("awq_int4_fp16"))
+
+
+@pytest.mark.parametrize("ms", [[0, 512], [-1], "32", [1.5]])
+def test_a_rule_file_with_bad_measured_ms_is_ignored(gpu, tmp_path: Path, ms: object) -> None:
+    entry = {"gemm_min_m": 17, "dense_min_m": None, "shapes": [{"k": 1, "n": 1, "ms": ms, "dense_ms": []}]}
+    (tmp_path / "dispatch.json").write_text(json.dumps({H100: entry}))
+    assert dispatch.rule_for(0) == dispatch._stored(dispatch.SHIPPED_RULES, H100)

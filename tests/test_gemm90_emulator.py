@@ -330,7 +330,7 @@ def test_the_model_catches_nvfp4_with_one_block_scale_a_word(monkeypatch: pytest
 
 # -- 2-CTA clusters: pair tiles, x multicast in halves, both CTAs' releases ------------------------------------------
 
-CLUSTER_SPECS = [load_spec(n) for n in ("awq_int4_fp16", "int8_bf16", "fp8_e4m3_fp16")] + SMALL_GROUPS[:1]
+CLUSTER_SPECS = [load_spec(n) for n in ("awq_int4_fp16", "int8_bf16", "fp8_e4m3_fp16", "nvfp4_fp16")] + SMALL_GROUPS[:1]
 
 
 def _cluster_grids(pair_tiles: int) -> list[int]:
@@ -350,7 +350,7 @@ def test_emulated_cluster_gemm90_equals_x_at_w(spec: Spec, cfg: Gemm90Config, n:
     assert cfg.cluster == 2 and cfg.x_box_rows == cfg.bn // 2
     M = cfg.bn + extra_rows
     K, group = _case_k(spec)
-    (q, s, z, gi, _), W = matmul_inputs(spec, K, n, seed=3, group_size=group if group > 0 else None)
+    (q, s, z, gi, gs), W = matmul_inputs(spec, K, n, seed=3, group_size=group if group > 0 else None)
     G = s.shape[0]
     pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
     x = random_x(spec, M, K, seed=4)
@@ -358,7 +358,7 @@ def test_emulated_cluster_gemm90_equals_x_at_w(spec: Spec, cfg: Gemm90Config, n:
     pair_tiles = -(-M // cfg.bn) * -(-n // 256)
     for P in _cluster_grids(pair_tiles):
         order = np.random.default_rng(P).permutation(P).tolist()
-        y = emu.emulate90(spec, pk, x, cfg, P, order=order)
+        y = emu.emulate90(spec, pk, x, cfg, P, order=order, global_scale=gs)  # NVFP4: its global scale
         assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max()), (cfg.tag, M, n, P)
 
 
@@ -434,6 +434,10 @@ def test_the_cluster_rule_takes_large_m_on_wide_weights() -> None:
 
     assert use_cluster90(1024, 8192) and use_cluster90(4096, 28672) and use_cluster90(1500, 8192)
     assert not use_cluster90(512, 28672) and not use_cluster90(1024, 4096) and not use_cluster90(4096, 4096)
+    # measured on AWQ int4: 4-bit integer codes take it, 8-bit and float codes (not measured) do not
+    for name, takes in (("awq_int4_fp16", True), ("gptq_int4_fp16", True), ("int8_fp16", False),
+                        ("fp8_e4m3_fp16", False), ("nvfp4_fp16", False)):  # fmt: skip
+        assert use_cluster90(4096, 28672, load_spec(name)) == takes, name
     # the rule is the bench's: every row it takes ran faster in clusters than bind90's one-CTA launch, every row it
     # leaves did not
     rows = json.loads((Path(__file__).parents[1] / "docs/bench/gemm90_cluster_h100.json").read_text())["rows"]

@@ -361,7 +361,7 @@ def test_nvfp4_through_kernel_matmul_and_quantlinear() -> None:
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("name", ["awq_int4_fp16", "int8_bf16", "mxfp4_bf16"])
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "int8_bf16", "mxfp4_bf16", "nvfp4_fp16"])
 def test_cluster_entries_with_tails_and_odd_feature_tiles(name: str) -> None:
     """The 2-CTA cluster entries (x multicast in halves, __cluster_dims__ launched by cuLaunchKernel), at M = 1, the
     tile less 3, the tile + 5 (the second token tile's rank-1 half wholly past M) and 3 tiles + 7: N with an even
@@ -421,3 +421,34 @@ def test_the_rule_launches_the_cluster_entry_by_itself() -> None:
         names = [b.kernel.name for b in gw._bound.values() if hasattr(b, "kernel")]
         assert any(n.endswith("x2") for n in names) == clustered, names
         gw._bound.clear()
+
+
+@pytest.mark.quick
+def test_a_cluster_launch_replays_in_a_cuda_graph() -> None:
+    """The rule's 2-CTA entry (M = 1024, N = 8192) captured into a CUDA graph and replayed on new x written into the
+    captured input: each replay within tolerance of its own reference (what a prefill graph does)."""
+    _hopper()
+    import torch
+
+    spec = load_spec("awq_int4_fp16")
+    K, N, M = 1024, 8192, 1024
+    gw, W = _weight(spec, K, N, 9, 128)
+    assert gemm90.use_cluster90(M, N, spec)
+    x = to_torch(random_x(spec, M, K, seed=1))
+    out = torch.empty(M, N, dtype=torch.float16, device="cuda")
+    gemm.run_gemm(spec, x, gw, out=out)  # bound (and its tensor maps made) before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        gemm.run_gemm(spec, x, gw, out=out)
+    torch.cuda.synchronize()
+    assert any(b.kernel.name.endswith("x2") for b in gw._bound.values() if hasattr(b, "kernel"))
+    for seed in (2, 3):
+        x_np = random_x(spec, M, K, seed=seed)
+        x.copy_(to_torch(x_np))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(spec, out, matmul_reference(x_np, W))

@@ -68,6 +68,12 @@ def _write_gru(doc: Path, record: dict[str, Any]) -> None:
     write_section(doc, "gru", performance_section(record["rows"], record["gpu"], record["date"]))
 
 
+def _write_linears(doc: Path, record: dict[str, Any]) -> None:
+    from dqgen.tools import bench_linears
+
+    bench_linears.write_docs(doc, record)
+
+
 def _write_model(doc: Path, record: dict[str, Any]) -> None:
     from dqgen.tools import bench_model
 
@@ -78,6 +84,7 @@ def _write_model(doc: Path, record: dict[str, Any]) -> None:
 WRITERS: dict[str, tuple[str, Callable[[Path, dict[str, Any]], None]]] = {
     "dequant": ("dequant.json", _write_dequant),
     "matmul": ("matmul.json", _write_matmul),
+    "linears": ("e2e_linears.json", _write_linears),
     "w8a8": ("w8a8.json", _write_w8a8),
     "gru": ("gru.json", _write_gru),
     "model": ("model.json", _write_model),

@@ -27,19 +27,22 @@ measured on an H100), else the defaults below.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.formats import torch_dtype
+from ..core.spec import SourceKind, Spec
 from ..emit.nvrtc import default_cache_dir
 from ..emit.pipeline import Artifact
 from ..layout.gemm import TILE_K
+from . import device as dev
 from .errors import imported_torch as _torch
 from .gemm import GemmWeight, pack_gemm, packed_gemm, run_gemm
 from .gemm90 import hopper_pays, is_hopper, x_ineligible
@@ -161,11 +164,15 @@ class MeasuredShape:
 class DispatchRule:
     """Per GPU: from which M the GEMM replaces the GEMV, and from which M (None: never) dequantize + cuBLAS
     replaces the GEMM where the checkpoint tensors are at hand (passed, or alive beside a packed weight); for the
-    weight shapes of its sweep (``shapes``), the M where dequantize + cuBLAS measured faster instead."""
+    weight shapes of its sweep (``shapes``), the M where dequantize + cuBLAS measured faster instead: for specs of
+    the sweep's spec's code family (``sweep_spec``: its bits and code kind, in-order K) on GPUs of its SM count
+    (``sms``: the partial waves behind those choices move with it)."""
 
     gemm_min_m: int = GEMV_MAX_M + 1
     dense_min_m: int | None = DEFAULT_DENSE_MIN_M
     shapes: tuple[MeasuredShape, ...] = ()
+    sweep_spec: str | None = None
+    sms: int | None = None
 
     def dense(self, M: int, k_n: tuple[int, int] | None = None) -> bool:
         """Whether M rows of a K x N weight (``k_n``; None: unknown) go to dequantize + cuBLAS under this rule."""
@@ -211,14 +218,26 @@ def _stored(path: Path, name: str) -> DispatchRule | None:
     dense = entry.get("dense_min_m")
     try:
         measured = tuple(
-            MeasuredShape(int(m["k"]), int(m["n"]), tuple(map(int, m["ms"])), tuple(map(int, m.get("dense_ms", ()))))
+            MeasuredShape(int(m["k"]), int(m["n"]), _positive_ints(m["ms"]), _positive_ints(m.get("dense_ms", [])))
             for m in entry.get("shapes", ())
         )
+        sweep_spec, sms = entry.get("sweep_spec"), entry.get("sms")
         return DispatchRule(
-            int(entry.get("gemm_min_m", GEMV_MAX_M + 1)), None if dense is None else int(dense), measured
+            int(entry.get("gemm_min_m", GEMV_MAX_M + 1)),
+            None if dense is None else int(dense),
+            measured,
+            None if sweep_spec is None else str(sweep_spec),
+            None if sms is None else int(sms),
         )
     except (TypeError, ValueError, KeyError, AttributeError):  # a hand-edited entry: as if there were none
         return None
+
+
+def _positive_ints(values: Any) -> tuple[int, ...]:
+    """A rule file's list of M: positive ints, else ValueError (the entry is then ignored)."""
+    if not isinstance(values, list) or not all(isinstance(v, int) and v > 0 for v in values):
+        raise ValueError(f"expected a list of positive ints, got {values!r}")
+    return tuple(values)
 
 
 #: The rule of an sm_90 GPU with no measurement of its own (an H200, an H100 of another name): the H100's measured
@@ -238,6 +257,8 @@ def rule_for(device: int) -> DispatchRule:
         hit = _stored(rule_path(), name) or _stored(SHIPPED_RULES, name)
         if hit is None:
             hit = HOPPER_RULE if is_hopper(device) else DispatchRule()
+        if hit.shapes and hit.sms is not None and hit.sms != dev.sm_count(device):
+            hit = replace(hit, shapes=())  # its per-shape choices are another SM count's partial waves
         _RULES[name] = hit
     return hit
 
@@ -263,7 +284,40 @@ def rule_entry(rule: DispatchRule) -> dict[str, Any]:
     entry: dict[str, Any] = {"gemm_min_m": rule.gemm_min_m, "dense_min_m": rule.dense_min_m}
     if rule.shapes:
         entry["shapes"] = [{"k": m.k, "n": m.n, "ms": list(m.ms), "dense_ms": list(m.dense_ms)} for m in rule.shapes]
+        entry["sweep_spec"], entry["sms"] = rule.sweep_spec, rule.sms
     return entry
+
+
+def code_family(spec: Spec) -> tuple[int, str]:
+    """(bits, "integer" / "float" / "codebook"): specs of one family run the same GEMM main loop and dequantize at
+    the same cost (unsigned, signed and biased integers differ by a constant the conversion folds in)."""
+    kind = spec.source.kind
+    integer = kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
+    return spec.source.bits, "integer" if integer else kind.value
+
+
+@functools.cache
+def _sweep_family(spec_name: str) -> tuple[int, str] | None:
+    """code_family of a rule's sweep spec by name, None where no such spec exists here."""
+    from ..core.spec import load_spec
+
+    try:
+        spec = load_spec(spec_name)
+    except Exception:  # a rule from a newer dqgen may name a spec this one lacks: its shapes then apply to none
+        return None
+    return code_family(spec)
+
+
+def shapes_apply(rule: DispatchRule, target: MatmulTarget) -> bool:
+    """Whether the rule's measured shapes decide for this spec: one of the sweep spec's code_family, K in order
+    (act-order's dense path checks g_idx, the GEMM gathers), and a spec the sm_80 GEMM also takes (not hopper_only:
+    its float codes were not swept)."""
+    if not rule.shapes or target.hopper_only:
+        return False
+    spec = target.artifact.spec
+    if spec.act_order:
+        return False
+    return rule.sweep_spec is None or _sweep_family(rule.sweep_spec) == code_family(spec)
 
 
 def dev_name(device: int) -> str:
@@ -327,7 +381,8 @@ def dispatch(
     rule = effective_rule(device, hopper_ok)
     # the dense path's checkpoint holds no global scale (NVFP4): the GEMM it would replace runs
     dense_spec = not target.global_scale
-    k_n = _k_n(w, gw, scales, target) if rule.shapes else None  # the weight's shape, where the rule has measured ones
+    # the weight's shape, where the rule has measured shapes for this spec's family
+    k_n = _k_n(w, gw, scales, target) if shapes_apply(rule, target) else None
     if is_packed:
         # the dense path needs the checkpoint tensors: alive and unchanged beside a packed weight, or passed
         dense_m = rule.dense(M, k_n)
@@ -337,7 +392,7 @@ def dispatch(
         checkpoint = (w, scales, zeros, g_idx)
         dense_ok = dense_spec
     if gemm_ok and M < GEMV_MAX_M and not small_m_gemm(M, rule, device, hopper_ok, _weight_dims(w, gw, scales, target)):
-        rule = DispatchRule(GEMV_MAX_M, rule.dense_min_m, rule.shapes)
+        rule = replace(rule, gemm_min_m=GEMV_MAX_M)
     way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok, k_n=k_n)
     if way == "gemv":
         return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)

@@ -52,9 +52,13 @@ def regret(us: Times, start: int, ms: list[int], shapes: list[tuple[int, int]], 
     return worst
 
 
-def rule_from_sweep(us: Times, ms: list[int], shapes: list[tuple[int, int]], sms: int | None) -> DispatchRule:
-    """The rule: gemm_min_m the M (of the sweep's up to GEMV_MAX_M, or GEMV_MAX_M + 1) of least regret (the larger
-    on a tie); dense_min_m and the measured shapes as above."""
+def rule_from_sweep(
+    us: Times, ms: list[int], shapes: list[tuple[int, int]], spec: str, sms: int, hopper: bool
+) -> DispatchRule:
+    """The rule of a GPU of ``sms`` SMs (``hopper``: sm_90, where the dispatch narrows rows under 16) from a sweep of
+    ``spec``: gemm_min_m the M (of the sweep's up to GEMV_MAX_M, or GEMV_MAX_M + 1) of least regret (the larger on a
+    tie); dense_min_m and the measured shapes as above, those for ``spec``'s code family on GPUs of ``sms`` SMs."""
     small = [M for M in ms if M <= GEMV_MAX_M]
-    gemm_min = min([*small, GEMV_MAX_M + 1], key=lambda m: (regret(us, m, ms, shapes, sms), -m))
-    return DispatchRule(gemm_min, dense_min_m(us, ms, shapes), measured_shapes(us, ms, shapes))
+    narrow = sms if hopper else None
+    gemm_min = min([*small, GEMV_MAX_M + 1], key=lambda m: (regret(us, m, ms, shapes, narrow), -m))
+    return DispatchRule(gemm_min, dense_min_m(us, ms, shapes), measured_shapes(us, ms, shapes), spec, sms)

@@ -208,9 +208,13 @@ def cluster_ctas(pair_tiles: int, resident_clusters: int) -> int:
 CLUSTER_RULE: tuple[int, int] | None = (1024, 8192)
 
 
-def use_cluster90(M: int, N: int) -> bool:
-    """Whether bind90 picks the 2-CTA cluster entry of M's token tile for this call (CLUSTER_RULE)."""
+def use_cluster90(M: int, N: int, spec: Spec | None = None) -> bool:
+    """Whether bind90 picks the 2-CTA cluster entry of M's token tile for this call (CLUSTER_RULE): measured on
+    4-bit integer weights (AWQ int4), so only for those (``spec`` None: the shape alone); 8-bit and float codes,
+    whose W takes more of a stage, were not measured."""
     if CLUSTER_RULE is None:
+        return False
+    if spec is not None and (spec.source.bits != 4 or spec.source.kind.value not in ("unsigned", "signed", "biased")):
         return False
     least_m, least_n = CLUSTER_RULE
     return least_m <= M and least_n <= N and cluster_config90(choose_config90(M)) is not None
@@ -242,21 +246,28 @@ def bind90(
     columns of x its tensor map spans, w.K by default, w.slots for a gathered x'). A 2-CTA cluster entry
     (``cfg.cluster`` 2, or cfg None where use_cluster90 says) runs whole pair tiles: ``plan`` counts pair tiles and
     clusters, and split-K is refused."""
+    chosen = cfg is None
     if cfg is None:
         cfg = choose_config90(M)
-        if want_splits is None and plan is None and use_cluster90(M, w.N):
+        if want_splits is None and plan is None and use_cluster90(M, w.N, spec):
             cfg = cluster_config90(cfg) or cfg
     kc = Gemm90KernelConfig.one(spec, cfg)
     fn = load(kc, w.device)
     smem = cfg.launch_shared_bytes(spec)
+    if cfg.cluster > 1 and plan is None:
+        clusters = fn.max_active_clusters(2 * -(-M // cfg.bn) * -(-w.N // (TILE_N * cfg.cluster)), cfg.threads,
+                                          cfg.cluster, smem)  # fmt: skip
+        if clusters < 1:  # no cluster can be resident here (an SM partition, MPS limits)
+            if not chosen:
+                raise ValueError(f"config: no 2-CTA cluster of {cfg.tag} can be resident on this GPU")
+            return bind90(spec, w, x_ptr, x_stride, M, bias, out, choose_config90(M), want_splits, None, x_cols)
     m_tiles, n_tiles = -(-M // cfg.bn), -(-w.N // (TILE_N * cfg.cluster))  # pair tiles' feature pairs in a cluster
     tiles = m_tiles * n_tiles
     if cfg.cluster > 1:
         if want_splits is not None:
             raise ValueError(f"want_splits: a 2-CTA cluster entry ({cfg.tag}) runs whole tiles, got {want_splits}")
         if plan is None:
-            grid = 2 * tiles  # the occupancy query's grid: any whole number of clusters
-            plan = cluster_plan(cfg, M, w.N, w.k_tiles, fn.max_active_clusters(grid, cfg.threads, cfg.cluster, smem))
+            plan = cluster_plan(cfg, M, w.N, w.k_tiles, clusters)
         if plan.split:
             raise ValueError(f"plan: a 2-CTA cluster entry ({cfg.tag}) runs whole pair tiles, got {plan}")
     elif plan is None:

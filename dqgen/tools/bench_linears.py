@@ -154,9 +154,14 @@ def merge_documents(old: dict, new: dict) -> dict:
     kept = [r for r in old["rows"] if (r["impl"], r["M"]) not in seen]
     if not kept:
         return new
-    ms = sorted({r["M"] for r in kept})
-    runs = f"M = {', '.join(map(str, ms))} from the run of {old['date']}, the rest from the run of {new['date']}"
-    return new | {"rows": sorted(kept + new["rows"], key=lambda r: r["M"]), "note": runs}
+    by_m: dict[int, list[str]] = {}
+    for r in kept:
+        by_m.setdefault(r["M"], []).append(r["impl"])
+    which = "; ".join(f"M = {M}: {', '.join(impls)}" for M, impls in sorted(by_m.items()))
+    note = f"rows kept from the run of {old['date']} ({which}), the rest from the run of {new['date']}"
+    if old.get("note"):
+        note += f"; that run's record: {old['note']}"
+    return new | {"rows": sorted(kept + new["rows"], key=lambda r: r["M"]), "note": note}
 
 
 #: The "linears" section's title in docs/performance.md.
