@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import w8a8_ncu as nc  # devtools/ (this script's folder is first on sys.path)
@@ -117,32 +117,6 @@ def shape_calls(k: int, n: int, cases: Sequence[Case]) -> list[tuple[Case, Calla
     return calls
 
 
-def case_calls(cases: Sequence[Case]) -> Iterator[tuple[Case, Callable[[], Any]]]:
-    """(case, its call) in run_order, shape by shape; a shape's tensors are freed before the next's."""
-    import torch
-
-    order = nc.run_order(cases)
-    for k, n in dict.fromkeys((c.k, c.n) for c in order):
-        yield from shape_calls(k, n, [c for c in order if (c.k, c.n) == (k, n)])
-        torch.cuda.empty_cache()
-
-
-def profile(misses: str = "") -> None:
-    """Each case (of ``misses``; all by default) once after two warm-up calls, between cudaProfilerStart and Stop."""
-    import torch
-
-    for i, (case, call) in enumerate(case_calls([c for c in CASES if not misses or c.miss in misses])):
-        call()
-        call()
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-        with torch.cuda.nvtx.range(case.tag):
-            call()
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
-        print(f"ncu case {i}: {case.tag}", flush=True)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -158,7 +132,7 @@ def main() -> None:
     if args.cmd == "sass":
         sass_report(args.out)
     elif args.cmd == "profile":
-        profile(args.misses)
+        nc.profile(args.misses, CASES, shape_calls)
     else:
         nc.table(args.csv, args.save, args.misses, CASES, kernel_of)
 

@@ -309,22 +309,28 @@ def shape_calls(k: int, n: int, cases: Sequence[Case]) -> list[tuple[Case, Calla
     return calls
 
 
-def case_calls(cases: Sequence[Case]) -> Iterator[tuple[Case, Callable[[], Any]]]:
-    """(case, its call) for each case in run_order, shape by shape; a shape's tensors are freed before the next's."""
+#: A script's calls of the cases of one weight shape: (K, N, its cases) -> [(case, call)].
+ShapeCalls = Callable[[int, int, Sequence[Any]], list[tuple[Any, Callable[[], Any]]]]
+
+
+def case_calls(cases: Sequence[Any], calls_of: ShapeCalls | None = None) -> Iterator[tuple[Any, Callable[[], Any]]]:
+    """(case, its call) for each case in run_order, shape by shape (``calls_of``: shape_calls by default; another
+    script's cases bring theirs); a shape's tensors are freed before the next's."""
     import torch
 
+    calls_of = shape_calls if calls_of is None else calls_of
     order = run_order(cases)
     for k, n in dict.fromkeys((c.k, c.n) for c in order):
-        yield from shape_calls(k, n, [c for c in order if (c.k, c.n) == (k, n)])
+        yield from calls_of(k, n, [c for c in order if (c.k, c.n) == (k, n)])
         torch.cuda.empty_cache()
 
 
-def profile(misses: str = "") -> None:
+def profile(misses: str = "", cases: Sequence[Any] = CASES, calls_of: ShapeCalls | None = None) -> None:
     """Each case (of ``misses``, e.g. "d"; all by default) once after two warm-up calls, between cudaProfilerStart
-    and Stop, in an NVTX range of its tag (in run_order)."""
+    and Stop, in an NVTX range of its tag (in run_order); ``cases`` / ``calls_of``: another script's."""
     import torch
 
-    for i, (case, call) in enumerate(case_calls([c for c in CASES if not misses or c.miss in misses])):
+    for i, (case, call) in enumerate(case_calls([c for c in cases if not misses or c.miss in misses], calls_of)):
         call()
         call()
         torch.cuda.synchronize()

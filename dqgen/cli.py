@@ -374,12 +374,7 @@ def bench(
     if given:
         _fail(f"[{given[0]}] applies to --model or --model-linears only")
     if docs:
-        from .tools.report import read_sections
-
-        try:
-            read_sections(Path(docs))  # a report the bench could not rewrite is refused before it measures
-        except (ValueError, OSError, UnicodeDecodeError) as e:
-            _fail(f"--docs: {e}")
+        _check_report(docs)
     if w8a8:
         other = [f for f, on in (("--matmul", matmul), ("--gru", gru), ("--m", m is not None), ("--merge", merge),
                                  ("--plot", plot is not None), ("--json", as_json), ("specs", bool(specs)),
@@ -563,6 +558,19 @@ def _bench_matmul(
         raise typer.Exit(EXIT_FAILED)
 
 
+def _check_report(docs: str) -> None:
+    """--docs: a report the bench could not rewrite (text outside its sections, a directory) is refused in one line
+    before anything is measured or written."""
+    from .tools.report import read_sections
+
+    if Path(docs).exists() and not Path(docs).is_file():
+        _fail(f"--docs: {docs} is not a file")
+    try:
+        read_sections(Path(docs))
+    except (ValueError, OSError, UnicodeDecodeError) as e:
+        _fail(f"--docs: {e}")
+
+
 def _bench_e2e(
     model: bool,
     model_linears: bool,
@@ -636,14 +644,7 @@ def _bench_linears(
                 f"--merge: {record_path} is of {old['spec']} with {old['layers']} layers; this run {bl.SPEC}, {layers}"
             )
     if docs:
-        from .tools.report import read_sections
-
-        if Path(docs).exists() and not Path(docs).is_file():
-            _fail(f"--docs: {docs} is not a file")
-        try:
-            read_sections(Path(docs))  # a report the bench could not rewrite is refused before it measures
-        except (ValueError, OSError, UnicodeDecodeError) as e:
-            _fail(f"--docs: {e}")
+        _check_report(docs)
     if not dev.gpu_available():
         _fail("dqgen bench --model-linears needs an NVIDIA GPU (none found)")
     import torch
@@ -702,12 +703,7 @@ def _bench_model(
         except ValueError as e:
             _fail(f"--merge: {e}")
     if docs:
-        from .tools.report import read_sections
-
-        try:
-            read_sections(Path(docs))  # a report the bench could not rewrite is refused before it measures
-        except (ValueError, OSError, UnicodeDecodeError) as e:
-            _fail(f"--docs: {e}")
+        _check_report(docs)
     if importlib.util.find_spec("transformers") is None:
         _fail("dqgen bench --model needs transformers (pip install transformers)")
     if not dev.gpu_available():

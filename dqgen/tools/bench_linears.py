@@ -131,17 +131,9 @@ def document(gpu: str, layers: int, rows: list[LinearsRow], method: str, when: s
 
 def load_document(path: Path) -> dict:
     """An e2e_linears.json record, checked against the schema: ValueError (one line naming the file) otherwise."""
-    from pydantic import ValidationError
+    from .report import validated_record
 
-    from .report import read_json_record
-
-    raw = read_json_record(path, "the linears bench's")
-    try:
-        return LinearsDocument.model_validate(raw).model_dump()
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "the record"
-        raise ValueError(f"{path}: {where}: {first['msg']}") from None
+    return validated_record(path, LinearsDocument, "the linears bench's")
 
 
 def merge_documents(old: dict, new: dict) -> dict:

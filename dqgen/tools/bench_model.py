@@ -176,17 +176,9 @@ def document(
 
 def load_document(path: Path) -> dict:
     """A model.json record, checked against the schema: ValueError (one line naming the file) otherwise."""
-    from pydantic import ValidationError
+    from .report import validated_record
 
-    from .report import read_json_record
-
-    raw = read_json_record(path, "model")
-    try:
-        return ModelDocument.model_validate(raw).model_dump()
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "the record"
-        raise ValueError(f"{path}: {where}: {first['msg']}") from None
+    return validated_record(path, ModelDocument, "model")
 
 
 def merge_documents(old: dict, new: dict) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from ..core.files import write_whole
 
@@ -63,3 +64,17 @@ def read_json_record(path: Path, what: str) -> object:
         raise ValueError(f"{path}: cannot read the {what} record: {e.strerror or e}") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not JSON ({str(e).splitlines()[0][:120]})") from None
+
+
+def validated_record(path: Path, schema: Any, what: str) -> dict:
+    """A bench's JSON record checked against its pydantic ``schema`` (model_dump of it): ValueError (one line naming
+    the file and the first bad field) where it cannot be read, is not JSON or does not fit."""
+    from pydantic import ValidationError
+
+    raw = read_json_record(path, what)
+    try:
+        return schema.model_validate(raw).model_dump()
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the record"
+        raise ValueError(f"{path}: {where}: {first['msg']}") from None
