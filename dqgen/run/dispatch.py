@@ -12,7 +12,7 @@
   (``DispatchRule.shapes``) at the M where it measured faster (on the H100: small N, e.g. 4096x1024 from 64 tokens,
   where the GEMM's 128-feature tiles leave SMs idle), where the checkpoint tensors are at hand (passed in the call,
   or alive and unchanged beside a packed weight): dequantize into a dense weight and ``torch.matmul`` (cuBLAS);
-  NVFP4 among them (its fp32 global scale packed with the weight and passed to the Hopper GEMM's launch);
+  never for NVFP4, whose fp32 global scale goes with the packed GEMM weight into the Hopper GEMM's launch;
 - other specs (2-, 3- and 6-bit codes: gemm90.refusal90 says why) keep the GEMV for every M;
 - under torch.compile, one custom op of dqgen.run.torch_op (``dqgen::matmul_dispatch*``; ``dqgen::matmul*`` for
   specs the GEMM does not take), which makes the same choice when it runs.
