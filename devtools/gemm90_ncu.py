@@ -24,7 +24,6 @@ alone, in run order (w8a8_ncu.run_order: shape by shape).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 from collections.abc import Callable, Sequence
@@ -118,17 +117,7 @@ def shape_calls(k: int, n: int, cases: Sequence[Case]) -> list[tuple[Case, Calla
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sa = sub.add_parser("sass")
-    sa.add_argument("--out", default="")
-    pr = sub.add_parser("profile")
-    pr.add_argument("--misses", default="", help="only these misses' cases (letters, e.g. ab)")
-    r = sub.add_parser("table")
-    r.add_argument("csv")
-    r.add_argument("--save", default="", help="the raw rows with a case column, device columns dropped")
-    r.add_argument("--misses", default="", help="the misses profile --misses ran")
-    args = ap.parse_args()
+    args = nc.subcommands(__doc__.splitlines()[0])[0].parse_args()
     if args.cmd == "sass":
         sass_report(args.out)
     elif args.cmd == "profile":

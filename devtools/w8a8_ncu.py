@@ -518,21 +518,24 @@ def table(
         print_row(case.tag, row, header, unit)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def subcommands(description: str) -> tuple[argparse.ArgumentParser, Any]:
+    """A profiling script's parser with the subcommands every one has: sass [--out], profile [--misses] and table
+    CSV [--save] [--misses]; the caller adds its own to the returned subparsers."""
+    ap = argparse.ArgumentParser(description=description)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sa = sub.add_parser("sass")
-    sa.add_argument("--out", default="")
-    q = sub.add_parser("metrics")
-    q.add_argument("query_file")
-    pr = sub.add_parser("profile")
-    pr.add_argument("--misses", default="", help="only these misses' cases (letters, e.g. d)")
-    t = sub.add_parser("time")
-    t.add_argument("--out", default="w8a8_ncu_time.json")
+    sub.add_parser("sass").add_argument("--out", default="")
+    sub.add_parser("profile").add_argument("--misses", default="", help="only these misses' cases (letters)")
     r = sub.add_parser("table")
     r.add_argument("csv")
     r.add_argument("--save", default="", help="the raw rows with a case column, device columns dropped")
     r.add_argument("--misses", default="", help="the misses profile --misses ran")
+    return ap, sub
+
+
+def main() -> None:
+    ap, sub = subcommands(__doc__.splitlines()[0])
+    sub.add_parser("metrics").add_argument("query_file")
+    sub.add_parser("time").add_argument("--out", default="w8a8_ncu_time.json")
     args = ap.parse_args()
     if args.cmd == "sass":
         sass_report(args.out)

@@ -524,16 +524,12 @@ def _bench_matmul(
     record_path = Path(record) if record else (Path(docs).parent if docs else Path("docs")) / "bench" / "matmul.json"
     old = None
     if merge:
-        try:
-            old = bm.load_document(record_path)  # refused before the GPU is touched
-        except ValueError as e:
-            _fail(f"--merge: {e}")
+        old = _merge_record(bm.load_document, record_path)
     if not dev.gpu_available():
         _fail("dqgen bench --matmul needs an NVIDIA GPU (none found)")
     import torch
 
-    if old is not None and old["gpu"] != torch.cuda.get_device_name(0):
-        _fail(f"--merge: {record_path} is from {old['gpu']!r}, this GPU is {torch.cuda.get_device_name(0)!r}")
+    _same_gpu(old, record_path, torch.cuda.get_device_name(0))
     from .core.files import write_json
     from .run.timing import method
     from .tools.bench import copy_bandwidth
@@ -556,6 +552,20 @@ def _bench_matmul(
     # humming quantizes W itself (its own scales): its rel_err is reported, not held to dqgen's tolerance
     if any(r.rel_err > bm.TOLERANCE[r.dtype] for r in rows if r.impl != "humming"):
         raise typer.Exit(EXIT_FAILED)
+
+
+def _merge_record(load: Callable[[Path], dict], path: Path) -> dict:
+    """--merge: the bench's existing record, checked against its schema before the GPU is touched (one line)."""
+    try:
+        return load(path)
+    except ValueError as e:
+        _fail(f"--merge: {e}")
+
+
+def _same_gpu(old: dict | None, path: Path, gpu: str) -> None:
+    """--merge: a record of another GPU is refused before anything is measured."""
+    if old is not None and old["gpu"] != gpu:
+        _fail(f"--merge: {path} is from {old['gpu']!r}, this GPU is {gpu!r}")
 
 
 def _check_report(docs: str) -> None:
@@ -635,10 +645,7 @@ def _bench_linears(
     record_path = Path(record) if record else Path("docs") / "bench" / "e2e_linears.json"
     old = None
     if merge:
-        try:
-            old = bl.load_document(record_path)  # refused before the GPU is touched
-        except ValueError as e:
-            _fail(f"--merge: {e}")
+        old = _merge_record(bl.load_document, record_path)
         if (old["spec"], old["layers"]) != (bl.SPEC, layers):
             _fail(
                 f"--merge: {record_path} is of {old['spec']} with {old['layers']} layers; this run {bl.SPEC}, {layers}"
@@ -649,8 +656,7 @@ def _bench_linears(
         _fail("dqgen bench --model-linears needs an NVIDIA GPU (none found)")
     import torch
 
-    if old is not None and old["gpu"] != torch.cuda.get_device_name(0):
-        _fail(f"--merge: {record_path} is of {old['gpu']!r}; this GPU is {torch.cuda.get_device_name(0)!r}")
+    _same_gpu(old, record_path, torch.cuda.get_device_name(0))
 
     from .core.files import write_json
 
@@ -698,10 +704,7 @@ def _bench_model(
     record_path = Path(record) if record else Path("docs") / "bench" / "model.json"
     old = None
     if merge:
-        try:
-            old = bmod.load_document(record_path)  # refused before the GPU is touched
-        except ValueError as e:
-            _fail(f"--merge: {e}")
+        old = _merge_record(bmod.load_document, record_path)
     if docs:
         _check_report(docs)
     if importlib.util.find_spec("transformers") is None:
