@@ -343,3 +343,52 @@ def test_section_states_each_peer_by_hand(tmp_path) -> None:
     bl.write_docs(report, _doc(ROWS))
     body = report.read_text()
     assert body.index("section:matmul:end") < body.index("section:linears:begin") < body.index("section:gru:begin")
+
+
+def test_every_graphs_inputs_live_until_its_replays(monkeypatch) -> None:
+    """A CUDA graph reads x at the address it was captured with: each implementation's x must outlive its graph's
+    replays, which come after the other implementations' captures (torch.cuda.graph empties the allocator's cache
+    on entry, so a freed x's memory can be unmapped by then: the "illegal memory access" at M = 256, issue 23)."""
+    torch = pytest.importorskip("torch")
+    import weakref
+
+    import dqgen.run.inputs as inputs
+    import dqgen.run.runtime as runtime
+    from dqgen.tools import bench_matmul as bm
+
+    monkeypatch.setattr(bl, "DEVICE", "cpu")
+    monkeypatch.setattr(bl, "LINEARS", (("q", 256, 128), ("down", 384, 256)))
+    monkeypatch.setattr(inputs, "make_inputs", lambda spec, K, N, seed: (torch.randn(K, N).half(), None, None))
+    monkeypatch.setattr(runtime, "Kernel", lambda spec: lambda q, s, z: q)
+    monkeypatch.setattr(bm, "humming_installed", lambda: False)
+    real_build = bl._build
+    touched: list[weakref.ref] = []  # weak references to the x of every linear call since the last capture began
+
+    def build(impl, weights):
+        def recording(fn):
+            def call(x):
+                touched.append(weakref.ref(x))
+                return fn(x.half())  # torch int4's bf16 x too
+
+            return call
+
+        return [recording(fn) for fn in real_build("fp16 cublas", weights)]
+
+    monkeypatch.setattr(bl, "_build", build)
+    dead_at_replay: list[int] = []
+
+    def fake_graph(run, replays):
+        touched.clear()
+        run()  # the capture: what the graph will read
+        inputs_read = list(touched)
+
+        def timed() -> float:
+            dead_at_replay.append(sum(ref() is None for ref in inputs_read))
+            return 1.0
+
+        return object(), timed
+
+    monkeypatch.setattr(bl, "graph_replays_us", fake_graph)
+    rows = bl.bench_linears(1, [1, 16], ["fp16 cublas", "dqgen", "torch int4"], 5, log=lambda msg: None)
+    assert len(rows) == 6 and len(dead_at_replay) == 12  # 2 M x 3 implementations x 2 rounds
+    assert dead_at_replay == [0] * 12

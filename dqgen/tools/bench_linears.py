@@ -297,7 +297,8 @@ def rel_err(y: Any, ref: Any) -> float:
 def graph_replays_us(run: Callable[[], None], replays: int) -> tuple[Any, Callable[[], float]]:
     """``run`` (every linear call of one implementation) captured in one CUDA graph after two eager calls (JIT
     compiles, handles, the fast paths' first checked calls); returns the graph and a function that times it:
-    WARMUP_REPLAYS untimed replays, then ``replays`` replays each between CUDA events, the median in µs."""
+    WARMUP_REPLAYS untimed replays, then ``replays`` replays each between CUDA events, the median in µs. The graph
+    reads the tensors ``run`` read at their captured addresses: the caller keeps them alive as long as the graph."""
     import torch
 
     run()
@@ -417,7 +418,9 @@ def bench_linears(
             except Exception as e:
                 log(f"{impl} M={M}: capture failed ({type(e).__name__}: {str(e)[:200]}): no row")
                 continue
-            graphs.append(graph)
+            # the graph reads its inputs where they were at capture: they live as long as it does (the next
+            # implementation's capture empties torch's cache, so a freed x's memory may be unmapped by the replay)
+            graphs.append((graph, pairs))
             timers.append((impl, timed))
         times = [[t() for _, t in (timers if r % 2 == 0 else timers[::-1])] for r in range(ROUNDS)]
         for i, (impl, _) in enumerate(timers):
