@@ -32,13 +32,15 @@ def main() -> None:
         "whole waves then the tail in stream-K over every resident CTA or in 2-4 lockstep pieces a tile",
     )  # fmt: skip
     ap.add_argument("--cluster", action="store_true", help="the 2-CTA cluster entry vs one-CTA vs cuBLAS only")
+    ap.add_argument("--narrow", action="store_true", help="also time the 64-feature tile holding M")
+    ap.add_argument("--humming", action="store_true", help="also time humming's W4A16 layer on the same dense weight")
     args = ap.parse_args()
 
     import torch
     import triton.testing as tt
 
     import dqgen
-    from dqgen.kernels.gemm90 import CONFIGS90, Gemm90Config, choose_config90, cluster_config90
+    from dqgen.kernels.gemm90 import CONFIGS90, NARROW_CONFIGS90, Gemm90Config, choose_config90, cluster_config90
     from dqgen.run import gemm
     from dqgen.run.matmul import run_gemv
 
@@ -58,6 +60,10 @@ def main() -> None:
         gw = gemm.pack_gemm(spec, qweight, scales, qzeros)
         pack_s = time.time() - t0
         W = k(qweight, scales, qzeros)
+        if args.humming:
+            from dqgen.tools.bench_matmul import humming_layer
+
+            hum = humming_layer(W.t().contiguous())
         floor_us = (K * N / 2 + G * N * 2 + G * N / 2) / 3.0e12 * 1e6
         for M in (int(v) for v in args.ms.split(",")):
             x = (torch.randn(M, K, device="cuda") / K**0.5).half()
@@ -85,6 +91,14 @@ def main() -> None:
                     cands[f"sm90 {cfg.tag}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
             if args.schedules:
                 cands.update(_schedules(spec, x, gw, M))
+            if args.narrow:
+                cfg = next((c for c in NARROW_CONFIGS90 if c.bn >= M), NARROW_CONFIGS90[-1])
+                cands[f"sm90 {cfg.tag}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
+                y64 = gemm.run_gemm(spec, x, gw, config=cfg)
+                torch.cuda.synchronize()
+                err = max(err, float((y64.float() - y80.float()).norm() / y80.float().norm()))
+            if args.humming:
+                cands["humming"] = lambda: hum(x)  # noqa: B023
             if args.configs:
                 for cfg in CONFIGS90:
                     if cfg.bn >= M and cfg != choose_config90(M):
@@ -106,6 +120,8 @@ def main() -> None:
                 flush=True,
             )
         print(f"  (packed in {pack_s:.1f} s)", flush=True)
+        if args.humming:
+            del hum
         torch.cuda.empty_cache()
     if args.out:
         with open(args.out, "w") as f:
@@ -127,6 +143,8 @@ def _schedules(spec: object, x: object, gw: object, M: int) -> dict[str, object]
     P = dev.sm_count(0) * cfg.min_blocks
     waves, tail = divmod(tiles, P)
     plans = {"1/tile": Plan90.of(tiles, tiles, k_tiles)}
+    if tiles < P:  # a partial wave: stream-K over every resident CTA instead
+        plans["stream-K all"] = Plan90.of(tiles, P, k_tiles)
     if waves and tail:
         plans["persistent"] = Plan90.of(tiles, P, k_tiles)
         if tail * k_tiles >= P:  # each CTA at least one K tile of the tail (Plan90.check)

@@ -266,8 +266,8 @@ def emulate90(
     has_zeros, float_zeros = bool(ctx["has_zeros"]), bool(ctx["float_zeros"])
     pair_rep, zero_rep = int(str(ctx["broadcast_pair"]), 16), int(str(ctx["zero_rep"]), 16)
     BN, CONSUMERS, STAGES = cfg.bn, cfg.consumers, cfg.stages
-    kTileK, kTileN = 64, 128
-    assert (kTileK, kTileN) == (TILE_K, TILE_N)
+    kTileK, kTileN = 64, cfg.features  # the template's FN
+    assert kTileK == TILE_K and kTileN in (64, TILE_N)
     kSteps = kPerWord // 4
     kK16 = kTileK // 16
     kBLines = kTileN // kCols
@@ -299,7 +299,7 @@ def emulate90(
         assert x16.shape == (M, packed.slots.slots)
     CLUSTER = cfg.cluster
     m_tiles = -(-M // BN)
-    tiles = m_tiles * -(-N // (TILE_N * CLUSTER))  # pair tiles in a cluster
+    tiles = m_tiles * -(-N // (kTileN * CLUSTER))  # pair tiles in a cluster
     units = tiles * k_tiles
     P = ctas  # clusters in a cluster launch (the grid: P CLUSTER CTAs)
     assert 1 <= P <= units
@@ -311,7 +311,7 @@ def emulate90(
     assert x_rows * CLUSTER == BN
     W, Q = sched.whole, sched.split_ctas
     sk_units = units - W * k_tiles
-    ws = np.full(2 * Q * BN * TILE_N, np.nan)
+    ws = np.full(2 * Q * BN * kTileN, np.nan)
     ws_writes = np.zeros(ws.size, dtype=np.int64)
     counters = np.zeros(tiles, dtype=np.int64)
     y = np.full((M, N), np.nan)
@@ -394,7 +394,7 @@ def emulate90(
                 phase = i // STAGES
                 bar.expect_tx(kStageTx)
                 # the tensor maps of dqgen.run.gemm90: wq rows of line_bytes (box 128 x lines, swizzled), x [M, K]
-                # (box 64 x x_rows, swizzled), scales / zeros [G, Ns] (box 128 x 1)
+                # (box 64 x x_rows, swizzled), scales / zeros [G, Ns] (box kTileN x rows)
                 wbox = (128, kTileN // kCols)
                 bar.complete_tx(tma_load_2d(smem, st, wq, wbox, (kt * 128, f0 // kCols), True), phase)
                 # x: rows [rank x_rows, (rank + 1) x_rows) of the tile into every CTA of the cluster (multicast)
@@ -404,12 +404,12 @@ def emulate90(
                     nbytes = tma_load_2d(smems[peer], xdst, x16, (64, x_rows), (kt * kTileK, m0 + rank * x_rows), True)
                     barriers[peer][bars + 8 * s].complete_tx(nbytes, phase)
                 # scales: the tile's kGroupRows rows from its first group (rows past G land as zeros)
-                sbox = (TILE_N, kGroupRows)
+                sbox = (kTileN, kGroupRows)
                 bar.complete_tx(tma_load_2d(smem, st + kWBytes + BN * 128, scales, sbox, (f0, grp), False), phase)
                 if kZBytes > 0:
                     assert zeros is not None
                     zdst = st + kWBytes + BN * 128 + kSBytes
-                    bar.complete_tx(tma_load_2d(smem, zdst, zeros, (TILE_N, 1), (f0, grp), False), phase)
+                    bar.complete_tx(tma_load_2d(smem, zdst, zeros, (kTileN, 1), (f0, grp), False), phase)
                 grp = grp_next
                 kt = kt_next
                 if tile_next != tile:

@@ -16,11 +16,13 @@ from dqgen.emit.sass import disassemble
 from dqgen.kernels.gemm90 import (
     CLUSTER_CONFIGS90,
     CONFIGS90,
+    NARROW_CONFIGS90,
     Gemm90Config,
     Gemm90KernelConfig,
     choose_config90,
     cluster_config90,
     gemm90_entry_name,
+    stage_bytes,
 )
 from dqgen.run.loader import target_arch
 
@@ -106,13 +108,38 @@ def test_configs_fit_and_the_choice_holds_m() -> None:
     [
         ({"bn": 24, "consumers": 1, "stages": 4, "min_blocks": 1}, "bn"),
         ({"bn": 64, "consumers": 3, "stages": 4, "min_blocks": 1}, "consumers"),
-        ({"bn": 256, "consumers": 1, "stages": 2, "min_blocks": 1}, "one consumer"),
+        ({"bn": 256, "consumers": 1, "stages": 2, "min_blocks": 1}, "at most 128 x 128 outputs"),
         ({"bn": 256, "consumers": 2, "stages": 8, "min_blocks": 1}, "does not fit"),
+        ({"bn": 8, "consumers": 1, "stages": 4, "min_blocks": 1, "features": 32}, "features"),
+        ({"bn": 8, "consumers": 2, "stages": 4, "min_blocks": 1, "features": 64}, "cannot share 64 features"),
+        ({"bn": 128, "consumers": 1, "stages": 4, "min_blocks": 1, "features": 64, "cluster": 2}, "pair 128-feature"),
     ],
 )
 def test_config_errors_name_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         Gemm90Config(**kwargs)
+
+
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "int8_bf16", "nvfp4_fp16"])
+def test_narrow_feature_tiles_compile_with_half_the_w_box_and_no_local_memory(name: str) -> None:
+    """The 64-feature shapes (NARROW_CONFIGS90) as entries of their own module: HGMMA from one m64 row a step, TMA,
+    no spills under their 3-4 CTAs an SM; their stages hold half of the 128-feature tile's W lines and scales."""
+    spec = load_spec(name)
+    kc = Gemm90KernelConfig(spec, NARROW_CONFIGS90)
+    res = compile_source(kc.source(), arch="sm_90a", want="cubin", name=kc.source_name, options=["-Xptxas=-v"])
+    assert res.cubin is not None
+    frames = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", res.log)
+    assert len(frames) == len(NARROW_CONFIGS90) and all(f == ("0", "0", "0") for f in frames), res.log
+    ops = Counter(line.split()[0] for line in disassemble(res.cubin) if line.strip())
+    assert any(k.startswith("HGMMA") for k in ops) and ops["UTMALDG.2D"] > 0, sorted(ops)
+    assert not any(k.startswith(("LDL", "STL")) for k in ops)
+    for cfg in NARROW_CONFIGS90:
+        # a stage: 64 features x 64 k of codes (half the 128-feature tile's W), x, 64 of a row's 16-bit scales, zeros
+        bits, zero_elem = spec.source.bits, 1
+        assert stage_bytes(cfg.bn, bits, zero_elem, features=64) <= stage_bytes(cfg.bn, bits, zero_elem)
+        raw64 = 64 * 64 * bits // 8 + cfg.bn * 128 + 64 * 2 + 64 * zero_elem
+        assert stage_bytes(cfg.bn, bits, zero_elem, features=64) == -(-raw64 // 1024) * 1024
+        assert cfg.tag == f"n{cfg.bn}c1s{cfg.stages}b{cfg.min_blocks}f64"
 
 
 def test_the_loader_compiles_the_architecture_specific_target() -> None:

@@ -16,7 +16,7 @@ import pytest
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.kernels.gemm import supports
-from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, CONFIGS90, Gemm90Config, Gemm90KernelConfig
+from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, CONFIGS90, NARROW_CONFIGS90, Gemm90Config, Gemm90KernelConfig
 from dqgen.layout.gemm import GemmPacked, pack_gemm
 
 from . import gemm90_emulator as emu
@@ -66,7 +66,7 @@ def _check(spec: Spec, cfg: Gemm90Config, M: int, bias: bool = False) -> None:
     b = np.random.default_rng(6).standard_normal(N) if bias else None
     if b is not None:
         ref = ref + b
-    tiles = -(-M // cfg.bn) * -(-N // 128)
+    tiles = -(-M // cfg.bn) * -(-N // cfg.features)
     # the grids of Plan90.of, then whole tiles before a stream-K tail: the last tile in up to 5 pieces (as plan_for
     # splits a short last wave), and a whole tile a CTA before ranges that cross tiles
     plans = [(P, None, None) for P in _grids(tiles, tiles * 5)]
@@ -79,7 +79,7 @@ def _check(spec: Spec, cfg: Gemm90Config, M: int, bias: bool = False) -> None:
         assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max()), (cfg.tag, M, P, whole, q)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS90, ids=[c.tag for c in CONFIGS90])
+@pytest.mark.parametrize("cfg", CONFIGS90 + NARROW_CONFIGS90, ids=[c.tag for c in CONFIGS90 + NARROW_CONFIGS90])
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_emulated_gemm90_equals_x_at_w(spec: Spec, cfg: Gemm90Config) -> None:
     _check(spec, cfg, cfg.bn - 3 if cfg.bn > 8 else 5)
@@ -98,7 +98,9 @@ def test_emulated_gemm90_other_zero_modes(spec: Spec) -> None:
     _check(spec, CONFIGS90[0], 7)
 
 
-@pytest.mark.parametrize("cfg", [CONFIGS90[0], CONFIGS90[3], CONFIGS90[5]], ids=lambda c: c.tag)
+@pytest.mark.parametrize(
+    "cfg", [CONFIGS90[0], CONFIGS90[3], CONFIGS90[5], NARROW_CONFIGS90[0], NARROW_CONFIGS90[-1]], ids=lambda c: c.tag
+)
 @pytest.mark.parametrize("name,K", [("awq_int4_fp16", 704), ("int8_bf16", 680)])
 def test_emulated_gemm90_the_stage_ring_wraps(name: str, K: int, cfg: Gemm90Config) -> None:
     """11 K tiles: a CTA's range runs more K tiles than the ring has stages (8, 6, 5), so each stage is refilled
@@ -206,7 +208,7 @@ def test_emulated_gemm90_act_order_gathers_x_into_slot_order(K: int, group: int,
     assert np.array_equal(sl.tile_group[real // 64], gi[sl.perm[real]])
     x = random_x(spec, M, K, seed=M)
     ref = matmul_reference(x, W)
-    tiles = -(-M // cfg.bn) * -(-N // 128)
+    tiles = -(-M // cfg.bn) * -(-N // cfg.features)
     units = tiles * (sl.slots // 64)
     for P in sorted({tiles, min(units, 3 * tiles), units // 2 + 1}):  # one tile a CTA, split-K, stream-K
         order = np.random.default_rng(P).permutation(P).tolist()

@@ -15,7 +15,7 @@ import pytest
 
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
-from dqgen.kernels.gemm90 import CONFIGS90, hopper_only
+from dqgen.kernels.gemm90 import CONFIGS90, NARROW_CONFIGS90, hopper_only
 from dqgen.run import gemm, gemm90
 from dqgen.run.gpucheck import to_torch
 
@@ -33,6 +33,11 @@ def _hopper() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability(0) != (9, 0):
         pytest.skip("needs an sm_90 GPU (H100 / H200)")
+
+
+def hopper_ran(gw: Any) -> bool:
+    """Whether a Hopper GEMM launch ran on this weight: its tensor maps (one set a feature tile) exist."""
+    return any(key.startswith("w") for key in gw.tensor_maps)
 
 
 def _dtype(W: np.ndarray):
@@ -92,11 +97,11 @@ def test_split_k_stream_k_bias_and_automatic_choice() -> None:
         check(spec, auto, ref)
     hopper = [k for k in gw.workspace if isinstance(k[0], tuple) and k[0][0] == "sm90"]
     assert any(k[2] > k[1] for k in hopper), "no Hopper launch shared tiles out among more CTAs than tiles"
-    assert gemm90.hopper_pays(gw.N, gw.k_tiles, 7, gw.device) and "w" in gw.tensor_maps
+    assert gemm90.hopper_pays(gw.N, gw.k_tiles, 7, gw.device) and hopper_ran(gw)
     narrow, _ = _weight(spec, 4096, 1024, 4, 128)  # 8 feature tiles x 64 K tiles: under 12 K tiles a CTA
     assert not gemm90.hopper_pays(narrow.N, narrow.k_tiles, 7, narrow.device)
     gemm.run_gemm(spec, to_torch(random_x(spec, 7, 4096, seed=1)), narrow)
-    assert "w" not in narrow.tensor_maps  # the sm_80 kernel ran
+    assert not hopper_ran(narrow)  # the sm_80 kernel ran
 
 
 @pytest.mark.quick
@@ -154,7 +159,7 @@ def test_act_order_every_token_tile_through_the_gather() -> None:
     assert gw.gather and gw.slots == 45 * 128
     assert gemm90.hopper_ineligible(gw, 2, K) == ""
     _every_token_tile(spec, gw, W, K, N)
-    assert "w" in gw.tensor_maps  # the Hopper kernel ran
+    assert hopper_ran(gw)  # the Hopper kernel ran
     x_np = random_x(spec, 20, K + 1, seed=3)
     x = to_torch(x_np)[:, 1:]  # rows 2 bytes off a 16-byte boundary
     y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=CONFIGS90[1], splits=3), (20, N), _dtype(W))
@@ -181,7 +186,7 @@ def test_act_order_automatic_choice_quantlinear_and_cuda_graph() -> None:
         x = to_torch(x_np)
         y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out), (M, N), _dtype(W))  # noqa: B023
         check(spec, y, matmul_reference(x_np, W))
-    assert "w" in gw.tensor_maps
+    assert hopper_ran(gw)
     layer = QuantLinear(spec, q, s, z, g_idx=gi)
     beside = dispatch.beside(layer._packed)
     assert beside is not None and beside.gather
@@ -189,7 +194,7 @@ def test_act_order_automatic_choice_quantlinear_and_cuda_graph() -> None:
     x_np = random_x(spec, M, K, seed=5)
     static_x = to_torch(x_np)
     check(spec, layer(static_x), matmul_reference(x_np, W))
-    assert "w" in beside.tensor_maps  # the module's call took the Hopper path
+    assert hopper_ran(beside)  # the module's call took the Hopper path
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -257,6 +262,31 @@ def _every_token_tile(spec: Spec, gw: Any, W: Any, K: int, N: int) -> None:
             check(spec, y, matmul_reference(x_np, W))
 
 
+@pytest.mark.quick
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "int8_bf16", "nvfp4_fp16"])
+def test_narrow_feature_tiles_with_tails(name: str) -> None:
+    """The 64-feature CTA shapes (NARROW_CONFIGS90: one m64 row a CTA, their own tensor-map boxes) at M = 1, the
+    tile less 3 and the tile + 5, a partial last feature tile (1448 = 22 x 64 + 40) and a K tail, twice into
+    NaN-poisoned outputs; then split-K in 3 and a stream-K grid on the 128-token shape."""
+    _hopper()
+    spec = load_spec(name)
+    K, N = (4096 + 64 if spec.scales.group_size != "auto" else 4096 + 128), 1448
+    gw, W = _weight(spec, K, N, K + N, 128 if spec.scales.group_size == "auto" else None)
+    for cfg in NARROW_CONFIGS90:
+        for M in {1, cfg.bn - 3 if cfg.bn > 8 else 5, cfg.bn + 5}:
+            x_np = random_x(spec, M, K, seed=M + cfg.bn)
+            x = to_torch(x_np)
+            y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=cfg), (M, N), _dtype(W))  # noqa: B023
+            check(spec, y, matmul_reference(x_np, W))
+    wide = NARROW_CONFIGS90[-1]
+    x_np = random_x(spec, 100, K, seed=9)
+    x = to_torch(x_np)
+    for splits in (3, None):
+        y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=wide, splits=splits), (100, N), _dtype(W))  # noqa: B023
+        check(spec, y, matmul_reference(x_np, W))
+    assert "w64" in gw.tensor_maps and "w128" not in gw.tensor_maps  # the 64-feature boxes, made for these alone
+
+
 @pytest.mark.parametrize("spec", FLOAT_SPECS, ids=[s.name for s in FLOAT_SPECS])
 def test_float_spec_every_token_tile_with_tails(spec: Spec) -> None:
     """Each float / codebook spec the Hopper GEMM takes, each token tile (M = 1, the tile less 3, the tile + 5),
@@ -291,12 +321,12 @@ def test_float_spec_dispatch_takes_the_hopper_gemm(name: str) -> None:
         (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=K, group_size=None)
         w = k.pack_matmul(to_torch(q), to_torch(s), to_torch(z))
         gw = dispatch.beside(w)
-        assert gw is not None and "w" not in gw.tensor_maps
+        assert gw is not None and not hopper_ran(gw)
         x_np = random_x(spec, 128, K, seed=1)
         y = k.matmul(to_torch(x_np), w)
         torch.cuda.synchronize()
         check(spec, y, matmul_reference(x_np, W))
-        assert "w" in gw.tensor_maps  # the Hopper kernel ran
+        assert hopper_ran(gw)  # the Hopper kernel ran
     x_np = random_x(spec, 64, K + 1, seed=2)
     xu = to_torch(x_np)[:, 1:]  # rows 2 bytes off a 16-byte boundary: the GEMV (no sm_80 GEMM of these specs)
     assert not dispatch._hopper_can_take(gw, xu)
@@ -328,21 +358,21 @@ def test_nvfp4_through_kernel_matmul_and_quantlinear() -> None:
     assert k.target.hopper_only and k.gemm_ok and k.target.global_scale
     w = k.pack_matmul(q, s, global_scale=gs)
     gw = dispatch.beside(w)
-    assert gw is not None and gw.global_scale is not None and "w" not in gw.tensor_maps
+    assert gw is not None and gw.global_scale is not None and not hopper_ran(gw)
     assert gemm90.hopper_pays(gw.N, gw.k_tiles, 5, gw.device)
     for M in (5, 13, 29, 61, 125, 253, 261):
         x_np = random_x(spec, M, K, seed=M)
         x = to_torch(x_np)
         y = twice(lambda out: k.matmul(x, w, out=out), (M, N), torch.float16)  # noqa: B023
         check(spec, y, matmul_reference(x_np, W))
-    assert "w" in gw.tensor_maps  # the Hopper kernel ran
+    assert hopper_ran(gw)  # the Hopper kernel ran
     x_np = random_x(spec, 40, K, seed=3)
     y = k.matmul(to_torch(x_np), q, s, global_scale=gs)  # the checkpoint form: packed once per tensor version
     torch.cuda.synchronize()
     check(spec, y, matmul_reference(x_np, W))
     layer = QuantLinear(spec, q, s, global_scale=gs)
     lw = dispatch.beside(layer._packed)
-    assert lw is not None and "w" not in lw.tensor_maps
+    assert lw is not None and not hopper_ran(lw)
     for M in (7, 100):
         x_np = random_x(spec, M, K, seed=M + 1)
         x = to_torch(x_np)
@@ -350,7 +380,7 @@ def test_nvfp4_through_kernel_matmul_and_quantlinear() -> None:
         torch.cuda.synchronize()
         assert torch.equal(y1.view(torch.int16), y2.view(torch.int16))
         check(spec, y1, matmul_reference(x_np, W))
-    assert "w" in lw.tensor_maps  # the module's calls took the Hopper path
+    assert hopper_ran(lw)  # the module's calls took the Hopper path
     for bad, want in (
         (None, r"^global_scale: this spec has a global scale"),
         (gs.half(), r"^global_scale: expected a one-element float32 tensor, got shape \(1,\) float16"),

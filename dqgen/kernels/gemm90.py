@@ -30,6 +30,9 @@ BLOCK_RESERVED_BYTES: Final = 1024
 TOKEN_TILES: Final = (8, 16, 32, 64, 128, 256)
 #: The least token tile of a 2-CTA cluster entry (Gemm90Config.cluster).
 CLUSTER_MIN_BN: Final = 64
+#: Output features per CTA tile: one or two m64 rows of wgmma's A (TILE_N, the layout's scale padding, is the
+#: widest: a 64-feature tile reads half of a 128-column scale row).
+FEATURE_TILES: Final = (64, TILE_N)
 
 
 def consumer_regs(consumers: int, min_blocks: int) -> int:
@@ -52,38 +55,50 @@ def scale_stage_bytes(spec: Spec) -> int:
     return TILE_N * (1 if spec.scales.block else 2) * group_rows(spec)
 
 
-def stage_bytes(bn: int, bits: int, zero_elem: int, scale_bytes: int = SCALE_ROW_BYTES) -> int:
-    """One pipeline stage (the template's stage_bytes<BN>): W lines, x rows, scales, zeros, to 1024 bytes."""
-    w = TILE_N // columns_interleaved(bits) * 128
-    raw = w + bn * 128 + scale_bytes + TILE_N * zero_elem
+def stage_bytes(bn: int, bits: int, zero_elem: int, scale_bytes: int = SCALE_ROW_BYTES, features: int = TILE_N) -> int:
+    """One pipeline stage (the template's stage_bytes<BN, FN>): W lines, x rows, scales, zeros, to 1024 bytes
+    (``scale_bytes``: a 128-feature tile's; a narrower tile stages its share)."""
+    w = features // columns_interleaved(bits) * 128
+    raw = w + bn * 128 + scale_bytes * features // TILE_N + features * zero_elem
     return -(-raw // 1024) * 1024
 
 
 @dataclass(frozen=True)
 class Gemm90Config:
-    """One CTA shape: ``bn`` tokens x 128 features, ``consumers`` math warpgroups (1: each wgmma step is two m64
-    instructions of one warpgroup; 2: one each), ``stages`` TMA stages, ``min_blocks`` CTAs per SM; ``cluster`` 2:
-    2-CTA clusters on two neighbouring feature tiles of one token tile, each CTA copying half of the x tile and
-    multicasting it into both (templates/gemm90.cu.j2; whole tiles only)."""
+    """One CTA shape: ``bn`` tokens x ``features`` features (128: each wgmma step is two m64 instructions, of one
+    consumer warpgroup or one each of two; 64: one m64 of one warpgroup), ``consumers`` math warpgroups, ``stages``
+    TMA stages, ``min_blocks`` CTAs per SM; ``cluster`` 2: 2-CTA clusters on two neighbouring feature tiles of one
+    token tile, each CTA copying half of the x tile and multicasting it into both (templates/gemm90.cu.j2; whole
+    tiles only)."""
 
     bn: int
     consumers: int
     stages: int
     min_blocks: int
     cluster: int = 1
+    features: int = TILE_N
 
     def __post_init__(self) -> None:
         if self.bn not in TOKEN_TILES:
             raise ValueError(f"Gemm90Config.bn: expected one of {TOKEN_TILES}, got {self.bn}")
+        if self.features not in FEATURE_TILES:
+            raise ValueError(f"Gemm90Config.features: expected one of {FEATURE_TILES}, got {self.features}")
+        if self.consumers not in (1, 2):
+            raise ValueError(f"Gemm90Config.consumers: expected 1 or 2, got {self.consumers}")
+        if self.features % (64 * self.consumers):
+            raise ValueError(
+                f"Gemm90Config: {self.consumers} consumer warpgroups cannot share {self.features} features (whole m64"
+                " rows each)"
+            )
+        if self.features < TILE_N and self.cluster > 1:
+            raise ValueError(f"Gemm90Config.cluster: 2-CTA clusters pair 128-feature tiles, got {self.features}")
         if self.cluster not in (1, 2):
             raise ValueError(f"Gemm90Config.cluster: expected 1 or 2, got {self.cluster}")
         if self.cluster > 1 and self.bn < CLUSTER_MIN_BN:
             # half an x tile a CTA: below 64 tokens x is a small part of a stage, not worth a cluster's lockstep
             raise ValueError(f"Gemm90Config.cluster: 2-CTA clusters take bn >= {CLUSTER_MIN_BN}, got bn {self.bn}")
-        if self.consumers not in (1, 2):
-            raise ValueError(f"Gemm90Config.consumers: expected 1 or 2, got {self.consumers}")
-        if self.consumers == 1 and self.bn > 128:
-            raise ValueError("Gemm90Config: one consumer warpgroup holds at most 128 tokens (256 accumulators)")
+        if self.bn * self.features // self.consumers > 128 * TILE_N:
+            raise ValueError("Gemm90Config: a consumer warpgroup holds at most 128 x 128 outputs (128 accumulators)")
         # the largest stages: 16-bit scales and zeros; four 16-bit scale rows (groups of 16), no zeros
         for bits, zero_elem, scale_bytes in (
             (4, 2, SCALE_ROW_BYTES),
@@ -106,12 +121,16 @@ class Gemm90Config:
 
     @property
     def mainloop(self) -> Mainloop:
-        return Mainloop("wgmma_tma_sm90", (self.bn, TILE_N, TILE_K), (self.consumers, 4), self.stages, swap_ab=True)
+        return Mainloop(
+            "wgmma_tma_sm90", (self.bn, self.features, TILE_K), (self.consumers, 4), self.stages, swap_ab=True
+        )
 
     @property
     def tag(self) -> str:
-        return f"n{self.bn}c{self.consumers}s{self.stages}b{self.min_blocks}" + (
-            f"x{self.cluster}" if self.cluster > 1 else ""
+        return (
+            f"n{self.bn}c{self.consumers}s{self.stages}b{self.min_blocks}"
+            + (f"f{self.features}" if self.features != TILE_N else "")
+            + (f"x{self.cluster}" if self.cluster > 1 else "")
         )
 
     @property
@@ -121,7 +140,7 @@ class Gemm90Config:
 
     def shared_bytes(self, bits: int, zero_elem: int, scale_bytes: int = SCALE_ROW_BYTES) -> int:
         """The template's smem_bytes<BN, STAGES>: alignment slack, the stages, two mbarriers a stage."""
-        return 1024 + self.stages * stage_bytes(self.bn, bits, zero_elem, scale_bytes) + self.stages * 16
+        return 1024 + self.stages * stage_bytes(self.bn, bits, zero_elem, scale_bytes, self.features) + self.stages * 16
 
     def launch_shared_bytes(self, spec: Spec) -> int:
         """The dynamic shared memory of a launch of ``spec``'s kernel in this shape."""
@@ -144,6 +163,21 @@ CONFIGS90: Final = (
 CLUSTER_CONFIGS90: Final = (
     Gemm90Config(128, 2, 8, 1, cluster=2),
     Gemm90Config(256, 2, 5, 1, cluster=2),
+)
+
+
+#: 64-feature CTA shapes: twice the CTAs of the 128-feature tiles on one weight, each a consumer warpgroup converting
+#: one m64 row (16 features a warp), 3-4 CTAs an SM up to 32 tokens (twice the converting warps a scheduler) and 2 at
+#: 64-128 tokens. Selectable (``config=``, devtools/gemm90_bench.py --narrow), not dispatched and not in the default
+#: module: on the H100 (docs/bench/gemm90_narrow_h100.json) they ran 1.00-1.10x the 128-feature tiles' time on the
+#: four large shapes at M = 1..128 (decode 8192 x 28672: 72.2 against 65.5 µs), and won only on 4096 x 4096 at M = 64
+#: (20.5 against 21.6 µs for the sm_80 GEMM the dispatch takes there).
+NARROW_CONFIGS90: Final = (
+    Gemm90Config(8, 1, 8, 4, features=64),
+    Gemm90Config(16, 1, 7, 4, features=64),
+    Gemm90Config(32, 1, 5, 4, features=64),
+    Gemm90Config(64, 1, 5, 3, features=64),
+    Gemm90Config(128, 1, 5, 2, features=64),
 )
 
 
@@ -284,6 +318,7 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
                 {
                     "entry": gemm90_entry_name(self.spec, c),
                     "bn": c.bn,
+                    "features": c.features,
                     "consumers": c.consumers,
                     "stages": c.stages,
                     "threads": c.threads,

@@ -164,24 +164,30 @@ def pays90(N: int, k_tiles: int, M: int, sms: int) -> bool:
     return per_cta >= MIN_K_TILES_PER_CTA
 
 
-def weight_maps(spec: Spec, w: Any) -> tuple[dev.TensorMapArg, dev.TensorMapArg, dev.TensorMapArg]:
-    """The weight's tensor maps, made once: wq (rows are its 128-byte-line rows; a box is one K tile of a CTA's 128
-    features, 128-byte swizzled), the scales and the zeros ([G, Ns]; a box is one group's 128 columns; without
-    zeros the scales' map stands in, never read)."""
-    hit = w.tensor_maps.get("w")
+def weight_maps(
+    spec: Spec, w: Any, features: int = TILE_N
+) -> tuple[dev.TensorMapArg, dev.TensorMapArg, dev.TensorMapArg]:
+    """The weight's tensor maps for ``features``-feature CTA tiles, made once: wq (rows are its 128-byte-line rows;
+    a box is one K tile of a CTA's features, 128-byte swizzled), the scales and the zeros ([G, Ns]; a box is one
+    group's columns of a tile; without zeros the scales' map stands in, never read)."""
+    hit = w.tensor_maps.get(f"w{features}")
     if hit is None:
         line_bytes = w.line_bytes
-        lines_per_tile = TILE_N // columns_interleaved(spec.source.bits)
+        lines_per_tile = features // columns_interleaved(spec.source.bits)
         wmap = dev.encode_tensor_map_2d(w.wq.data_ptr(), 1, line_bytes, w.n_lines, line_bytes, (128, lines_per_tile))
         groups = int(w.scales.shape[0])
         # a box is the tile's group_rows scale rows (groups under a 64-k tile: one row a group), 2 or 1 bytes each
         se, rows = int(w.scales.element_size()), group_rows(spec)
-        smap = dev.encode_tensor_map_2d(w.scales.data_ptr(), se, w.Ns, groups, w.Ns * se, (TILE_N, rows), swizzle=False)
+        smap = dev.encode_tensor_map_2d(
+            w.scales.data_ptr(), se, w.Ns, groups, w.Ns * se, (features, rows), swizzle=False
+        )
         zmap = smap
         if w.zeros is not None:
             ze = int(w.zeros.element_size())
-            zmap = dev.encode_tensor_map_2d(w.zeros.data_ptr(), ze, w.Ns, groups, w.Ns * ze, (TILE_N, 1), swizzle=False)
-        hit = w.tensor_maps["w"] = (wmap, smap, zmap)
+            zmap = dev.encode_tensor_map_2d(
+                w.zeros.data_ptr(), ze, w.Ns, groups, w.Ns * ze, (features, 1), swizzle=False
+            )
+        hit = w.tensor_maps[f"w{features}"] = (wmap, smap, zmap)
     return hit
 
 
@@ -261,7 +267,7 @@ def bind90(
             if not chosen:
                 raise ValueError(f"config: no 2-CTA cluster of {cfg.tag} can be resident on this GPU")
             return bind90(spec, w, x_ptr, x_stride, M, bias, out, choose_config90(M), want_splits, None, x_cols)
-    m_tiles, n_tiles = -(-M // cfg.bn), -(-w.N // (TILE_N * cfg.cluster))  # pair tiles' feature pairs in a cluster
+    m_tiles, n_tiles = -(-M // cfg.bn), -(-w.N // (cfg.features * cfg.cluster))  # a cluster's: feature pairs
     tiles = m_tiles * n_tiles
     if cfg.cluster > 1:
         if want_splits is not None:
@@ -280,9 +286,9 @@ def bind90(
     if plan.split:  # stream-K pieces (CTAs on whole tiles store them at once)
         assert w.workspace is not None
         # two partial slots a splitting CTA (its first and its last segment), one counter a tile
-        key = (("sm90", cfg.bn), tiles, plan.ctas, plan.whole, plan.split_ctas)
-        ws, counters = w.workspace.get(key, 2 * plan.split_ctas * cfg.bn * TILE_N, tiles)
-    wmap, smap, zmap = weight_maps(spec, w)
+        key = (("sm90", cfg.bn, cfg.features), tiles, plan.ctas, plan.whole, plan.split_ctas)
+        ws, counters = w.workspace.get(key, 2 * plan.split_ctas * cfg.bn * cfg.features, tiles)
+    wmap, smap, zmap = weight_maps(spec, w, cfg.features)
     values = {
         "wmap": wmap,
         "xmap": x_map(x_ptr, M, w.K if x_cols is None else x_cols, x_stride, cfg.x_box_rows),
