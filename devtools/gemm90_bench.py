@@ -143,8 +143,8 @@ def _schedules(spec: object, x: object, gw: object, M: int) -> dict[str, object]
     P = dev.sm_count(0) * cfg.min_blocks
     waves, tail = divmod(tiles, P)
     plans = {"1/tile": Plan90.of(tiles, tiles, k_tiles)}
-    if tiles < P:  # a partial wave: stream-K over every resident CTA instead
-        plans["stream-K all"] = Plan90.of(tiles, P, k_tiles)
+    if tiles * k_tiles >= P:  # stream-K over every resident CTA, no whole tiles: the same work on every SM
+        plans["stream-K all"] = Plan90(tiles, P, k_tiles, 0, P)
     if waves and tail:
         plans["persistent"] = Plan90.of(tiles, P, k_tiles)
         if tail * k_tiles >= P:  # each CTA at least one K tile of the tail (Plan90.check)

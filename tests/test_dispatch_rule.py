@@ -3,6 +3,7 @@ the rule measured for the release on a GPU of that name (shipped in the wheel), 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -130,20 +131,35 @@ def test_measured_shapes_from_a_sweep_and_back_through_the_rule_file(gpu, tmp_pa
         ("gemm", 1024, 1024, 1024): 10.29, ("dequant + cublas", 1024, 1024, 1024): 10.0,
         ("gemm", 512, 2048, 512): 5.0, ("dequant + cublas", 512, 2048, 512): 9.0,
         ("gemm", 1024, 2048, 512): 5.0, ("dequant + cublas", 1024, 2048, 512): 9.0,
+        # up to 16 rows: the GEMM more than 3% faster than the GEMV at (8, 1024 x 1024) only; 2.9% at 16
+        ("gemm", 8, 1024, 1024): 10.0, ("gemv", 8, 1024, 1024): 10.4,
+        ("gemm", 16, 1024, 1024): 10.0, ("gemv", 16, 1024, 1024): 10.29,
+        ("gemm", 8, 2048, 512): 9.0, ("gemv", 8, 2048, 512): 5.0,
+        ("gemm", 16, 2048, 512): 9.0, ("gemv", 16, 2048, 512): 5.0,
     }  # fmt: skip
     shapes = dispatch_sweep.measured_shapes(
         lambda p, M, K, N: times[(p, M, K, N)], [8, 16, 512, 1024], [(1024, 1024), (2048, 512)]
     )
     assert shapes == (
-        dispatch.MeasuredShape(1024, 1024, (512, 1024), (512,)),
-        dispatch.MeasuredShape(2048, 512, (512, 1024), ()),
+        dispatch.MeasuredShape(1024, 1024, (512, 1024), (512,), (8, 16), (8,)),
+        dispatch.MeasuredShape(2048, 512, (512, 1024), (), (8, 16), ()),
     )
-    assert dispatch_sweep.measured_shapes(lambda *a: 1.0, [1, 8, 16], [(1024, 1024)]) == ()
+    assert dispatch_sweep.measured_shapes(lambda *a: 1.0, [1, 8, 16], [(1024, 1024)]) == (
+        dispatch.MeasuredShape(1024, 1024, (), (), (1, 8, 16), ()),
+    )
+    assert dispatch_sweep.measured_shapes(lambda *a: 1.0, [], [(1024, 1024)]) == ()
     rule = DispatchRule(4, None, shapes)
     assert dispatch.save_rule(0, rule) == tmp_path / "dispatch.json"
     assert dispatch.rule_for(0) == rule
     entry = json.loads((tmp_path / "dispatch.json").read_text())[H100]
-    assert entry["shapes"][0] == {"k": 1024, "n": 1024, "ms": [512, 1024], "dense_ms": [512]}
+    assert entry["shapes"][0] == {
+        "k": 1024,
+        "n": 1024,
+        "ms": [512, 1024],
+        "dense_ms": [512],
+        "small_ms": [8, 16],
+        "gemm_small_ms": [8],
+    }
     entry["shapes"][0]["ms"] = "soon"  # hand-edited: as if there were no entry of this machine
     (tmp_path / "dispatch.json").write_text(json.dumps({H100: entry}))
     dispatch._RULES.clear()
@@ -176,7 +192,11 @@ def test_the_rule_from_a_sweep_models_the_small_m_narrowing() -> None:
     assert dispatch_sweep.regret(us, 17, ms, shapes, None) == pytest.approx(1.1)
     rule = dispatch_sweep.rule_from_sweep(us, ms, shapes, "awq_int4_fp16", 132, True)
     assert (rule.gemm_min_m, rule.dense_min_m, rule.sweep_spec, rule.sms) == (4, None, "awq_int4_fp16", 132)
-    assert rule.shapes == (dispatch.MeasuredShape(*wide, (32,)), dispatch.MeasuredShape(*small, (32,)))
+    # each shape's own choice up to 16 rows: the GEMM where it ran more than 3% faster (the wide weight at 4 and 8)
+    assert rule.shapes == (
+        dispatch.MeasuredShape(*wide, (32,), (), (1, 4, 8), (4, 8)),
+        dispatch.MeasuredShape(*small, (32,), (), (1, 4, 8), ()),
+    )
     assert dispatch_sweep.rule_from_sweep(us, ms, shapes, "awq_int4_fp16", 132, False).gemm_min_m == 17  # 1.1 < 1.2
 
 
@@ -198,7 +218,6 @@ def test_measured_shapes_keep_to_their_sm_count_and_their_code_family(gpu) -> No
     """The shipped H100 rule's per-shape choices come from its 132 SMs' partial waves and its int4 sweep: an sm_90
     GPU of another SM count gets the rule without them, and specs of another code family, act-order specs and the
     float specs only the Hopper GEMM takes never use them."""
-    import dataclasses
     import types
 
     names, _ = gpu
@@ -225,7 +244,35 @@ def test_measured_shapes_keep_to_their_sm_count_and_their_code_family(gpu) -> No
 
 
 @pytest.mark.parametrize("ms", [[0, 512], [-1], "32", [1.5]])
-def test_a_rule_file_with_bad_measured_ms_is_ignored(gpu, tmp_path: Path, ms: object) -> None:
-    entry = {"gemm_min_m": 17, "dense_min_m": None, "shapes": [{"k": 1, "n": 1, "ms": ms, "dense_ms": []}]}
+@pytest.mark.parametrize("key", ["ms", "small_ms", "gemm_small_ms"])
+def test_a_rule_file_with_bad_measured_ms_is_ignored(gpu, tmp_path: Path, ms: object, key: str) -> None:
+    shape = {"k": 1, "n": 1, "ms": [32], "dense_ms": [], "small_ms": [1], "gemm_small_ms": [], key: ms}
+    entry = {"gemm_min_m": 17, "dense_min_m": None, "shapes": [shape]}
     (tmp_path / "dispatch.json").write_text(json.dumps({H100: entry}))
     assert dispatch.rule_for(0) == dispatch._stored(dispatch.SHIPPED_RULES, H100)
+
+
+def test_a_measured_shape_decides_gemv_or_gemm_up_to_16_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to 16 rows a shape the sweep timed takes its own measured choice at the nearest measured M, over the
+    rule's gemm_min_m and the Hopper narrowing (the sweep timed the very GEMM run_gemm picks); other shapes, and a
+    call the Hopper GEMM cannot take (the sm_80 rule, no shapes), keep gemm_min_m and the narrowing."""
+    monkeypatch.setattr(dispatch, "is_hopper", lambda device: True)
+    monkeypatch.setattr(dispatch, "hopper_pays", lambda n, k_tiles, M, device: n >= 8192)
+    wide = dispatch.MeasuredShape(8192, 28672, (32,), (), (1, 4, 8, 16), (1, 8, 16))
+    small = dispatch.MeasuredShape(4096, 1024, (32,), (), (1, 4, 8, 16), ())
+    rule = DispatchRule(16, None, (wide, small))
+
+    def gemm(M: int, k_n: tuple[int, int] | None, hopper_ok: bool = True) -> bool:
+        n_k = None if k_n is None else (k_n[1], k_n[0] // 64)
+        return dispatch.gemm_for_small_m(M, rule, 0, hopper_ok, lambda: n_k, k_n)
+
+    # measured: 1 and 8 the GEMM, 4 the GEMV; 2 is as near 1 as 4 (the smaller), 3 nearer 4, 12 nearer 16
+    assert [gemm(M, (8192, 28672)) for M in (1, 2, 3, 4, 8, 12, 16)] == [True, True, False, False, True, True, True]
+    assert not any(gemm(M, (4096, 1024)) for M in (1, 4, 8, 16))  # the GEMV, 16 rows included
+    # not measured: the rule (gemm_min_m 16) with the narrowing below it
+    assert [gemm(M, (8192, 8192)) for M in (1, 8, 16)] == [False, False, True]
+    assert [gemm(M, None) for M in (1, 8, 16)] == [False, False, True]
+    low = dataclasses.replace(rule, gemm_min_m=4)
+    assert dispatch.gemm_for_small_m(8, low, 0, True, lambda: (8192, 128), None)  # pays: the GEMM from 4
+    assert not dispatch.gemm_for_small_m(8, low, 0, True, lambda: (1024, 64), None)  # does not pay: the GEMV
+    assert not dispatch.gemm_for_small_m(8, low, 0, False, lambda: (8192, 128), None)  # the Hopper GEMM cannot run

@@ -195,7 +195,8 @@ def fake(monkeypatch: pytest.MonkeyPatch, driver: _Driver):
         return [_bound([w.wq, x2.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr()])]
 
     monkeypatch.setattr(mm, "_bind", bind)
-    rule = types.SimpleNamespace(gemm_min_m=17)
+    # a rule without measured shapes (DispatchRule is frozen: the tests move gemm_min_m)
+    rule = types.SimpleNamespace(gemm_min_m=17, shapes=(), gemm_small=lambda M, k_n: None)
     monkeypatch.setattr(dispatch, "rule_for", lambda device: rule)
     monkeypatch.setattr(dispatch, "is_hopper", lambda device: False)  # the GPU's measured rule alone decides
     monkeypatch.setattr(dispatch, "beside", lambda w: None)

@@ -2,7 +2,8 @@
 
 - M below the rule's ``gemm_min_m`` (17 by default; 16 on the H100 and other sm_90 GPUs, measured; a rule from
   under 16 sends those rows to the Hopper GEMM only where it pays): the fused GEMV (dqgen.run.matmul), up to 16
-  tokens a launch;
+  tokens a launch; for a weight shape the rule's sweep timed at up to 16 rows, the GEMV or the GEMM as measured
+  there (on the H100 the widest weights take the GEMM from one row: ``MeasuredShape.gemm_small_ms``);
 - from there, for 4- and 8-bit integer specs: the tensor-core GEMM (dqgen.run.gemm; on sm_90 its wgmma main
   loop, dqgen.run.gemm90), on the GemmWeight packed beside the MatmulWeight by ``Kernel.pack_matmul`` or, for
   checkpoint tensors, packed once per tensor version (cached like the GEMV's); for the 4- and 8-bit float and
@@ -142,22 +143,37 @@ DENSE_MARGIN = 1.03
 
 @dataclass(frozen=True)
 class MeasuredShape:
-    """One weight shape (K x N) of a GPU's rule sweep: the M it was timed at and those of them where dequantize +
-    cuBLAS ran more than DENSE_MARGIN faster than the GEMM (on the H100: small N, where the GEMM's tiles leave a
-    partial wave and cuBLAS's smaller ones do not; docs/experiments/issue23.md, session 32)."""
+    """One weight shape (K x N) of a GPU's rule sweep: the M (> GEMV_MAX_M) it was timed at and those of them where
+    dequantize + cuBLAS ran more than DENSE_MARGIN faster than the GEMM (on the H100: small N, where the GEMM's tiles
+    leave a partial wave and cuBLAS's smaller ones do not; docs/experiments/issue23.md, session 32); the M up to
+    GEMV_MAX_M it was timed at (``small_ms``) and those where the GEMM ran more than DENSE_MARGIN faster than the GEMV
+    (``gemm_small_ms``: on the H100 the widest weights, where the Hopper GEMM's deeper pipeline wins from 1 row)."""
 
     k: int
     n: int
     ms: tuple[int, ...]
     dense_ms: tuple[int, ...] = ()
+    small_ms: tuple[int, ...] = ()
+    gemm_small_ms: tuple[int, ...] = ()
 
     def dense(self, M: int) -> bool | None:
         """Whether M rows go to dequantize + cuBLAS: the choice at the measured M nearest M (on a log scale; the
         smaller on a tie), None below the smallest (not measured: the rule's dense_min_m decides)."""
         if not self.ms or min(self.ms) > M:
             return None
-        nearest = min(self.ms, key=lambda m: (abs(math.log2(m / M)), m))
-        return nearest in self.dense_ms
+        return _nearest(self.ms, M) in self.dense_ms
+
+    def gemm_small(self, M: int) -> bool | None:
+        """Whether M (<= GEMV_MAX_M) rows go to the GEMM rather than the GEMV: the choice at the measured small M
+        nearest M (as ``dense``), None where none was measured (the rule's gemm_min_m decides)."""
+        if not self.small_ms or M > GEMV_MAX_M:
+            return None
+        return _nearest(self.small_ms, M) in self.gemm_small_ms
+
+
+def _nearest(ms: tuple[int, ...], M: int) -> int:
+    """The measured M nearest M on a log scale (the smaller on a tie)."""
+    return min(ms, key=lambda m: (abs(math.log2(m / M)), m))
 
 
 @dataclass(frozen=True)
@@ -173,6 +189,15 @@ class DispatchRule:
     shapes: tuple[MeasuredShape, ...] = ()
     sweep_spec: str | None = None
     sms: int | None = None
+
+    def gemm_small(self, M: int, k_n: tuple[int, int] | None) -> bool | None:
+        """The measured choice for M (<= GEMV_MAX_M) rows of a K x N weight of the sweep: the GEMM (True) or the GEMV
+        (False); None where the sweep did not time this shape at small M (gemm_min_m decides)."""
+        if k_n is not None:
+            for shape in self.shapes:
+                if (shape.k, shape.n) == k_n:
+                    return shape.gemm_small(M)
+        return None
 
     def dense(self, M: int, k_n: tuple[int, int] | None = None) -> bool:
         """Whether M rows of a K x N weight (``k_n``; None: unknown) go to dequantize + cuBLAS under this rule."""
@@ -218,7 +243,14 @@ def _stored(path: Path, name: str) -> DispatchRule | None:
     dense = entry.get("dense_min_m")
     try:
         measured = tuple(
-            MeasuredShape(int(m["k"]), int(m["n"]), _positive_ints(m["ms"]), _positive_ints(m.get("dense_ms", [])))
+            MeasuredShape(
+                int(m["k"]),
+                int(m["n"]),
+                _positive_ints(m["ms"]),
+                _positive_ints(m.get("dense_ms", [])),
+                _positive_ints(m.get("small_ms", [])),
+                _positive_ints(m.get("gemm_small_ms", [])),
+            )
             for m in entry.get("shapes", ())
         )
         sweep_spec, sms = entry.get("sweep_spec"), entry.get("sms")
@@ -283,7 +315,17 @@ def rule_entry(rule: DispatchRule) -> dict[str, Any]:
     """A rule as dispatch.json / dispatch_rules.json hold it (what _stored reads back)."""
     entry: dict[str, Any] = {"gemm_min_m": rule.gemm_min_m, "dense_min_m": rule.dense_min_m}
     if rule.shapes:
-        entry["shapes"] = [{"k": m.k, "n": m.n, "ms": list(m.ms), "dense_ms": list(m.dense_ms)} for m in rule.shapes]
+        entry["shapes"] = [
+            {
+                "k": m.k,
+                "n": m.n,
+                "ms": list(m.ms),
+                "dense_ms": list(m.dense_ms),
+                "small_ms": list(m.small_ms),
+                "gemm_small_ms": list(m.gemm_small_ms),
+            }
+            for m in rule.shapes
+        ]
         entry["sweep_spec"], entry["sms"] = rule.sweep_spec, rule.sms
     return entry
 
@@ -391,8 +433,10 @@ def dispatch(
     else:
         checkpoint = (w, scales, zeros, g_idx)
         dense_ok = dense_spec
-    if gemm_ok and M < GEMV_MAX_M and not small_m_gemm(M, rule, device, hopper_ok, _weight_dims(w, gw, scales, target)):
-        rule = replace(rule, gemm_min_m=GEMV_MAX_M)
+    if gemm_ok and M <= GEMV_MAX_M:  # the GEMV or the GEMM, by the measured shape or the rule's small-M narrowing
+        dims = functools.partial(_weight_dims, w, gw, scales, target)
+        gemm_here = gemm_for_small_m(M, rule, device, hopper_ok, dims, k_n)
+        rule = replace(rule, gemm_min_m=M if gemm_here else GEMV_MAX_M + 1)
     way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok, k_n=k_n)
     if way == "gemv":
         return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
@@ -416,6 +460,26 @@ def small_m_gemm(M: int, rule: DispatchRule, device: int, hopper_ok: bool, n_k: 
     return hopper_ok and n_k is not None and hopper_pays(n_k[0], n_k[1], M, device)
 
 
+def gemm_for_small_m(
+    M: int,
+    rule: DispatchRule,
+    device: int,
+    hopper_ok: bool,
+    n_k: Callable[[], tuple[int, int] | None],
+    k_n: tuple[int, int] | None,
+) -> bool:
+    """Whether M <= GEMV_MAX_M rows go to the GEMM, not the GEMV: where the rule's sweep timed this weight's shape
+    (``k_n``, given where its measured shapes apply) at small M, its choice at the nearest measured M (the sweep
+    timed the very paths this call would take: the GEMM run_gemm picks, the GEMV); else from gemm_min_m, narrowed
+    below GEMV_MAX_M rows as small_m_gemm says (``n_k``: the weight's N and K tiles, asked for only then)."""
+    measured = rule.gemm_small(M, k_n)
+    if measured is not None:
+        return measured
+    if M >= GEMV_MAX_M or rule.gemm_min_m > M or not is_hopper(device):  # no narrowing to look up the weight for
+        return rule.gemm_min_m <= M
+    return small_m_gemm(M, rule, device, hopper_ok, n_k())
+
+
 def effective_rule(device: int, hopper_ok: bool) -> DispatchRule:
     """The rule a call follows: this GPU's (rule_for), but on an sm_90 GPU where the Hopper GEMM cannot take the
     call (``hopper_ok`` False) the sm_80 GEMM's (SM80_ON_HOPPER_RULE)."""
@@ -426,16 +490,13 @@ def takes_gemv(target: MatmulTarget, x: Any, w: Any, scales: Any, g_idx: Any, M:
     """Whether ``dispatch`` gives these M <= 16 rows of a spec the GEMM takes to the GEMV (what the fast path
     remembers): the same rule, Hopper check and small-M narrowing as the dispatch."""
     device = x.device.index or 0
-    if not is_hopper(device):
-        return target.hopper_only or rule_for(device).gemm_min_m > M
     gw = beside(w) if isinstance(w, MatmulWeight) else None
-    hopper_ok = _hopper_can_take(gw, x, g_idx, scales, target)
+    hopper_ok = is_hopper(device) and _hopper_can_take(gw, x, g_idx, scales, target)
     if target.hopper_only and not hopper_ok:
         return True
     rule = effective_rule(device, hopper_ok)
-    if M < GEMV_MAX_M:
-        return not small_m_gemm(M, rule, device, hopper_ok, _weight_dims(w, gw, scales, target))
-    return rule.gemm_min_m > M
+    k_n = _k_n(w, gw, scales, target) if shapes_apply(rule, target) else None
+    return not gemm_for_small_m(M, rule, device, hopper_ok, functools.partial(_weight_dims, w, gw, scales, target), k_n)
 
 
 def _k_n(w: Any, gw: GemmWeight | None, scales: Any, target: MatmulTarget) -> tuple[int, int] | None:

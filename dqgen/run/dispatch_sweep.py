@@ -16,13 +16,20 @@ Times = Callable[[str, int, int, int], float]
 
 def measured_shapes(us: Times, ms: list[int], shapes: list[tuple[int, int]]) -> tuple[MeasuredShape, ...]:
     """Per shape, the M of ``ms`` above GEMV_MAX_M and those where dequantize + cuBLAS ran more than DENSE_MARGIN
-    faster than the GEMM."""
+    faster than the GEMM; the M up to GEMV_MAX_M and those where the GEMM ran more than DENSE_MARGIN faster than the
+    GEMV (a call keeps the GEMV unless the GEMM clearly wins: within the margin either is within 3% of the best)."""
     big = tuple(M for M in ms if M > GEMV_MAX_M)
-    if not big:
+    small = tuple(M for M in ms if M <= GEMV_MAX_M)
+    if not big and not small:
         return ()
     return tuple(
         MeasuredShape(
-            K, N, big, tuple(M for M in big if us("dequant + cublas", M, K, N) * DENSE_MARGIN < us("gemm", M, K, N))
+            K,
+            N,
+            big,
+            tuple(M for M in big if us("dequant + cublas", M, K, N) * DENSE_MARGIN < us("gemm", M, K, N)),
+            small,
+            tuple(M for M in small if us("gemm", M, K, N) * DENSE_MARGIN < us("gemv", M, K, N)),
         )
         for K, N in shapes
     )
@@ -57,7 +64,9 @@ def rule_from_sweep(
 ) -> DispatchRule:
     """The rule of a GPU of ``sms`` SMs (``hopper``: sm_90, where the dispatch narrows rows under 16) from a sweep of
     ``spec``: gemm_min_m the M (of the sweep's up to GEMV_MAX_M, or GEMV_MAX_M + 1) of least regret (the larger on a
-    tie); dense_min_m and the measured shapes as above, those for ``spec``'s code family on GPUs of ``sms`` SMs."""
+    tie; what shapes the sweep did not time follow); dense_min_m and the measured shapes as above (their own GEMV /
+    GEMM choice up to GEMV_MAX_M rows and dense choice above), those for ``spec``'s code family on GPUs of ``sms``
+    SMs."""
     small = [M for M in ms if M <= GEMV_MAX_M]
     narrow = sms if hopper else None
     gemm_min = min([*small, GEMV_MAX_M + 1], key=lambda m: (regret(us, m, ms, shapes, narrow), -m))
