@@ -244,9 +244,9 @@ def test_humming_layer_computes_the_awq_weight() -> None:
     assert bl.rel_err(layer(x), x.double() @ W.double()) < 1e-2
 
 
-def test_bench_bookkeeping_on_cpu_stand_ins(monkeypatch) -> None:
-    """The bench's own bookkeeping with the GPU parts stood in for: each implementation checked against x @ W, one
-    graph per implementation and M, rounds in alternating order, the lowest round kept, a failing one left out."""
+def _cpu_stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench on the CPU with its GPU parts stood in for (two small linears; make_inputs' "codes" are the dense
+    weight itself and the stand-in Kernel dequantizes by returning it; no humming); a skip without torch."""
     torch = pytest.importorskip("torch")
     import dqgen.run.inputs as inputs
     import dqgen.run.runtime as runtime
@@ -254,10 +254,15 @@ def test_bench_bookkeeping_on_cpu_stand_ins(monkeypatch) -> None:
 
     monkeypatch.setattr(bl, "DEVICE", "cpu")
     monkeypatch.setattr(bl, "LINEARS", (("q", 256, 128), ("down", 384, 256)))
-    # make_inputs' "codes" are the dense weight itself, and the stand-in Kernel dequantizes by returning it
     monkeypatch.setattr(inputs, "make_inputs", lambda spec, K, N, seed: (torch.randn(K, N).half(), None, None))
     monkeypatch.setattr(runtime, "Kernel", lambda spec: lambda q, s, z: q)
     monkeypatch.setattr(bm, "humming_installed", lambda: False)
+
+
+def test_bench_bookkeeping_on_cpu_stand_ins(monkeypatch) -> None:
+    """The bench's own bookkeeping with the GPU parts stood in for: each implementation checked against x @ W, one
+    graph per implementation and M, rounds in alternating order, the lowest round kept, a failing one left out."""
+    _cpu_stand_ins(monkeypatch)
     real_build = bl._build
 
     def build(impl, weights):
@@ -349,18 +354,9 @@ def test_every_graphs_inputs_live_until_its_replays(monkeypatch) -> None:
     """A CUDA graph reads x at the address it was captured with: each implementation's x must outlive its graph's
     replays, which come after the other implementations' captures (torch.cuda.graph empties the allocator's cache
     on entry, so a freed x's memory can be unmapped by then: the "illegal memory access" at M = 256, issue 23)."""
-    torch = pytest.importorskip("torch")
     import weakref
 
-    import dqgen.run.inputs as inputs
-    import dqgen.run.runtime as runtime
-    from dqgen.tools import bench_matmul as bm
-
-    monkeypatch.setattr(bl, "DEVICE", "cpu")
-    monkeypatch.setattr(bl, "LINEARS", (("q", 256, 128), ("down", 384, 256)))
-    monkeypatch.setattr(inputs, "make_inputs", lambda spec, K, N, seed: (torch.randn(K, N).half(), None, None))
-    monkeypatch.setattr(runtime, "Kernel", lambda spec: lambda q, s, z: q)
-    monkeypatch.setattr(bm, "humming_installed", lambda: False)
+    _cpu_stand_ins(monkeypatch)
     real_build = bl._build
     touched: list[weakref.ref] = []  # weak references to the x of every linear call since the last capture began
 

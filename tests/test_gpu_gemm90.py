@@ -250,11 +250,10 @@ def _float_k(spec: Spec) -> int:
     return 4096 + 8 if group == -1 else 4096 + 32 if group < 64 else 4096 + group
 
 
-@pytest.mark.quick
-def _every_token_tile(spec: Spec, gw: Any, W: Any, K: int, N: int) -> None:
-    """Each token tile of the Hopper GEMM at M = 1, the tile less 3 and the tile + 5, twice into NaN-poisoned
-    outputs, against the float64 reference."""
-    for cfg in CONFIGS90:
+def _every_token_tile(spec: Spec, gw: Any, W: Any, K: int, N: int, configs: tuple = CONFIGS90) -> None:
+    """Each token tile of the Hopper GEMM (``configs``' CTA shapes) at M = 1, the tile less 3 and the tile + 5, twice
+    into NaN-poisoned outputs, against the float64 reference."""
+    for cfg in configs:
         for M in {1, cfg.bn - 3 if cfg.bn > 8 else 5, cfg.bn + 5}:
             x_np = random_x(spec, M, K, seed=M + cfg.bn)
             x = to_torch(x_np)
@@ -272,12 +271,7 @@ def test_narrow_feature_tiles_with_tails(name: str) -> None:
     spec = load_spec(name)
     K, N = (4096 + 64 if spec.scales.group_size != "auto" else 4096 + 128), 1448
     gw, W = _weight(spec, K, N, K + N, 128 if spec.scales.group_size == "auto" else None)
-    for cfg in NARROW_CONFIGS90:
-        for M in {1, cfg.bn - 3 if cfg.bn > 8 else 5, cfg.bn + 5}:
-            x_np = random_x(spec, M, K, seed=M + cfg.bn)
-            x = to_torch(x_np)
-            y = twice(lambda out: gemm.run_gemm(spec, x, gw, out=out, config=cfg), (M, N), _dtype(W))  # noqa: B023
-            check(spec, y, matmul_reference(x_np, W))
+    _every_token_tile(spec, gw, W, K, N, NARROW_CONFIGS90)
     wide = NARROW_CONFIGS90[-1]
     x_np = random_x(spec, 100, K, seed=9)
     x = to_torch(x_np)
