@@ -235,3 +235,45 @@ def test_the_row_stride_is_judged_on_x_as_run_gemm_reads_it() -> None:
     one = X3()
     one.shape = (1, 1, 4096)
     assert dispatch._row_stride(one) == 4096 and dispatch._hopper_can_take(None, one)
+
+
+def test_a_measured_shape_decides_small_m_only_for_in_order_weights(torch, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an sm_90 GPU whose rule timed 8192 x 28672 at small M (the GEMM at 1 and 8 rows, the GEMV at 4), dispatch
+    and takes_gemv follow that choice for checkpoint tensors in group-128 order (as the sweep's weights were); groups
+    of 32 (gathered, padded slots: a cost the sweep did not time) keep the rule's gemm_min_m (16) and its narrowing;
+    an empty batch goes to the GEMV."""
+    from dqgen.core.spec import load_spec
+
+    spec = load_spec("awq_int4_fp16")
+    ran: list[str] = []
+    monkeypatch.setattr(dispatch, "packed_gemv", lambda art, owner, *a, **kw: "gemv weight")
+    monkeypatch.setattr(dispatch, "run_gemv", lambda art, x, w, **kw: ran.append("gemv") or "gemv y")
+    monkeypatch.setattr(dispatch, "packed_gemm", lambda sp, owner, *a, **kw: "gemm weight")
+    monkeypatch.setattr(dispatch, "run_gemm", lambda sp, x, w, **kw: ran.append("gemm") or "gemm y")
+    shape = dispatch.MeasuredShape(8192, 28672, (32,), (), (1, 4, 8, 16), (1, 8, 16))
+    monkeypatch.setattr(dispatch, "rule_for", lambda device: DispatchRule(16, None, (shape,), "awq_int4_fp16", 132))
+    monkeypatch.setattr(dispatch, "is_hopper", lambda device: True)
+    monkeypatch.setattr(dispatch, "hopper_pays", lambda n, k_tiles, M, device: True)
+    target = MatmulTarget(types.SimpleNamespace(spec=spec), "awq-0123", True, lambda *a, **kw: pytest.fail("dense"))
+    q = Tensor((8192, 28672 // 8))  # AWQ packs 8 codes a word along N
+    g128, g32 = Tensor((64, 28672)), Tensor((256, 28672))
+
+    class Rows(Tensor):  # a CUDA x [M, K] TMA can address
+        def stride(self, d: int) -> int:
+            return 1 if d == -1 else self.shape[1]
+
+        def data_ptr(self) -> int:
+            return 1 << 20
+
+    def x(M: int) -> Any:
+        return Rows((M, 8192))
+
+    for scales, want in ((g128, ["gemm", "gemv", "gemm"]), (g32, ["gemv", "gemv", "gemv"])):
+        ran.clear()
+        for M in (1, 4, 8):
+            dispatch.dispatch(target, x(M), q, scales)
+            assert dispatch.takes_gemv(target, x(M), q, scales, None, M) == (ran[-1] == "gemv")
+        assert ran == want, (scales.shape, ran)
+    ran.clear()
+    dispatch.dispatch(target, x(0), q, g128)
+    assert ran == ["gemv"]

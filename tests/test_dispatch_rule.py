@@ -243,10 +243,26 @@ def test_measured_shapes_keep_to_their_sm_count_and_their_code_family(gpu) -> No
     assert not dispatch.shapes_apply(dataclasses.replace(rule, sweep_spec="no_such_spec"), target("awq_int4_fp16"))
 
 
-@pytest.mark.parametrize("ms", [[0, 512], [-1], "32", [1.5]])
+@pytest.mark.parametrize("ms", [[0, 512], [-1], "32", [1.5], [True]])
 @pytest.mark.parametrize("key", ["ms", "small_ms", "gemm_small_ms"])
 def test_a_rule_file_with_bad_measured_ms_is_ignored(gpu, tmp_path: Path, ms: object, key: str) -> None:
     shape = {"k": 1, "n": 1, "ms": [32], "dense_ms": [], "small_ms": [1], "gemm_small_ms": [], key: ms}
+    entry = {"gemm_min_m": 17, "dense_min_m": None, "shapes": [shape]}
+    (tmp_path / "dispatch.json").write_text(json.dumps({H100: entry}))
+    assert dispatch.rule_for(0) == dispatch._stored(dispatch.SHIPPED_RULES, H100)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"ms": [16, 32]},  # a dense choice's M up to 16: the GEMV's range
+        {"dense_ms": [64]},  # a dense M not among the measured
+        {"small_ms": [1, 32]},  # a small-M choice above 16 would decide every M up to 16 from afar
+        {"gemm_small_ms": [4]},  # a GEMM choice not among the measured small M
+    ],
+)
+def test_a_rule_file_with_inconsistent_measured_ms_is_ignored(gpu, tmp_path: Path, bad: dict) -> None:
+    shape = {"k": 1, "n": 1, "ms": [32], "dense_ms": [32], "small_ms": [1, 8], "gemm_small_ms": [8], **bad}
     entry = {"gemm_min_m": 17, "dense_min_m": None, "shapes": [shape]}
     (tmp_path / "dispatch.json").write_text(json.dumps({H100: entry}))
     assert dispatch.rule_for(0) == dispatch._stored(dispatch.SHIPPED_RULES, H100)
@@ -266,6 +282,9 @@ def test_a_measured_shape_decides_gemv_or_gemm_up_to_16_rows(monkeypatch: pytest
         n_k = None if k_n is None else (k_n[1], k_n[0] // 64)
         return dispatch.gemm_for_small_m(M, rule, 0, hopper_ok, lambda: n_k, k_n)
 
+    assert wide.gemm_small(0) is None and wide.gemm_small(17) is None  # an empty batch; past the GEMV's rows
+    # only as far as measured: a sweep up to 4 rows does not decide 16 rows
+    assert dispatch.MeasuredShape(1, 1, (), (), (1, 4), (4,)).gemm_small(8) is None
     # measured: 1 and 8 the GEMM, 4 the GEMV; 2 is as near 1 as 4 (the smaller), 3 nearer 4, 12 nearer 16
     assert [gemm(M, (8192, 28672)) for M in (1, 2, 3, 4, 8, 12, 16)] == [True, True, False, False, True, True, True]
     assert not any(gemm(M, (4096, 1024)) for M in (1, 4, 8, 16))  # the GEMV, 16 rows included

@@ -164,9 +164,10 @@ class MeasuredShape:
         return _nearest(self.ms, M) in self.dense_ms
 
     def gemm_small(self, M: int) -> bool | None:
-        """Whether M (<= GEMV_MAX_M) rows go to the GEMM rather than the GEMV: the choice at the measured small M
-        nearest M (as ``dense``), None where none was measured (the rule's gemm_min_m decides)."""
-        if not self.small_ms or M > GEMV_MAX_M:
+        """Whether M (1..GEMV_MAX_M) rows go to the GEMM rather than the GEMV: the choice at the measured small M
+        nearest M (as ``dense``), None outside the measured range (the rule's gemm_min_m decides; an empty batch
+        the GEMV returns at once)."""
+        if not self.small_ms or not 1 <= M <= min(GEMV_MAX_M, max(self.small_ms)):
             return None
         return _nearest(self.small_ms, M) in self.gemm_small_ms
 
@@ -242,17 +243,7 @@ def _stored(path: Path, name: str) -> DispatchRule | None:
         return None
     dense = entry.get("dense_min_m")
     try:
-        measured = tuple(
-            MeasuredShape(
-                int(m["k"]),
-                int(m["n"]),
-                _positive_ints(m["ms"]),
-                _positive_ints(m.get("dense_ms", [])),
-                _positive_ints(m.get("small_ms", [])),
-                _positive_ints(m.get("gemm_small_ms", [])),
-            )
-            for m in entry.get("shapes", ())
-        )
+        measured = tuple(_measured_shape(m) for m in entry.get("shapes", ()))
         sweep_spec, sms = entry.get("sweep_spec"), entry.get("sms")
         return DispatchRule(
             int(entry.get("gemm_min_m", GEMV_MAX_M + 1)),
@@ -265,9 +256,23 @@ def _stored(path: Path, name: str) -> DispatchRule | None:
         return None
 
 
+def _measured_shape(m: dict[str, Any]) -> MeasuredShape:
+    """A rule file's measured shape, else ValueError (the entry is then ignored): its M lists positive ints, the
+    dense choices among its M above GEMV_MAX_M, the GEMM choices among its M up to GEMV_MAX_M."""
+    ms, dense_ms = _positive_ints(m["ms"]), _positive_ints(m.get("dense_ms", []))
+    small_ms, gemm_small_ms = _positive_ints(m.get("small_ms", [])), _positive_ints(m.get("gemm_small_ms", []))
+    if any(M <= GEMV_MAX_M for M in ms) or not set(dense_ms) <= set(ms):
+        raise ValueError(f"ms: expected M above {GEMV_MAX_M}, dense_ms among them, got {ms}, {dense_ms}")
+    if any(M > GEMV_MAX_M for M in small_ms) or not set(gemm_small_ms) <= set(small_ms):
+        raise ValueError(f"small_ms: expected M up to {GEMV_MAX_M}, gemm_small_ms among them, got {small_ms}")
+    return MeasuredShape(int(m["k"]), int(m["n"]), ms, dense_ms, small_ms, gemm_small_ms)
+
+
 def _positive_ints(values: Any) -> tuple[int, ...]:
-    """A rule file's list of M: positive ints, else ValueError (the entry is then ignored)."""
-    if not isinstance(values, list) or not all(isinstance(v, int) and v > 0 for v in values):
+    """A rule file's list of M: positive ints (not booleans), else ValueError (the entry is then ignored)."""
+    if not isinstance(values, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values
+    ):
         raise ValueError(f"expected a list of positive ints, got {values!r}")
     return tuple(values)
 
@@ -423,8 +428,7 @@ def dispatch(
     rule = effective_rule(device, hopper_ok)
     # the dense path's checkpoint holds no global scale (NVFP4): the GEMM it would replace runs
     dense_spec = not target.global_scale
-    # the weight's shape, where the rule has measured shapes for this spec's family
-    k_n = _k_n(w, gw, scales, target) if shapes_apply(rule, target) else None
+    k_n = _measured_k_n(rule, target, w, gw, x, g_idx, scales)
     if is_packed:
         # the dense path needs the checkpoint tensors: alive and unchanged beside a packed weight, or passed
         dense_m = rule.dense(M, k_n)
@@ -495,8 +499,31 @@ def takes_gemv(target: MatmulTarget, x: Any, w: Any, scales: Any, g_idx: Any, M:
     if target.hopper_only and not hopper_ok:
         return True
     rule = effective_rule(device, hopper_ok)
-    k_n = _k_n(w, gw, scales, target) if shapes_apply(rule, target) else None
+    k_n = _measured_k_n(rule, target, w, gw, x, g_idx, scales)
     return not gemm_for_small_m(M, rule, device, hopper_ok, functools.partial(_weight_dims, w, gw, scales, target), k_n)
+
+
+def _measured_k_n(
+    rule: DispatchRule, target: MatmulTarget, w: Any, gw: GemmWeight | None, x: Any, g_idx: Any, scales: Any
+) -> tuple[int, int] | None:
+    """The weight's (K, N) where the rule's measured shapes decide this call, else None: a spec of the sweep's
+    family (shapes_apply) and K slots in order, as the sweep's weights were (gathered slots read x through the gather
+    kernel and the padded slots too: another cost the sweep did not time)."""
+    if not shapes_apply(rule, target) or _slots_gathered(gw, int(x.shape[-1]), g_idx, scales, target):
+        return None
+    return _k_n(w, gw, scales, target)
+
+
+def _slots_gathered(gw: GemmWeight | None, K: int, g_idx: Any, scales: Any, target: MatmulTarget | None) -> bool:
+    """Whether the weight's GEMM reads gathered K slots (act-order, groups of no whole 64-k tiles): the packed
+    weight's flag; in the checkpoint form a g_idx, or an integer spec's groups of no whole 64-k tiles (a float spec's
+    small groups stay in order)."""
+    if gw is not None:
+        return bool(gw.gather)
+    if target is not None and target.hopper_only:
+        return False
+    groups = int(scales.shape[0]) if scales is not None and hasattr(scales, "shape") and scales.shape else 1
+    return g_idx is not None or bool(groups > 1 and (K // groups) % TILE_K)
 
 
 def _k_n(w: Any, gw: GemmWeight | None, scales: Any, target: MatmulTarget) -> tuple[int, int] | None:
@@ -530,13 +557,8 @@ def _hopper_can_take(
     run_gemm reads (x as [M, K]). In the checkpoint form (no packed weight yet) a g_idx, or an integer spec's groups
     of no whole 64-k tiles, mean gathered slots; a float spec's small groups stay in order. The GPU is checked by
     the caller."""
-    if gw is not None and gw.gather:
+    if _slots_gathered(gw, int(x.shape[-1]), g_idx, scales, target):
         return True
-    if gw is None and not (target is not None and target.hopper_only):
-        groups = int(scales.shape[0]) if scales is not None and hasattr(scales, "shape") and scales.shape else 1
-        K = int(x.shape[-1])
-        if g_idx is not None or (groups > 1 and (K // groups) % TILE_K):
-            return True
     return x.stride(-1) == 1 and not x_ineligible(x.data_ptr(), _row_stride(x), int(x.shape[-1]))
 
 
