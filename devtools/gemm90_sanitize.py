@@ -1,4 +1,5 @@
-"""Every entry point of the Hopper GEMM (dqgen.run.gemm90: each token tile, one and two consumer warpgroups, split-K
+"""Every entry point of the Hopper GEMM (dqgen.run.gemm90: each token tile, one and two consumer warpgroups, the
+64-feature shapes (NARROW_CONFIGS90, selectable, not dispatched), split-K
 with its workspace and the unsplit grid, the 2-CTA cluster entries multicasting x: two token tiles, the second's
 rank-1 half past M, and an odd feature-tile count's spare CTA) and the gather kernel in front of it for act-order
 weights (x gathered into slot order, padding slots zero) launched on shapes with tails, for `compute-sanitizer --tool
@@ -17,7 +18,7 @@ import numpy as np
 
 from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import load_spec
-from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, CONFIGS90
+from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, CONFIGS90, NARROW_CONFIGS90
 from dqgen.run import gemm
 from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 
@@ -53,7 +54,7 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
         (q, s, z, gi, gs), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
         gw = gemm.pack_gemm(spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gs))
         gathered |= gw.gather
-        for cfg in () if only_cluster else CONFIGS90:
+        for cfg in () if only_cluster else CONFIGS90 + NARROW_CONFIGS90:
             for splits in split_list:
                 M = cfg.bn - 3 if cfg.bn > 8 else 5
                 x = random_x(spec, M, K, seed=M)
@@ -81,7 +82,7 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
                     bad.append(f"{name} {cfg.tag} N={n_cols}")
     want = {(c, False) for c in CLUSTER_CONFIGS90}
     if not only_cluster:
-        want |= {(c, sp) for c in CONFIGS90 for sp in (False, True)}
+        want |= {(c, sp) for c in CONFIGS90 + NARROW_CONFIGS90 for sp in (False, True)}
     missing = want - covered
     want_gather = any(load_spec(c[0]).act_order for c in cases)
     if missing or bad or gathered != want_gather:

@@ -39,6 +39,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ARCHES = ("sm_90", "sm_80")
+#: Specs whose 64-feature Hopper GEMM module is hashed too: int4 with zeros, int8 per-channel, NVFP4's block scales.
+NARROW_SPECS = ("awq_int4_fp16", "int8_bf16", "nvfp4_fp16")
 _ENTRY = re.compile(r"^\.(?:visible|weak)?\s*\.entry\s+(\w+)\(", re.M)
 
 
@@ -54,7 +56,7 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
     from dqgen.emit.pipeline import compile_artifact
     from dqgen.kernels.dequant import DequantConfig
     from dqgen.kernels.gemm import GemmKernelConfig
-    from dqgen.kernels.gemm90 import Gemm90KernelConfig
+    from dqgen.kernels.gemm90 import NARROW_CONFIGS90, Gemm90KernelConfig
     from dqgen.kernels.gemv import GemvConfig
 
     for name in shipped_specs():
@@ -66,6 +68,8 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
             yield "gemm", name, GemmKernelConfig(spec).source(), spec.sm  # every tile config, plain and gather
         if Gemm90KernelConfig.supports(spec):  # the integer specs, and the float / codebook ones it alone takes
             yield "gemm90", name, Gemm90KernelConfig(spec).source(), 90  # every token-tile config
+        if name in NARROW_SPECS:  # the 64-feature shapes (selectable, not in the default module)
+            yield "gemm90_narrow", name, Gemm90KernelConfig(spec, NARROW_CONFIGS90).source(), 90
 
     from dqgen.kernels.gather_x import GATHER_X
 

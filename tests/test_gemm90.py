@@ -13,6 +13,7 @@ import pytest
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.emit.nvrtc import compile_source
 from dqgen.emit.sass import disassemble
+from dqgen.kernels.gemm import zero_bytes
 from dqgen.kernels.gemm90 import (
     CLUSTER_CONFIGS90,
     CONFIGS90,
@@ -22,8 +23,8 @@ from dqgen.kernels.gemm90 import (
     choose_config90,
     cluster_config90,
     gemm90_entry_name,
-    stage_bytes,
 )
+from dqgen.layout.gemm import group_rows
 from dqgen.run.loader import target_arch
 
 from .kernel_signature import C_WIDTHS, entry_params
@@ -108,7 +109,9 @@ def test_configs_fit_and_the_choice_holds_m() -> None:
     [
         ({"bn": 24, "consumers": 1, "stages": 4, "min_blocks": 1}, "bn"),
         ({"bn": 64, "consumers": 3, "stages": 4, "min_blocks": 1}, "consumers"),
-        ({"bn": 256, "consumers": 1, "stages": 2, "min_blocks": 1}, "at most 128 x 128 outputs"),
+        ({"bn": 256, "consumers": 1, "stages": 2, "min_blocks": 1}, "320 accumulator and A registers"),
+        ({"bn": 128, "consumers": 1, "stages": 3, "min_blocks": 3, "features": 64}, "exceed the 80 registers of 3"),
+        ({"bn": 256, "consumers": 1, "stages": 2, "min_blocks": 2, "features": 64}, "exceed the 128 registers"),
         ({"bn": 256, "consumers": 2, "stages": 8, "min_blocks": 1}, "does not fit"),
         ({"bn": 8, "consumers": 1, "stages": 4, "min_blocks": 1, "features": 32}, "features"),
         ({"bn": 8, "consumers": 2, "stages": 4, "min_blocks": 1, "features": 64}, "cannot share 64 features"),
@@ -133,12 +136,12 @@ def test_narrow_feature_tiles_compile_with_half_the_w_box_and_no_local_memory(na
     ops = Counter(line.split()[0] for line in disassemble(res.cubin) if line.strip())
     assert any(k.startswith("HGMMA") for k in ops) and ops["UTMALDG.2D"] > 0, sorted(ops)
     assert not any(k.startswith(("LDL", "STL")) for k in ops)
+    # a stage of this spec: 64 features x 64 k of codes, BN x rows, 64 columns of each scale row (2 bytes, or 1 for
+    # block-scale codes; a row a group under the tile), 64 zeros; 1024-aligned, one full and one empty barrier each
+    scale_bytes = (1 if spec.scales.block else 2) * group_rows(spec)
     for cfg in NARROW_CONFIGS90:
-        # a stage: 64 features x 64 k of codes (half the 128-feature tile's W), x, 64 of a row's 16-bit scales, zeros
-        bits, zero_elem = spec.source.bits, 1
-        assert stage_bytes(cfg.bn, bits, zero_elem, features=64) <= stage_bytes(cfg.bn, bits, zero_elem)
-        raw64 = 64 * 64 * bits // 8 + cfg.bn * 128 + 64 * 2 + 64 * zero_elem
-        assert stage_bytes(cfg.bn, bits, zero_elem, features=64) == -(-raw64 // 1024) * 1024
+        raw = 64 * 64 * spec.source.bits // 8 + cfg.bn * 128 + 64 * scale_bytes + 64 * zero_bytes(spec)
+        assert cfg.launch_shared_bytes(spec) == 1024 + cfg.stages * (-(-raw // 1024) * 1024 + 16)
         assert cfg.tag == f"n{cfg.bn}c1s{cfg.stages}b{cfg.min_blocks}f64"
 
 

@@ -35,13 +35,18 @@ CLUSTER_MIN_BN: Final = 64
 FEATURE_TILES: Final = (64, TILE_N)
 
 
+def launch_regs(threads: int, min_blocks: int) -> int:
+    """The registers a thread gets under __launch_bounds__(threads, min_blocks): the SM's 64K shared out, a multiple
+    of 8, at most 255 (what ptxas allocates the whole kernel within)."""
+    return min(255, 65536 // min_blocks // threads) // 8 * 8
+
+
 def consumer_regs(consumers: int, min_blocks: int) -> int:
     """setmaxnreg.inc of the consumer warpgroups of a CTA of one producer and ``consumers`` consumer warpgroups,
     ``min_blocks`` CTAs an SM: what the producer gives back (it keeps PRODUCER_REGS), shared out (a multiple of 8,
     <= 240)."""
     threads = 128 * (1 + consumers)
-    entry = min(255, 65536 // min_blocks // threads) // 8 * 8
-    per = (threads * entry - 128 * PRODUCER_REGS) // (128 * consumers)
+    per = (threads * launch_regs(threads, min_blocks) - 128 * PRODUCER_REGS) // (128 * consumers)
     return min(240, per // 8 * 8)
 
 
@@ -90,15 +95,22 @@ class Gemm90Config:
                 f"Gemm90Config: {self.consumers} consumer warpgroups cannot share {self.features} features (whole m64"
                 " rows each)"
             )
-        if self.features < TILE_N and self.cluster > 1:
-            raise ValueError(f"Gemm90Config.cluster: 2-CTA clusters pair 128-feature tiles, got {self.features}")
         if self.cluster not in (1, 2):
             raise ValueError(f"Gemm90Config.cluster: expected 1 or 2, got {self.cluster}")
+        if self.features < TILE_N and self.cluster > 1:
+            raise ValueError(f"Gemm90Config.cluster: 2-CTA clusters pair 128-feature tiles, got {self.features}")
         if self.cluster > 1 and self.bn < CLUSTER_MIN_BN:
             # half an x tile a CTA: below 64 tokens x is a small part of a stage, not worth a cluster's lockstep
             raise ValueError(f"Gemm90Config.cluster: 2-CTA clusters take bn >= {CLUSTER_MIN_BN}, got bn {self.bn}")
-        if self.bn * self.features // self.consumers > 128 * TILE_N:
-            raise ValueError("Gemm90Config: a consumer warpgroup holds at most 128 x 128 outputs (128 accumulators)")
+        # a consumer thread holds its accumulators and two A register sets (16 a m64 row each) within what ptxas may
+        # allocate under __launch_bounds__(threads, min_blocks): setmaxnreg moves registers at run time, not the cap
+        mw = self.features // self.consumers // 64
+        held, cap = mw * (self.bn // 8) * 4 + 32 * mw, launch_regs(self.threads, self.min_blocks)
+        if held > cap:
+            raise ValueError(
+                f"Gemm90Config: {held} accumulator and A registers a consumer thread exceed the {cap} registers of"
+                f" {self.min_blocks} blocks an SM ({self})"
+            )
         # the largest stages: 16-bit scales and zeros; four 16-bit scale rows (groups of 16), no zeros
         for bits, zero_elem, scale_bytes in (
             (4, 2, SCALE_ROW_BYTES),
@@ -139,7 +151,7 @@ class Gemm90Config:
         return self.bn // self.cluster
 
     def shared_bytes(self, bits: int, zero_elem: int, scale_bytes: int = SCALE_ROW_BYTES) -> int:
-        """The template's smem_bytes<BN, STAGES>: alignment slack, the stages, two mbarriers a stage."""
+        """The template's smem_bytes<BN, FN, STAGES>: alignment slack, the stages, two mbarriers a stage."""
         return 1024 + self.stages * stage_bytes(self.bn, bits, zero_elem, scale_bytes, self.features) + self.stages * 16
 
     def launch_shared_bytes(self, spec: Spec) -> int:
@@ -184,7 +196,13 @@ NARROW_CONFIGS90: Final = (
 def cluster_config90(cfg: Gemm90Config) -> Gemm90Config | None:
     """The 2-CTA cluster entry of ``cfg``'s CTA shape (None where there is none)."""
     for c in CLUSTER_CONFIGS90:
-        if (c.bn, c.consumers, c.stages, c.min_blocks) == (cfg.bn, cfg.consumers, cfg.stages, cfg.min_blocks):
+        if (c.bn, c.consumers, c.stages, c.min_blocks, c.features) == (
+            cfg.bn,
+            cfg.consumers,
+            cfg.stages,
+            cfg.min_blocks,
+            cfg.features,
+        ):
             return c
     return None
 

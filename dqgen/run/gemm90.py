@@ -158,7 +158,7 @@ def hopper_pays(N: int, k_tiles: int, M: int, device: int) -> bool:
 def pays90(N: int, k_tiles: int, M: int, sms: int) -> bool:
     """hopper_pays on a GPU of ``sms`` SMs (a pure function: the dispatch rule's sweep models the dispatch with it)."""
     cfg = choose_config90(M)
-    tiles = -(-M // cfg.bn) * -(-N // TILE_N)
+    tiles = -(-M // cfg.bn) * -(-N // cfg.features)
     resident = sms * cfg.min_blocks
     per_cta = k_tiles if tiles >= resident else tiles * k_tiles / resident
     return per_cta >= MIN_K_TILES_PER_CTA
@@ -230,7 +230,7 @@ def cluster_plan(cfg: Gemm90Config, M: int, N: int, k_tiles: int, resident_clust
     """The schedule of a 2-CTA cluster launch: its tiles are pair tiles (two neighbouring feature tiles of one token
     tile; an odd last feature tile's pair has a spare CTA that loads zeros and stores nothing), its CTAs clusters,
     every tile whole."""
-    pair_tiles = -(-M // cfg.bn) * -(-N // (TILE_N * cfg.cluster))
+    pair_tiles = -(-M // cfg.bn) * -(-N // (cfg.features * cfg.cluster))
     return Plan90.of(pair_tiles, cluster_ctas(pair_tiles, max(1, resident_clusters)), k_tiles)
 
 
@@ -261,7 +261,7 @@ def bind90(
     fn = load(kc, w.device)
     smem = cfg.launch_shared_bytes(spec)
     if cfg.cluster > 1 and plan is None:
-        clusters = fn.max_active_clusters(2 * -(-M // cfg.bn) * -(-w.N // (TILE_N * cfg.cluster)), cfg.threads,
+        clusters = fn.max_active_clusters(2 * -(-M // cfg.bn) * -(-w.N // (cfg.features * cfg.cluster)), cfg.threads,
                                           cfg.cluster, smem)  # fmt: skip
         if clusters < 1:  # no cluster can be resident here (an SM partition, MPS limits)
             if not chosen:
