@@ -40,6 +40,30 @@ def hopper_ran(gw: Any) -> bool:
     return any(key.startswith("w") for key in gw.tensor_maps)
 
 
+def _replays_on_new_x(spec: Spec, call: Any, x: Any, W: np.ndarray, seeds: tuple[int, ...]) -> None:
+    """``call`` (reading x, returning y) run once on a side stream (its launch bound, any split-K workspace and
+    tensor maps made before the capture), captured in a CUDA graph, then replayed on new x written into the captured
+    x, each into a NaN-poisoned y: within tolerance of its own float64 reference (what a serving graph does)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = call()
+    M, K = int(x.shape[0]), int(x.shape[1])
+    for seed in seeds:
+        x_np = random_x(spec, M, K, seed=seed)
+        x.copy_(to_torch(x_np))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(spec, y, matmul_reference(x_np, W))
+
+
 def _dtype(W: np.ndarray):
     return to_torch(np.zeros(1, W.dtype)).dtype
 
@@ -172,7 +196,6 @@ def test_act_order_automatic_choice_quantlinear_and_cuda_graph() -> None:
     itself at M = 7 and 100; QuantLinear (the torch module, no new API) does too, and a CUDA graph captured around
     it holds the gather and the GEMM: replayed on new x it gives the new answer."""
     _hopper()
-    import torch
 
     from dqgen.nn.linear import QuantLinear
     from dqgen.run import dispatch
@@ -195,21 +218,7 @@ def test_act_order_automatic_choice_quantlinear_and_cuda_graph() -> None:
     static_x = to_torch(x_np)
     check(spec, layer(static_x), matmul_reference(x_np, W))
     assert hopper_ran(beside)  # the module's call took the Hopper path
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        layer(static_x)  # any split-K workspace is allocated before capture
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        ya = layer(static_x)
-    for seed in (6, 7):
-        x2_np = random_x(spec, M, K, seed=seed)
-        static_x.copy_(to_torch(x2_np))
-        ya.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        check(spec, ya, matmul_reference(x2_np, W))
+    _replays_on_new_x(spec, lambda: layer(static_x), static_x, W, (6, 7))
 
 
 def test_act_order_bad_input_is_one_line_before_anything_is_written() -> None:
@@ -460,19 +469,5 @@ def test_a_cluster_launch_replays_in_a_cuda_graph() -> None:
     assert gemm90.use_cluster90(M, N, spec)
     x = to_torch(random_x(spec, M, K, seed=1))
     out = torch.empty(M, N, dtype=torch.float16, device="cuda")
-    gemm.run_gemm(spec, x, gw, out=out)  # bound (and its tensor maps made) before the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
-        gemm.run_gemm(spec, x, gw, out=out)
-    torch.cuda.synchronize()
+    _replays_on_new_x(spec, lambda: gemm.run_gemm(spec, x, gw, out=out), x, W, (2, 3))
     assert any(b.kernel.name.endswith("x2") for b in gw._bound.values() if hasattr(b, "kernel"))
-    for seed in (2, 3):
-        x_np = random_x(spec, M, K, seed=seed)
-        x.copy_(to_torch(x_np))
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        check(spec, out, matmul_reference(x_np, W))
