@@ -912,6 +912,46 @@ def test_sigterm_removes_the_temporary_file(tmp_path):
     assert list(outdir.iterdir()) == []
 
 
+def _interrupt_after(real):
+    """``real`` runs to completion, then a Ctrl-C lands before its result reaches the caller."""
+
+    def wrapped(*a, **k):
+        real(*a, **k)
+        raise KeyboardInterrupt
+
+    return wrapped
+
+
+def _fdopen_that_fails_after_taking_fd(fd, *a, **k):
+    """What io.open does when it fails after owning the descriptor: it closes it, then raises."""
+    os.close(fd)
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    "where, folder",
+    [("mkstemp", False), ("fdopen", False), ("fdopen_closes", False), ("mkdtemp", True)],
+)
+def test_an_interrupt_while_the_temporary_is_made_leaves_nothing(ckpts, tmp_path, monkeypatch, where, folder):
+    """Stop 33's CI: SIGTERM landing while the temporary file was being opened exited 2 ("Bad file descriptor")
+    instead of 143, as the cleanup closed a descriptor io.open had already closed. Each window between making the
+    temporary and the writer owning it: the interrupt comes out unchanged and no file or folder is left."""
+    import dqgen.io.dequant_file as df
+
+    if where == "mkstemp":
+        monkeypatch.setattr(df.tempfile, "mkstemp", _interrupt_after(df.tempfile.mkstemp))
+    elif where == "mkdtemp":
+        monkeypatch.setattr(df.tempfile, "mkdtemp", _interrupt_after(df.tempfile.mkdtemp))
+    elif where == "fdopen":
+        monkeypatch.setattr(df.os, "fdopen", _interrupt_after(os.fdopen))
+    else:
+        monkeypatch.setattr(df.os, "fdopen", _fdopen_that_fails_after_taking_fd)
+    out = tmp_path / ("model" if folder else "o.safetensors")
+    with pytest.raises(KeyboardInterrupt):
+        dequantize_file(ckpts["awq"][0], out, device="cpu")
+    assert list(tmp_path.iterdir()) == []
+
+
 def _spy_dequantize(monkeypatch) -> list[str]:
     import dqgen.io.dequant_file as ck
 

@@ -4,6 +4,7 @@ into a temporary file or folder that replaces the output only when complete."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -196,19 +197,26 @@ def _permissions(path: Path, mode: int) -> None:
 
 
 def _open_temp(out: Path) -> tuple[Any, Path]:
-    """A new file of its own next to ``out`` (renamed onto it when complete)."""
+    """A new file of its own next to ``out`` (renamed onto it when complete). An interrupt anywhere in here or
+    in the caller leaves the file to :func:`_remove_own_temps`."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=out.parent, prefix=_prefix(out), suffix=".partial")
     except OSError as e:
         raise ValueError(f"output {out}: cannot write in {out.parent}: {e.strerror or e}") from None
+    fh = None
     try:
         _permissions(Path(name), 0o666)
-        return os.fdopen(fd, "wb"), Path(name)
-    except BaseException:  # an interrupt here too leaves no file behind
-        os.close(fd)
-        os.unlink(name)
+        fh = os.fdopen(fd, "wb")
+    except BaseException:
+        # Once a file object owns the descriptor it closes it (io.open does so itself when it fails after taking
+        # it): a second close must not replace the interrupt with EBADF (CI, stop 33: SIGTERM exited 2 "Bad file
+        # descriptor" instead of 143).
+        if fh is None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         raise
+    return fh, Path(name)
 
 
 def _make_temp_dir(out: Path) -> Path:
@@ -218,12 +226,35 @@ def _make_temp_dir(out: Path) -> Path:
         name = Path(tempfile.mkdtemp(dir=out.parent, prefix=_prefix(out), suffix=".partial"))
     except OSError as e:
         raise ValueError(f"output {out}: cannot write in {out.parent}: {e.strerror or e}") from None
-    try:
-        _permissions(name, 0o777)
-    except BaseException:
-        shutil.rmtree(name, ignore_errors=True)
-        raise
+    _permissions(name, 0o777)
     return name
+
+
+def _temp_pattern(out: Path) -> re.Pattern[str]:
+    """The temporary names of runs to ``out`` on this host (``_prefix`` + mkstemp's 8 characters); group 1: pid."""
+    return re.compile(rf"^\.{re.escape(out.name)}\.{re.escape(_HOST)}-(\d+)\.[a-z0-9_]{{8}}\.partial$")
+
+
+def _remove(p: Path) -> bool:
+    try:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    except FileNotFoundError:  # another run cleaned it first
+        return False
+    return True
+
+
+def _remove_own_temps(out: Path) -> None:
+    """Remove this process's temporaries for ``out``, found by name: an interrupt can land after mkstemp /
+    mkdtemp made one and before its name reached the caller, so a name held in a variable is not enough."""
+    pattern = _temp_pattern(out)
+    with contextlib.suppress(OSError):
+        for p in out.parent.iterdir():
+            m = pattern.match(p.name)
+            if m is not None and int(m.group(1)) == os.getpid():
+                _remove(p)
 
 
 def _alive(pid: int) -> bool:
@@ -243,20 +274,14 @@ def clean_stale(out: Path) -> list[Path]:
     Returns what was removed."""
     if not out.parent.is_dir():
         return []
-    pattern = re.compile(rf"^\.{re.escape(out.name)}\.{re.escape(_HOST)}-(\d+)\.[a-z0-9_]{{8}}\.partial$")
+    pattern = _temp_pattern(out)
     removed = []
     for p in out.parent.iterdir():
         m = pattern.match(p.name)
         if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
             continue
-        try:
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
-        except FileNotFoundError:  # another run cleaned it first
-            continue
-        removed.append(p)
+        if _remove(p):
+            removed.append(p)
     return removed
 
 
@@ -461,21 +486,21 @@ class _Writer:
 
 
 def _write_file(out: Path, items: list[Item], meta: dict[str, str], writer: _Writer) -> None:
-    fh, tmp = _open_temp(out)
     try:
+        fh, tmp = _open_temp(out)
         with fh:
             writer.write(fh, items, meta)
         os.replace(tmp, out)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove_own_temps(out)
         raise
 
 
 def _write_folder(
     out: Path, shards: list[list[Item]], meta: dict[str, str], extra: dict[str, bytes], writer: _Writer
 ) -> None:
-    tmp = _make_temp_dir(out)
     try:
+        tmp = _make_temp_dir(out)
         names = shard_names(len(shards))
         for shard, fname in zip(shards, names, strict=True):
             with open(tmp / fname, "wb") as fh:
@@ -491,5 +516,5 @@ def _write_folder(
                 f"output {out}: cannot install the written folder ({e.strerror or e}): another run wrote it meanwhile?"
             ) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_own_temps(out)
         raise
