@@ -250,10 +250,14 @@ def _remove_own_temps(out: Path) -> None:
     """Remove this process's temporaries for ``out``, found by name: an interrupt can land after mkstemp /
     mkdtemp made one and before its name reached the caller, so a name held in a variable is not enough."""
     pattern = _temp_pattern(out)
-    with contextlib.suppress(OSError):
-        for p in out.parent.iterdir():
-            m = pattern.match(p.name)
-            if m is not None and int(m.group(1)) == os.getpid():
+    try:
+        names = list(out.parent.iterdir())
+    except OSError:  # the folder itself was the problem (the error on its way out says which)
+        return
+    for p in names:
+        m = pattern.match(p.name)
+        if m is not None and int(m.group(1)) == os.getpid():
+            with contextlib.suppress(OSError):  # cleanup goes on past one it cannot remove
                 _remove(p)
 
 
