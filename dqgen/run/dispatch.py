@@ -191,23 +191,22 @@ class DispatchRule:
     sweep_spec: str | None = None
     sms: int | None = None
 
+    def measured(self, k_n: tuple[int, int] | None) -> MeasuredShape | None:
+        """The sweep's entry for a K x N weight (``k_n``; None: unknown), None where the sweep did not time it."""
+        return next((shape for shape in self.shapes if (shape.k, shape.n) == k_n), None)
+
     def gemm_small(self, M: int, k_n: tuple[int, int] | None) -> bool | None:
         """The measured choice for M (<= GEMV_MAX_M) rows of a K x N weight of the sweep: the GEMM (True) or the GEMV
         (False); None where the sweep did not time this shape at small M (gemm_min_m decides)."""
-        if k_n is not None:
-            for shape in self.shapes:
-                if (shape.k, shape.n) == k_n:
-                    return shape.gemm_small(M)
-        return None
+        shape = self.measured(k_n)
+        return None if shape is None else shape.gemm_small(M)
 
     def dense(self, M: int, k_n: tuple[int, int] | None = None) -> bool:
         """Whether M rows of a K x N weight (``k_n``; None: unknown) go to dequantize + cuBLAS under this rule."""
-        if k_n is not None:
-            for shape in self.shapes:
-                if (shape.k, shape.n) == k_n:
-                    here = shape.dense(M)
-                    if here is not None:
-                        return here
+        shape = self.measured(k_n)
+        here = None if shape is None else shape.dense(M)
+        if here is not None:
+            return here
         return self.dense_min_m is not None and self.dense_min_m <= M
 
 
@@ -532,8 +531,7 @@ def _k_n(w: Any, gw: GemmWeight | None, scales: Any, target: MatmulTarget) -> tu
     if gw is not None:
         return gw.K, gw.N
     if scales is not None and hasattr(w, "shape"):
-        K, N = output_shape(target.artifact.spec, tuple(w.shape))
-        return K, N
+        return output_shape(target.artifact.spec, tuple(w.shape))
     return None
 
 
@@ -541,11 +539,9 @@ def _weight_dims(w: Any, gw: GemmWeight | None, scales: Any, target: MatmulTarge
     """(N, K tiles of the GEMM layout) of the weight a call multiplies by: the packed GEMM weight's, or the
     checkpoint tensors' (before they are packed)."""
     if gw is not None:
-        return gw.N, gw.k_tiles
-    if scales is not None and hasattr(w, "shape"):
-        K, N = output_shape(target.artifact.spec, tuple(w.shape))
-        return N, -(-K // TILE_K)
-    return None
+        return gw.N, gw.k_tiles  # its K slots, padded where gathered
+    k_n = _k_n(w, None, scales, target)
+    return None if k_n is None else (k_n[1], -(-k_n[0] // TILE_K))
 
 
 def _hopper_can_take(

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..core.files import write_whole
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 _SECTION = re.compile(r"<!-- section:([a-z0-9_]+):begin[^>]*-->\n(.*?)\n<!-- section:\1:end -->", re.S)
 
@@ -66,7 +69,7 @@ def read_json_record(path: Path, what: str) -> object:
         raise ValueError(f"{path}: not JSON ({str(e).splitlines()[0][:120]})") from None
 
 
-def validated_record(path: Path, schema: Any, what: str) -> dict:
+def validated_record(path: Path, schema: type[BaseModel], what: str) -> dict:
     """A bench's JSON record checked against its pydantic ``schema`` (model_dump of it): ValueError (one line naming
     the file and the first bad field) where it cannot be read, is not JSON or does not fit."""
     from pydantic import ValidationError
