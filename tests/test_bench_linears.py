@@ -25,7 +25,7 @@ from dqgen.tools import bench_linears as bl
         (["--replays", "2"], "error: [--replays] got 2; expected at least 3"),
         (["--batches", "1"], "error: [--batches] does not apply to --model-linears"),
         (["--runs", "3"], "error: [--runs] does not apply to --model-linears"),
-        (["--merge", "--record", "missing.json"], "error: --merge: missing.json: cannot read"),
+        (["--merge", "--record", "missing.json"], "error: --merge: missing.json: cannot read the linears record:"),
         (["--docs", "report.md"], "error: --docs: report.md: expected only whole"),
         (["--docs", "adir"], "error: --docs: adir is not a file"),
         (["--merge", "--record", "rec.json", "--layers", "2"],

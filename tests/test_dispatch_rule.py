@@ -283,8 +283,9 @@ def test_a_measured_shape_decides_gemv_or_gemm_up_to_16_rows(monkeypatch: pytest
         return dispatch.gemm_for_small_m(M, rule, 0, hopper_ok, lambda: n_k, k_n)
 
     assert wide.gemm_small(0) is None and wide.gemm_small(17) is None  # an empty batch; past the GEMV's rows
-    # only as far as measured: a sweep up to 4 rows does not decide 16 rows
+    # only as far as measured: a sweep up to 4 rows does not decide 16 rows, nor one from 4 rows a single row
     assert dispatch.MeasuredShape(1, 1, (), (), (1, 4), (4,)).gemm_small(8) is None
+    assert dispatch.MeasuredShape(1, 1, (), (), (4, 8), (4,)).gemm_small(1) is None
     # measured: 1 and 8 the GEMM, 4 the GEMV; 2 is as near 1 as 4 (the smaller), 3 nearer 4, 12 nearer 16
     assert [gemm(M, (8192, 28672)) for M in (1, 2, 3, 4, 8, 12, 16)] == [True, True, False, False, True, True, True]
     assert not any(gemm(M, (4096, 1024)) for M in (1, 4, 8, 16))  # the GEMV, 16 rows included

@@ -230,9 +230,11 @@ def _make_temp_dir(out: Path) -> Path:
     return name
 
 
-def _temp_pattern(out: Path) -> re.Pattern[str]:
-    """The temporary names of runs to ``out`` on this host (``_prefix`` + mkstemp's 8 characters); group 1: pid."""
-    return re.compile(rf"^\.{re.escape(out.name)}\.{re.escape(_HOST)}-(\d+)\.[a-z0-9_]{{8}}\.partial$")
+def _temps(out: Path) -> list[tuple[Path, int]]:
+    """The temporaries of runs to ``out`` on this host, each with its run's pid: names ``_prefix`` + mkstemp's 8
+    characters + ``.partial``."""
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.{re.escape(_HOST)}-(\d+)\.[a-z0-9_]{{8}}\.partial$")
+    return [(p, int(m.group(1))) for p in out.parent.iterdir() if (m := pattern.match(p.name)) is not None]
 
 
 def _remove(p: Path) -> bool:
@@ -249,14 +251,12 @@ def _remove(p: Path) -> bool:
 def _remove_own_temps(out: Path) -> None:
     """Remove this process's temporaries for ``out``, found by name: an interrupt can land after mkstemp /
     mkdtemp made one and before its name reached the caller, so a name held in a variable is not enough."""
-    pattern = _temp_pattern(out)
     try:
-        names = list(out.parent.iterdir())
+        temps = _temps(out)
     except OSError:  # the folder itself was the problem (the error on its way out says which)
         return
-    for p in names:
-        m = pattern.match(p.name)
-        if m is not None and int(m.group(1)) == os.getpid():
+    for p, pid in temps:
+        if pid == os.getpid():
             with contextlib.suppress(OSError):  # cleanup goes on past one it cannot remove
                 _remove(p)
 
@@ -278,15 +278,7 @@ def clean_stale(out: Path) -> list[Path]:
     Returns what was removed."""
     if not out.parent.is_dir():
         return []
-    pattern = _temp_pattern(out)
-    removed = []
-    for p in out.parent.iterdir():
-        m = pattern.match(p.name)
-        if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
-            continue
-        if _remove(p):
-            removed.append(p)
-    return removed
+    return [p for p, pid in _temps(out) if pid != os.getpid() and not _alive(pid) and _remove(p)]
 
 
 def _check_cuda() -> None:

@@ -167,7 +167,7 @@ class MeasuredShape:
         """Whether M (1..GEMV_MAX_M) rows go to the GEMM rather than the GEMV: the choice at the measured small M
         nearest M (as ``dense``), None outside the measured range (the rule's gemm_min_m decides; an empty batch
         the GEMV returns at once)."""
-        if not self.small_ms or not 1 <= M <= min(GEMV_MAX_M, max(self.small_ms)):
+        if not self.small_ms or not min(self.small_ms) <= M <= min(GEMV_MAX_M, max(self.small_ms)):
             return None
         return _nearest(self.small_ms, M) in self.gemm_small_ms
 

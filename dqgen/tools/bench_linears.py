@@ -133,7 +133,7 @@ def load_document(path: Path) -> dict:
     """An e2e_linears.json record, checked against the schema: ValueError (one line naming the file) otherwise."""
     from .report import validated_record
 
-    return validated_record(path, LinearsDocument, "the linears bench's")
+    return validated_record(path, LinearsDocument, "linears")
 
 
 def merge_documents(old: dict, new: dict) -> dict:
