@@ -116,6 +116,12 @@ class SourceKind(str, Enum):
     float = "float"  # code_value = the minifloat whose bits are q (e4m3, e5m2, e2m1)
     codebook = "codebook"  # code_value = codebook[q], rounded to the target once
 
+    @property
+    def integer(self) -> bool:
+        """An integer code (q, its two's complement or q - bias): what the integer GEMMs and W4A8 take, and what
+        one code family shares in cost."""
+        return self in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
+
 
 #: The minifloat element formats a spec may name in ``source.format`` (rows of ``dqgen.core.formats``; each row
 #: says its bits, its NaN / inf convention, its one-line doc for ``dqgen list`` and the block scales it takes).
@@ -871,7 +877,7 @@ class Spec(BaseModel):
     def _check_s8(self) -> None:
         """An s8 target takes 4-bit integer codes, integer (or no) zero points and 16-bit group scales."""
         kind, bits = self.source.kind, self.source.bits
-        if kind not in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased) or bits not in S8_SOURCE_BITS:
+        if not kind.integer or bits not in S8_SOURCE_BITS:
             raise _field_error(
                 "target",
                 "s8",

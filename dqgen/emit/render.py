@@ -172,7 +172,7 @@ def context(spec: Spec, plan: Plan, variants: Sequence[Mapping[str, object]] = (
         "block": BLOCK,
         # multi-word packing blocks (3-bit GPTQ: 32 codes in 3 words): the block's word inputs, low first
         "words": lay.words,
-        "integer_codes": spec.source.kind.value in ("unsigned", "signed", "biased"),
+        "integer_codes": spec.source.kind.integer,
         "word_regs": [_reg(w) for w in plan.words],
         # block scales (MXFP4 / NVFP4): a scale byte per (group, column), decoded once by prepare_scales
         "block_scales": spec.scales.block,

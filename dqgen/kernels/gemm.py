@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..core.spec import SourceKind, Spec
+from ..core.spec import Spec
 from ..emit.pipeline import compile_artifact
 from ..emit.render import context
 from ..layout.gemm import TILE_K, TILE_N
@@ -78,7 +78,7 @@ def supports(spec: Spec) -> bool:
     """Whether the GEMM takes this spec: 4- or 8-bit integer codes without block scales (TensorRT-LLM's layout)."""
     return (
         spec.source.bits in WEIGHT_BITS
-        and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
+        and spec.source.kind.integer
         and not spec.scales.block
         and spec.words == 1
         and not spec.integer_target  # s8 lanes feed the W4A8 GEMM, not this fp16 / bf16 one
@@ -152,7 +152,7 @@ class GemmKernelConfig(WeightOnlyGemmConfig):
 
     def context(self) -> dict[str, Any]:
         kind = self.spec.source.kind
-        if kind not in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased):  # the layout holds any 4/8 bits
+        if not kind.integer:  # the layout holds any 4/8 bits
             raise ValueError(
                 f"[source.kind] the sm_80 GEMM takes integer codes (unsigned, signed, biased), got {kind.value!r}"
                 " (the Hopper GEMM takes 4- and 8-bit float and codebook codes: dqgen.kernels.gemm90)"

@@ -9,7 +9,7 @@ tiles), read by the same ldmatrix rows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Final
 
 from ..core.spec import CONTAINER_BITS, SourceKind, Spec
@@ -195,16 +195,7 @@ NARROW_CONFIGS90: Final = (
 
 def cluster_config90(cfg: Gemm90Config) -> Gemm90Config | None:
     """The 2-CTA cluster entry of ``cfg``'s CTA shape (None where there is none)."""
-    for c in CLUSTER_CONFIGS90:
-        if (c.bn, c.consumers, c.stages, c.min_blocks, c.features) == (
-            cfg.bn,
-            cfg.consumers,
-            cfg.stages,
-            cfg.min_blocks,
-            cfg.features,
-        ):
-            return c
-    return None
+    return next((c for c in CLUSTER_CONFIGS90 if replace(c, cluster=cfg.cluster) == cfg), None)
 
 
 #: Code kinds the Hopper GEMM takes beyond the sm_80 GEMM's integers: 4- and 8-bit minifloats (fp8 e4m3 / e5m2, fp4

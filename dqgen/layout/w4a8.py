@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.spec import SourceKind, Spec, load_spec
+from ..core.spec import Spec, load_spec
 from .layout import Layout
 
 #: field 2b holds element b (k = 4t + b: the low nibble of byte b -> out0's byte b), field 2b+1 element 4 + b
@@ -48,7 +48,7 @@ WORDS = 4  # words per thread per tile
 def _check_spec(spec: Spec) -> None:
     if not spec.integer_target:
         raise ValueError(f"[target] the W4A8 layout feeds an int8 wgmma: expected 's8', got {spec.target.value!r}")
-    if spec.source.bits != 4 or spec.source.kind not in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased):
+    if spec.source.bits != 4 or not spec.source.kind.integer:
         raise ValueError(f"[source] the W4A8 layout holds 4-bit integer codes, got {spec.source.short}")
     if spec.act_order:
         raise ValueError("[act_order] the W4A8 layout takes groups in K order (act_order: false)")

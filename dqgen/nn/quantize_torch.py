@@ -23,7 +23,7 @@ __all__ = ["on_device", "quantize_tensors"]
 
 def on_device(spec: Spec) -> bool:
     """Whether ``quantize_tensors`` quantizes this spec in torch on the weight's device (integer codes)."""
-    return spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
+    return spec.source.kind.integer
 
 
 def quantize_tensors(

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.formats import torch_dtype
-from ..core.spec import SourceKind, Spec
+from ..core.spec import Spec
 from ..emit.nvrtc import default_cache_dir
 from ..emit.pipeline import Artifact
 from ..layout.gemm import TILE_K
@@ -338,7 +338,7 @@ def code_family(spec: Spec) -> tuple[int, str]:
     """(bits, "integer" / "float" / "codebook"): specs of one family run the same GEMM main loop and dequantize at
     the same cost (unsigned, signed and biased integers differ by a constant the conversion folds in)."""
     kind = spec.source.kind
-    integer = kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
+    integer = kind.integer
     return spec.source.bits, "integer" if integer else kind.value
 
 

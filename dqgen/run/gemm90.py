@@ -220,7 +220,7 @@ def use_cluster90(M: int, N: int, spec: Spec | None = None) -> bool:
     whose W takes more of a stage, were not measured."""
     if CLUSTER_RULE is None:
         return False
-    if spec is not None and (spec.source.bits != 4 or spec.source.kind.value not in ("unsigned", "signed", "biased")):
+    if spec is not None and (spec.source.bits != 4 or not spec.source.kind.integer):
         return False
     least_m, least_n = CLUSTER_RULE
     return least_m <= M and least_n <= N and cluster_config90(choose_config90(M)) is not None
@@ -260,15 +260,14 @@ def bind90(
     kc = Gemm90KernelConfig.one(spec, cfg)
     fn = load(kc, w.device)
     smem = cfg.launch_shared_bytes(spec)
+    m_tiles = -(-M // cfg.bn)
+    tiles = m_tiles * -(-w.N // (cfg.features * cfg.cluster))  # a cluster's: feature pairs
     if cfg.cluster > 1 and plan is None:
-        clusters = fn.max_active_clusters(2 * -(-M // cfg.bn) * -(-w.N // (cfg.features * cfg.cluster)), cfg.threads,
-                                          cfg.cluster, smem)  # fmt: skip
+        clusters = fn.max_active_clusters(cfg.cluster * tiles, cfg.threads, cfg.cluster, smem)
         if clusters < 1:  # no cluster can be resident here (an SM partition, MPS limits)
             if not chosen:
                 raise ValueError(f"config: no 2-CTA cluster of {cfg.tag} can be resident on this GPU")
             return bind90(spec, w, x_ptr, x_stride, M, bias, out, choose_config90(M), want_splits, None, x_cols)
-    m_tiles, n_tiles = -(-M // cfg.bn), -(-w.N // (cfg.features * cfg.cluster))  # a cluster's: feature pairs
-    tiles = m_tiles * n_tiles
     if cfg.cluster > 1:
         if want_splits is not None:
             raise ValueError(f"want_splits: a 2-CTA cluster entry ({cfg.tag}) runs whole tiles, got {want_splits}")

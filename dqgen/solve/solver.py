@@ -675,7 +675,7 @@ def fp32_carrier_candidates(spec: Spec) -> tuple[list[Plan], list[str]]:
 
 
 def _integer(spec: Spec) -> bool:
-    return spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
+    return spec.source.kind.integer
 
 
 STRATEGIES = {

@@ -117,7 +117,7 @@ def _place(B: _Builder, pl: BytePlacement, regs: dict[int, str], dst: str, stage
 def build_bytes(spec: Spec) -> Plan:
     """The ``bytes`` Plan of a 4-bit integer spec with an s8 target (see the module docstring)."""
     bits, n = spec.source.bits, spec.per_word
-    if spec.words != 1 or spec.source.kind not in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased):
+    if spec.words != 1 or not spec.source.kind.integer:
         raise NoBytesPlan("needs one-word blocks of integer codes")
     regs_out = [tuple(range(4 * r, 4 * r + 4)) for r in range(n // 4)]
     placements = [byte_placement(spec, els) for els in regs_out]

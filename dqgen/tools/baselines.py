@@ -4,18 +4,14 @@ other (bench_triton needs triton at import; bench loads it only when a row asks 
 
 from __future__ import annotations
 
-from ..core.spec import SourceKind, Spec
+from ..core.spec import Spec
 from ..layout.layout import Layout
 
 
 def classic(spec: Spec) -> bool:
     """Formats the other implementations (torch eager, static_cast CUDA, Triton) know: integer codes
     in single words with target-dtype scales."""
-    return (
-        spec.words == 1
-        and not spec.scales.block
-        and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
-    )
+    return spec.words == 1 and not spec.scales.block and spec.source.kind.integer
 
 
 def triton_supported(spec: Spec) -> bool:
@@ -25,7 +21,7 @@ def triton_supported(spec: Spec) -> bool:
         spec.words == 1
         and not spec.scales.block
         and not spec.act_order
-        and spec.source.kind in (SourceKind.unsigned, SourceKind.signed, SourceKind.biased)
+        and spec.source.kind.integer
         and spec.zeros.mode in ("none", "integer")
     )
 
