@@ -296,3 +296,7 @@ def test_a_measured_shape_decides_gemv_or_gemm_up_to_16_rows(monkeypatch: pytest
     assert dispatch.gemm_for_small_m(8, low, 0, True, lambda: (8192, 128), None)  # pays: the GEMM from 4
     assert not dispatch.gemm_for_small_m(8, low, 0, True, lambda: (1024, 64), None)  # does not pay: the GEMV
     assert not dispatch.gemm_for_small_m(8, low, 0, False, lambda: (8192, 128), None)  # the Hopper GEMM cannot run
+    # dispatch hands the verdict to pick, over the rule's gemm_min_m either way
+    assert dispatch.pick(8, DispatchRule(17), gemm_ok=True, dense_ok=False, small_gemm=True) == "gemm"
+    assert dispatch.pick(16, DispatchRule(4), gemm_ok=True, dense_ok=False, small_gemm=False) == "gemv"
+    assert dispatch.pick(8, DispatchRule(4), gemm_ok=False, dense_ok=False, small_gemm=True) == "gemv"

@@ -46,22 +46,26 @@ def test_small_m_and_the_sm80_fallback_on_hopper(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(dispatch, "is_hopper", lambda device: True)
     monkeypatch.setattr(dispatch, "rule_for", lambda device: rule4)
     monkeypatch.setattr(dispatch, "hopper_pays", lambda n, k, m, device: n >= 8192)
+
+    def small(M: int, rule: DispatchRule, hopper_ok: bool, n_k: tuple[int, int] | None) -> bool:
+        return dispatch.gemm_for_small_m(M, rule, 0, hopper_ok, lambda: n_k, None)
+
     # the Hopper kernel can take the call: its rule, narrowed to the shapes where it pays
     assert dispatch.effective_rule(0, True) == rule4
-    assert dispatch.small_m_gemm(4, rule4, 0, True, (28672, 128))
-    assert not dispatch.small_m_gemm(4, rule4, 0, True, (1024, 64))  # narrow: the GEMV
-    assert not dispatch.small_m_gemm(3, rule4, 0, True, (28672, 128))  # below the rule's 4 tokens
+    assert small(4, rule4, True, (28672, 128))
+    assert not small(4, rule4, True, (1024, 64))  # narrow: the GEMV
+    assert not small(3, rule4, True, (28672, 128))  # below the rule's 4 tokens
     # it cannot (x rows not 16-byte aligned on in-order slots): the sm_80 GEMM's rule, which keeps the GEMV below 16
     # and goes dense at 512
     assert dispatch.effective_rule(0, False) == SM80_ON_HOPPER_RULE
-    assert not dispatch.small_m_gemm(8, SM80_ON_HOPPER_RULE, 0, False, (28672, 128))
+    assert not small(8, SM80_ON_HOPPER_RULE, False, (28672, 128))
     assert dispatch.pick(600, SM80_ON_HOPPER_RULE, gemm_ok=True, dense_ok=True) == "dense"
     assert dispatch.pick(600, HOPPER_RULE, gemm_ok=True, dense_ok=True) == "gemm"
     # another GPU: its measured rule alone
     monkeypatch.setattr(dispatch, "is_hopper", lambda device: False)
     monkeypatch.setattr(dispatch, "rule_for", lambda device: DispatchRule(gemm_min_m=8, dense_min_m=None))
     assert dispatch.effective_rule(0, False) == DispatchRule(8, None)
-    assert dispatch.small_m_gemm(8, DispatchRule(8, None), 0, False, None)
+    assert small(8, DispatchRule(8, None), False, None)
 
 
 class _X:

@@ -371,10 +371,18 @@ def dev_name(device: int) -> str:
     return str(torch.cuda.get_device_name(device))
 
 
-def pick(M: int, rule: DispatchRule, *, gemm_ok: bool, dense_ok: bool, k_n: tuple[int, int] | None = None) -> str:
+def pick(
+    M: int,
+    rule: DispatchRule,
+    *,
+    gemm_ok: bool,
+    dense_ok: bool,
+    k_n: tuple[int, int] | None = None,
+    small_gemm: bool | None = None,
+) -> str:
     """'gemv', 'gemm' or 'dense' for M rows of a K x N weight (``k_n``) under ``rule`` (what dispatch runs; a pure
-    function for the tests)."""
-    if not gemm_ok or rule.gemm_min_m > M:
+    function for the tests). ``small_gemm``: up to GEMV_MAX_M rows, gemm_for_small_m's verdict over gemm_min_m."""
+    if not gemm_ok or not (rule.gemm_min_m <= M if small_gemm is None else small_gemm):
         return "gemv"
     if dense_ok and rule.dense(M, k_n):
         return "dense"
@@ -421,13 +429,11 @@ def dispatch(
     # a global scale goes with the GEMM's weight where the spec has one (NVFP4); elsewhere the GEMV names it
     gemm_ok = (gw is not None or not is_packed) and (global_scale is None or target.global_scale)
     device = x.device.index or 0
-    hopper_ok = gemm_ok and is_hopper(device) and _hopper_can_take(gw, x, g_idx, scales, target)
+    hopper_ok, rule, k_n = _route(target, x, w, gw, scales, g_idx, gemm_ok)
     if target.hopper_only and not hopper_ok:  # its only GEMM cannot run this call
         return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
-    rule = effective_rule(device, hopper_ok)
     # the dense path's checkpoint holds no global scale (NVFP4): the GEMM it would replace runs
     dense_spec = not target.global_scale
-    k_n = _measured_k_n(rule, target, w, gw, x, g_idx, scales)
     if is_packed:
         # the dense path needs the checkpoint tensors: alive and unchanged beside a packed weight, or passed
         dense_m = rule.dense(M, k_n)
@@ -436,11 +442,12 @@ def dispatch(
     else:
         checkpoint = (w, scales, zeros, g_idx)
         dense_ok = dense_spec
+    small_gemm = None
     if gemm_ok and M <= GEMV_MAX_M:  # the GEMV or the GEMM, by the measured shape or the rule's small-M narrowing
-        dims = functools.partial(_weight_dims, w, gw, scales, target)
-        gemm_here = gemm_for_small_m(M, rule, device, hopper_ok, dims, k_n)
-        rule = replace(rule, gemm_min_m=M if gemm_here else GEMV_MAX_M + 1)
-    way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok, k_n=k_n)
+        small_gemm = gemm_for_small_m(
+            M, rule, device, hopper_ok, functools.partial(_weight_dims, w, gw, scales, target), k_n
+        )
+    way = pick(M, rule, gemm_ok=gemm_ok, dense_ok=dense_ok, k_n=k_n, small_gemm=small_gemm)
     if way == "gemv":
         return _gemv(target, x, w, is_packed, scales, zeros, g_idx, global_scale, bias, out)
     spec = target.artifact.spec
@@ -452,15 +459,14 @@ def dispatch(
     return run_gemm(spec, x, gw, bias=bias, out=out)
 
 
-def small_m_gemm(M: int, rule: DispatchRule, device: int, hopper_ok: bool, n_k: tuple[int, int] | None) -> bool:
-    """Whether M rows below 16 go to the GEMM under ``rule``: from its gemm_min_m; on an sm_90 GPU only where the
-    GEMM that would run is the Hopper kernel (``hopper_ok``: it can take the call; gemm90.hopper_pays: it pays for
-    this weight's N and K tiles). The sm_80 kernel beats the GEMV only from 16 tokens on the H100 (issue 14)."""
-    if rule.gemm_min_m > M:
+def narrowed_gemm(M: int, gemm_min_m: int, hopper_pays_here: Callable[[], bool] | None) -> bool:
+    """Whether M (<= GEMV_MAX_M) rows go to the GEMM by ``gemm_min_m`` alone: from it; below GEMV_MAX_M on an sm_90
+    GPU (``hopper_pays_here`` given) only where the GEMM that would run is the Hopper kernel and pays for this
+    weight (it is asked only then). The sm_80 kernel beats the GEMV only from 16 tokens on the H100 (issue 14). A
+    pure function: the rule's sweep (dispatch_sweep.regret) models the dispatch with it."""
+    if gemm_min_m > M:
         return False
-    if not is_hopper(device):
-        return True  # another GPU's measured rule
-    return hopper_ok and n_k is not None and hopper_pays(n_k[0], n_k[1], M, device)
+    return M >= GEMV_MAX_M or hopper_pays_here is None or hopper_pays_here()
 
 
 def gemm_for_small_m(
@@ -473,14 +479,18 @@ def gemm_for_small_m(
 ) -> bool:
     """Whether M <= GEMV_MAX_M rows go to the GEMM, not the GEMV: where the rule's sweep timed this weight's shape
     (``k_n``, given where its measured shapes apply) at small M, its choice at the nearest measured M (the sweep
-    timed the very paths this call would take: the GEMM run_gemm picks, the GEMV); else from gemm_min_m, narrowed
-    below GEMV_MAX_M rows as small_m_gemm says (``n_k``: the weight's N and K tiles, asked for only then)."""
+    timed the very paths this call would take: the GEMM run_gemm picks, the GEMV); else narrowed_gemm, on an sm_90
+    GPU with ``hopper_ok`` (the Hopper GEMM can take the call) and gemm90.hopper_pays for the weight's N and K tiles
+    (``n_k``, asked for only then)."""
     measured = rule.gemm_small(M, k_n)
     if measured is not None:
         return measured
-    if M >= GEMV_MAX_M or rule.gemm_min_m > M or not is_hopper(device):  # no narrowing to look up the weight for
-        return rule.gemm_min_m <= M
-    return small_m_gemm(M, rule, device, hopper_ok, n_k())
+
+    def pays() -> bool:
+        dims = n_k() if hopper_ok else None
+        return dims is not None and hopper_pays(dims[0], dims[1], M, device)
+
+    return narrowed_gemm(M, rule.gemm_min_m, pays if is_hopper(device) else None)
 
 
 def effective_rule(device: int, hopper_ok: bool) -> DispatchRule:
@@ -494,23 +504,25 @@ def takes_gemv(target: MatmulTarget, x: Any, w: Any, scales: Any, g_idx: Any, M:
     remembers): the same rule, Hopper check and small-M narrowing as the dispatch."""
     device = x.device.index or 0
     gw = beside(w) if isinstance(w, MatmulWeight) else None
-    hopper_ok = is_hopper(device) and _hopper_can_take(gw, x, g_idx, scales, target)
+    hopper_ok, rule, k_n = _route(target, x, w, gw, scales, g_idx, True)
     if target.hopper_only and not hopper_ok:
         return True
-    rule = effective_rule(device, hopper_ok)
-    k_n = _measured_k_n(rule, target, w, gw, x, g_idx, scales)
     return not gemm_for_small_m(M, rule, device, hopper_ok, functools.partial(_weight_dims, w, gw, scales, target), k_n)
 
 
-def _measured_k_n(
-    rule: DispatchRule, target: MatmulTarget, w: Any, gw: GemmWeight | None, x: Any, g_idx: Any, scales: Any
-) -> tuple[int, int] | None:
-    """The weight's (K, N) where the rule's measured shapes decide this call, else None: a spec of the sweep's
-    family (shapes_apply) and K slots in order, as the sweep's weights were (gathered slots read x through the gather
-    kernel and the padded slots too: another cost the sweep did not time)."""
+def _route(
+    target: MatmulTarget, x: Any, w: Any, gw: GemmWeight | None, scales: Any, g_idx: Any, gemm_ok: bool
+) -> tuple[bool, DispatchRule, tuple[int, int] | None]:
+    """What dispatch and takes_gemv decide by: whether the Hopper GEMM can take the call, the rule it follows
+    (effective_rule), and the weight's (K, N) where the rule's measured shapes decide it, else None: a spec of the
+    sweep's family (shapes_apply) and K slots in order, as the sweep's weights were (gathered slots read x through
+    the gather kernel and the padded slots too: another cost the sweep did not time)."""
+    device = x.device.index or 0
+    hopper_ok = gemm_ok and is_hopper(device) and _hopper_can_take(gw, x, g_idx, scales, target)
+    rule = effective_rule(device, hopper_ok)
     if not shapes_apply(rule, target) or _slots_gathered(gw, int(x.shape[-1]), g_idx, scales, target):
-        return None
-    return _k_n(w, gw, scales, target)
+        return hopper_ok, rule, None
+    return hopper_ok, rule, _k_n(w, gw, scales, target)
 
 
 def _slots_gathered(gw: GemmWeight | None, K: int, g_idx: Any, scales: Any, target: MatmulTarget | None) -> bool:

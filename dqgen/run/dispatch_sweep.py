@@ -5,10 +5,11 @@ rule, a pure function of the times, so the rule a record holds can be recomputed
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from ..layout.gemm import TILE_K
-from .dispatch import DENSE_MARGIN, GEMV_MAX_M, DispatchRule, MeasuredShape
+from .dispatch import DENSE_MARGIN, GEMV_MAX_M, DispatchRule, MeasuredShape, narrowed_gemm
 from .gemm90 import pays90
 
 Times = Callable[[str, int, int, int], float]
@@ -49,12 +50,13 @@ def dense_min_m(us: Times, ms: list[int], shapes: list[tuple[int, int]]) -> int 
 def regret(us: Times, start: int, ms: list[int], shapes: list[tuple[int, int]], sms: int | None) -> float:
     """The worst time over the faster of GEMV and GEMM, over the sweep's M <= GEMV_MAX_M and shapes, of the dispatch
     with gemm_min_m = ``start``: the GEMM from ``start``, below GEMV_MAX_M on an sm_90 GPU of ``sms`` SMs only where
-    the Hopper GEMM pays (gemm90.pays90, as dispatch.small_m_gemm; ``sms`` None: another GPU, no such narrowing)."""
+    the Hopper GEMM pays (dispatch.narrowed_gemm with gemm90.pays90; ``sms`` None: another GPU, no such narrowing)."""
     worst = 1.0
     for M in (m for m in ms if m <= GEMV_MAX_M):
         for K, N in shapes:
             gv, gm = us("gemv", M, K, N), us("gemm", M, K, N)
-            gemm = start <= M and (M >= GEMV_MAX_M or sms is None or pays90(N, -(-K // TILE_K), M, sms))
+            pays = None if sms is None else functools.partial(pays90, N, -(-K // TILE_K), M, sms)
+            gemm = narrowed_gemm(M, start, pays)
             worst = max(worst, (gm if gemm else gv) / min(gv, gm))
     return worst
 
