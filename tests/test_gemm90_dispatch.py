@@ -1,6 +1,6 @@
 """CPU: how the Hopper GEMM is chosen and its work shared out, as pure functions: the CTA count of the stream-K split
 (dqgen.run.gemm90.stream_k_ctas), when the Hopper kernel pays against the sm_80 one (hopper_pays), and the
-dispatch's small-M and sm_80 fallbacks on an sm_90 GPU (dqgen.run.dispatch.small_m_gemm, effective_rule); gathered
+dispatch's small-M and sm_80 fallbacks on an sm_90 GPU (dqgen.run.dispatch.gemm_for_small_m, effective_rule); gathered
 (act-order) weights take the Hopper path with any x, the gather and the GEMM launched as one call (GatheredLaunch)."""
 
 from __future__ import annotations
