@@ -241,6 +241,7 @@ def test_measured_shapes_keep_to_their_sm_count_and_their_code_family(gpu) -> No
     assert not dispatch.shapes_apply(rule, target("fp4_e2m1_bf16", hopper_only=True))
     assert not dispatch.shapes_apply(dataclasses.replace(rule, shapes=()), target("awq_int4_fp16"))
     assert not dispatch.shapes_apply(dataclasses.replace(rule, sweep_spec="no_such_spec"), target("awq_int4_fp16"))
+    assert not dispatch.shapes_apply(dataclasses.replace(rule, sweep_spec=None), target("awq_int4_fp16"))
 
 
 @pytest.mark.parametrize("ms", [[0, 512], [-1], "32", [1.5], [True]])

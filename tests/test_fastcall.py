@@ -195,9 +195,9 @@ def fake(monkeypatch: pytest.MonkeyPatch, driver: _Driver):
         return [_bound([w.wq, x2.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr()])]
 
     monkeypatch.setattr(mm, "_bind", bind)
-    # a rule without measured shapes (DispatchRule is frozen: the tests move gemm_min_m)
-    rule = types.SimpleNamespace(gemm_min_m=17, shapes=(), gemm_small=lambda M, k_n: None)
-    monkeypatch.setattr(dispatch, "rule_for", lambda device: rule)
+    # a rule without measured shapes, in a holder (DispatchRule is frozen: a test puts another in its place)
+    rules = [dispatch.DispatchRule(gemm_min_m=17)]
+    monkeypatch.setattr(dispatch, "rule_for", lambda device: rules[0])
     monkeypatch.setattr(dispatch, "is_hopper", lambda device: False)  # the GPU's measured rule alone decides
     monkeypatch.setattr(dispatch, "beside", lambda w: None)
     packs: dict[tuple, Any] = {}
@@ -209,7 +209,7 @@ def fake(monkeypatch: pytest.MonkeyPatch, driver: _Driver):
         return packs[key]
 
     monkeypatch.setattr(mm, "packed_gemv", packed)
-    return types.SimpleNamespace(driver=driver, binds=binds, rule=rule, packs=packs)
+    return types.SimpleNamespace(driver=driver, binds=binds, rules=rules, packs=packs)
 
 
 def _weight(K: int = 256, N: int = 512) -> mm.MatmulWeight:
@@ -344,7 +344,7 @@ def test_only_the_gemv_decode_case_is_remembered(fake, monkeypatch: pytest.Monke
     assert len(table) == 0 and fake.binds == []
     monkeypatch.setattr(dispatch, "beside", lambda w: "a GemmWeight")
     monkeypatch.setattr(TARGET, "gemm_ok", True)
-    fake.rule.gemm_min_m = 16
+    fake.rules[0] = dispatch.DispatchRule(gemm_min_m=16)
     _run(table, Tensor((16, 256)), w)  # this GPU's rule gives 16 rows to the GEMM
     assert len(table) == 0
     _run(table, Tensor((15, 256)), w)  # the GEMV below it

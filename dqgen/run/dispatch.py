@@ -357,13 +357,14 @@ def _sweep_family(spec_name: str) -> tuple[int, str] | None:
 def shapes_apply(rule: DispatchRule, target: MatmulTarget) -> bool:
     """Whether the rule's measured shapes decide for this spec: one of the sweep spec's code_family, K in order
     (act-order's dense path checks g_idx, the GEMM gathers), and a spec the sm_80 GEMM also takes (not hopper_only:
-    its float codes were not swept)."""
+    its float codes were not swept). A rule that does not name its sweep spec (a hand-written entry) decides for
+    none: whose costs its shapes hold is unknown."""
     if not rule.shapes or target.hopper_only:
         return False
     spec = target.artifact.spec
     if spec.act_order:
         return False
-    return rule.sweep_spec is None or _sweep_family(rule.sweep_spec) == code_family(spec)
+    return rule.sweep_spec is not None and _sweep_family(rule.sweep_spec) == code_family(spec)
 
 
 def dev_name(device: int) -> str:
