@@ -133,12 +133,11 @@ def _schedules(spec: object, x: object, gw: object, M: int) -> dict[str, object]
     import torch
 
     from dqgen.kernels.gemm90 import choose_config90
-    from dqgen.layout.gemm import TILE_N
     from dqgen.run import device as dev
     from dqgen.run.gemm90 import Plan90, bind90
 
     cfg = choose_config90(M)
-    tiles = -(-M // cfg.bn) * -(-gw.N // TILE_N)  # type: ignore[attr-defined]
+    tiles = -(-M // cfg.bn) * -(-gw.N // cfg.features)  # type: ignore[attr-defined]
     k_tiles = gw.k_tiles  # type: ignore[attr-defined]
     P = dev.sm_count(0) * cfg.min_blocks
     waves, tail = divmod(tiles, P)

@@ -66,7 +66,7 @@ def sass_report(out: str = "") -> list[dict[str, Any]]:
     spec = load_spec(SPEC)
     rows = []
     for cfg in dict.fromkeys(choose_config90(c.m) for c in CASES if c.impl in ("dqgen", "dqgen gemm")):
-        mw = 128 // cfg.consumers // 64
+        mw = cfg.features // cfg.consumers // 64
         # sass_row counts 4 GMMAs of each m64 block a tile: the k16 steps of one 64-k tile here
         row = {"config": cfg.tag, **nc.sass_row(Gemm90KernelConfig.one(spec, cfg), mw)}
         rows.append(row)

@@ -45,7 +45,8 @@ def main() -> int:
     ap.add_argument(
         "--check",
         action="store_true",
-        help="then time Kernel.matmul under the rule (written first) against the best path",
+        help="then time Kernel.matmul under the rule (this process follows it; --write-rule also stores it) against "
+        "the best path",
     )
     ap.add_argument("--shapes", default=",".join(f"{k}x{n}" for k, n in SHAPES))
     ap.add_argument("--ms", default=",".join(map(str, MS)))
@@ -77,7 +78,7 @@ def main() -> int:
             x = torch.randn((M, K), dtype=dt, device="cuda")
             ref = x.double() @ W64
             for name, fn in paths.items():
-                if name == "gemv" and M > 16:
+                if name == "gemv" and M > dispatch.GEMV_MAX_M:
                     continue
                 y = fn(x)
                 err = float((y.double() - ref).norm() / ref.norm())

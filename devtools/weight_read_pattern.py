@@ -43,7 +43,7 @@ def main() -> None:
             for stages in (3, 6):
                 layouts = {
                     "trt lines (16 KB apart)": (line_words, 32, per_cta * line_words),
-                    "tile-contiguous (4 KB blocks)": (32, per_cta * 32, n_kt * per_cta * 32),
+                    f"tile-contiguous ({per_cta * 128 // 1024} KB blocks)": (32, per_cta * 32, n_kt * per_cta * 32),
                 }
                 for name, (ls, ts, cs) in layouts.items():
 

@@ -155,7 +155,8 @@ def test_the_model_catches_a_descriptor_off_the_swizzle_atom(monkeypatch: pytest
     monkeypatch.setattr(emu, "wgmma_desc_sw128", lambda addr: real(addr + 16))
     try:
         y = emu.emulate90(spec, pk, x, CONFIGS90[0], 2)
-    except AssertionError:
+    except AssertionError as e:  # the descriptor's own checks, not any other check of the model
+        assert "descriptor" in str(e) or "k16 step" in str(e), e
         return
     assert not np.allclose(y, ref)
 
@@ -345,7 +346,7 @@ def _cluster_grids(pair_tiles: int) -> list[int]:
 @pytest.mark.parametrize("spec", CLUSTER_SPECS, ids=lambda s: s.name)
 @pytest.mark.parametrize("n,extra_rows", [(200, -3), (296, 5)])
 def test_emulated_cluster_gemm90_equals_x_at_w(spec: Spec, cfg: Gemm90Config, n: int, extra_rows: int) -> None:
-    """N = 200: one pair tile of two feature tiles (the second partial); N = 300: three feature tiles, so the second
+    """N = 200: one pair tile of two feature tiles (the second partial); N = 296: three feature tiles, so the second
     pair's rank-1 CTA is a spare (its W and scales land as TMA zeros, it stores nothing). M = BN - 3 (rank 1's half of
     x partly past M) and BN + 5 (two token tiles, the second's rank-1 half wholly past M: zeros); every y element is
     stored once, and the multicast halves land where the wgmma reads both."""
@@ -357,7 +358,7 @@ def test_emulated_cluster_gemm90_equals_x_at_w(spec: Spec, cfg: Gemm90Config, n:
     pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
     x = random_x(spec, M, K, seed=4)
     ref = matmul_reference(x, W)
-    pair_tiles = -(-M // cfg.bn) * -(-n // 256)
+    pair_tiles = -(-M // cfg.bn) * -(-n // (cfg.features * cfg.cluster))
     for P in _cluster_grids(pair_tiles):
         order = np.random.default_rng(P).permutation(P).tolist()
         y = emu.emulate90(spec, pk, x, cfg, P, order=order, global_scale=gs)  # NVFP4: its global scale
@@ -391,7 +392,8 @@ def test_the_model_catches_a_cluster_without_the_peers_release(monkeypatch: pyte
     monkeypatch.setattr(emu, "PEER_RELEASE", False)
     try:
         y = emu.emulate90(spec, pk, x, CLUSTER_CONFIGS90[0], 1)
-    except AssertionError:
+    except AssertionError as e:  # the refusals this slip can meet, not any other check of the model
+        assert "phase" in str(e) or "exited" in str(e), e
         return
     assert not np.allclose(y, ref)
 

@@ -421,7 +421,7 @@ def test_cluster_entries_with_tails_and_odd_feature_tiles(name: str) -> None:
                 y1 = gemm.run_gemm(spec, x, gw, config=one, splits=1)
                 torch.cuda.synchronize()
                 assert torch.equal(y.view(torch.int16), y1.view(torch.int16)), (cfg.tag, M, N)
-    # persistent clusters: 5 pair tiles (13 feature tiles, M = 3 tiles less 4 -> 3 x 7 = 21) on 4 clusters
+    # persistent clusters: 21 pair tiles (3 token tiles, M = 3 BN - 4; 13 feature tiles -> 7 pairs) on 4 clusters
     cfg = CLUSTER_CONFIGS90[0]
     M = 3 * cfg.bn - 4
     x_np = random_x(spec, M, K, seed=11)
