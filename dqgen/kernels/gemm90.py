@@ -316,7 +316,6 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
             zero_bytes=zero_bytes(conv),
             mma_type="bf16" if conv.target.value == "bf16" else "f16",
             ns=sorted({c.bn for c in self.entries}),
-            clusters=any(c.cluster > 1 for c in self.entries),
             # groups under a K tile: scale rows a stage, k a group (the consumers pick a pair's row); 1-byte codes
             group_rows=rows,
             group_k=TILE_K // rows,
