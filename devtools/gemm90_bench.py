@@ -15,6 +15,7 @@ schedule) and cuBLAS, and only those (its error against the one-CTA entry is rec
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 
@@ -26,7 +27,18 @@ def main() -> None:
     ap.add_argument("--ms", default="1,8,16,32,64,128,256,512,1024")
     ap.add_argument("--out", default="")
     ap.add_argument("--configs", action="store_true", help="also time every Hopper token tile that holds M")
-    ap.add_argument("--try", dest="extra", default="", help="more Hopper configs: bn:consumers:stages:blocks,...")
+    ap.add_argument(
+        "--try", dest="extra", default="", help="more Hopper configs at every M: bn:consumers:stages:blocks[:cluster"
+        ":features],... (a tile under M runs several token tiles)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--splits", default="", help="also time the chosen Hopper tile and each --try config split-K in these many "
+        "pieces a tile (comma-separated)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--torch-int4", action="store_true", help="also time torch's int4 kernel (aten._weight_int4pack_mm, bf16 x) "
+        "on the same dense weight",
+    )  # fmt: skip
     ap.add_argument(
         "--schedules", action="store_true", help="also time the chosen tile's schedules: one tile a CTA, persistent, "
         "whole waves then the tail in stream-K over every resident CTA or in 2-4 lockstep pieces a tile",
@@ -64,6 +76,10 @@ def main() -> None:
             from dqgen.tools.bench_matmul import humming_layer
 
             hum = humming_layer(W.t().contiguous())
+        if args.torch_int4:
+            from dqgen.tools.bench_linears import tinygemm_linear
+
+            tiny = tinygemm_linear(W.t().contiguous().to(torch.bfloat16))[0]
         floor_us = (K * N / 2 + G * N * 2 + G * N / 2) / 3.0e12 * 1e6
         for M in (int(v) for v in args.ms.split(",")):
             x = (torch.randn(M, K, device="cuda") / K**0.5).half()
@@ -85,10 +101,18 @@ def main() -> None:
                 cands["sm90 cluster"] = lambda c=cl: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
             if M <= 16 and not args.cluster:
                 cands["gemv"] = lambda: run_gemv(k.artifact, x, w)  # noqa: B023
-            for spec_text in filter(None, args.extra.split(",")):
-                cfg = Gemm90Config(*(int(v) for v in spec_text.split(":")))
-                if cfg.bn >= M or cfg.bn == 256:
-                    cands[f"sm90 {cfg.tag}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
+            tried = [Gemm90Config(*(int(v) for v in t.split(":"))) for t in filter(None, args.extra.split(","))]
+            for cfg in tried:
+                cands[f"sm90 {cfg.tag}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
+            for pieces in (int(v) for v in filter(None, args.splits.split(","))):
+                for cfg in (choose_config90(M), *tried):
+                    if cfg.cluster == 1:
+                        cands[f"sm90 {cfg.tag} split{pieces}"] = functools.partial(
+                            gemm.run_gemm, spec, x, gw, config=cfg, splits=pieces
+                        )
+            if args.torch_int4:
+                xb = x.to(torch.bfloat16)
+                cands["torch int4"] = lambda: tiny(xb)  # noqa: B023
             if args.schedules:
                 cands.update(_schedules(spec, x, gw, M))
             if args.narrow:
@@ -103,13 +127,20 @@ def main() -> None:
                 for cfg in CONFIGS90:
                     if cfg.bn >= M and cfg != choose_config90(M):
                         cands[f"sm90 n{cfg.bn}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
-            res = {}
+            res, errs = {}, {}
             for name, fn in cands.items():
-                fn()
+                try:
+                    y = fn()
+                except (ValueError, RuntimeError) as e:  # a --try / --splits shape this launch refuses
+                    print(f"  {K}x{N} M={M} {name}: refused ({str(e)[:160]})", flush=True)
+                    continue
+                if name.startswith("sm") and isinstance(y, torch.Tensor):  # every dqgen GEMM variant against sm80
+                    errs[name] = float((y.float() - y80.float()).norm() / y80.float().norm())
                 res[name] = float(tt.do_bench(fn, warmup=25, rep=100, return_mode="median")) * 1e3
+            err = max([err, *errs.values()])
             flops = 2 * M * K * N
             err_key = "err_cluster_vs_one_cta" if args.cluster else "err_90_vs_80"
-            row = {"K": K, "N": N, "M": M, "floor_us": floor_us, err_key: err, "us": res, "gpu": dev_name}
+            row = {"K": K, "N": N, "M": M, "floor_us": floor_us, err_key: err, "errs": errs, "us": res, "gpu": dev_name}
             rows.append(row)
             best = min(res, key=res.get)  # type: ignore[arg-type]
             print(
@@ -122,6 +153,8 @@ def main() -> None:
         print(f"  (packed in {pack_s:.1f} s)", flush=True)
         if args.humming:
             del hum
+        if args.torch_int4:
+            del tiny
         torch.cuda.empty_cache()
     if args.out:
         with open(args.out, "w") as f:

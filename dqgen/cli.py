@@ -348,6 +348,11 @@ def bench(
     replays: int | None = typer.Option(
         None, "--replays", help="With --model-linears: timed graph replays per round (default 20)."
     ),
+    breakdown: bool = typer.Option(
+        False,
+        "--breakdown",
+        help="With --model-linears: also time, per linear, the graph without it (each linear's share of the model).",
+    ),
 ) -> None:
     """Time SPEC's kernel on the GPU (one call after an L2 flush, median) against copy bandwidth, its
     default launch, torch eager, a static_cast CUDA kernel and Triton; or, with --matmul, the fused matmul."""
@@ -365,7 +370,8 @@ def bench(
     )
 
     e2e = {"--layers": layers, "--batches": batches, "--prefill": prefill, "--new-tokens": new_tokens,
-           "--modes": modes, "--runs": runs, "--replays": replays}  # fmt: skip
+           "--modes": modes, "--runs": runs, "--replays": replays,
+           "--breakdown": True if breakdown else None}  # fmt: skip
     if model or model_linears:
         _bench_e2e(model, model_linears, e2e, specs, shapes, impls, m, as_json, docs, record, merge, plot,
                    matmul or gru or w8a8)  # fmt: skip
@@ -607,8 +613,8 @@ def _bench_e2e(
                      ("--plot", plot is not None)):  # fmt: skip
         if on:
             _fail(f"{which} times fixed Llama-3-8B shapes; got {flag}")
-    own = ("--layers", "--replays") if model_linears else ("--layers", "--batches", "--prefill", "--new-tokens",
-                                                              "--modes", "--runs")  # fmt: skip
+    own = (("--layers", "--replays", "--breakdown") if model_linears
+           else ("--layers", "--batches", "--prefill", "--new-tokens", "--modes", "--runs"))  # fmt: skip
     stray = [f for f, v in e2e.items() if v is not None and f not in own]
     if stray:
         _fail(f"[{stray[0]}] does not apply to {which}")
@@ -661,7 +667,7 @@ def _bench_linears(
     from .core.files import write_json
 
     log = (lambda msg: None) if as_json else (lambda msg: typer.echo(msg, err=True))
-    rows = bl.bench_linears(layers, ms, wanted, replays, log=log)
+    rows = bl.bench_linears(layers, ms, wanted, replays, log=log, breakdown=bool(e2e["--breakdown"]))
     doc = bl.document(torch.cuda.get_device_name(0), layers, rows, bl.method_text(replays))
     if old is not None:
         try:

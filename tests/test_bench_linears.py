@@ -55,10 +55,10 @@ def test_flags_refused_before_the_gpu(monkeypatch, tmp_path, args, message, gpu)
 
 def test_e2e_flags_without_their_bench(monkeypatch, tmp_path) -> None:
     monkeypatch.chdir(tmp_path)
-    for flag, value in (("--layers", "2"), ("--replays", "5"), ("--batches", "1"), ("--modes", "eager")):
-        r = CliRunner().invoke(app, ["bench", flag, value])
+    for args in (["--layers", "2"], ["--replays", "5"], ["--batches", "1"], ["--modes", "eager"], ["--breakdown"]):
+        r = CliRunner().invoke(app, ["bench", *args])
         assert r.exit_code == 2, r.output
-        assert r.stderr.strip() == f"error: [{flag}] applies to --model or --model-linears only"
+        assert r.stderr.strip() == f"error: [{args[0]}] applies to --model or --model-linears only"
 
 
 def test_valid_flags_then_no_gpu(monkeypatch, tmp_path) -> None:
@@ -72,8 +72,8 @@ def test_valid_flags_then_no_gpu(monkeypatch, tmp_path) -> None:
     assert not (tmp_path / "docs").exists()
 
 
-def _row(impl: str, M: int, us: float, rel_err: float = 1e-4) -> bl.LinearsRow:
-    return bl.LinearsRow(impl=impl, M=M, layers=4, us=us, us_rounds=[us, us + 1.0], rel_err=rel_err)
+def _row(impl: str, M: int, us: float, rel_err: float = 1e-4, without: str = "") -> bl.LinearsRow:
+    return bl.LinearsRow(impl=impl, M=M, layers=4, us=us, us_rounds=[us, us + 1.0], rel_err=rel_err, without=without)
 
 
 # the issue's H200 figures at M = 1 and 64 (µs)
@@ -133,8 +133,8 @@ def test_cli_writes_record_and_table_from_stand_in_rows(monkeypatch, tmp_path) -
 
     seen = {}
 
-    def fake_bench(layers, ms, impls, replays, log):
-        seen.update(layers=layers, ms=ms, impls=impls, replays=replays)
+    def fake_bench(layers, ms, impls, replays, log, breakdown):
+        seen.update(layers=layers, ms=ms, impls=impls, replays=replays, breakdown=breakdown)
         return [_row("fp16 cublas", 1, 552.0), _row("dqgen", 1, 322.0)]
 
     monkeypatch.setattr(dev, "gpu_available", lambda: True)
@@ -143,10 +143,13 @@ def test_cli_writes_record_and_table_from_stand_in_rows(monkeypatch, tmp_path) -
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(app, ["bench", "--model-linears", "--layers", "2", "--m", "1", "--replays", "5"])
     assert r.exit_code == 0, r.output
-    assert seen == {"layers": 2, "ms": [1], "impls": list(bl.IMPLS), "replays": 5}
+    assert seen == {"layers": 2, "ms": [1], "impls": list(bl.IMPLS), "replays": 5, "breakdown": False}
     doc = json.loads((tmp_path / "docs/bench/e2e_linears.json").read_text())
     assert doc["gpu"] == "Stand-in GPU" and doc["layers"] == 2 and len(doc["rows"]) == 2
     assert "| 1 | 552.0 | 322.0 | 0.58x |" in r.stdout
+
+    r = CliRunner().invoke(app, ["bench", "--model-linears", "--m", "1", "--breakdown", "--record", "b.json"])
+    assert r.exit_code == 0 and seen["breakdown"] is True, r.output
 
     monkeypatch.setattr(bl, "bench_linears", lambda *a, **k: [_row("dqgen", 1, 322.0, rel_err=0.1)])
     r = CliRunner().invoke(app, ["bench", "--model-linears", "--record", "x.json"])
@@ -388,3 +391,75 @@ def test_every_graphs_inputs_live_until_its_replays(monkeypatch) -> None:
     rows = bl.bench_linears(1, [1, 16], ["fp16 cublas", "dqgen", "torch int4"], 5, log=lambda msg: None)
     assert len(rows) == 6 and len(dead_at_replay) == 12  # 2 M x 3 implementations x 2 rounds
     assert dead_at_replay == [0] * 12
+
+
+def test_breakdown_graphs_leave_one_linear_out(monkeypatch) -> None:
+    """--breakdown: per implementation and M, the full graph and one graph without each linear's calls, all timed in
+    the same alternating rounds; rows name the linear left out."""
+    _cpu_stand_ins(monkeypatch)
+    real_build = bl._build
+    widths: list[list[int]] = []  # per captured graph: the K of each call it holds
+
+    def counting_build(impl, weights):
+        calls = real_build("fp16 cublas", weights)
+
+        def counted(x, fn):
+            if widths:  # not the correctness check before the captures
+                widths[-1].append(int(x.shape[1]))
+            return fn(x)
+
+        return [lambda x, fn=fn: counted(x, fn) for fn in calls]
+
+    monkeypatch.setattr(bl, "_build", counting_build)
+
+    def capture(run, replays):
+        index = len(widths)
+        widths.append([])
+        run()
+        return object(), lambda: 10.0 * (index + 1)
+
+    monkeypatch.setattr(bl, "graph_replays_us", capture)
+    rows = bl.bench_linears(2, [1], ["fp16 cublas", "dqgen"], 5, log=lambda msg: None, breakdown=True)
+    # LINEARS stands in as q (K 256) and down (K 384), 2 layers: the full graph 4 calls, each leave-one-out 2
+    assert widths == [[256, 384, 256, 384], [384, 384], [256, 256]] * 2
+    assert [(r.impl, r.without, r.us) for r in rows] == [
+        ("fp16 cublas", "", 10.0),
+        ("fp16 cublas", "q", 20.0),
+        ("fp16 cublas", "down", 30.0),
+        ("dqgen", "", 40.0),
+        ("dqgen", "q", 50.0),
+        ("dqgen", "down", 60.0),
+    ]
+
+
+def test_breakdown_shares_and_table_by_hand() -> None:
+    rows = [
+        *ROWS,
+        _row("fp16 cublas", 1, 500.0, without="q"),
+        _row("dqgen", 1, 290.0, without="q"),
+        _row("humming", 1, 300.0, without="q"),
+        _row("dqgen", 1, 250.0, without="down"),
+    ]
+    doc = _doc(rows)
+    part = bl.shares(doc)
+    # 552 - 500, 322 - 290, 340 - 300, 322 - 250
+    assert part == {("fp16 cublas", 1, "q"): 52.0, ("dqgen", 1, "q"): 32.0, ("humming", 1, "q"): 40.0,
+                    ("dqgen", 1, "down"): 72.0}  # fmt: skip
+    text = bl.breakdown_table(doc)
+    assert "| M | linear | fp16 cublas us | dqgen us | humming us | dqgen / best other |" in text
+    assert "| 1 | q | 52.0 | 32.0 | 40.0 | 0.80x humming |" in text  # 32 / 40
+    assert "| 1 | down |  | 72.0 |  |  |" in text
+    # the main table, the verdicts and the failure check read the full graphs only
+    assert bl.table(doc) == bl.table(_doc(ROWS))
+    assert bl.markdown_section(doc).startswith(bl.markdown_section(_doc(ROWS)))
+    assert bl.breakdown_table(_doc(ROWS)) == "" and bl.markdown_section(doc).endswith(text)
+    bad = _row("dqgen", 1, 1.0, rel_err=0.5, without="q")
+    assert bl.failed([bad]) == []
+
+
+def test_merge_keeps_breakdown_rows_apart() -> None:
+    old = _doc([_row("dqgen", 1, 322.0), _row("dqgen", 1, 290.0, without="q")])
+    new = bl.document("NVIDIA H100 80GB HBM3", 4, [_row("dqgen", 1, 300.0)], "m", when="later")
+    merged = bl.merge_documents(old, new)
+    assert [(r["without"], r["us"]) for r in merged["rows"]] == [("q", 290.0), ("", 300.0)]
+    assert "M = 1: dqgen without q" in merged["note"]

@@ -32,6 +32,7 @@ from dqgen.tools.bench_matmul import plot_available
         (["--impls", "fp16,awq"], "error: [--impls] got 'awq'; with --model expected a subset of fp16, dqgen w4a16"),
         (["--m", "1"], "error: [--m] does not apply to --model"),
         (["--replays", "5"], "error: [--replays] does not apply to --model"),
+        (["--breakdown"], "error: [--breakdown] does not apply to --model"),
         (["--gru"], "error: --model is a bench of its own"),
         (["--plot", "x.json"], "error: --model times fixed Llama-3-8B shapes; got --plot"),
         (["--merge"], "error: --merge: docs/bench/model.json: cannot read the model record"),

@@ -69,6 +69,10 @@ class LinearsRow(BaseModel):
     us: float
     us_rounds: list[float]
     rel_err: float
+    #: ``--breakdown``: the linear (a LINEARS name) whose calls this graph leaves out; the full graph's time less
+    #: this one's is what that linear costs in the model's sequence (its neighbours' weights evict it from L2, as in
+    #: the full graph). "": every linear.
+    without: str = ""
 
 
 class LinearsDocument(BaseModel):
@@ -142,18 +146,70 @@ def merge_documents(old: dict, new: dict) -> dict:
     for key in ("gpu", "spec", "layers"):
         if old[key] != new[key]:
             raise ValueError(f"--merge: the record has {key} {old[key]!r}, this run {new[key]!r}; not one table")
-    seen = {(r["impl"], r["M"]) for r in new["rows"]}
-    kept = [r for r in old["rows"] if (r["impl"], r["M"]) not in seen]
+    seen = {_key(r) for r in new["rows"]}
+    kept = [r for r in old["rows"] if _key(r) not in seen]
     if not kept:
         return new
     by_m: dict[int, list[str]] = {}
     for r in kept:
-        by_m.setdefault(r["M"], []).append(r["impl"])
+        by_m.setdefault(r["M"], []).append(r["impl"] + (f" without {r['without']}" if r.get("without") else ""))
     which = "; ".join(f"M = {M}: {', '.join(impls)}" for M, impls in sorted(by_m.items()))
     note = f"rows kept from the run of {old['date']} ({which}), the rest from the run of {new['date']}"
     if old.get("note"):
         note += f"; that run's record: {old['note']}"
     return new | {"rows": sorted(kept + new["rows"], key=lambda r: r["M"]), "note": note}
+
+
+def _key(row: dict) -> tuple[str, int, str]:
+    """A row's graph: (impl, M, the linear it leaves out); records before --breakdown have no ``without``."""
+    return row["impl"], row["M"], row.get("without", "")
+
+
+def full_rows(doc: dict) -> list[dict]:
+    """The rows of graphs over every linear (not --breakdown's leave-one-out graphs)."""
+    return [r for r in doc["rows"] if not r.get("without")]
+
+
+def shares(doc: dict) -> dict[tuple[str, int, str], float]:
+    """--breakdown: (impl, M, linear) -> the full graph's µs less the graph's without that linear (what the
+    linear's ``layers`` calls cost in sequence; negative where it is within the replays' spread)."""
+    full = {(r["impl"], r["M"]): r["us"] for r in full_rows(doc)}
+    return {
+        (r["impl"], r["M"], r["without"]): full[(r["impl"], r["M"])] - r["us"]
+        for r in doc["rows"]
+        if r.get("without") and (r["impl"], r["M"]) in full
+    }
+
+
+def breakdown_table(doc: dict) -> str:
+    """Markdown: per M and linear, each implementation's share of the graph (µs, :func:`shares`), and dqgen's over
+    the fastest other implementation's; "" without --breakdown rows."""
+    part = shares(doc)
+    if not part:
+        return ""
+    impls = [i for i in IMPLS if any(k[0] == i for k in part)]
+    head = ["M", "linear", *(f"{i} us" for i in impls), "dqgen / best other"]
+    lines = [
+        f"Each linear's share ({doc['layers']} calls): the full graph's time less the graph without that linear, µs",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for M in sorted({k[1] for k in part}):
+        for name, _, _ in LINEARS:
+            here = {i: part[(i, M, name)] for i in impls if (i, M, name) in part}
+            if not here:
+                continue
+            others = {i: t for i, t in here.items() if i != "dqgen"}
+            best = min(others, key=others.__getitem__) if others else None
+            ratio = (
+                f"{here['dqgen'] / others[best]:.2f}x {best}"
+                if best is not None and "dqgen" in here and others[best] > 0
+                else ""
+            )
+            lines.append("| " + " | ".join([str(M), name, *(f"{here[i]:.1f}" if i in here else "" for i in impls),
+                                             ratio]) + " |")  # fmt: skip
+    return "\n".join(lines)
 
 
 #: The "linears" section's title in docs/performance.md.
@@ -163,8 +219,7 @@ SECTION_TITLE = "## Llama-3-8B's linears as one CUDA graph (`dqgen bench --model
 def markdown_section(doc: dict) -> str:
     """The "linears" section of docs/performance.md, from the record alone: how it was measured, the table, and
     where dqgen stands against fp16 and each peer at each M."""
-    rows = doc["rows"]
-    by = {(r["impl"], r["M"]): r["us"] for r in rows}
+    by = {(r["impl"], r["M"]): r["us"] for r in full_rows(doc)}
     verdicts = []
     for peer in ("fp16 cublas", "humming", "torch int4"):
         ms = sorted(M for (i, M) in by if i == peer and ("dqgen", M) in by)
@@ -193,6 +248,7 @@ def markdown_section(doc: dict) -> str:
             table(doc),
             "",
             *verdicts,
+            *(["", parts] if (parts := breakdown_table(doc)) else []),
         ]
     )
 
@@ -206,7 +262,7 @@ def write_docs(path: Path, doc: dict) -> None:
 
 def table(doc: dict) -> str:
     """Markdown: one line per M, one column per implementation that ran (µs), then each one's time over fp16's."""
-    rows = doc["rows"]
+    rows = full_rows(doc)
     impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
     others = [i for i in impls if i != "fp16 cublas"] if "fp16 cublas" in impls else []
     head = ["M", *(f"{i} us" for i in impls), *(f"{i} / fp16" for i in others)]
@@ -357,8 +413,10 @@ def bench_linears(
     impls: list[str] | None = None,
     replays: int = DEFAULT_REPLAYS,
     log: Callable[[str], None] = print,
+    breakdown: bool = False,
 ) -> list[LinearsRow]:
-    """Every implementation at every M on the same weights (see the module docstring)."""
+    """Every implementation at every M on the same weights (see the module docstring); with ``breakdown`` also,
+    per linear, the graph of every call but that linear's (LinearsRow.without)."""
     import torch
 
     from ..core.spec import load_spec
@@ -397,9 +455,10 @@ def bench_linears(
         log(f"{impl}: rel_err {worst:.2e} against float64 x @ W (layer 0, M = {CHECK_M}; bound {tol:g})")
     for w in weights:  # the builders made what they keep; the checkpoint tensors stay only in QuantLinear's buffers
         w.pop("q"), w.pop("s"), w.pop("z")
+    variants = ["", *(name for name, _, _ in LINEARS)] if breakdown else [""]
     rows: list[LinearsRow] = []
     for M in ms:
-        timers: list[tuple[str, Callable[[], float]]] = []
+        timers: list[tuple[str, str, Callable[[], float]]] = []
         graphs = []
         for impl, calls in fns.items():
             dtype = torch.bfloat16 if impl == "torch int4" else torch.float16
@@ -407,27 +466,32 @@ def bench_linears(
                 K: torch.randn((M, K), dtype=dtype, device=DEVICE, generator=_gen(M * 31 + K))
                 for K in sorted({k for _, k, _ in LINEARS})
             }
-            pairs = [(xs[w["K"]], fn) for w, fn in zip(weights, calls, strict=True)]
+            for without in variants:
+                pairs = [(xs[w["K"]], fn) for w, fn in zip(weights, calls, strict=True) if w["name"] != without]
 
-            def run(pairs: list[tuple[Any, Callable[[Any], Any]]] = pairs) -> None:
-                for x, fn in pairs:
-                    fn(x)
+                def run(pairs: list[tuple[Any, Callable[[Any], Any]]] = pairs) -> None:
+                    for x, fn in pairs:
+                        fn(x)
 
-            try:
-                graph, timed = graph_replays_us(run, replays)
-            except Exception as e:
-                log(f"{impl} M={M}: capture failed ({type(e).__name__}: {str(e)[:200]}): no row")
-                continue
-            # the graph reads its inputs where they were at capture: they live as long as it does (the next
-            # implementation's capture empties torch's cache, so a freed x's memory may be unmapped by the replay)
-            graphs.append((graph, pairs))
-            timers.append((impl, timed))
-        times = [[t() for _, t in (timers if r % 2 == 0 else timers[::-1])] for r in range(ROUNDS)]
-        for i, (impl, _) in enumerate(timers):
+                what = f"{impl} M={M}" + (f" without {without}" if without else "")
+                try:
+                    graph, timed = graph_replays_us(run, replays)
+                except Exception as e:
+                    log(f"{what}: capture failed ({type(e).__name__}: {str(e)[:200]}): no row")
+                    continue
+                # the graph reads its inputs where they were at capture: they live as long as it does (the next
+                # capture empties torch's cache, so a freed x's memory may be unmapped by the replay)
+                graphs.append((graph, pairs))
+                timers.append((impl, without, timed))
+        times = [[t() for _, _, t in (timers if r % 2 == 0 else timers[::-1])] for r in range(ROUNDS)]
+        for i, (impl, without, _) in enumerate(timers):
             rounds = [t[i] if r % 2 == 0 else t[len(timers) - 1 - i] for r, t in enumerate(times)]
-            row = LinearsRow(impl=impl, M=M, layers=layers, us=min(rounds), us_rounds=rounds, rel_err=errs[impl])
+            row = LinearsRow(
+                impl=impl, M=M, layers=layers, us=min(rounds), us_rounds=rounds, rel_err=errs[impl], without=without
+            )
             rows.append(row)
-            log(f"M={M} {impl}: {row.us:.1f} us (rounds {', '.join(f'{t:.1f}' for t in rounds)})")
+            what = f"M={M} {impl}" + (f" without {without}" if without else "")
+            log(f"{what}: {row.us:.1f} us (rounds {', '.join(f'{t:.1f}' for t in rounds)})")
         del graphs, timers
         torch.cuda.empty_cache()
     return rows
@@ -437,5 +501,7 @@ def failed(rows: list[LinearsRow]) -> list[LinearsRow]:
     """Rows whose implementation did not compute x @ W within its dtype's bound (humming's quantization of W is
     its own: reported, not held to the bound)."""
     return [
-        r for r in rows if r.impl != "humming" and r.rel_err > TOLERANCE["bf16" if r.impl == "torch int4" else "fp16"]
+        r
+        for r in rows
+        if not r.without and r.impl != "humming" and r.rel_err > TOLERANCE["bf16" if r.impl == "torch int4" else "fp16"]
     ]
