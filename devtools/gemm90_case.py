@@ -15,11 +15,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="one Hopper GEMM case, run 4 times")
     for name in ("K", "N", "M"):
         ap.add_argument(name, type=int)
+    ap.add_argument("--config", default="", help="bn:consumers:stages:blocks[:cluster:features] (default: M's tile)")
+    ap.add_argument("--splits", type=int, default=None, help="split-K pieces a tile (default: bind90's schedule)")
     a = ap.parse_args()
     import torch
 
     import dqgen
-    from dqgen.kernels.gemm90 import choose_config90
+    from dqgen.kernels.gemm90 import Gemm90Config, choose_config90
     from dqgen.run import gemm
 
     K, N, M = a.K, a.N, a.M
@@ -30,8 +32,9 @@ def main() -> None:
     s = (torch.rand(G, N, device="cuda") * 0.01 + 0.001).half()
     gw = gemm.pack_gemm(k.spec, q, s, z)
     x = (torch.randn(M, K, device="cuda") / K**0.5).half()
+    cfg = Gemm90Config(*(int(v) for v in a.config.split(":"))) if a.config else choose_config90(M)
     for _ in range(4):
-        gemm.run_gemm(k.spec, x, gw, config=choose_config90(M))
+        gemm.run_gemm(k.spec, x, gw, config=cfg, splits=a.splits)
     torch.cuda.synchronize()
 
 
