@@ -41,6 +41,23 @@ def test_hopper_pays_where_each_resident_cta_gets_12_k_tiles(monkeypatch: pytest
     assert not gemm90.hopper_pays(28672, 128, 1, 0)
 
 
+def test_the_256_token_tile_halved_where_its_pieces_are_short() -> None:
+    """config90_for: n256 unless its stream-K pieces would be under 32 K tiles and n128's longer."""
+    n128, n256 = choose_config90(128), choose_config90(256)
+    # 4096 x 4096 at 256 tokens: n256 has 32 tiles on 132 CTAs, 4 pieces of 16 K tiles; n128 64 tiles, 2 of 32
+    assert gemm90.config90_for(256, 4096, 64, 132) == n128
+    # 14336 x 4096: n256's 4 pieces of 56 K tiles are long enough
+    assert gemm90.config90_for(256, 4096, 224, 132) == n256
+    # 4096 x 14336: 112 whole tiles, no pieces; 4096 x 1024 at 512 tokens: n256 16 tiles in 8 pieces of 8, n128 4 of 16
+    assert gemm90.config90_for(256, 14336, 64, 132) == n256 and gemm90.config90_for(512, 1024, 64, 132) == n128
+    # up to 128 tokens the token tile that holds M, as before (halving n128 to n64 doubles the resident CTAs too)
+    assert [gemm90.config90_for(m, 4096, 64, 132).bn for m in (1, 8, 9, 64, 65, 128)] == [8, 8, 16, 64, 128, 128]
+    # a wide grid at many tokens: whole tiles, n256
+    assert gemm90.config90_for(4096, 4096, 64, 132) == n256
+    # pays90 judges the shape bind90 launches: 4096 x 1024 at 256 tokens in n128 tiles, 16 x 64 / 132 = 7.8 K tiles
+    assert not gemm90.pays90(1024, 64, 256, 132) and gemm90.pays90(4096, 64, 256, 132)
+
+
 def test_small_m_and_the_sm80_fallback_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:
     rule4 = DispatchRule(gemm_min_m=4, dense_min_m=None)  # a Hopper rule that sends rows under 16 to the GEMM
     monkeypatch.setattr(dispatch, "is_hopper", lambda device: True)

@@ -129,6 +129,22 @@ def test_split_k_stream_k_bias_and_automatic_choice() -> None:
 
 
 @pytest.mark.quick
+def test_short_pieces_halve_the_256_token_tile() -> None:
+    """At 200 tokens on 4096 x 4096 + 8 (33 feature tiles, 64 K tiles) the automatic launch runs 128-token tiles
+    (gemm90.config90_for: n256's pieces would be 16 K tiles), two token tiles with a tail, within tolerance of the
+    reference, the same bits twice."""
+    _hopper()
+    spec = load_spec("awq_int4_fp16")
+    K, N, M = 4096, 4096 + 8, 200
+    gw, W = _weight(spec, K, N, 5, 128)
+    assert gemm90.config90_for(M, N, gw.k_tiles, gemm90.dev.sm_count(gw.device)).bn == 128
+    x_np = random_x(spec, M, K, seed=3)
+    y = twice(lambda out: gemm.run_gemm(spec, to_torch(x_np), gw, out=out), (M, N), _dtype(W))
+    check(spec, y, matmul_reference(x_np, W))
+    assert hopper_ran(gw) and {k[0] for k in gw.workspace if isinstance(k[0], tuple)} == {("sm90", 128, 128)}
+
+
+@pytest.mark.quick
 def test_whole_tiles_then_a_stream_k_tail() -> None:
     """Plan90 schedules with whole tiles before a stream-K tail (blocks/splitk.cuh.j2): 16 CTAs on a whole tile each,
     then the other 17 tiles' K tiles in ranges that cross tiles; 32 whole, then the last tile in 3 pieces. The same

@@ -17,6 +17,7 @@ NVFP4's global scale last), GATHER_PARAMS."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -113,6 +114,34 @@ def stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None = 
     return min(units, resident)
 
 
+#: K tiles under which a stream-K piece of the largest token tile is short enough that halving the token tile (twice
+#: the tiles on the same resident CTAs, half the pieces a tile, each twice as long) runs faster: on the H100, CUDA
+#: graphs of back-to-back calls (devtools/linear_graph_bench.py, docs/bench/linear_graph_h100.json), M = 256:
+#: 4096 x 4096 in n256's 4 pieces of 16 K tiles 28.7 µs a call, in n128's 2 of 32 24.8; 14336 x 4096 in n256's 4
+#: pieces of 56 57.5, in n128's 2 of 112 64.6. (Halving n128 to n64 doubles the resident CTAs too: no longer pieces.)
+SHORT_PIECE_K_TILES = 32
+
+
+def config90_for(M: int, N: int, k_tiles: int, sms: int) -> Gemm90Config:
+    """The CTA shape bind90 launches for M rows of a weight of N features and ``k_tiles`` K tiles on a GPU of ``sms``
+    SMs: the token tile that holds M (choose_config90), except the 256-token tile where its tiles would run in stream-K
+    pieces shorter than SHORT_PIECE_K_TILES: then the 128-token tile, over twice the token tiles."""
+    cfg = choose_config90(M)
+    if cfg.bn != 256 or M <= 128:
+        return cfg
+    half = choose_config90(128)
+    if _piece_k_tiles(cfg, M, N, k_tiles, sms) < min(SHORT_PIECE_K_TILES, _piece_k_tiles(half, M, N, k_tiles, sms)):
+        return half
+    return cfg
+
+
+def _piece_k_tiles(cfg: Gemm90Config, M: int, N: int, k_tiles: int, sms: int) -> float:
+    """K tiles a CTA's piece of a tile gets under stream_k_ctas' schedule (k_tiles where tiles run whole)."""
+    tiles = -(-M // cfg.bn) * -(-N // cfg.features)
+    ctas = stream_k_ctas(tiles, k_tiles, sms * cfg.min_blocks)
+    return k_tiles if ctas <= tiles else tiles * k_tiles / ctas
+
+
 @functools.cache
 def is_hopper(device: int) -> bool:
     """Whether the GPU runs the sm_90a kernels (an H100 / H200: compute capability 9.0); False without a driver (the
@@ -157,7 +186,7 @@ def hopper_pays(N: int, k_tiles: int, M: int, device: int) -> bool:
 
 def pays90(N: int, k_tiles: int, M: int, sms: int) -> bool:
     """hopper_pays on a GPU of ``sms`` SMs (a pure function: the dispatch rule's sweep models the dispatch with it)."""
-    cfg = choose_config90(M)
+    cfg = config90_for(M, N, k_tiles, sms)
     tiles = -(-M // cfg.bn) * -(-N // cfg.features)
     resident = sms * cfg.min_blocks
     per_cta = k_tiles if tiles >= resident else tiles * k_tiles / resident
@@ -254,7 +283,7 @@ def bind90(
     clusters, and split-K is refused."""
     chosen = cfg is None
     if cfg is None:
-        cfg = choose_config90(M)
+        cfg = config90_for(M, w.N, w.k_tiles, dev.sm_count(w.device))
         if want_splits is None and plan is None and use_cluster90(M, w.N, spec):
             cfg = cluster_config90(cfg) or cfg
     kc = Gemm90KernelConfig.one(spec, cfg)
@@ -267,7 +296,7 @@ def bind90(
         if clusters < 1:  # no cluster can be resident here (an SM partition, MPS limits)
             if not chosen:
                 raise ValueError(f"config: no 2-CTA cluster of {cfg.tag} can be resident on this GPU")
-            return bind90(spec, w, x_ptr, x_stride, M, bias, out, choose_config90(M), want_splits, None, x_cols)
+            return bind90(spec, w, x_ptr, x_stride, M, bias, out, replace(cfg, cluster=1), want_splits, None, x_cols)
     if cfg.cluster > 1:
         if want_splits is not None:
             raise ValueError(f"want_splits: a 2-CTA cluster entry ({cfg.tag}) runs whole tiles, got {want_splits}")
