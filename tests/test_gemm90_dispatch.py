@@ -42,12 +42,16 @@ def test_hopper_pays_where_each_resident_cta_gets_12_k_tiles(monkeypatch: pytest
 
 
 def test_the_256_token_tile_halved_where_its_pieces_are_short() -> None:
-    """config90_for: n256 unless its stream-K pieces would be under 32 K tiles and n128's longer."""
+    """config90_for: n256 unless its stream-K pieces would be at most 32 K tiles and n128's longer."""
     n128, n256 = choose_config90(128), choose_config90(256)
     # 4096 x 4096 at 256 tokens: n256 has 32 tiles on 132 CTAs, 4 pieces of 16 K tiles; n128 64 tiles, 2 of 32
     assert gemm90.config90_for(256, 4096, 64, 132) == n128
-    # 14336 x 4096: n256's 4 pieces of 56 K tiles are long enough
-    assert gemm90.config90_for(256, 4096, 224, 132) == n256
+    # 14336 x 4096: n256's 4 pieces of 56 K tiles are long enough; 4096 x 6144: 48 tiles, 2 pieces of 32 are not
+    assert gemm90.config90_for(256, 4096, 224, 132) == n256 and gemm90.config90_for(256, 6144, 64, 132) == n128
+    # 4096 x 4096 at 512 tokens: n256 64 tiles in 2 pieces of 32; n128 128 whole tiles
+    assert gemm90.config90_for(512, 4096, 64, 132) == n128
+    # 4096 x 6144 at 512 tokens: n256 96 whole tiles, nothing to halve
+    assert gemm90.config90_for(512, 6144, 64, 132) == n256
     # 4096 x 14336: 112 whole tiles, no pieces; 4096 x 1024 at 512 tokens: n256 16 tiles in 8 pieces of 8, n128 4 of 16
     assert gemm90.config90_for(256, 14336, 64, 132) == n256 and gemm90.config90_for(512, 1024, 64, 132) == n128
     # up to 128 tokens the token tile that holds M, as before (halving n128 to n64 doubles the resident CTAs too)

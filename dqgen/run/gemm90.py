@@ -114,23 +114,27 @@ def stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None = 
     return min(units, resident)
 
 
-#: K tiles under which a stream-K piece of the largest token tile is short enough that halving the token tile (twice
-#: the tiles on the same resident CTAs, half the pieces a tile, each twice as long) runs faster: on the H100, CUDA
-#: graphs of back-to-back calls (devtools/linear_graph_bench.py, docs/bench/linear_graph_h100.json), M = 256:
-#: 4096 x 4096 in n256's 4 pieces of 16 K tiles 28.7 µs a call, in n128's 2 of 32 24.8; 14336 x 4096 in n256's 4
-#: pieces of 56 57.5, in n128's 2 of 112 64.6. (Halving n128 to n64 doubles the resident CTAs too: no longer pieces.)
+#: K tiles up to which a stream-K piece of the largest token tile is short enough that halving the token tile (twice
+#: the tiles on the same resident CTAs, half the pieces a tile, each twice as long) runs faster. On the H100, CUDA
+#: graphs of back-to-back calls, µs a call (devtools/linear_graph_bench.py; docs/bench/linear_graph_h100.json and
+#: linear_graph_tiles_h100.json): pieces of 16 K tiles, 4096 x 4096 at M = 192 / 256: n256 28.1 / 29.2, n128 25.3 /
+#: 25.4; 4096 x 2048 at 192 / 256: 26.8 / 27.3 against 19.6 / 19.0; pieces of 32, 4096 x 6144 at 192 / 256: 35.9 /
+#: 35.3 against 33.7 / 32.7, 4096 x 4096 at 512: 38.4 against 35.4; pieces of 56, 14336 x 4096 at 192 / 256: 54.2 /
+#: 56.9 against 60.4 / 65.0 (n256 kept). Halving n128 to n64 doubles the resident CTAs too: no longer pieces.
 SHORT_PIECE_K_TILES = 32
 
 
 def config90_for(M: int, N: int, k_tiles: int, sms: int) -> Gemm90Config:
     """The CTA shape bind90 launches for M rows of a weight of N features and ``k_tiles`` K tiles on a GPU of ``sms``
     SMs: the token tile that holds M (choose_config90), except the 256-token tile where its tiles would run in stream-K
-    pieces shorter than SHORT_PIECE_K_TILES: then the 128-token tile, over twice the token tiles."""
+    pieces of at most SHORT_PIECE_K_TILES: then the 128-token tile, over twice the token tiles (where its pieces are
+    longer)."""
     cfg = choose_config90(M)
     if cfg.bn != 256 or M <= 128:
         return cfg
     half = choose_config90(128)
-    if _piece_k_tiles(cfg, M, N, k_tiles, sms) < min(SHORT_PIECE_K_TILES, _piece_k_tiles(half, M, N, k_tiles, sms)):
+    piece = _piece_k_tiles(cfg, M, N, k_tiles, sms)
+    if piece <= SHORT_PIECE_K_TILES and _piece_k_tiles(half, M, N, k_tiles, sms) > piece:
         return half
     return cfg
 
