@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from dqgen.core.spec import load_spec
 from dqgen.kernels.gemm90 import choose_config90
 from dqgen.run import dispatch, gemm90
 from dqgen.run.dispatch import HOPPER_RULE, SM80_ON_HOPPER_RULE, DispatchRule
@@ -58,8 +59,13 @@ def test_the_256_token_tile_halved_where_its_pieces_are_short() -> None:
     assert [gemm90.config90_for(m, 4096, 64, 132).bn for m in (1, 8, 9, 64, 65, 128)] == [8, 8, 16, 64, 128, 128]
     # a wide grid at many tokens: whole tiles, n256
     assert gemm90.config90_for(4096, 4096, 64, 132) == n256
-    # pays90 judges the shape bind90 launches: 4096 x 1024 at 256 tokens in n128 tiles, 16 x 64 / 132 = 7.8 K tiles
-    assert not gemm90.pays90(1024, 64, 256, 132) and gemm90.pays90(4096, 64, 256, 132)
+    # measured on 4-bit integer codes only: an int8 weight keeps n256 (as the cluster rule keeps one CTA)
+    int8, awq = load_spec("int8_fp16"), load_spec("awq_int4_fp16")
+    assert gemm90.config90_for(256, 4096, 64, 132, int8) == n256
+    assert gemm90.config90_for(256, 4096, 64, 132, awq) == n128
+    # pays90 still judges M's token tile, as measured: 4096 x 2048 at 256 tokens, n256's 16 tiles x 64 / 132 = 7.8 K
+    # tiles a CTA keep the sm_80 GEMM, though n128's 32 tiles would give 15.5 (that choice was never timed)
+    assert not gemm90.pays90(2048, 64, 256, 132) and gemm90.pays90(4096, 64, 256, 132)
 
 
 def test_small_m_and_the_sm80_fallback_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,7 +26,8 @@ PRODUCER_REGS: Final = 40
 #: a block may opt in to: 227 KB).
 SM_SHARED_BYTES: Final = 228 * 1024
 BLOCK_RESERVED_BYTES: Final = 1024
-#: wgmma's n per CTA (tokens): the smallest that holds M is picked (choose_config90); 8 is wgmma's least.
+#: wgmma's n per CTA (tokens): the smallest that holds M is picked (choose_config90; dqgen.run.gemm90.config90_for
+#: halves 256 to 128 on narrow grids); 8 is wgmma's least.
 TOKEN_TILES: Final = (8, 16, 32, 64, 128, 256)
 #: The least token tile of a 2-CTA cluster entry (Gemm90Config.cluster).
 CLUSTER_MIN_BN: Final = 64

@@ -11,7 +11,8 @@ lookup per K tile holds unchanged (``bind90_gathered``).
 
 ``hopper_ineligible`` says why it cannot take a launch (an sm_90 GPU; for in-order slots an x whose rows TMA can
 address: a gathered x' always is), ``hopper_pays`` whether it beats the sm_80 kernel for a weight's N and K tiles at
-M rows, ``stream_k_ctas`` how many CTAs share the work. The entry points' parameters: PARAMS90 (``params90``: with
+M rows, ``config90_for`` its CTA shape (M's token tile, the 256-token one halved where its stream-K pieces would be
+short), ``stream_k_ctas`` how many CTAs share the work. The entry points' parameters: PARAMS90 (``params90``: with
 NVFP4's global scale last), GATHER_PARAMS."""
 
 from __future__ import annotations
@@ -124,13 +125,14 @@ def stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None = 
 SHORT_PIECE_K_TILES = 32
 
 
-def config90_for(M: int, N: int, k_tiles: int, sms: int) -> Gemm90Config:
+def config90_for(M: int, N: int, k_tiles: int, sms: int, spec: Spec | None = None) -> Gemm90Config:
     """The CTA shape bind90 launches for M rows of a weight of N features and ``k_tiles`` K tiles on a GPU of ``sms``
     SMs: the token tile that holds M (choose_config90), except the 256-token tile where its tiles would run in stream-K
     pieces of at most SHORT_PIECE_K_TILES: then the 128-token tile, over twice the token tiles (where its pieces are
-    longer)."""
+    longer). Measured on 4-bit integer weights (AWQ int4), so only for those (``spec`` None: the shape alone): 8-bit
+    and float codes, whose W is a larger part of a stage that the halved tile reads twice, were not measured."""
     cfg = choose_config90(M)
-    if cfg.bn != 256 or M <= 128:
+    if cfg.bn != 256 or (spec is not None and not measured_codes(spec)):
         return cfg
     half = choose_config90(128)
     piece = _piece_k_tiles(cfg, M, N, k_tiles, sms)
@@ -190,7 +192,9 @@ def hopper_pays(N: int, k_tiles: int, M: int, device: int) -> bool:
 
 def pays90(N: int, k_tiles: int, M: int, sms: int) -> bool:
     """hopper_pays on a GPU of ``sms`` SMs (a pure function: the dispatch rule's sweep models the dispatch with it)."""
-    cfg = config90_for(M, N, k_tiles, sms)
+    # M's token tile, as when MIN_K_TILES_PER_CTA was measured (config90_for only halves a tile that already pays:
+    # whether the halved tile also pays where n256 does not, against the sm_80 GEMM, was not measured)
+    cfg = choose_config90(M)
     tiles = -(-M // cfg.bn) * -(-N // cfg.features)
     resident = sms * cfg.min_blocks
     per_cta = k_tiles if tiles >= resident else tiles * k_tiles / resident
@@ -247,13 +251,19 @@ def cluster_ctas(pair_tiles: int, resident_clusters: int) -> int:
 CLUSTER_RULE: tuple[int, int] | None = (1024, 8192)
 
 
+def measured_codes(spec: Spec) -> bool:
+    """Whether ``spec``'s codes are those the H100 launch rules (CLUSTER_RULE, SHORT_PIECE_K_TILES) were measured on:
+    4-bit integers."""
+    return spec.source.bits == 4 and spec.source.kind.integer
+
+
 def use_cluster90(M: int, N: int, spec: Spec | None = None) -> bool:
     """Whether bind90 picks the 2-CTA cluster entry of M's token tile for this call (CLUSTER_RULE): measured on
     4-bit integer weights (AWQ int4), so only for those (``spec`` None: the shape alone); 8-bit and float codes,
     whose W takes more of a stage, were not measured."""
     if CLUSTER_RULE is None:
         return False
-    if spec is not None and (spec.source.bits != 4 or not spec.source.kind.integer):
+    if spec is not None and not measured_codes(spec):
         return False
     least_m, least_n = CLUSTER_RULE
     return least_m <= M and least_n <= N and cluster_config90(choose_config90(M)) is not None
@@ -287,7 +297,7 @@ def bind90(
     clusters, and split-K is refused."""
     chosen = cfg is None
     if cfg is None:
-        cfg = config90_for(M, w.N, w.k_tiles, dev.sm_count(w.device))
+        cfg = config90_for(M, w.N, w.k_tiles, dev.sm_count(w.device), spec)
         if want_splits is None and plan is None and use_cluster90(M, w.N, spec):
             cfg = cluster_config90(cfg) or cfg
     kc = Gemm90KernelConfig.one(spec, cfg)
