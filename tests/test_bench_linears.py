@@ -434,21 +434,26 @@ def test_breakdown_graphs_leave_one_linear_out(monkeypatch) -> None:
 
 def test_breakdown_shares_and_table_by_hand() -> None:
     rows = [
-        *ROWS,
+        *ROWS,  # us_rounds [us, us + 1]: a spread of 1 µs
         _row("fp16 cublas", 1, 500.0, without="q"),
         _row("dqgen", 1, 290.0, without="q"),
         _row("humming", 1, 300.0, without="q"),
+        _row("torch int4", 1, 316.5, without="q"),  # 0.5 µs under its full graph: within the spread
         _row("dqgen", 1, 250.0, without="down"),
     ]
     doc = _doc(rows)
     part = bl.shares(doc)
-    # 552 - 500, 322 - 290, 340 - 300, 322 - 250
-    assert part == {("fp16 cublas", 1, "q"): 52.0, ("dqgen", 1, "q"): 32.0, ("humming", 1, "q"): 40.0,
-                    ("dqgen", 1, "down"): 72.0}  # fmt: skip
+    # 552 - 500, 322 - 290, 340 - 300, 317 - 316.5, 322 - 250
+    assert {k: v.us for k, v in part.items()} == {
+        ("fp16 cublas", 1, "q"): 52.0, ("dqgen", 1, "q"): 32.0, ("humming", 1, "q"): 40.0,
+        ("torch int4", 1, "q"): 0.5, ("dqgen", 1, "down"): 72.0,
+    }  # fmt: skip
+    assert {v.spread for v in part.values()} == {1.0} and not part[("torch int4", 1, "q")].measured
     text = bl.breakdown_table(doc)
-    assert "| M | linear | fp16 cublas us | dqgen us | humming us | dqgen / best other |" in text
-    assert "| 1 | q | 52.0 | 32.0 | 40.0 | 0.80x humming |" in text  # 32 / 40
-    assert "| 1 | down |  | 72.0 |  |  |" in text
+    assert "| M | linear | fp16 cublas us | dqgen us | torch int4 us | humming us | dqgen / best other |" in text
+    # torch int4's 0.5 is no measurement: the best other is humming's 40, 32 / 40 = 0.80
+    assert "| 1 | q | 52.0 | 32.0 | (0.5) | 40.0 | 0.80x humming |" in text
+    assert "| 1 | down |  | 72.0 |  |  |  |" in text
     # the main table, the verdicts and the failure check read the full graphs only
     assert bl.table(doc) == bl.table(_doc(ROWS))
     assert bl.markdown_section(doc).startswith(bl.markdown_section(_doc(ROWS)))
@@ -457,9 +462,11 @@ def test_breakdown_shares_and_table_by_hand() -> None:
     assert bl.failed([bad]) == []
 
 
-def test_merge_keeps_breakdown_rows_apart() -> None:
-    old = _doc([_row("dqgen", 1, 322.0), _row("dqgen", 1, 290.0, without="q")])
+def test_merge_pairs_breakdown_rows_within_one_run() -> None:
+    """A pair (impl, M) this run measured keeps none of the record's rows: a share subtracts two graphs of one run."""
+    old = _doc([_row("dqgen", 1, 322.0), _row("dqgen", 1, 290.0, without="q"), _row("dqgen", 4, 330.0, without="q")])
     new = bl.document("NVIDIA H100 80GB HBM3", 4, [_row("dqgen", 1, 300.0)], "m", when="later")
     merged = bl.merge_documents(old, new)
-    assert [(r["without"], r["us"]) for r in merged["rows"]] == [("q", 290.0), ("", 300.0)]
-    assert "M = 1: dqgen without q" in merged["note"]
+    assert [(r["M"], r["without"], r["us"]) for r in merged["rows"]] == [(1, "", 300.0), (4, "q", 330.0)]
+    assert bl.shares(merged) == {}  # M = 4's leave-one-out graph has no full graph of its run
+    assert "M = 4: dqgen without q" in merged["note"]

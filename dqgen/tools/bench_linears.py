@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -146,8 +146,10 @@ def merge_documents(old: dict, new: dict) -> dict:
     for key in ("gpu", "spec", "layers"):
         if old[key] != new[key]:
             raise ValueError(f"--merge: the record has {key} {old[key]!r}, this run {new[key]!r}; not one table")
-    seen = {_key(r) for r in new["rows"]}
-    kept = [r for r in old["rows"] if _key(r) not in seen]
+    # by (impl, M): a --breakdown share subtracts two graphs of one run, so a pair this run measured keeps none of
+    # the record's rows (a leave-one-out row of another run would be paired with this run's full graph)
+    seen = {(r["impl"], r["M"]) for r in new["rows"]}
+    kept = [r for r in old["rows"] if (r["impl"], r["M"]) not in seen]
     if not kept:
         return new
     by_m: dict[int, list[str]] = {}
@@ -160,37 +162,51 @@ def merge_documents(old: dict, new: dict) -> dict:
     return new | {"rows": sorted(kept + new["rows"], key=lambda r: r["M"]), "note": note}
 
 
-def _key(row: dict) -> tuple[str, int, str]:
-    """A row's graph: (impl, M, the linear it leaves out); records before --breakdown have no ``without``."""
-    return row["impl"], row["M"], row.get("without", "")
-
-
 def full_rows(doc: dict) -> list[dict]:
     """The rows of graphs over every linear (not --breakdown's leave-one-out graphs)."""
     return [r for r in doc["rows"] if not r.get("without")]
 
 
-def shares(doc: dict) -> dict[tuple[str, int, str], float]:
-    """--breakdown: (impl, M, linear) -> the full graph's µs less the graph's without that linear (what the
-    linear's ``layers`` calls cost in sequence; negative where it is within the replays' spread)."""
-    full = {(r["impl"], r["M"]): r["us"] for r in full_rows(doc)}
-    return {
-        (r["impl"], r["M"], r["without"]): full[(r["impl"], r["M"])] - r["us"]
-        for r in doc["rows"]
-        if r.get("without") and (r["impl"], r["M"]) in full
-    }
+class Share(NamedTuple):
+    """--breakdown: what one linear's ``layers`` calls cost in the model's sequence (µs), and the larger of the two
+    graphs' round-to-round spreads (µs), under which the share is not a measurement."""
+
+    us: float
+    spread: float
+
+    @property
+    def measured(self) -> bool:
+        return self.us > self.spread
+
+
+def shares(doc: dict) -> dict[tuple[str, int, str], Share]:
+    """--breakdown: (impl, M, linear) -> the full graph's µs less the graph's without that linear."""
+    full = {(r["impl"], r["M"]): r for r in full_rows(doc)}
+
+    def spread(r: dict) -> float:
+        return max(r["us_rounds"]) - min(r["us_rounds"])
+
+    out = {}
+    for r in doc["rows"]:
+        whole = full.get((r["impl"], r["M"]))
+        if r.get("without") and whole is not None:
+            out[(r["impl"], r["M"], r["without"])] = Share(whole["us"] - r["us"], max(spread(whole), spread(r)))
+    return out
 
 
 def breakdown_table(doc: dict) -> str:
-    """Markdown: per M and linear, each implementation's share of the graph (µs, :func:`shares`), and dqgen's over
-    the fastest other implementation's; "" without --breakdown rows."""
+    """Markdown: per M and linear, each implementation's share of the graph (:func:`shares`; in parentheses where it
+    is within the two graphs' round spread), and dqgen's over the fastest other implementation's where both are
+    measured; "" without --breakdown rows."""
     part = shares(doc)
     if not part:
         return ""
     impls = [i for i in IMPLS if any(k[0] == i for k in part)]
     head = ["M", "linear", *(f"{i} us" for i in impls), "dqgen / best other"]
     lines = [
-        f"Each linear's share ({doc['layers']} calls): the full graph's time less the graph without that linear, µs",
+        f"Each linear's share ({doc['layers']} calls): the full graph's time less the graph without that linear, µs;"
+        " in parentheses where it is within the spread of the two graphs' rounds (not a measurement). Shares need"
+        " not add up to the full graph: a linear's cost depends on its neighbours.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -200,15 +216,13 @@ def breakdown_table(doc: dict) -> str:
             here = {i: part[(i, M, name)] for i in impls if (i, M, name) in part}
             if not here:
                 continue
-            others = {i: t for i, t in here.items() if i != "dqgen"}
+            others = {i: t.us for i, t in here.items() if i != "dqgen" and t.measured}
             best = min(others, key=others.__getitem__) if others else None
-            ratio = (
-                f"{here['dqgen'] / others[best]:.2f}x {best}"
-                if best is not None and "dqgen" in here and others[best] > 0
-                else ""
-            )
-            lines.append("| " + " | ".join([str(M), name, *(f"{here[i]:.1f}" if i in here else "" for i in impls),
-                                             ratio]) + " |")  # fmt: skip
+            mine = here.get("dqgen")
+            ratio = f"{mine.us / others[best]:.2f}x {best}" if best is not None and mine and mine.measured else ""
+            cells = ["" if i not in here else f"{here[i].us:.1f}" if here[i].measured else f"({here[i].us:.1f})"
+                     for i in impls]  # fmt: skip
+            lines.append("| " + " | ".join([str(M), name, *cells, ratio]) + " |")
     return "\n".join(lines)
 
 
