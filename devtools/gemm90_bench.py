@@ -18,6 +18,7 @@ import argparse
 import functools
 import json
 import time
+from typing import Any
 
 
 def main() -> None:
@@ -54,6 +55,8 @@ def main() -> None:
     import dqgen
     from dqgen.kernels.gemm90 import CONFIGS90, NARROW_CONFIGS90, Gemm90Config, choose_config90, cluster_config90
     from dqgen.run import gemm
+    from dqgen.run.device import sm_count
+    from dqgen.run.gemm90 import config90_for
     from dqgen.run.matmul import run_gemv
 
     k = dqgen.compile(args.spec)
@@ -83,17 +86,18 @@ def main() -> None:
         floor_us = (K * N / 2 + G * N * 2 + G * N / 2) / 3.0e12 * 1e6
         for M in (int(v) for v in args.ms.split(",")):
             x = (torch.randn(M, K, device="cuda") / K**0.5).half()
+            tile90 = config90_for(M, N, gw.k_tiles, sm_count(0), spec)  # the CTA shape bind90 launches
             cl = cluster_config90(choose_config90(M))
             if args.cluster and cl is None:
                 continue
             y80 = gemm.run_gemm(spec, x, gw, config=choose_config90(M) if args.cluster else gemm.choose_config(M))
-            y90 = gemm.run_gemm(spec, x, gw, config=cl if args.cluster else choose_config90(M))
+            y90 = gemm.run_gemm(spec, x, gw, config=cl if args.cluster else tile90)
             torch.cuda.synchronize()
             err = float((y90.float() - y80.float()).norm() / y80.float().norm())
             cands = {
                 "sm80 gemm": lambda: gemm.run_gemm(spec, x, gw, config=gemm.choose_config(M)),  # noqa: B023
-                "sm90 gemm": lambda: gemm.run_gemm(spec, x, gw, config=choose_config90(M)),  # noqa: B023
-                "sm90 1/tile": lambda: gemm.run_gemm(spec, x, gw, config=choose_config90(M), splits=1),  # noqa: B023
+                "sm90 gemm": lambda: gemm.run_gemm(spec, x, gw, config=tile90),  # noqa: B023
+                "sm90 1/tile": lambda: gemm.run_gemm(spec, x, gw, config=tile90, splits=1),  # noqa: B023
                 "cuBLAS fp16": lambda: torch.matmul(x, W),  # noqa: B023
             }
             if args.cluster:
@@ -105,7 +109,7 @@ def main() -> None:
             for cfg in tried:
                 cands[f"sm90 {cfg.tag}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
             for pieces in (int(v) for v in filter(None, args.splits.split(","))):
-                for cfg in (choose_config90(M), *tried):
+                for cfg in (tile90, *tried):
                     if cfg.cluster == 1:
                         cands[f"sm90 {cfg.tag} split{pieces}"] = functools.partial(
                             gemm.run_gemm, spec, x, gw, config=cfg, splits=pieces
@@ -114,7 +118,7 @@ def main() -> None:
                 xb = x.to(torch.bfloat16)
                 cands["torch int4"] = lambda: tiny(xb)  # noqa: B023
             if args.schedules:
-                cands.update(_schedules(spec, x, gw, M))
+                cands.update(_schedules(spec, x, gw, M, tile90))
             if args.narrow:
                 cfg = next((c for c in NARROW_CONFIGS90 if c.bn >= M), NARROW_CONFIGS90[-1])
                 cands[f"sm90 {cfg.tag}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
@@ -125,7 +129,7 @@ def main() -> None:
                 cands["humming"] = lambda: hum(x)  # noqa: B023
             if args.configs:
                 for cfg in CONFIGS90:
-                    if cfg.bn >= M and cfg != choose_config90(M):
+                    if cfg.bn >= M and cfg != tile90:
                         cands[f"sm90 n{cfg.bn}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
             res, errs = {}, {}
             for name, fn in cands.items():
@@ -137,7 +141,6 @@ def main() -> None:
                 if name.startswith("sm") and isinstance(y, torch.Tensor):  # every dqgen GEMM variant against sm80
                     errs[name] = float((y.float() - y80.float()).norm() / y80.float().norm())
                 res[name] = float(tt.do_bench(fn, warmup=25, rep=100, return_mode="median")) * 1e3
-            err = max([err, *errs.values()])
             flops = 2 * M * K * N
             err_key = "err_cluster_vs_one_cta" if args.cluster else "err_90_vs_80"
             row = {"K": K, "N": N, "M": M, "floor_us": floor_us, err_key: err, "errs": errs, "us": res, "gpu": dev_name}
@@ -161,15 +164,14 @@ def main() -> None:
             json.dump({"spec": args.spec, "gpu": rows[0]["gpu"] if rows else "", "rows": rows}, f, indent=1)
 
 
-def _schedules(spec: object, x: object, gw: object, M: int) -> dict[str, object]:
-    """name -> launch of the chosen Hopper tile with each schedule (dqgen.run.gemm90.Plan90) of a partial last wave."""
+def _schedules(spec: object, x: object, gw: object, M: int, cfg: Any) -> dict[str, object]:
+    """name -> launch of the chosen Hopper tile ``cfg`` with each schedule (dqgen.run.gemm90.Plan90) of a partial
+    last wave."""
     import torch
 
-    from dqgen.kernels.gemm90 import choose_config90
     from dqgen.run import device as dev
     from dqgen.run.gemm90 import Plan90, bind90
 
-    cfg = choose_config90(M)
     tiles = -(-M // cfg.bn) * -(-gw.N // cfg.features)  # type: ignore[attr-defined]
     k_tiles = gw.k_tiles  # type: ignore[attr-defined]
     P = dev.sm_count(0) * cfg.min_blocks

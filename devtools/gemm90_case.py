@@ -15,14 +15,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="one Hopper GEMM case, run 4 times")
     for name in ("K", "N", "M"):
         ap.add_argument(name, type=int)
-    ap.add_argument("--config", default="", help="bn:consumers:stages:blocks[:cluster:features] (default: M's tile)")
+    ap.add_argument(
+        "--config", default="", help="bn:consumers:stages:blocks[:cluster:features] (default: the shape bind90 takes)"
+    )
     ap.add_argument("--splits", type=int, default=None, help="split-K pieces a tile (default: bind90's schedule)")
     a = ap.parse_args()
     import torch
 
     import dqgen
-    from dqgen.kernels.gemm90 import Gemm90Config, choose_config90
+    from dqgen.kernels.gemm90 import Gemm90Config
+    from dqgen.run import device as dev
     from dqgen.run import gemm
+    from dqgen.run.gemm90 import config90_for
 
     K, N, M = a.K, a.N, a.M
     k = dqgen.compile("awq_int4_fp16")
@@ -32,7 +36,13 @@ def main() -> None:
     s = (torch.rand(G, N, device="cuda") * 0.01 + 0.001).half()
     gw = gemm.pack_gemm(k.spec, q, s, z)
     x = (torch.randn(M, K, device="cuda") / K**0.5).half()
-    cfg = Gemm90Config(*(int(v) for v in a.config.split(":"))) if a.config else choose_config90(M)
+    # default: the CTA shape bind90 takes, on the Hopper kernel even where the dispatch would run the sm_80 one
+    sms = dev.sm_count(gw.device)
+    cfg = (
+        Gemm90Config(*(int(v) for v in a.config.split(":")))
+        if a.config
+        else config90_for(M, N, gw.k_tiles, sms, k.spec)
+    )
     for _ in range(4):
         gemm.run_gemm(k.spec, x, gw, config=cfg, splits=a.splits)
     torch.cuda.synchronize()
