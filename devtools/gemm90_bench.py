@@ -105,7 +105,7 @@ def main() -> None:
                 cands["sm90 cluster"] = lambda c=cl: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
             if M <= 16 and not args.cluster:
                 cands["gemv"] = lambda: run_gemv(k.artifact, x, w)  # noqa: B023
-            tried = [Gemm90Config(*(int(v) for v in t.split(":"))) for t in filter(None, args.extra.split(","))]
+            tried = [Gemm90Config.parse(t) for t in filter(None, args.extra.split(","))]
             for cfg in tried:
                 cands[f"sm90 {cfg.tag}"] = lambda c=cfg: gemm.run_gemm(spec, x, gw, config=c)  # noqa: B023
             for pieces in (int(v) for v in filter(None, args.splits.split(","))):
@@ -172,7 +172,7 @@ def _schedules(spec: object, x: object, gw: object, M: int, cfg: Any) -> dict[st
     from dqgen.run import device as dev
     from dqgen.run.gemm90 import Plan90, bind90
 
-    tiles = -(-M // cfg.bn) * -(-gw.N // cfg.features)  # type: ignore[attr-defined]
+    tiles = cfg.tiles(M, gw.N)  # type: ignore[attr-defined]
     k_tiles = gw.k_tiles  # type: ignore[attr-defined]
     P = dev.sm_count(0) * cfg.min_blocks
     waves, tail = divmod(tiles, P)

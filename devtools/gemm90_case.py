@@ -38,11 +38,7 @@ def main() -> None:
     x = (torch.randn(M, K, device="cuda") / K**0.5).half()
     # default: the CTA shape bind90 takes, on the Hopper kernel even where the dispatch would run the sm_80 one
     sms = dev.sm_count(gw.device)
-    cfg = (
-        Gemm90Config(*(int(v) for v in a.config.split(":")))
-        if a.config
-        else config90_for(M, N, gw.k_tiles, sms, k.spec)
-    )
+    cfg = Gemm90Config.parse(a.config) if a.config else config90_for(M, N, gw.k_tiles, sms, k.spec)
     for _ in range(4):
         gemm.run_gemm(k.spec, x, gw, config=cfg, splits=a.splits)
     torch.cuda.synchronize()

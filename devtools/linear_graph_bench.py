@@ -56,7 +56,7 @@ def main() -> None:
     impls = [i.strip() for i in args.impls.split(",") if i.strip()]
     if "humming" in impls and not humming_installed():
         impls.remove("humming")
-    tried = [Gemm90Config(*(int(v) for v in t.split(":"))) for t in filter(None, args.extra.split(","))]
+    tried = [Gemm90Config.parse(t) for t in filter(None, args.extra.split(","))]
     pieces = [int(v) for v in filter(None, args.splits.split(","))]
     gpu = torch.cuda.get_device_name(0)
     rows = []

@@ -123,6 +123,18 @@ def test_config_errors_name_the_field(kwargs: dict, field: str) -> None:
         Gemm90Config(**kwargs)
 
 
+def test_config_text_and_tile_counts() -> None:
+    assert Gemm90Config.parse("128:1:5:2:1:64") == Gemm90Config(128, 1, 5, 2, features=64)
+    assert Gemm90Config.parse("256:2:5:1:2") == Gemm90Config(256, 2, 5, 1, cluster=2)
+    for bad in ("128:2:8", "128:2:x:1", "1:2:3:4:5:6:7"):
+        with pytest.raises(ValueError, match="config: expected bn:consumers:stages:min_blocks"):
+            Gemm90Config.parse(bad)
+    # 4096 x 4104 at 200 tokens: 2 token tiles x 33 feature tiles; 64-feature tiles: 65; a 2-CTA cluster's pairs: 17
+    assert Gemm90Config(128, 2, 8, 1).tiles(200, 4104) == 66
+    assert Gemm90Config(128, 1, 5, 2, features=64).tiles(200, 4104) == 2 * 65
+    assert Gemm90Config(128, 2, 8, 1, cluster=2).tiles(200, 4104) == 2 * 17
+
+
 @pytest.mark.parametrize("name", ["awq_int4_fp16", "int8_bf16", "nvfp4_fp16"])
 def test_narrow_feature_tiles_compile_with_half_the_w_box_and_no_local_memory(name: str) -> None:
     """The 64-feature shapes (NARROW_CONFIGS90) as entries of their own module: HGMMA from one m64 row a step, TMA,

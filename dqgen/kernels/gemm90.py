@@ -124,6 +124,21 @@ class Gemm90Config:
             ):
                 raise ValueError(f"Gemm90Config: {self} does not fit {self.min_blocks} blocks an SM ({bits}-bit)")
 
+    @classmethod
+    def parse(cls, text: str) -> Gemm90Config:
+        """The config of 'bn:consumers:stages:min_blocks[:cluster[:features]]' (the devtools' --try and --config)."""
+        try:
+            fields = [int(v) for v in text.split(":")]
+        except ValueError:
+            fields = []
+        if not 4 <= len(fields) <= 6:
+            raise ValueError(f"config: expected bn:consumers:stages:min_blocks[:cluster[:features]], got {text!r}")
+        return cls(*fields)
+
+    def tiles(self, M: int, N: int) -> int:
+        """Output tiles of M rows of N features: token tiles x feature tiles (a 2-CTA cluster's: feature tile pairs)."""
+        return -(-M // self.bn) * -(-N // (self.features * self.cluster))
+
     @property
     def threads(self) -> int:
         return 128 * (1 + self.consumers)

@@ -143,7 +143,7 @@ def config90_for(M: int, N: int, k_tiles: int, sms: int, spec: Spec | None = Non
 
 def _piece_k_tiles(cfg: Gemm90Config, M: int, N: int, k_tiles: int, sms: int) -> float:
     """K tiles a CTA's piece of a tile gets under stream_k_ctas' schedule (k_tiles where tiles run whole)."""
-    tiles = -(-M // cfg.bn) * -(-N // cfg.features)
+    tiles = cfg.tiles(M, N)
     ctas = stream_k_ctas(tiles, k_tiles, sms * cfg.min_blocks)
     return k_tiles if ctas <= tiles else tiles * k_tiles / ctas
 
@@ -195,7 +195,7 @@ def pays90(N: int, k_tiles: int, M: int, sms: int) -> bool:
     # M's token tile, as when MIN_K_TILES_PER_CTA was measured (config90_for only halves a tile that already pays:
     # whether the halved tile also pays where n256 does not, against the sm_80 GEMM, was not measured)
     cfg = choose_config90(M)
-    tiles = -(-M // cfg.bn) * -(-N // cfg.features)
+    tiles = cfg.tiles(M, N)
     resident = sms * cfg.min_blocks
     per_cta = k_tiles if tiles >= resident else tiles * k_tiles / resident
     return per_cta >= MIN_K_TILES_PER_CTA
@@ -273,7 +273,7 @@ def cluster_plan(cfg: Gemm90Config, M: int, N: int, k_tiles: int, resident_clust
     """The schedule of a 2-CTA cluster launch: its tiles are pair tiles (two neighbouring feature tiles of one token
     tile; an odd last feature tile's pair has a spare CTA that loads zeros and stores nothing), its CTAs clusters,
     every tile whole."""
-    pair_tiles = -(-M // cfg.bn) * -(-N // (cfg.features * cfg.cluster))
+    pair_tiles = cfg.tiles(M, N)
     return Plan90.of(pair_tiles, cluster_ctas(pair_tiles, max(1, resident_clusters)), k_tiles)
 
 
@@ -304,7 +304,7 @@ def bind90(
     fn = load(kc, w.device)
     smem = cfg.launch_shared_bytes(spec)
     m_tiles = -(-M // cfg.bn)
-    tiles = m_tiles * -(-w.N // (cfg.features * cfg.cluster))  # a cluster's: feature pairs
+    tiles = cfg.tiles(M, w.N)  # a cluster's: feature pairs
     if cfg.cluster > 1 and plan is None:
         clusters = fn.max_active_clusters(cfg.cluster * tiles, cfg.threads, cfg.cluster, smem)
         if clusters < 1:  # no cluster can be resident here (an SM partition, MPS limits)
