@@ -63,9 +63,22 @@ def test_the_256_token_tile_halved_where_its_pieces_are_short() -> None:
     int8, awq = load_spec("int8_fp16"), load_spec("awq_int4_fp16")
     assert gemm90.config90_for(256, 4096, 64, 132, int8) == n256
     assert gemm90.config90_for(256, 4096, 64, 132, awq) == n128
-    # pays90 still judges M's token tile, as measured: 4096 x 2048 at 256 tokens, n256's 16 tiles x 64 / 132 = 7.8 K
-    # tiles a CTA keep the sm_80 GEMM, though n128's 32 tiles would give 15.5 (that choice was never timed)
-    assert not gemm90.pays90(2048, 64, 256, 132) and gemm90.pays90(4096, 64, 256, 132)
+
+
+def test_pays90_judges_the_tile_that_would_run() -> None:
+    """pays90 counts the K tiles a resident CTA gets on config90_for's tile, not on M's own token tile."""
+    awq, int8 = load_spec("awq_int4_fp16"), load_spec("int8_fp16")
+    # 4096 x 2048 at 256 tokens: n256 would give 16 tiles x 64 / 132 = 7.8 K tiles a CTA (under 12), but its pieces
+    # (16 x 64 / 128 CTAs = 8) are short, so n128 runs: 32 tiles x 64 / 132 = 15.5 -> the Hopper GEMM
+    assert gemm90.pays90(2048, 64, 256, 132, awq) and gemm90.pays90(2048, 64, 256, 132)
+    # 8192 x 1024 at 192 tokens: n128's 16 tiles x 128 / 132 = 15.5
+    assert gemm90.pays90(1024, 128, 192, 132, awq)
+    # an int8 weight keeps n256 (config90_for): 7.8 K tiles a CTA, the sm_80 GEMM
+    assert not gemm90.pays90(2048, 64, 256, 132, int8)
+    # 4096 x 1024 at 256 / 384 tokens: n128's 16 / 24 tiles x 64 / 132 = 7.8 / 11.6, under 12 even halved; at 512,
+    # 32 tiles: 15.5
+    assert not gemm90.pays90(1024, 64, 256, 132, awq) and not gemm90.pays90(1024, 64, 384, 132, awq)
+    assert gemm90.pays90(1024, 64, 512, 132, awq)
 
 
 def test_small_m_and_the_sm80_fallback_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -145,6 +145,24 @@ def test_short_pieces_halve_the_256_token_tile() -> None:
 
 
 @pytest.mark.quick
+def test_the_halved_tile_decides_whether_hopper_pays() -> None:
+    """At 256 tokens on 4096 x 2048 + 8 (17 feature tiles, 64 K tiles) n256 would give each of 132 resident CTAs 8.2
+    K tiles (under gemm90.MIN_K_TILES_PER_CTA: the sm_80 GEMM), but config90_for runs n128, 34 tiles, 16.5 K tiles a
+    CTA: the automatic launch is the Hopper GEMM on 128-token tiles, within tolerance, the same bits twice."""
+    _hopper()
+    spec = load_spec("awq_int4_fp16")
+    K, N, M = 4096, 2048 + 8, 256
+    gw, W = _weight(spec, K, N, 5, 128)
+    if gemm90.dev.sm_count(gw.device) != 132:
+        pytest.skip("the K tiles a CTA worked out for the H100's 132 SMs")
+    assert gemm90.hopper_pays(N, gw.k_tiles, M, gw.device, spec)
+    x_np = random_x(spec, M, K, seed=4)
+    y = twice(lambda out: gemm.run_gemm(spec, to_torch(x_np), gw, out=out), (M, N), _dtype(W))
+    check(spec, y, matmul_reference(x_np, W))
+    assert hopper_ran(gw) and {k[0] for k in gw.workspace if isinstance(k[0], tuple)} == {("sm90", 128, 128)}
+
+
+@pytest.mark.quick
 def test_whole_tiles_then_a_stream_k_tail() -> None:
     """Plan90 schedules with whole tiles before a stream-K tail (blocks/splitk.cuh.j2): 16 CTAs on a whole tile each,
     then the other 17 tiles' K tiles in ranges that cross tiles; 32 whole, then the last tile in 3 pieces. The same

@@ -274,7 +274,7 @@ def _bind(
     if only90 and config is not None and not isinstance(config, Gemm90Config):
         raise ValueError(f"config: spec {spec.name!r} runs on the Hopper GEMM alone; got the sm_80 tile {config}")
     if isinstance(config, Gemm90Config) or (
-        config is None and not why_not and (only90 or hopper_pays(w.N, w.k_tiles, M, w.device))
+        config is None and not why_not and (only90 or hopper_pays(w.N, w.k_tiles, M, w.device, spec))
     ):
         cfg90 = config if isinstance(config, Gemm90Config) else None
         if w.gather:  # x gathered into slot order (x' in the device's buffer), then the GEMM over the slots

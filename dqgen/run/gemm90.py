@@ -184,17 +184,19 @@ def x_ineligible(x_ptr: int, x_stride: int, K: int) -> str:
     return ""
 
 
-def hopper_pays(N: int, k_tiles: int, M: int, device: int) -> bool:
-    """Whether the Hopper GEMM is the faster GEMM for M rows of this weight on this GPU: its resident CTAs (the
-    config's blocks an SM) get at least MIN_K_TILES_PER_CTA K tiles each."""
-    return is_hopper(device) and pays90(N, k_tiles, M, dev.sm_count(device))
+def hopper_pays(N: int, k_tiles: int, M: int, device: int, spec: Spec | None = None) -> bool:
+    """Whether the Hopper GEMM is the faster GEMM for M rows of this weight on this GPU: the resident CTAs of the
+    tile bind90 would launch (config90_for, for ``spec``'s codes) get at least MIN_K_TILES_PER_CTA K tiles each."""
+    return is_hopper(device) and pays90(N, k_tiles, M, dev.sm_count(device), spec)
 
 
-def pays90(N: int, k_tiles: int, M: int, sms: int) -> bool:
-    """hopper_pays on a GPU of ``sms`` SMs (a pure function: the dispatch rule's sweep models the dispatch with it)."""
-    # M's token tile, as when MIN_K_TILES_PER_CTA was measured (config90_for only halves a tile that already pays:
-    # whether the halved tile also pays where n256 does not, against the sm_80 GEMM, was not measured)
-    cfg = choose_config90(M)
+def pays90(N: int, k_tiles: int, M: int, sms: int, spec: Spec | None = None) -> bool:
+    """hopper_pays on a GPU of ``sms`` SMs (a pure function: the dispatch rule's sweep models the dispatch with it).
+    It judges the tile that would run: where config90_for halves the 256-token tile, the halved tile's twice as many
+    tiles (on the H100, CUDA graphs, µs a call, docs/bench/linear_graph_pays_h100.json: 4096 x 2048 at M = 192 /
+    256, 7.8 K tiles a CTA on n256, 15.5 on n128: the sm_80 GEMM 21.8 / 22.4, n128 19.0 / 19.0; 8192 x 1024 there:
+    26.4 / 27.8 against 21.6 / 21.7)."""
+    cfg = config90_for(M, N, k_tiles, sms, spec)
     tiles = cfg.tiles(M, N)
     resident = sms * cfg.min_blocks
     per_cta = k_tiles if tiles >= resident else tiles * k_tiles / resident
