@@ -87,7 +87,7 @@ fi
 if [[ " $STEPS " == *" sanitize "* ]]; then
   t0=$(date +%s)
   jobs=(sanitize_entry_points-memcheck gru_persist_sanitize-racecheck gru_persist_sanitize-synccheck
-        matmul_sanitize-memcheck matmul_sanitize-racecheck w8a8_memcheck-memcheck w8a8_memcheck-racecheck
+        matmul_sanitize-memcheck matmul_sanitize-racecheck matmul_sanitize-synccheck w8a8_memcheck-memcheck w8a8_memcheck-racecheck
         gemm_sanitize-memcheck gemm_sanitize-racecheck w8a8_gemm_memcheck-memcheck w8a8_gemm_memcheck-racecheck
         gemm90_sanitize-memcheck gemm90_sanitize-racecheck gemm90_sanitize-synccheck
         w8a8_gemm90_sanitize-memcheck w8a8_gemm90_sanitize-racecheck w8a8_gemm90_sanitize-synccheck
@@ -104,9 +104,10 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
   # the persistent GRU kernel stages h in shared memory and has its own grid barrier
   sanitize racecheck devtools/gru_persist_sanitize.py
   sanitize synccheck devtools/gru_persist_sanitize.py
-  # the fused matmul reduces its warps' partial sums in shared memory
+  # the fused matmul reduces its warps' partial sums in shared memory, behind a barrier of 4, 8 or 16 warps
   sanitize memcheck devtools/matmul_sanitize.py
   sanitize racecheck devtools/matmul_sanitize.py
+  sanitize synccheck devtools/matmul_sanitize.py
   # the activation quantizer (dqgen.w8a8) keeps 1/s in shared memory in some variants
   sanitize memcheck devtools/w8a8_memcheck.py
   sanitize racecheck devtools/w8a8_memcheck.py

@@ -8,7 +8,9 @@ is the measure for small shapes' choices.
 Implementations: ``fp16`` (cuBLAS on the dense weight), ``dqgen`` (QuantLinear: the dispatch), ``torch int4``
 (aten._weight_int4pack_mm, bf16), ``humming``, and dqgen's GEMMs forced: ``--try`` Hopper configs
 (bn:consumers:stages:blocks[:cluster:features]), each with ``--splits`` pieces a tile too, ``sm80`` and ``gemv``
-(M <= 16). Every forced variant's output is checked against the sm_80 GEMM's (relative error in the record).
+(M <= 16), with ``--gemv-try`` variants of it too (``splits=2+flat=off+unroll=8``: split-K blocks a tile and
+dqgen.kernels.gemv.Tuning fields, on the same packed weights: dqgen.run.matmul.retuned). Every forced variant's
+output is checked against the sm_80 GEMM's (relative error in the record).
 
     python devtools/linear_graph_bench.py --shapes 4096x4096,4096x1024 --ms 64,128,256 \
         --try 128:1:5:2:1:64,128:2:8:1 --splits 2,4,8 --out $OUT/graph.json
@@ -19,12 +21,10 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
 L2_BYTES = 50 << 20
-MAX_COPIES = 64
 REPLAYS = 20
 
 
@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--impls", default="fp16,dqgen,torch int4,humming,sm80,gemv")
     ap.add_argument("--try", dest="extra", default="")
     ap.add_argument("--splits", default="")
+    ap.add_argument("--gemv-try", dest="gemv_try", default="")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
 
@@ -45,8 +46,9 @@ def main() -> None:
     from dqgen.nn.linear import QuantLinear
     from dqgen.run import gemm
     from dqgen.run.inputs import make_inputs
-    from dqgen.run.matmul import run_gemv
+    from dqgen.run.matmul import retuned, run_gemv
     from dqgen.run.runtime import Kernel
+    from dqgen.run.timing import graph_copies
     from dqgen.tools.bench_linears import tinygemm_linear
     from dqgen.tools.bench_matmul import humming_installed, humming_layer
 
@@ -58,12 +60,13 @@ def main() -> None:
         impls.remove("humming")
     tried = [Gemm90Config.parse(t) for t in filter(None, args.extra.split(","))]
     pieces = [int(v) for v in filter(None, args.splits.split(","))]
+    gemv_tried = {text: _gemv_variant(text) for text in filter(None, args.gemv_try.split(","))}
     gpu = torch.cuda.get_device_name(0)
     rows = []
     for shape in args.shapes.split(","):
         K, N = (int(v) for v in shape.split("x"))
         int4_bytes = K * N // 2
-        copies = max(4, min(MAX_COPIES, math.ceil(3 * L2_BYTES / int4_bytes)))
+        copies = graph_copies(int4_bytes, L2_BYTES)
         weights = []
         for c in range(copies):
             q, s, z = make_inputs(spec, K, N, 7000 + c)
@@ -78,10 +81,18 @@ def main() -> None:
         if "humming" in impls:
             per_impl["humming"] = [humming_layer(w["W"].t().contiguous()) for w in weights]
         gws = [gemm.pack_gemm(spec, w["q"], w["s"], w["z"]) for w in weights]
-        mws = [kernel.pack_matmul(w["q"], w["s"], w["z"], gemm=False) for w in weights] if "gemv" in impls else []
+        want_gemv = "gemv" in impls or gemv_tried
+        mws = [kernel.pack_matmul(w["q"], w["s"], w["z"], gemm=False) for w in weights] if want_gemv else []
+        variants = {
+            text: [retuned(kernel.artifact, m, tuning, splits) for m in mws]
+            for text, (tuning, splits) in gemv_tried.items()
+        }
         for w in weights:
             del w["q"], w["s"], w["z"]
         print(f"{K}x{N}: {copies} copies", flush=True)
+        for text, vs in [("", mws), *variants.items()] if mws else ():
+            flat = [f"flat {f.blocks} blocks" if f else "tiles" for f in vs[0].flat]
+            print(f"  gemv {text or 'as packed'}: splits {vs[0].splits}, 1-8 / 9-16 tokens: {', '.join(flat)}")
         for M in (int(v) for v in args.ms.split(",")):
             x = (torch.randn(M, K, device="cuda") / K**0.5).half()
             xb = x.to(torch.bfloat16)
@@ -102,6 +113,8 @@ def main() -> None:
                 ]
             if "gemv" in impls and M <= 16:
                 calls["gemv"] = [functools.partial(run_gemv, kernel.artifact, x, m) for m in mws]
+            for text, vs in variants.items() if M <= 16 else ():
+                calls[f"gemv {text}"] = [functools.partial(run_gemv, kernel.artifact, x, v) for v in vs]
             for cfg in tried:
                 calls[f"sm90 {cfg.tag}"] = [functools.partial(gemm.run_gemm, spec, x, g, config=cfg) for g in gws]
                 for p in pieces if cfg.cluster == 1 else []:
@@ -136,11 +149,32 @@ def main() -> None:
                 flush=True,
             )
             del keep, timers, calls
-        del per_impl, gws, mws, weights
+        del per_impl, gws, mws, variants, weights
         torch.cuda.empty_cache()
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"spec": spec_name, "gpu": gpu, "method": __doc__.split("\n\n")[0], "rows": rows}, f, indent=1)
+
+
+def _gemv_variant(text: str) -> tuple[Any, int | None]:
+    """``splits=2+flat=off+unroll=8`` -> (the Tuning with those fields, the split count or None)."""
+    import dataclasses
+
+    from dqgen.kernels.gemv import Tuning
+
+    fields = {f.name: f.type for f in dataclasses.fields(Tuning)}
+    kw: dict[str, Any] = {}
+    splits = None
+    for part in text.split("+"):
+        key, _, value = part.partition("=")
+        if key == "splits":
+            splits = int(value)
+        elif key in fields:
+            default = getattr(Tuning(), key)
+            kw[key] = value == "1" if isinstance(default, bool) else type(default)(value)
+        else:
+            raise SystemExit(f"--gemv-try: {key!r} is neither splits nor a Tuning field ({', '.join(fields)})")
+    return Tuning(**kw), splits
 
 
 def _graph(fns: list[Callable[[], Any]]) -> tuple[Any, Callable[[], float]]:

@@ -8,7 +8,8 @@ same; PTX is what the GPU runs.
 
 Families and the configurations enumerated (what the product can launch):
 - dequant: every shipped spec's artifact source (every launch variant);
-- gemv: every shipped spec's fused GEMV source (every entry point);
+- gemv: every shipped spec's fused GEMV source (every entry point); gemv_w16 / gemv_w8: the same with the wider
+  blocks a weight of few tiles takes (dqgen.kernels.gemv.block_warps), where the spec's registers allow them;
 - gemm: every shipped spec the tensor-core GEMM takes (every tile config, plain and gather);
 - gemm90: the Hopper GEMM of every spec it takes, the same integer specs and the float / codebook ones (every token-tile
   config; sm_90a only: wgmma is architecture-specific);
@@ -57,13 +58,15 @@ def sources() -> Iterator[tuple[str, str, str, int]]:
     from dqgen.kernels.dequant import DequantConfig
     from dqgen.kernels.gemm import GemmKernelConfig
     from dqgen.kernels.gemm90 import NARROW_CONFIGS90, Gemm90KernelConfig
-    from dqgen.kernels.gemv import GemvConfig
+    from dqgen.kernels.gemv import GemvConfig, Tuning, wide_warps
 
     for name in shipped_specs():
         spec = load_spec(name)
         art = compile_artifact(spec)
         yield "dequant", name, DequantConfig(art).source(), spec.sm  # every variant's entry point
         yield "gemv", name, GemvConfig(art).source(), spec.sm  # every entry point, the kept tuning
+        for warps in wide_warps(spec):
+            yield f"gemv_w{warps}", name, GemvConfig(art, None, Tuning(warps=warps)).source(), spec.sm
         if GemmKernelConfig.supports(spec):
             yield "gemm", name, GemmKernelConfig(spec).source(), spec.sm  # every tile config, plain and gather
         if Gemm90KernelConfig.supports(spec):  # the integer specs, and the float / codebook ones it alone takes

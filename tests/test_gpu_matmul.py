@@ -79,8 +79,11 @@ def _grouped_case(spec: Spec, seed_offset: int) -> tuple:
 def test_grouped_weights_scale_each_group_sum(spec: Spec) -> None:
     """Groups of whole chunks (or one group, with a K tail inside the last chunk), split along K: M = 16 runs the
     GROUPED entry (each group's fp32 partial sum times its scale), M = 1 and 3 its batched form for 1..8 tokens."""
+    from dqgen.run import matmul
+
     sp, k, K, N, W, w, x_dtype = _grouped_case(spec, seed_offset=1)
-    assert w.splits > 1
+    w = matmul.retuned(k.artifact, w, w.tuning, 3)  # its 91 tiles would run unsplit on wide blocks
+    assert w.splits == 3
     for M in (1, 3, 16):
         x_np = random_x(sp, M, K, seed=M + 100)
         y = _run(k, to_torch(x_np), w, (M, N), x_dtype)
@@ -128,6 +131,65 @@ def test_flat_grid(name: str, K: int, group: int) -> None:
         y = _run(k, to_torch(x_np), w, (M, N), x_dtype, bias=to_torch(bias_np))
         check(spec, y, matmul_reference(x_np, W, bias_np))
     assert int(w.counters.abs().sum()) == 0 and w.counters.dtype == torch.int32  # left ready for the next launch
+
+
+@pytest.mark.quick
+def test_few_tiles_take_wide_blocks() -> None:
+    """The default pack gives a weight of few 16-row tiles wider blocks, unsplit (dqgen.kernels.gemv.block_warps,
+    worked out for 132 SMs: 91 tiles fit 132 blocks of 16 warps; 257 fit 264 of 8; 513 take 4-warp blocks) and a
+    K-heavy weight of 4 tiles 16-warp blocks in 2 splits (160 chunks: 10 a warp unsplit); every one within
+    tolerance of the reference at 1 and 16 tokens."""
+    from dqgen.run import device as dev
+    from dqgen.run import matmul
+
+    spec = load_spec("awq_int4_fp16")
+    k = Kernel(spec)
+    if dev.sm_count(0) != 132:
+        pytest.skip("the widths worked out for the H100's 132 SMs")
+    for K, N, warps, splits in (
+        (4096 + 128, 1448, 16, 1),
+        (1152, 4096 + 8, 8, 1),
+        (1152, 8200, 4, 1),
+        (10240, 56, 16, 2),
+    ):
+        (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=K + N, group_size=128)
+        w = matmul.pack_gemv(k.artifact, to_torch(q), to_torch(s), to_torch(z))
+        assert (w.tuning.warps, w.splits) == (warps, splits), (K, N)
+        x_dtype = to_torch(np.zeros(1, W.dtype)).dtype
+        for M in (1, 16):
+            x_np = random_x(spec, M, K, seed=M + 400)
+            check(spec, _run(k, to_torch(x_np), w, (M, N), x_dtype), matmul_reference(x_np, W))
+
+
+def test_retuned_split_counts() -> None:
+    """matmul.retuned (the tuning scripts' variants) on a packed weight with a K tail: split-K in 1, 3 and 32 blocks
+    a tile (66 chunks: with 32, one chunk a warp and most warps of each block with none), tile grid and flat grid,
+    1..8 and 9..16 tokens; the packed weight itself keeps its own grid; a split count past the chunks is refused."""
+    from dqgen.run import matmul
+
+    spec = load_spec("awq_int4_fp16")
+    k = Kernel(spec)
+    K, N = 4096 + 128, 1448
+    (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=K + 11, group_size=128)
+    w = matmul.pack_gemv(k.artifact, to_torch(q), to_torch(s), to_torch(z))
+    assert w.chunks == 66
+    packed = (w.tuning, w.splits, w.flat, w.workspace)
+    x_dtype = to_torch(np.zeros(1, W.dtype)).dtype
+    for tuning, splits in (
+        (Tuning(flat="off"), 1),
+        (Tuning(flat="off"), 3),
+        (Tuning(flat="off"), 32),
+        (Tuning(flat="on"), None),
+    ):
+        v = matmul.retuned(k.artifact, w, tuning, splits)
+        assert v.wq is w.wq and (splits is None or v.splits == splits) and v.workspace is not w.workspace
+        for M in (1, 9):
+            x_np = random_x(spec, M, K, seed=M + 300)
+            y = _run(k, to_torch(x_np), v, (M, N), x_dtype)
+            check(spec, y, matmul_reference(x_np, W))
+    assert (w.tuning, w.splits, w.flat, w.workspace) == packed  # the packed weight keeps its own grid
+    with pytest.raises(ValueError, match=r"splits: expected an int in 1\.\.66"):
+        matmul.retuned(k.artifact, w, Tuning(), 67)
 
 
 def test_bias_and_many_tokens_and_leading_dims() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from dqgen.core.files import write_json
 from dqgen.core.spec import load_spec
+from dqgen.run import timing
 from dqgen.run.timing import EventBackend, Timed, do_bench_us, keep_tuned, method
 from dqgen.tools.baselines import field_shifts
 from dqgen.tools.bench import (
@@ -265,3 +266,12 @@ def test_confirm_tuned_alternates_the_order():
     seen: list[str] = []
     confirm_tuned("d", "c", lambda name: seen.append(name) or 1.0, rounds=4)
     assert seen == ["d", "c", "c", "d", "d", "c", "c", "d"]
+
+
+def test_graph_copies_pass_three_l2s() -> None:
+    l2 = 50 << 20
+    # 4096 x 4096 int4 (8 MB): 150 MB / 8 MB -> 19 copies; 4096 x 1024 (2 MB) would want 75: at most 64
+    assert timing.graph_copies(4096 * 4096 // 2, l2) == 19
+    assert timing.graph_copies(4096 * 1024 // 2, l2) == timing.MAX_COPIES == 64
+    # 8192 x 28672 int4 (117 MB): 2 would pass 3 L2s; at least 4 (the graph's rotation)
+    assert timing.graph_copies(8192 * 28672 // 2, l2) == timing.MIN_COPIES == 4

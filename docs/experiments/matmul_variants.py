@@ -26,8 +26,7 @@ import triton.testing
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.check.reference import random_inputs
 from dqgen.core.spec import load_spec, with_group_size
-from dqgen.kernels.gemv import GROUPED, PAIRED, WARPS, MatmulEntry, Tuning
-from dqgen.run import device as dev
+from dqgen.kernels.gemv import GROUPED, Tuning
 from dqgen.run import matmul as mm
 from dqgen.run.gpucheck import to_torch
 from dqgen.run.runtime import Kernel
@@ -51,22 +50,8 @@ VARIANTS: dict[str, Tuning] = {
 
 
 def variant(k: Kernel, w: mm.MatmulWeight, tuning: Tuning) -> mm.MatmulWeight:
-    """A copy of w whose launches run the kernel rendered with ``tuning`` (the GEMV config's tuning; bound on its
-    first call)."""
-    fn = mm._function(k.artifact, MatmulEntry(False, PAIRED), w.device, tuning)
-    resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
-    s = mm.choose_gemv_splits(w.n_tiles, w.chunks, resident)
-    flat = mm._flat_grids(k.artifact, w.mode, w.n_tiles, w.chunks, s, resident, w.device, tuning)
-    partials = max([w.n_tiles * s] + [w.n_tiles * f.slots for f in flat if f is not None])
-    return dataclasses.replace(
-        w,
-        splits=s,
-        flat=flat,
-        tuning=tuning,
-        workspace=torch.empty(partials * mm.PARTIAL, dtype=torch.float32, device=w.wq.device),
-        counters=torch.zeros(w.n_tiles, dtype=torch.int32, device=w.wq.device),
-        _bound={},
-    )
+    """A copy of w whose launches run the kernel rendered with ``tuning`` (bound on its first call)."""
+    return mm.retuned(k.artifact, w, tuning)
 
 
 def grid_of(v: mm.MatmulWeight, M: int) -> str:

@@ -13,8 +13,11 @@ from ..ir.plan import Plan
 from ..layout.layout import Layout
 from .family import KernelConfig, SplitK, refuse_integer_target
 
-#: Warps per block (they split a tile's K range; reduced in shared memory).
+#: Warps per block of the kept code shape (Tuning.warps): they split a tile's K range, reduced in shared memory.
 WARPS = 4
+#: Wider blocks a weight of few tiles takes (block_warps): the same tile's K range over 16 or 8 warps, reduced in
+#: shared memory, instead of 4 warps and a split-K round trip through the workspace.
+WIDE_WARPS = (16, 8)
 #: GROUPED: rows of zeros after the last group's scales (and zero fields): the lean entry's loads of the next
 #: ``Tuning.ahead`` groups run past the last group (unused).
 PAD_GROUPS = 4
@@ -44,6 +47,9 @@ class Tuning:
     5-6% faster at 8..16 tokens, equal at 1), "on" everywhere (slower at the one-wave shapes), "off". ``mb16``: blocks
     an SM for the 16-token lean entries (0: min_blocks; 3 gives them 168 registers and no spill, but was 8-47% slower
     on the tile grid, fewer resident blocks, and 4% slower on the flat grid).
+    Round 5 (CUDA graphs of back-to-back calls, devtools/linear_graph_bench.py): ``warps`` a block, 4 kept; pack_gemv
+    gives a weight of few tiles 16 or 8 (block_warps: a tile's K range over more warps, reduced in shared memory,
+    in place of a split-K round trip: 10-26% faster on Llama-3-8B's q / k / v / o / down); 2 was slower everywhere.
     """
 
     wload: str = "na"
@@ -61,12 +67,15 @@ class Tuning:
     prefetch: int = 0
     mb16: int = 0
     flat: str = "waves"
+    warps: int = WARPS
 
     def __post_init__(self) -> None:
         if not 1 <= self.ahead <= PAD_GROUPS:  # run_lean reads scale and zero rows up to G - 1 + ahead
             raise ValueError(f"Tuning.ahead: expected 1..{PAD_GROUPS} (the pack's padded group rows), got {self.ahead}")
         if self.flat not in ("waves", "on", "off"):
             raise ValueError(f"Tuning.flat: expected 'waves', 'on' or 'off', got {self.flat!r}")
+        if self.warps not in (2, 4, 8, 16):
+            raise ValueError(f"Tuning.warps: expected 2, 4, 8 or 16 warps a block, got {self.warps!r}")
 
 
 #: The kept code shape (a value: a config names its tuning; nothing reads a module-wide one).
@@ -174,14 +183,38 @@ def unroll(spec: Spec, tuning: Tuning = DEFAULT_TUNING) -> int:
 def stages(spec: Spec, tuning: Tuning = DEFAULT_TUNING) -> int:
     """Batches of weights a warp keeps in flight through shared memory (cp.async; 0: in registers, double
     buffered), at most 32 KB a block (4 warps: 4 batches of one-word chunks, 2 of three-word ones)."""
-    most = (32 << 10) // (WARPS * unroll(spec, tuning) * spec.words * 512)
+    most = (32 << 10) // (tuning.warps * unroll(spec, tuning) * spec.words * 512)
     return min(tuning.stages, most) if tuning.stages > 1 and most > 1 else 0
 
 
 def min_blocks(spec: Spec, tuning: Tuning = DEFAULT_TUNING) -> int:
+    """Blocks an SM the register allocation must allow: 4 x 128 threads (at most 128 registers) with 4 warps a
+    block, as many threads with other warp counts; 2-bit (16 codes a block) and 3-word blocks hold more per chunk
+    and would spill at that, so half."""
     if tuning.min_blocks:
         return tuning.min_blocks
-    return 4 if spec.words == 1 and spec.per_word <= 8 else 2
+    return max(1, (4 if spec.words == 1 and spec.per_word <= 8 else 2) * WARPS // tuning.warps)
+
+
+def block_warps(spec: Spec, n_tiles: int, sms: int) -> int:
+    """Warps a block of the GEMV for a weight of ``n_tiles`` 16-row tiles on a GPU of ``sms`` SMs: the widest of
+    WIDE_WARPS whose blocks, one tile each, fit one wave at the kept shape's registers a thread (an SM holds
+    min_blocks x WARPS warps of them), else WARPS. On the H100 in CUDA graphs of back-to-back calls (µs a call, AWQ
+    int4 g128, M = 1; docs/bench/gemv_warps_h100.json): 4096 x 1024 (64 tiles) 5.19 on 4 warps in 8 splits, 3.83 on
+    16 warps unsplit; 4096 x 2048 5.89 / 4.43; 8192 x 1024 5.94 / 5.73; 4096 x 4096 (256 tiles) 8.53 in 2 splits,
+    6.83 on 8 warps unsplit; 14336 x 4096 17.64 / 15.96. Past one wave of 8-warp blocks (4096 x 6144's 384 tiles:
+    9.14 on 4 warps, 10.64-12.20 on 8) the 4-warp blocks stay."""
+    per_sm = min_blocks(spec) * WARPS
+    for warps in wide_warps(spec):
+        if n_tiles <= sms * (per_sm // warps):
+            return warps
+    return WARPS
+
+
+def wide_warps(spec: Spec) -> tuple[int, ...]:
+    """The WIDE_WARPS a block of this spec's GEMV may have: those within the warps an SM holds at the kept shape's
+    registers a thread (min_blocks x WARPS: 16 for most specs, 8 for 2-bit and 3-word blocks)."""
+    return tuple(w for w in WIDE_WARPS if w <= min_blocks(spec) * WARPS)
 
 
 def entry_min_blocks(spec: Spec, e: MatmulEntry, tuning: Tuning = DEFAULT_TUNING) -> int:
@@ -238,7 +271,7 @@ class GemvConfig(KernelConfig):
 
     @property
     def threads(self) -> int:
-        return WARPS * 32
+        return self.tuning.warps * 32
 
     @property
     def min_sm(self) -> int:
@@ -281,10 +314,8 @@ def _context(spec: Spec, plan: Plan, tuning: Tuning) -> dict[str, Any]:
     if grouped_spec(spec):
         _check_grouped(plan, [str(d) for d in ctx["diffs"]])
     ctx.update(
-        warps=WARPS,
+        warps=tuning.warps,
         unroll=unroll(spec, tuning),
-        # resident blocks per SM the register allocation must allow (4 x 128 threads: at most 128 registers);
-        # 2-bit (16 codes a block) and 3-word blocks hold more per chunk and would spill at 4
         min_blocks=min_blocks(spec, tuning),
         mma_type="bf16" if spec.target.value == "bf16" else "f16",
         entries=[

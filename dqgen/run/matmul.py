@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from ..kernels.gemv import (
     GemvConfig,
     MatmulEntry,
     Tuning,
+    block_warps,
     entry_mode,
     group_chunks,
     group_magic,
@@ -98,12 +99,19 @@ def _function(artifact: Artifact, e: MatmulEntry, device: int, tuning: Tuning = 
     return load(GemvConfig(artifact, e, tuning), device)
 
 
-def choose_gemv_splits(n_tiles: int, chunks: int, resident_blocks: int) -> int:
-    """Blocks per n-tile along K: the most that still fit the GPU's resident blocks in one wave (a second, partly
-    filled wave costs more than the bytes in flight it adds), each warp keeping at least two chunks (the partial
-    sums cost a workspace round trip)."""
-    want = resident_blocks // max(n_tiles, 1)
-    return max(1, min(want, chunks // (2 * WARPS)))
+#: Chunks a warp streams before its tile is split along K, where the tiles leave resident blocks free: the partials'
+#: round trip through the workspace (about 1.5 µs on the H100) costs more than shorter warps save below it (8192 x
+#: 1024 on 16 warps, 8 chunks a warp: 5.73 µs unsplit, 6.32 in 2 splits; on 8 warps, 16 chunks a warp: 6.88
+#: unsplit, 5.93 in 4 splits; docs/bench/gemv_warps_h100.json).
+SPLIT_CHUNKS_A_WARP = 8
+
+
+def choose_gemv_splits(n_tiles: int, chunks: int, resident_blocks: int, warps: int = WARPS) -> int:
+    """Blocks per n-tile along K: one, unless a warp would stream more than SPLIT_CHUNKS_A_WARP chunks; then as many
+    as bring it to that, within one wave of the GPU's resident blocks (a second, partly filled wave costs more than
+    the bytes in flight it adds)."""
+    wave = resident_blocks // max(n_tiles, 1)
+    return max(1, min(wave, -(-chunks // (warps * SPLIT_CHUNKS_A_WARP))))
 
 
 @dataclass(frozen=True)
@@ -121,11 +129,11 @@ def _magic(d: int) -> int:
     return -(-(1 << 32) // d)
 
 
-def flat_grid(n_tiles: int, chunks: int, resident_blocks: int, unroll: int) -> FlatGrid | None:
+def flat_grid(n_tiles: int, chunks: int, resident_blocks: int, unroll: int, warps: int = WARPS) -> FlatGrid | None:
     """The flat grid of one wave of ``resident_blocks`` (each warp a whole number of ``unroll``-chunk batches), or
     None where the kernel's magic reciprocals would not be exact for these counts."""
     total = n_tiles * chunks
-    per = -(-total // (resident_blocks * WARPS))
+    per = -(-total // (resident_blocks * warps))
     per = -(-per // unroll) * unroll
     used = -(-total // per)
     tm, wm = _magic(chunks), _magic(per)
@@ -139,7 +147,7 @@ def flat_grid(n_tiles: int, chunks: int, resident_blocks: int, unroll: int) -> F
     ):
         return None
     slots = int((lasts // per - firsts // per).max()) + 1
-    return FlatGrid(-(-used // WARPS), per, slots, tm, wm)
+    return FlatGrid(-(-used // warps), per, slots, tm, wm)
 
 
 def _flat_grids(
@@ -152,9 +160,41 @@ def _flat_grids(
     grids = []
     for tok16 in (False, True):
         fn = _function(artifact, MatmulEntry(tok16, GROUPED, True), device, tuning)
-        blocks = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
-        grids.append(flat_grid(n_tiles, chunks, blocks, unroll(artifact.spec, tuning)))
+        blocks = dev.sm_count(device) * max(1, fn.max_active_blocks(tuning.warps * 32, 0))
+        grids.append(flat_grid(n_tiles, chunks, blocks, unroll(artifact.spec, tuning), tuning.warps))
     return (grids[0], grids[1])
+
+
+def _grids(
+    artifact: Artifact, mode: int, n_tiles: int, chunks: int, device: int, tuning: Tuning, splits: int | None = None
+) -> tuple[int, tuple, int]:
+    """A weight's launch grids under the GEMV of ``tuning``: its split-K blocks a tile (``splits``, else
+    choose_gemv_splits for that kernel's resident blocks), its flat grids, and the workspace partials they need
+    (the tile grid's or the flat grid's, whichever needs more: one launch layout for every M)."""
+    fn = _function(artifact, MatmulEntry(False, launch_mode(mode, False, tuning)), device, tuning)
+    resident = dev.sm_count(device) * max(1, fn.max_active_blocks(tuning.warps * 32, 0))
+    if splits is None:
+        splits = choose_gemv_splits(n_tiles, chunks, resident, tuning.warps)
+    flat = _flat_grids(artifact, mode, n_tiles, chunks, splits, resident, device, tuning)
+    partials = max([n_tiles * splits] + [n_tiles * f.slots for f in flat if f is not None])
+    return splits, flat, partials
+
+
+def retuned(artifact: Artifact, w: MatmulWeight, tuning: Tuning, splits: int | None = None) -> MatmulWeight:
+    """A copy of ``w`` (the same packed tensors) launched by the GEMV of ``tuning``, ``splits`` blocks a tile along
+    K where given (1..chunks), on a workspace of its own: how the tuning scripts time code shapes and splits on
+    packed weights (docs/experiments/matmul_variants.py, devtools/linear_graph_bench.py)."""
+    if splits is not None and not (isinstance(splits, int) and 1 <= splits <= w.chunks):
+        raise ValueError(f"splits: expected an int in 1..{w.chunks} (the weight's chunks), got {splits!r}")
+    torch = _torch()
+    s, flat, partials = _grids(artifact, w.mode, w.n_tiles, w.chunks, w.device, tuning, splits)
+    workspace, counters = torch_workspace(torch, w.device, f"{w.spec_name} GEMV").get(
+        "gemv", partials * PARTIAL, w.n_tiles
+    )
+    v = replace(w, splits=s, flat=flat, tuning=tuning, workspace=workspace, counters=counters, key="", _bound={})
+    v.key = f"{w.spec_name}-{next(_ids)}"
+    _WEIGHTS[v.key] = v
+    return v
 
 
 _CHECKPOINT_NAMES = ("qweight", "scales", "zeros", "g_idx", "global_scale")
@@ -168,12 +208,12 @@ def pack_gemv(
     *,
     g_idx: Any = None,
     global_scale: Any = None,
-    tuning: Tuning = DEFAULT_TUNING,
+    tuning: Tuning | None = None,
     host_pack: bool = False,
 ) -> MatmulWeight:
     """Check the checkpoint tensors and prepack them (once, on their GPU; ``host_pack``: through the numpy packer
-    on the host, the same bytes) into a MatmulWeight, run by the GEMV of ``tuning`` (the kept code shape by
-    default; docs/experiments/matmul_variants.py times others)."""
+    on the host, the same bytes) into a MatmulWeight, run by the GEMV of ``tuning`` (by default the kept code shape
+    with the weight's block_warps; docs/experiments/matmul_variants.py times others)."""
     torch = _torch()
     spec = artifact.spec
     check_torch_tensors(torch, zip(_CHECKPOINT_NAMES, (qweight, scales, zeros, g_idx, global_scale), strict=True))
@@ -207,11 +247,9 @@ def pack_gemv(
     n_tiles = mm.n_padded(pre.N) // ROWS
     mode = entry_mode(spec, mm.per_block, pre.group_size, sl.gather, chunks)
     magic = group_magic(pre.group_size if pre.groups > 1 else -1, mm.per_block) if mode == GROUPED else 0
-    fn = _function(artifact, MatmulEntry(False, launch_mode(mode, False, tuning)), device, tuning)
-    resident = dev.sm_count(device) * max(1, fn.max_active_blocks(WARPS * 32, 0))
-    splits = choose_gemv_splits(n_tiles, chunks, resident)
-    flat = _flat_grids(artifact, mode, n_tiles, chunks, splits, resident, device, tuning)
-    partials = max([n_tiles * splits] + [n_tiles * f.slots for f in flat if f is not None])
+    if tuning is None:
+        tuning = replace(DEFAULT_TUNING, warps=block_warps(spec, n_tiles, dev.sm_count(device)))
+    splits, flat, partials = _grids(artifact, mode, n_tiles, chunks, device, tuning)
 
     def group_rows(a: Any) -> Any:
         """GROUPED: PAD_GROUPS rows of zeros after the last group (read ahead by the kernel, unused)."""
@@ -300,7 +338,7 @@ def _bind(artifact: Artifact, w: MatmulWeight, x2: Any, x_stride: int, M: int, b
     xvec = int(x_aligned(x2.data_ptr(), x_stride, w.K))
     launches = []
     esize = x2.element_size()
-    per_warp = -(-w.chunks // (w.splits * WARPS))
+    per_warp = -(-w.chunks // (w.splits * w.tuning.warps))
     chunks_per_group = group_chunks(w.group_size, MatmulLayout.of(artifact.spec).per_block, w.groups)
     for m0 in range(0, M, TOKENS):
         mt = min(TOKENS, M - m0)
@@ -335,7 +373,7 @@ def _bind(artifact: Artifact, w: MatmulWeight, x2: Any, x_stride: int, M: int, b
             np.uint64(0 if fg is None else fg.warp_magic),
         ]
         grid = (w.n_tiles, w.splits, 1) if fg is None else (fg.blocks, 1, 1)
-        launches.append(fn.bind(grid, (WARPS * 32,), args))
+        launches.append(fn.bind(grid, (w.tuning.warps * 32,), args))
     return launches
 
 

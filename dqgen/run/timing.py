@@ -231,6 +231,17 @@ def graph_us(fn: Callable[[int], Any], nsets: int, reps: int = 20, calls: int = 
     return 1000.0 * statistics.median(times) / calls
 
 
+#: Weight copies a graph of back-to-back calls rotates over (graph_copies): at least this many, at most MAX_COPIES.
+MIN_COPIES = 4
+MAX_COPIES = 64
+
+
+def graph_copies(weight_bytes: int, l2_bytes: int) -> int:
+    """Copies of a weight whose bytes pass three times the L2, so that each call of a graph rotating over them reads
+    its weight from memory, as the next layer's linear does in a model (MIN_COPIES..MAX_COPIES)."""
+    return max(MIN_COPIES, min(MAX_COPIES, -(-3 * l2_bytes // max(weight_bytes, 1))))
+
+
 def keep_tuned(default: str, us: dict[str, float], margin: float = KEEP_MARGIN) -> str:
     """The variant to launch: the fastest candidate if it beats ``default`` by at least ``margin``
     of the default's time, else the default (a tie or a small win is noise, and never worth a loss)."""
