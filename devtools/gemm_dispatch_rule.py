@@ -3,7 +3,11 @@
 For each shape of the issue and M = 16 .. 4096: the GEMV (M <= 16 only: it launches 16 rows at a time), the
 tensor-core GEMM (dqgen.run.gemm.run_gemm on a packed weight) and dequantize + cuBLAS (the dequantize kernel into a
 buffer, then torch.matmul), with cuBLAS on the dense weight alone beside them; one call after an L2 flush, median
-(dqgen.run.timing.single_call_us). Every output is checked against float64 x @ W first.
+(dqgen.run.timing.single_call_us). With ``--graphs-up-to M`` the M up to that are timed as a model runs instead: a
+CUDA graph of back-to-back calls, each on its own copy of the weight (dqgen.run.timing.graph_copies: enough copies
+to pass 3x the L2), median replay / calls (timing.graph_us): the flush before a single call adds several µs that
+reorder paths of 4-25 µs (docs/experiments/issue23.md, session 35). Every output is checked against float64 x @ W
+first.
 
 The rule (dqgen.run.dispatch_sweep.rule_from_sweep, a function of the times alone): ``gemm_min_m`` = the M (of the
 list up to 16, or 17: the GEMV launches 16 rows at a time) from which the GEMM replaces the GEMV that costs the least
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 MS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SHAPES = ((4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192))
@@ -36,7 +41,7 @@ def main() -> int:
     from dqgen.run import dispatch, gemm
     from dqgen.run.inputs import make_g_idx, make_inputs
     from dqgen.run.runtime import Kernel
-    from dqgen.run.timing import single_call_us
+    from dqgen.run.timing import graph_copies, graph_us, single_call_us
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", default="awq_int4_fp16")
@@ -48,6 +53,13 @@ def main() -> int:
         help="then time Kernel.matmul under the rule (this process follows it; --write-rule also stores it) against "
         "the best path",
     )
+    ap.add_argument(
+        "--graphs-up-to",
+        type=int,
+        default=0,
+        help="time the M up to this as CUDA graphs of back-to-back calls on copies of the weight (see the module "
+        "docstring); the others as single calls",
+    )
     ap.add_argument("--shapes", default=",".join(f"{k}x{n}" for k, n in SHAPES))
     ap.add_argument("--ms", default=",".join(map(str, MS)))
     a = ap.parse_args()
@@ -57,38 +69,40 @@ def main() -> int:
     k = Kernel(spec)
     dt = torch_dtype(spec.target_type, torch)
     rows = []
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
     for K, N in shapes:
-        q, s, z = make_inputs(spec, K, N, 0)
-        gi = make_g_idx(spec, K, 0)
-        W = k(q, s, z, g_idx=gi)
-        W64 = W.double()
-        buf = torch.empty_like(W)
-        mw = k.pack_matmul(q, s, z, g_idx=gi)
-        gw = dispatch.beside(mw)
-        assert gw is not None
-        from dqgen.run import matmul as mm
-
-        paths = {
-            "gemv": lambda x, mw=mw: mm.run_gemv(k.artifact, x, mw),
-            "gemm": lambda x, gw=gw: gemm.run_gemm(k.spec, x, gw),
-            "dequant + cublas": lambda x, q=q, s=s, z=z, gi=gi, buf=buf: torch.matmul(x, k(q, s, z, g_idx=gi, out=buf)),
-            "cublas dense": lambda x, W=W: torch.matmul(x, W),
-        }
+        copies = graph_copies(K * N * spec.source.bits // 8, l2) if a.graphs_up_to else 1
+        sets = [_paths(k, gemm, dispatch, torch, K, N, seed) for seed in range(copies)]  # sets[0]: single calls
+        W64 = sets[0]["W"].double()
         for M in ms:
             x = torch.randn((M, K), dtype=dt, device="cuda")
             ref = x.double() @ W64
-            for name, fn in paths.items():
+            graphs = a.graphs_up_to >= M
+            for name, fn in sets[0]["paths"].items():
                 if name == "gemv" and M > dispatch.GEMV_MAX_M:
                     continue
                 y = fn(x)
                 err = float((y.double() - ref).norm() / ref.norm())
-                us = single_call_us(lambda fn=fn, x=x: fn(x))
+                if graphs:
+                    us = graph_us(lambda i, name=name, x=x, sets=sets: sets[i]["paths"][name](x), copies, calls=copies)
+                else:
+                    us = single_call_us(lambda fn=fn, x=x: fn(x))
                 flops = 2.0 * M * K * N / (us * 1e-6) / 1e12
                 rows.append(
-                    {"impl": name, "spec": spec.name, "M": M, "K": K, "N": N, "us": us, "tflops": flops, "rel_err": err}
+                    {
+                        "impl": name,
+                        "spec": spec.name,
+                        "M": M,
+                        "K": K,
+                        "N": N,
+                        "us": us,
+                        "tflops": flops,
+                        "rel_err": err,
+                        "timing": f"graph of {copies} copies" if graphs else "single call",
+                    }
                 )
                 print(f"{K}x{N} M={M} {name}: {us:.1f} us, {flops:.0f} TFLOP/s, rel_err {err:.1e}", flush=True)
-        del W, W64, buf, mw, gw
+        del sets, W64
         torch.cuda.empty_cache()
 
     def t(impl: str, M: int, K: int, N: int) -> float:
@@ -150,6 +164,29 @@ def main() -> int:
         print(f"FAILED: {len(bad)} outputs off the reference, first {bad[0]}")
         return 1
     return 0
+
+
+def _paths(k: Any, gemm: Any, dispatch: Any, torch: Any, K: int, N: int, seed: int) -> dict[str, Any]:
+    """One copy of a K x N weight (inputs of ``seed``) and the four paths' calls on it: {"W", "paths"}."""
+    from dqgen.run import matmul as mm
+    from dqgen.run.inputs import make_g_idx, make_inputs
+
+    q, s, z = make_inputs(k.spec, K, N, seed)
+    gi = make_g_idx(k.spec, K, seed)
+    W = k(q, s, z, g_idx=gi)
+    buf = torch.empty_like(W)
+    mw = k.pack_matmul(q, s, z, g_idx=gi)
+    gw = dispatch.beside(mw)
+    assert gw is not None
+    return {
+        "W": W,
+        "paths": {
+            "gemv": lambda x: mm.run_gemv(k.artifact, x, mw),
+            "gemm": lambda x: gemm.run_gemm(k.spec, x, gw),
+            "dequant + cublas": lambda x: torch.matmul(x, k(q, s, z, g_idx=gi, out=buf)),
+            "cublas dense": lambda x: torch.matmul(x, W),
+        },
+    }
 
 
 if __name__ == "__main__":
