@@ -43,7 +43,7 @@ def _bench_spec(torch: Any, do_bench: Any, k: Any, K: int, N: int, ms: list[int]
 
     spec = k.spec
     q, s, z, g = _checkpoint(torch, spec, K, N)
-    w = k.pack_matmul(q, s, z, global_scale=g)  # the GEMM's layout beside: the dispatch (the Hopper GEMM from M = 4)
+    w = k.pack_matmul(q, s, z, global_scale=g)  # the GEMM's layout beside: the dispatch (the H100 rule's gemm_min_m)
     w_gemv = k.pack_matmul(q, s, z, global_scale=g, gemm=False)  # the GEMV alone: the float specs' path before
     dense = k(q, s, z, global_scale=g)  # the dequantized weight, for cuBLAS
     gw = dispatch.beside(w)

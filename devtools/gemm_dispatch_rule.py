@@ -1,8 +1,9 @@
 """Measure Kernel.matmul's three paths on this GPU and (with --write-rule) store the dispatch rule it should use.
 
-For each shape of the issue and M = 16 .. 4096: the GEMV (M <= 16 only: it launches 16 rows at a time), the
-tensor-core GEMM (dqgen.run.gemm.run_gemm on a packed weight) and dequantize + cuBLAS (the dequantize kernel into a
-buffer, then torch.matmul), with cuBLAS on the dense weight alone beside them; one call after an L2 flush, median
+For each shape (SHAPES: the issue's and Llama-3-8B's) and M = 1 .. 4096: the GEMV (M <= 16 only: it launches 16 rows
+at a time), the tensor-core GEMM (dqgen.run.gemm.run_gemm on a packed weight) and dequantize + cuBLAS (the dequantize
+kernel into a buffer, then torch.matmul), with cuBLAS on the dense weight alone beside them; one call after an L2
+flush, median
 (dqgen.run.timing.single_call_us). With ``--graphs-up-to M`` the M up to that are timed as a model runs instead: a
 CUDA graph of back-to-back calls, each on its own copy of the weight (dqgen.run.timing.graph_copies: enough copies
 to pass 3x the L2), median replay / calls (timing.graph_us): the flush before a single call adds several µs that
@@ -30,7 +31,17 @@ import sys
 from typing import Any
 
 MS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-SHAPES = ((4096, 6144), (4096, 28672), (14336, 4096), (8192, 28672), (28672, 8192))
+#: The shapes of the shipped H100 rule: issue 13's five and Llama-3-8B's q / o, k / v and gate / up.
+SHAPES = (
+    (4096, 6144),
+    (4096, 4096),
+    (4096, 1024),
+    (4096, 14336),
+    (14336, 4096),
+    (4096, 28672),
+    (8192, 28672),
+    (28672, 8192),
+)
 
 
 def main() -> int:
@@ -39,7 +50,6 @@ def main() -> int:
     from dqgen.core.formats import torch_dtype
     from dqgen.core.spec import load_spec
     from dqgen.run import dispatch, gemm
-    from dqgen.run.inputs import make_g_idx, make_inputs
     from dqgen.run.runtime import Kernel
     from dqgen.run.timing import graph_copies, graph_us, single_call_us
 
@@ -131,18 +141,22 @@ def main() -> int:
     checks = []
     if a.check:  # what a user pays under the rule: Kernel.matmul (the dispatch) over the best path measured above
         for K, N in shapes:
-            q, s, z = make_inputs(spec, K, N, 0)
-            gi = make_g_idx(spec, K, 0)
-            mw = k.pack_matmul(q, s, z, g_idx=gi)  # q, s, z stay alive: the dense path may dequantize them
+            # timed as the paths were: single calls, or graphs over as many copies (their q, s, z stay alive in
+            # the sets: the dense path may dequantize them)
+            copies = graph_copies(K * N * spec.source.bits // 8, l2) if a.graphs_up_to else 1
+            sets = [_paths(k, gemm, dispatch, torch, K, N, seed) for seed in range(copies)]
             for M in ms:
                 x = torch.randn((M, K), dtype=dt, device="cuda")
-                us = single_call_us(lambda x=x, mw=mw: k.matmul(x, mw))
+                if a.graphs_up_to >= M:
+                    us = graph_us(lambda i, x=x, sets=sets: sets[i]["dispatch"](x), copies, calls=copies)
+                else:
+                    us = single_call_us(lambda x=x, sets=sets: sets[0]["dispatch"](x))
                 best = min(
                     r["us"] for r in rows if (r["M"], r["K"], r["N"]) == (M, K, N) and r["impl"] != "cublas dense"
                 )
                 checks.append({"M": M, "K": K, "N": N, "dispatch_us": us, "best_us": best, "over_best": us / best})
                 print(f"{K}x{N} M={M} Kernel.matmul: {us:.1f} us, {us / best:.3f}x the best path ({best:.1f})")
-            del q, s, z, mw
+            del sets
             torch.cuda.empty_cache()
         worst = max(checks, key=lambda c: c["over_best"])
         print(f"worst: {worst['over_best']:.3f}x the best path at {worst['K']}x{worst['N']} M={worst['M']}")
@@ -167,7 +181,8 @@ def main() -> int:
 
 
 def _paths(k: Any, gemm: Any, dispatch: Any, torch: Any, K: int, N: int, seed: int) -> dict[str, Any]:
-    """One copy of a K x N weight (inputs of ``seed``) and the four paths' calls on it: {"W", "paths"}."""
+    """One copy of a K x N weight (inputs of ``seed``), the four paths' calls on it and the dispatch's:
+    {"W", "paths", "dispatch"}."""
     from dqgen.run import matmul as mm
     from dqgen.run.inputs import make_g_idx, make_inputs
 
@@ -180,6 +195,7 @@ def _paths(k: Any, gemm: Any, dispatch: Any, torch: Any, K: int, N: int, seed: i
     assert gw is not None
     return {
         "W": W,
+        "dispatch": lambda x: k.matmul(x, mw),  # Kernel.matmul under the rule: what --check times
         "paths": {
             "gemv": lambda x: mm.run_gemv(k.artifact, x, mw),
             "gemm": lambda x: gemm.run_gemm(k.spec, x, gw),

@@ -1,9 +1,9 @@
-"""Time one linear's shape as a model runs it: a CUDA graph of back-to-back calls, each on its own weight (enough
-copies that their int4 bytes are three times the 50 MB L2, so every call reads its weight from memory, as the next
-layer's linear does), one x (which a model keeps in L2). Per call µs = the graph's median replay / copies; two
-rounds, the second in reverse order, the lower kept. The single-call bench (an L2 flush before each call) adds
-several µs of flush write-back and launch to every implementation, which at 4096 x 1024 is most of the time: this
-is the measure for small shapes' choices.
+"""Time one linear's shape as a model runs it: a CUDA graph of back-to-back calls, each on its own weight (enough copies
+that their int4 bytes are three times the L2, dqgen.run.timing.graph_copies: every call reads its weight from memory,
+as the next layer's linear does), one x (which a model keeps in L2). Per call µs = the graph's median replay /
+copies; two rounds, the second in reverse order, the lower kept. The single-call bench (an L2 flush before each call)
+adds several µs of flush write-back and launch to every implementation, which at 4096 x 1024 is most of the time:
+this is the measure for small shapes' choices.
 
 Implementations: ``fp16`` (cuBLAS on the dense weight), ``dqgen`` (QuantLinear: the dispatch), ``torch int4``
 (aten._weight_int4pack_mm, bf16), ``humming``, and dqgen's GEMMs forced: ``--try`` Hopper configs
@@ -24,7 +24,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-L2_BYTES = 50 << 20
 REPLAYS = 20
 
 
@@ -66,7 +65,7 @@ def main() -> None:
     for shape in args.shapes.split(","):
         K, N = (int(v) for v in shape.split("x"))
         int4_bytes = K * N // 2
-        copies = graph_copies(int4_bytes, L2_BYTES)
+        copies = graph_copies(int4_bytes, torch.cuda.get_device_properties(0).L2_cache_size)
         weights = []
         for c in range(copies):
             q, s, z = make_inputs(spec, K, N, 7000 + c)
@@ -157,12 +156,14 @@ def main() -> None:
 
 
 def _gemv_variant(text: str) -> tuple[Any, int | None]:
-    """``splits=2+flat=off+unroll=8`` -> (the Tuning with those fields, the split count or None)."""
+    """``splits=2+flat=off+unroll=8`` -> (the Tuning with those fields, the split count or None). A split count
+    without ``flat`` keeps the tile grid (flat=off): the default "waves" would put a GROUPED weight whose split tiles
+    pass one wave on the flat grid, which has no splits."""
     import dataclasses
 
     from dqgen.kernels.gemv import Tuning
 
-    fields = {f.name: f.type for f in dataclasses.fields(Tuning)}
+    fields = {f.name for f in dataclasses.fields(Tuning)}
     kw: dict[str, Any] = {}
     splits = None
     for part in text.split("+"):
@@ -171,9 +172,16 @@ def _gemv_variant(text: str) -> tuple[Any, int | None]:
             splits = int(value)
         elif key in fields:
             default = getattr(Tuning(), key)
-            kw[key] = value == "1" if isinstance(default, bool) else type(default)(value)
+            if isinstance(default, bool):
+                if value not in ("0", "1"):
+                    raise SystemExit(f"--gemv-try: {key} takes 0 or 1, got {value!r}")
+                kw[key] = value == "1"
+            else:
+                kw[key] = type(default)(value)
         else:
-            raise SystemExit(f"--gemv-try: {key!r} is neither splits nor a Tuning field ({', '.join(fields)})")
+            raise SystemExit(f"--gemv-try: {key!r} is neither splits nor a Tuning field ({', '.join(sorted(fields))})")
+    if splits is not None:
+        kw.setdefault("flat", "off")
     return Tuning(**kw), splits
 
 

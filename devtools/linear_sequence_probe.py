@@ -1,7 +1,7 @@
 """Where the e2e graph's per-call cost at small M goes: the Llama-3-8B linears x layers (dqgen.tools.bench_linears's
 weights) in three CUDA graphs per implementation: the model's order, the same calls sorted by shape, and each shape
-alone; each graph's µs, and from torch.profiler over replays each kernel's mean duration and the mean gap before it
-(what a mixed sequence costs beyond the kernels themselves).
+alone; each graph's µs, and from torch.profiler over replays each kernel's median duration and the median gap before
+it (what a mixed sequence costs beyond the kernels themselves).
 
     python devtools/linear_sequence_probe.py --ms 1,16 --impls "dqgen,torch int4" --out probe.json
 """

@@ -23,7 +23,7 @@ from dqgen.run.runtime import Kernel
 #: (spec, K, N, group size): K and N with tails; the group sizes pick the mode (see dqgen.kernels.gemv.entry_mode)
 CASES = (
     ("awq_int4_fp16", 128 * 80, 56, 128),  # groups of two whole chunks: GROUPED; 4 tiles of 160 chunks -> split-K
-    ("awq_int4_fp16", 128 * 9, 4096 + 8, 128),  # 257 tiles: 8-warp blocks
+    ("awq_int4_fp16", 128 * 9, None, 128),  # N: 16 x (SMs + 1), one tile past 16-warp blocks: 8-warp blocks
     ("awq_int4_fp16", 4096 + 8, 56, -1),  # one group, K inside the last chunk (the lean entry's guarded tail)
     ("awq_int4_bf16", 24 * 45, 56, 24),  # whole blocks, not pairs: DIRECT
     ("awq_int4_fp16", 36 * 30, 56, 36),  # groups that are no whole blocks: GATHER
@@ -40,8 +40,11 @@ def main() -> int:
     import torch
 
     modes, splits, widths, bad, flat = set(), set(), set(), [], 0
-    for name, K, N, group in CASES + FLAT_CASES:
-        forced = (name, K, N, group) in FLAT_CASES
+    from dqgen.run import device as dev
+
+    for name, K, n, group in CASES + FLAT_CASES:
+        forced = (name, K, n, group) in FLAT_CASES
+        N = n if n is not None else 16 * (dev.sm_count(0) + 1)
         spec = load_spec(name)
         k = Kernel(spec)
         (q, s, z, gi, gsc), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)

@@ -17,18 +17,22 @@ from dqgen.run.matmul import choose_gemv_splits
 
 def test_block_warps_widest_that_fits_one_wave() -> None:
     awq = load_spec("awq_int4_fp16")  # 4 blocks of 4 warps an SM: 16 warps an SM at 128 registers
-    # 64 / 128 / 132 tiles: a block of 16 warps each, 132 of them fit the 132 SMs
-    assert [block_warps(awq, t, 132) for t in (1, 64, 128, 132)] == [16, 16, 16, 16]
-    # 133 .. 264 tiles (4096 x 4096's 256, 14336 x 4096's 256): two 8-warp blocks an SM
-    assert [block_warps(awq, t, 132) for t in (133, 256, 264)] == [8, 8, 8]
+    # K = 4096 (64 chunks): 1 / 64 / 128 / 132 tiles, a block of 16 warps each (4 chunks a warp), 132 fit 132 SMs
+    assert [block_warps(awq, t, 64, 132) for t in (1, 64, 128, 132)] == [16, 16, 16, 16]
+    # 133 .. 264 tiles (4096 x 4096's 256, 14336 x 4096's 256 of 224 chunks): two 8-warp blocks an SM, every SM busy
+    assert [block_warps(awq, t, 64, 132) for t in (133, 256, 264)] == [8, 8, 8] and block_warps(awq, 256, 224, 132) == 8
     # past 264 (4096 x 6144's 384, 8192 x 28672's 1792): the 4-warp blocks
-    assert [block_warps(awq, t, 132) for t in (265, 384, 1792)] == [4, 4, 4]
+    assert [block_warps(awq, t, 64, 132) for t in (265, 384, 1792)] == [4, 4, 4]
+    # 8192 x 1024 (64 tiles, 128 chunks): 8 chunks a warp of 16, unsplit; K = 28672 (448 chunks) on 64 or 96 tiles
+    # would leave SMs idle with 28 chunks a warp of 16 (56 of 8): the 4-warp blocks, split along K
+    assert block_warps(awq, 64, 128, 132) == 16 and block_warps(awq, 64, 129, 132) == 4
+    assert block_warps(awq, 96, 448, 132) == 4 and block_warps(awq, 64, 448, 132) == 4
     # 3-word blocks hold 2 blocks of 4 warps an SM (more registers a thread): at most 8 warps, one block an SM
     int3 = load_spec("gptq_int3_fp16")
     assert min_blocks(int3) == 2 and wide_warps(int3) == (8,) and wide_warps(awq) == (16, 8)
-    assert [block_warps(int3, t, 132) for t in (64, 132, 133)] == [8, 8, 4]
+    assert [block_warps(int3, t, 36, 132) for t in (64, 132, 133)] == [8, 8, 4]
     # another GPU's SM count moves the bounds with it (an A100's 108 SMs)
-    assert [block_warps(awq, t, 108) for t in (108, 109, 216, 217)] == [16, 8, 8, 4]
+    assert [block_warps(awq, t, 64, 108) for t in (108, 109, 216, 217)] == [16, 8, 8, 4]
 
 
 @pytest.mark.parametrize(

@@ -136,9 +136,9 @@ def test_flat_grid(name: str, K: int, group: int) -> None:
 @pytest.mark.quick
 def test_few_tiles_take_wide_blocks() -> None:
     """The default pack gives a weight of few 16-row tiles wider blocks, unsplit (dqgen.kernels.gemv.block_warps,
-    worked out for 132 SMs: 91 tiles fit 132 blocks of 16 warps; 257 fit 264 of 8; 513 take 4-warp blocks) and a
-    K-heavy weight of 4 tiles 16-warp blocks in 2 splits (160 chunks: 10 a warp unsplit); every one within
-    tolerance of the reference at 1 and 16 tokens."""
+    worked out for 132 SMs: 91 tiles of 66 chunks fit 132 blocks of 16 warps; 257 fit 264 of 8; 513 take 4-warp
+    blocks) and a K-heavy weight of 4 tiles (160 chunks: 10 a warp of 16, most SMs idle) 4-warp blocks in 5 splits
+    (choose_gemv_splits: 8 chunks a warp at most); every one within tolerance of the reference at 1 and 16 tokens."""
     from dqgen.run import device as dev
     from dqgen.run import matmul
 
@@ -150,7 +150,7 @@ def test_few_tiles_take_wide_blocks() -> None:
         (4096 + 128, 1448, 16, 1),
         (1152, 4096 + 8, 8, 1),
         (1152, 8200, 4, 1),
-        (10240, 56, 16, 2),
+        (10240, 56, 4, 5),
     ):
         (q, s, z, _, _), W = matmul_inputs(spec, K, N, seed=K + N, group_size=128)
         w = matmul.pack_gemv(k.artifact, to_torch(q), to_torch(s), to_torch(z))
@@ -163,8 +163,9 @@ def test_few_tiles_take_wide_blocks() -> None:
 
 def test_retuned_split_counts() -> None:
     """matmul.retuned (the tuning scripts' variants) on a packed weight with a K tail: split-K in 1, 3 and 32 blocks
-    a tile (66 chunks: with 32, one chunk a warp and most warps of each block with none), tile grid and flat grid,
-    1..8 and 9..16 tokens; the packed weight itself keeps its own grid; a split count past the chunks is refused."""
+    a tile of 4 warps (66 chunks: with 32, one chunk a warp, 2 chunks' worth of blocks left with none), 16-warp blocks
+    in 3 splits (2 chunks a warp, some warps with none), the flat grid, 1..8 and 9..16 tokens; the packed weight
+    itself keeps its own grid; a split count past the chunks and a block too wide for the registers are refused."""
     from dqgen.run import matmul
 
     spec = load_spec("awq_int4_fp16")
@@ -179,6 +180,7 @@ def test_retuned_split_counts() -> None:
         (Tuning(flat="off"), 1),
         (Tuning(flat="off"), 3),
         (Tuning(flat="off"), 32),
+        (Tuning(flat="off", warps=16), 3),
         (Tuning(flat="on"), None),
     ):
         v = matmul.retuned(k.artifact, w, tuning, splits)
@@ -190,6 +192,11 @@ def test_retuned_split_counts() -> None:
     assert (w.tuning, w.splits, w.flat, w.workspace) == packed  # the packed weight keeps its own grid
     with pytest.raises(ValueError, match=r"splits: expected an int in 1\.\.66"):
         matmul.retuned(k.artifact, w, Tuning(), 67)
+    int3 = Kernel(load_spec("gptq_int3_fp16"))  # 2 blocks of 4 warps an SM: 8 warps a block at most
+    (q3, s3, z3, _, _), _ = matmul_inputs(int3.spec, 32 * 36, 56, seed=3, group_size=32)
+    w3 = matmul.pack_gemv(int3.artifact, to_torch(q3), to_torch(s3), to_torch(z3))
+    with pytest.raises(ValueError, match=r"Tuning\.warps: 16 warps a block spill at gptq_int3_fp16's registers"):
+        matmul.retuned(int3.artifact, w3, Tuning(warps=16))
 
 
 def test_bias_and_many_tokens_and_leading_dims() -> None:

@@ -7,6 +7,8 @@ float64 reference at a shape with tails (M = 1, 3, 8, 9, 16; the same bits twice
 (L2 flushed before each call, median), two rounds, the second in reverse order; the table prints both.
 ``--only=A,B``: those variants alone, no checks (with a tree whose Tuning lacks round 4's fields, ``kept`` is its
 default: how the lead's main is timed in the same call). ``--ms=1,2,...``: the token counts (default 1, 8, 9, 16).
+Every variant runs 4-warp blocks (Tuning's default ``warps``): since session 36 pack_gemv gives a weight of few tiles
+wider blocks (dqgen.kernels.gemv.block_warps), which devtools/linear_graph_bench.py --gemv-try times.
 
 Usage on the GPU machine (dqgen on PYTHONPATH):
 python docs/experiments/matmul_variants.py OUTDIR [--only=A,B] [--ms=...]

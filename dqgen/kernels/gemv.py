@@ -49,7 +49,7 @@ class Tuning:
     on the tile grid, fewer resident blocks, and 4% slower on the flat grid).
     Round 5 (CUDA graphs of back-to-back calls, devtools/linear_graph_bench.py): ``warps`` a block, 4 kept; pack_gemv
     gives a weight of few tiles 16 or 8 (block_warps: a tile's K range over more warps, reduced in shared memory,
-    in place of a split-K round trip: 10-26% faster on Llama-3-8B's q / k / v / o / down); 2 was slower everywhere.
+    in place of a split-K round trip: 9-26% faster on Llama-3-8B's q / k / v / o / down); 2 was slower everywhere.
     """
 
     wload: str = "na"
@@ -182,31 +182,44 @@ def unroll(spec: Spec, tuning: Tuning = DEFAULT_TUNING) -> int:
 
 def stages(spec: Spec, tuning: Tuning = DEFAULT_TUNING) -> int:
     """Batches of weights a warp keeps in flight through shared memory (cp.async; 0: in registers, double
-    buffered), at most 32 KB a block (4 warps: 4 batches of one-word chunks, 2 of three-word ones)."""
-    most = (32 << 10) // (tuning.warps * unroll(spec, tuning) * spec.words * 512)
+    buffered), at most 32 KB a block (4 warps: 4 batches of one-word chunks, 2 of three-word ones) and at most what
+    the 48 KB of static shared memory leave beside the warps' reduction (1 KB a warp) and the staged scales."""
+    budget = min(32 << 10, (44 << 10) - tuning.warps * 1024)
+    most = budget // (tuning.warps * unroll(spec, tuning) * spec.words * 512)
     return min(tuning.stages, most) if tuning.stages > 1 and most > 1 else 0
 
 
 def min_blocks(spec: Spec, tuning: Tuning = DEFAULT_TUNING) -> int:
     """Blocks an SM the register allocation must allow: 4 x 128 threads (at most 128 registers) with 4 warps a
-    block, as many threads with other warp counts; 2-bit (16 codes a block) and 3-word blocks hold more per chunk
-    and would spill at that, so half."""
+    block, as many threads an SM with other warp counts (at least one block: a width past min_blocks x WARPS warps,
+    which wide_warps never gives, gets fewer registers a thread and spills); 2-bit (16 codes a block) and 3-word
+    blocks hold more per chunk and would spill at that, so half. ``Tuning.mb16`` counts blocks of ``Tuning.warps``."""
     if tuning.min_blocks:
         return tuning.min_blocks
     return max(1, (4 if spec.words == 1 and spec.per_word <= 8 else 2) * WARPS // tuning.warps)
 
 
-def block_warps(spec: Spec, n_tiles: int, sms: int) -> int:
-    """Warps a block of the GEMV for a weight of ``n_tiles`` 16-row tiles on a GPU of ``sms`` SMs: the widest of
-    WIDE_WARPS whose blocks, one tile each, fit one wave at the kept shape's registers a thread (an SM holds
-    min_blocks x WARPS warps of them), else WARPS. On the H100 in CUDA graphs of back-to-back calls (µs a call, AWQ
-    int4 g128, M = 1; docs/bench/gemv_warps_h100.json): 4096 x 1024 (64 tiles) 5.19 on 4 warps in 8 splits, 3.83 on
-    16 warps unsplit; 4096 x 2048 5.89 / 4.43; 8192 x 1024 5.94 / 5.73; 4096 x 4096 (256 tiles) 8.53 in 2 splits,
-    6.83 on 8 warps unsplit; 14336 x 4096 17.64 / 15.96. Past one wave of 8-warp blocks (4096 x 6144's 384 tiles:
-    9.14 on 4 warps, 10.64-12.20 on 8) the 4-warp blocks stay."""
+#: Chunks a warp of a wide block streams at most where the tiles leave SMs idle, and the most a warp streams before
+#: choose_gemv_splits splits its tile along K: past it the partials' round trip through the workspace (about 1.5 µs
+#: on the H100) costs less than the idle SMs or the longer warps (8192 x 1024, 64 tiles, CUDA graphs: on 16 warps, 8
+#: chunks a warp, 5.73 µs unsplit, 6.32 in 2 splits; on 8 warps, 16 chunks a warp, 6.88 unsplit, 5.93 in 4 splits;
+#: docs/bench/gemv_warps_h100.json).
+SPLIT_CHUNKS_A_WARP = 8
+
+
+def block_warps(spec: Spec, n_tiles: int, chunks: int, sms: int) -> int:
+    """Warps a block of the GEMV for a weight of ``n_tiles`` 16-row tiles of ``chunks`` chunks on a GPU of ``sms``
+    SMs: the widest of wide_warps(spec) whose blocks, one tile each, fit one wave at the kept shape's registers a
+    thread (an SM holds min_blocks x WARPS warps of them) and need no split (every SM busy, or at most
+    SPLIT_CHUNKS_A_WARP chunks a warp), else WARPS (its blocks split long K ranges across idle SMs). On the H100 in
+    CUDA graphs of back-to-back calls (µs a call, AWQ int4 g128, M = 1; docs/bench/gemv_warps_h100.json): 4096 x 1024
+    (64 tiles) 5.19 on 4 warps in 8 splits, 3.83 on 16 warps unsplit; 4096 x 2048 5.89 / 4.43; 8192 x 1024 5.94 /
+    5.73; 4096 x 4096 (256 tiles) 8.53 in 2 splits, 6.83 on 8 warps unsplit; 14336 x 4096 17.64 / 15.96. Past one
+    wave of 8-warp blocks (4096 x 6144's 384 tiles: 9.14 on 4 warps, 10.64-12.20 on 8) the 4-warp blocks stay."""
     per_sm = min_blocks(spec) * WARPS
     for warps in wide_warps(spec):
-        if n_tiles <= sms * (per_sm // warps):
+        fits = n_tiles <= sms * (per_sm // warps)
+        if fits and (n_tiles >= sms or chunks <= warps * SPLIT_CHUNKS_A_WARP):
             return warps
     return WARPS
 

@@ -240,9 +240,14 @@ def check_matmul(artifact: Artifact, family: str, device: int = 0) -> list[Matmu
     tensors = [to_torch(a, device) for a in (q, s, z, gi)]
     run: Any
     if family == "gemv":
+        from ..kernels.gemv import DEFAULT_TUNING
         from . import matmul as gemv
 
-        weight = gemv.pack_gemv(artifact, *tensors[:3], g_idx=tensors[3], global_scale=to_torch(gsc, device))
+        # the kept 4-warp shape: the source the build wrote and checked (pack_gemv gives a weight of this few tiles
+        # the wide blocks of block_warps, other sources, compiled where a weight first takes them)
+        weight = gemv.pack_gemv(
+            artifact, *tensors[:3], g_idx=tensors[3], global_scale=to_torch(gsc, device), tuning=DEFAULT_TUNING
+        )
 
         def run(x: Any) -> Any:
             return gemv.run_gemv(artifact, x, weight)

@@ -22,11 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from ..core.spec import Spec
 from ..emit.pipeline import Artifact
 from ..kernels.gemv import (
     DEFAULT_TUNING,
     GROUPED,
     PAD_GROUPS,
+    SPLIT_CHUNKS_A_WARP,
     WARPS,
     GemvConfig,
     MatmulEntry,
@@ -37,6 +39,7 @@ from ..kernels.gemv import (
     group_magic,
     launch_mode,
     unroll,
+    wide_warps,
 )
 from ..layout import torch_pack
 from ..layout.matmul import ROWS, MatmulLayout, Prepacked, prepack
@@ -74,7 +77,7 @@ class MatmulWeight:
     group_magic: int  # GROUPED: the reciprocal that maps a chunk to its group (0 otherwise)
     chunks: int
     n_tiles: int
-    splits: int  # blocks per n-tile along K (the split-K of small shapes)
+    splits: int  # blocks per n-tile along K (choose_gemv_splits: long K ranges over SMs the tiles leave idle)
     device: int
     wq: Any  # int32 words [n_tiles, chunks, words, 32, 4]
     scales: Any  # [G, Np] raw 16-bit (int16) or block-scale codes (uint8); GROUPED: [G + PAD_GROUPS, Np]
@@ -82,7 +85,7 @@ class MatmulWeight:
     global_scale: Any  # fp32 [1] or None
     perm: Any  # int32 [slots]: slot -> row of x (-1 padding); gather mode only
     block_group: Any  # int32 [slots / P + padding]: each block's group
-    workspace: Any  # fp32 [n_tiles * splits * 256]
+    workspace: Any  # fp32 partials: [n_tiles * splits * 256], or the flat grids' n_tiles * slots * 256 if more
     counters: Any  # int32 [n_tiles], zero between launches
     flat: tuple[FlatGrid | None, FlatGrid | None] = (None, None)  # GROUPED on a flat grid: 1..8, 9..16 tokens
     tuning: Tuning = DEFAULT_TUNING  # the kernel's code shape (part of its config): chosen at pack time
@@ -97,13 +100,6 @@ class MatmulWeight:
 
 def _function(artifact: Artifact, e: MatmulEntry, device: int, tuning: Tuning = DEFAULT_TUNING) -> dev.LoadedKernel:
     return load(GemvConfig(artifact, e, tuning), device)
-
-
-#: Chunks a warp streams before its tile is split along K, where the tiles leave resident blocks free: the partials'
-#: round trip through the workspace (about 1.5 µs on the H100) costs more than shorter warps save below it (8192 x
-#: 1024 on 16 warps, 8 chunks a warp: 5.73 µs unsplit, 6.32 in 2 splits; on 8 warps, 16 chunks a warp: 6.88
-#: unsplit, 5.93 in 4 splits; docs/bench/gemv_warps_h100.json).
-SPLIT_CHUNKS_A_WARP = 8
 
 
 def choose_gemv_splits(n_tiles: int, chunks: int, resident_blocks: int, warps: int = WARPS) -> int:
@@ -180,12 +176,22 @@ def _grids(
     return splits, flat, partials
 
 
+def _check_warps(spec: Spec, tuning: Tuning) -> None:
+    """A block no wider than the warps an SM holds at the kept shape's registers a thread (wider would spill)."""
+    if tuning.warps > WARPS and tuning.warps not in wide_warps(spec):
+        raise ValueError(
+            f"Tuning.warps: {tuning.warps} warps a block spill at {spec.name}'s registers a thread; "
+            f"expected at most {max((WARPS, *wide_warps(spec)))}"
+        )
+
+
 def retuned(artifact: Artifact, w: MatmulWeight, tuning: Tuning, splits: int | None = None) -> MatmulWeight:
     """A copy of ``w`` (the same packed tensors) launched by the GEMV of ``tuning``, ``splits`` blocks a tile along
     K where given (1..chunks), on a workspace of its own: how the tuning scripts time code shapes and splits on
     packed weights (docs/experiments/matmul_variants.py, devtools/linear_graph_bench.py)."""
     if splits is not None and not (isinstance(splits, int) and 1 <= splits <= w.chunks):
         raise ValueError(f"splits: expected an int in 1..{w.chunks} (the weight's chunks), got {splits!r}")
+    _check_warps(artifact.spec, tuning)
     torch = _torch()
     s, flat, partials = _grids(artifact, w.mode, w.n_tiles, w.chunks, w.device, tuning, splits)
     workspace, counters = torch_workspace(torch, w.device, f"{w.spec_name} GEMV").get(
@@ -248,7 +254,8 @@ def pack_gemv(
     mode = entry_mode(spec, mm.per_block, pre.group_size, sl.gather, chunks)
     magic = group_magic(pre.group_size if pre.groups > 1 else -1, mm.per_block) if mode == GROUPED else 0
     if tuning is None:
-        tuning = replace(DEFAULT_TUNING, warps=block_warps(spec, n_tiles, dev.sm_count(device)))
+        tuning = replace(DEFAULT_TUNING, warps=block_warps(spec, n_tiles, chunks, dev.sm_count(device)))
+    _check_warps(spec, tuning)
     splits, flat, partials = _grids(artifact, mode, n_tiles, chunks, device, tuning)
 
     def group_rows(a: Any) -> Any:
