@@ -128,6 +128,15 @@ def test_split_k_stream_k_bias_and_automatic_choice() -> None:
     assert not hopper_ran(narrow)  # the sm_80 kernel ran
 
 
+def _automatic_launch_runs_n128_tiles(spec: Spec, gw: Any, W: np.ndarray, M: int, seed: int) -> None:
+    """run_gemm's own choice on M rows: within tolerance of the reference, the same bits twice, on the Hopper GEMM
+    in 128-token tiles (its split workspace is that tile's)."""
+    x_np = random_x(spec, M, gw.K, seed=seed)
+    y = twice(lambda out: gemm.run_gemm(spec, to_torch(x_np), gw, out=out), (M, gw.N), _dtype(W))
+    check(spec, y, matmul_reference(x_np, W))
+    assert hopper_ran(gw) and {k[0] for k in gw.workspace if isinstance(k[0], tuple)} == {("sm90", 128, 128)}
+
+
 @pytest.mark.quick
 def test_short_pieces_halve_the_256_token_tile() -> None:
     """At 200 tokens on 4096 x 4096 + 8 (33 feature tiles, 64 K tiles) the automatic launch runs 128-token tiles
@@ -138,10 +147,7 @@ def test_short_pieces_halve_the_256_token_tile() -> None:
     K, N, M = 4096, 4096 + 8, 200
     gw, W = _weight(spec, K, N, 5, 128)
     assert gemm90.config90_for(M, N, gw.k_tiles, gemm90.dev.sm_count(gw.device)).bn == 128
-    x_np = random_x(spec, M, K, seed=3)
-    y = twice(lambda out: gemm.run_gemm(spec, to_torch(x_np), gw, out=out), (M, N), _dtype(W))
-    check(spec, y, matmul_reference(x_np, W))
-    assert hopper_ran(gw) and {k[0] for k in gw.workspace if isinstance(k[0], tuple)} == {("sm90", 128, 128)}
+    _automatic_launch_runs_n128_tiles(spec, gw, W, M, seed=3)
 
 
 @pytest.mark.quick
@@ -156,10 +162,7 @@ def test_the_halved_tile_decides_whether_hopper_pays() -> None:
     if gemm90.dev.sm_count(gw.device) != 132:
         pytest.skip("the K tiles a CTA worked out for the H100's 132 SMs")
     assert gemm90.hopper_pays(N, gw.k_tiles, M, gw.device, spec)
-    x_np = random_x(spec, M, K, seed=4)
-    y = twice(lambda out: gemm.run_gemm(spec, to_torch(x_np), gw, out=out), (M, N), _dtype(W))
-    check(spec, y, matmul_reference(x_np, W))
-    assert hopper_ran(gw) and {k[0] for k in gw.workspace if isinstance(k[0], tuple)} == {("sm90", 128, 128)}
+    _automatic_launch_runs_n128_tiles(spec, gw, W, M, seed=4)
 
 
 @pytest.mark.quick
