@@ -104,6 +104,9 @@ class KernelConfig(ABC):
     #: Whether the source uses instructions of the architecture-specific target only (wgmma, setmaxnreg: sm_90a),
     #: so that it is compiled for "sm_90a" rather than "sm_90" (such a cubin runs on that architecture alone).
     arch_specific: ClassVar[bool] = False
+    #: Whether the kernel waits for the previous kernel in the stream (griddepcontrol.wait, blocks/pdl.cuh.j2)
+    #: before it reads another kernel's output or stores, so that it may be launched as a programmatic dependent.
+    pdl: ClassVar[bool] = False
 
     @property
     @abstractmethod

@@ -290,6 +290,7 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
     and codebook specs ``refusal90`` accepts."""
 
     family: ClassVar[str] = "gemm90"
+    pdl: ClassVar[bool] = True
     template: ClassVar[str] = "gemm90.cu.j2"
     what_source: ClassVar[str] = "Hopper GEMM source"
     #: wgmma and setmaxnreg exist only in the architecture-specific target (compiled for sm_90a).

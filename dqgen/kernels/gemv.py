@@ -259,6 +259,7 @@ class GemvConfig(KernelConfig):
     artifact's key, entry, tuning)."""
 
     family: ClassVar[str] = "gemv"
+    pdl: ClassVar[bool] = True
     template: ClassVar[str] = "matmul.cu.j2"
 
     artifact: Artifact = field(compare=False, repr=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import array
 import ctypes
 import functools
+import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -285,6 +286,8 @@ class LoadedKernel:
     """A ``__global__`` function from a cubin (or NUL-terminated PTX), loaded into a primary context."""
 
     _owner: LoadedKernel | None = None  # set on siblings: the entry point whose module they share
+    #: The kernel waits for its stream predecessor itself (KernelConfig.pdl): its launches may be programmatic.
+    pdl: bool = False
 
     def __init__(self, image: bytes, name: str, device: int = 0) -> None:
         self.name = name
@@ -323,6 +326,9 @@ class LoadedKernel:
         common = (self._function, gx, gy, gz, bx, by, bz, int(shared_mem), stream_handle(stream), params.ptr)
         if cooperative:
             _check(driver.cuLaunchCooperativeKernel(*common), f"cuLaunchCooperativeKernel({self.name!r})")
+        elif self.pdl and programmatic_launches(self.device):
+            launch = _programmatic_launch(self._function, (gx, gy, gz), (bx, by, bz), int(shared_mem))
+            _check(launch(stream_handle(stream), params.ptr, 0), f"cuLaunchKernelEx({self.name!r})")
         else:  # cuLaunchKernel takes one more argument: its `extra` array, unused
             _check(driver.cuLaunchKernel(*common, 0), f"cuLaunchKernel({self.name!r})")
         del params
@@ -394,9 +400,17 @@ class LoadedKernel:
         other._owner = self
         return other
 
-    def bind(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0) -> BoundLaunch:
-        """Pack the arguments once; the returned launcher only calls cuLaunchKernel (hot loops)."""
-        return BoundLaunch(self, grid, block, args, shared_mem)
+    def bind(
+        self,
+        grid: Sequence[int],
+        block: Sequence[int],
+        args: Sequence[Any],
+        shared_mem: int = 0,
+        programmatic: bool = True,
+    ) -> BoundLaunch:
+        """Pack the arguments once; the returned launcher only calls cuLaunchKernel (hot loops). ``programmatic``
+        False keeps a launch of a ``pdl`` kernel in plain stream order (where the caller measured it faster so)."""
+        return BoundLaunch(self, grid, block, args, shared_mem, programmatic)
 
     def close(self) -> None:
         module, self._module = getattr(self, "_module", None), None
@@ -417,6 +431,46 @@ def _dim3(dims: Sequence[int]) -> tuple[int, int, int]:
     return x, y, z
 
 
+#: The environment switch of programmatic dependent launch: "0" launches every kernel in plain stream order (what
+#: a before / after measurement compares against); unset or anything else, kernels that wait for their predecessor
+#: themselves (LoadedKernel.pdl) are launched as programmatic dependents on GPUs that have it.
+PDL_ENV = "DQGEN_PDL"
+
+
+@functools.cache
+def programmatic_launches(ordinal: int) -> bool:
+    """Whether launches of LoadedKernel.pdl kernels on this GPU carry the programmatic-stream-serialization
+    attribute: compute capability 9.0 or newer (griddepcontrol), unless DQGEN_PDL=0. Read once per device (a
+    kernel's launches are bound once)."""
+    return os.environ.get(PDL_ENV, "1") != "0" and int(device_arch(ordinal)[3:].rstrip("af")) >= 90
+
+
+def _programmatic_launch(
+    function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int
+) -> Callable[[int, int, int], tuple]:
+    """cuLaunchKernelEx with the programmatic-stream-serialization attribute, called as cuLaunchKernel's partial
+    is: ``(stream, params, extra) -> (CUresult,)``. The launch config is built once; its stream is set per call
+    under a lock (the driver copies the config when it is called), so threads may share the launcher."""
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    cfg = driver.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = int(shared_mem)
+    cfg.attrs = [attr]
+    cfg.numAttrs = 1
+    lock = threading.Lock()
+    launch_ex = driver.cuLaunchKernelEx
+
+    def launch(stream: int, params: int, extra: int) -> tuple:
+        with lock:
+            cfg.hStream = stream
+            return launch_ex(cfg, function, params, extra)
+
+    return launch
+
+
 class BoundLaunch:
     """A kernel with its grid and arguments packed once: calling it costs one cuLaunchKernel.
 
@@ -435,7 +489,13 @@ class BoundLaunch:
     and the launch that reads it must not interleave with another thread's."""
 
     def __init__(
-        self, kernel: LoadedKernel, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int
+        self,
+        kernel: LoadedKernel,
+        grid: Sequence[int],
+        block: Sequence[int],
+        args: Sequence[Any],
+        shared_mem: int,
+        programmatic: bool = True,
     ) -> None:
         self.kernel = kernel
         self.grid = _dim3(grid)
@@ -443,9 +503,15 @@ class BoundLaunch:
         self.shared_mem = int(shared_mem)
         self.slots, self._addresses = pack_slots(args)  # both owned for as long as this launcher lives
         self.params: int = self._addresses.buffer_info()[0]
-        self.launch = functools.partial(
-            driver.cuLaunchKernel, kernel._function, *self.grid, *self.block, self.shared_mem
-        )
+        self.launch: Callable[[int, int, int], tuple]
+        #: launched as a programmatic dependent (it may start while the kernel before it finishes; it waits itself)
+        self.programmatic = programmatic and kernel.pdl and programmatic_launches(kernel.device)
+        if self.programmatic:
+            self.launch = _programmatic_launch(kernel._function, self.grid, self.block, self.shared_mem)
+        else:
+            self.launch = functools.partial(
+                driver.cuLaunchKernel, kernel._function, *self.grid, *self.block, self.shared_mem
+            )
 
     def readdress_map(self, arg: int, ptr: int) -> None:
         """Point the tensor map of argument ``arg`` at ``ptr`` in place (``cuTensorMapReplaceAddress`` on a copy of

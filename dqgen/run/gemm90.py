@@ -279,6 +279,13 @@ def cluster_plan(cfg: Gemm90Config, M: int, N: int, k_tiles: int, resident_clust
     return Plan90.of(pair_tiles, cluster_ctas(pair_tiles, max(1, resident_clusters)), k_tiles)
 
 
+#: The most tokens a Hopper GEMM launch runs as a programmatic dependent (dqgen.run.device.programmatic_launches):
+#: on the H200, the 7 Llama-3-8B linears x 4 layers in one CUDA graph (docs/bench/e2e_pdl_h200.json, one run, with
+#: and without DQGEN_PDL=0) ran 3.4-4.4% faster at M = 32..128 and 1.8% slower at M = 256, where the kernels before
+#: it are compute-bound and the early CTAs' weight prefetches only compete with them.
+PDL_MAX_M = 128
+
+
 def bind90(
     spec: Spec,
     w: Any,
@@ -355,7 +362,7 @@ def bind90(
     }
     args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in params90(spec)]
     # a cluster entry's grid: plan.ctas clusters of cfg.cluster CTAs (its __cluster_dims__: a plain cuLaunchKernel)
-    return fn.bind((plan.ctas * cfg.cluster,), (cfg.threads,), args, shared_mem=smem)
+    return fn.bind((plan.ctas * cfg.cluster,), (cfg.threads,), args, shared_mem=smem, programmatic=M <= PDL_MAX_M)
 
 
 def bind_gather(w: Any, x_ptr: int, x_stride: int, M: int, xp_ptr: int) -> dev.BoundLaunch:

@@ -86,6 +86,7 @@ def load(config: KernelConfig, device: int = 0) -> dev.LoadedKernel:
         fn = module
     else:
         fn = module.sibling(config.name)
+    fn.pdl = config.pdl
     shared = dev.max_shared_optin(device) if config.shared_bytes == SHARED_OPTIN else config.shared_bytes
     if shared > SHARED_DEFAULT_MAX:
         fn.set_max_dynamic_shared(shared)
