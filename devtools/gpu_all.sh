@@ -58,7 +58,7 @@ collect() {  # name...: wait for the background jobs, print each one's last line
 }
 if [[ " $STEPS " == *" quick "* ]]; then
   t0=$(date +%s)
-  bg_pytest quick-tests -m "gpu and quick" tests/test_gpu_quick.py
+  bg_pytest quick-tests -m "gpu and quick" tests/test_gpu_quick.py tests/test_gpu_pdl.py
   # the fused matmul: one spec of each family here (every spec in the full tier): int4 AWQ fp16/bf16, act-order,
   # int8, 3-bit words, fp8, NVFP4 and MX block scales, a codebook, float zeros
   bg_pytest quick-matmul -m gpu tests/test_gpu_matmul.py -k "not test_every_spec or awq_int4 or act_order_fp16 \
@@ -144,7 +144,7 @@ if [[ " $STEPS " == *" full2 "* ]]; then
     -k "not bit_exact_all_shapes and not unaligned_fallback"
 fi
 if [[ " $STEPS " == *" tests "* ]]; then
-  pytest_gpu gpu-tests -m gpu tests/test_gpu.py tests/test_gpu_quick.py tests/test_nvrtc.py tests/test_checkpoint.py
+  pytest_gpu gpu-tests -m gpu tests/test_gpu.py tests/test_gpu_quick.py tests/test_gpu_pdl.py tests/test_nvrtc.py tests/test_checkpoint.py
 fi
 if [[ " $STEPS " == *" builds "* ]]; then
   tmp=$(mktemp -d)
