@@ -338,14 +338,7 @@ class LoadedKernel:
         attr = driver.CUlaunchAttribute()
         attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = int(cluster), 1, 1
-        cfg = driver.CUlaunchConfig()
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = int(grid), 1, 1
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = int(block), 1, 1
-        cfg.sharedMemBytes = int(shared_mem)
-        cfg.hStream = driver.CUstream(stream_handle(stream))
-        cfg.attrs = [attr]
-        cfg.numAttrs = 1
-        return cfg
+        return launch_config((int(grid), 1, 1), (int(block), 1, 1), shared_mem, attr, stream_handle(stream))
 
     def allow_nonportable_cluster(self) -> None:
         """Opt in to clusters of more than 8 blocks (16 on the H100)."""
@@ -408,8 +401,9 @@ class LoadedKernel:
         shared_mem: int = 0,
         programmatic: bool = True,
     ) -> BoundLaunch:
-        """Pack the arguments once; the returned launcher only calls cuLaunchKernel (hot loops). ``programmatic``
-        False keeps a launch of a ``pdl`` kernel in plain stream order (where the caller measured it faster so)."""
+        """Pack the arguments once; the returned launcher only calls cuLaunchKernel (cuLaunchKernelEx for a
+        programmatic dependent; hot loops). ``programmatic`` False keeps a launch of a ``pdl`` kernel in plain stream
+        order (where the caller measured it faster so)."""
         return BoundLaunch(self, grid, block, args, shared_mem, programmatic)
 
     def close(self) -> None:
@@ -431,6 +425,25 @@ def _dim3(dims: Sequence[int]) -> tuple[int, int, int]:
     return x, y, z
 
 
+def launch_config(
+    grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int, attr: Any, stream: int = 0
+) -> Any:
+    """cuLaunchKernelEx's launch config with one launch attribute."""
+    cfg = driver.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = int(shared_mem)
+    cfg.hStream = stream
+    cfg.attrs = [attr]
+    cfg.numAttrs = 1
+    return cfg
+
+
+def arch_sm(arch: str) -> int:
+    """75 of "sm_75", 90 of "sm_90a"."""
+    return int(arch[3:].rstrip("af"))
+
+
 #: The environment switch of programmatic dependent launch: "0" launches every kernel in plain stream order (what
 #: a before / after measurement compares against); unset or anything else, kernels that wait for their predecessor
 #: themselves (LoadedKernel.pdl) are launched as programmatic dependents on GPUs that have it.
@@ -442,7 +455,7 @@ def programmatic_launches(ordinal: int) -> bool:
     """Whether launches of LoadedKernel.pdl kernels on this GPU carry the programmatic-stream-serialization
     attribute: compute capability 9.0 or newer (griddepcontrol), unless DQGEN_PDL=0. Read once per device (a
     kernel's launches are bound once)."""
-    return os.environ.get(PDL_ENV, "1") != "0" and int(device_arch(ordinal)[3:].rstrip("af")) >= 90
+    return os.environ.get(PDL_ENV, "1") != "0" and arch_sm(device_arch(ordinal)) >= 90
 
 
 def _programmatic_launch(
@@ -454,12 +467,7 @@ def _programmatic_launch(
     attr = driver.CUlaunchAttribute()
     attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     attr.value.programmaticStreamSerializationAllowed = 1
-    cfg = driver.CUlaunchConfig()
-    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
-    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
-    cfg.sharedMemBytes = int(shared_mem)
-    cfg.attrs = [attr]
-    cfg.numAttrs = 1
+    cfg = launch_config(grid, block, shared_mem, attr)
     lock = threading.Lock()
     launch_ex = driver.cuLaunchKernelEx
 
@@ -472,9 +480,12 @@ def _programmatic_launch(
 
 
 class BoundLaunch:
-    """A kernel with its grid and arguments packed once: calling it costs one cuLaunchKernel.
+    """A kernel with its grid and arguments packed once: calling it costs one cuLaunchKernel (cuLaunchKernelEx
+    where ``programmatic``).
 
-    ``launch(stream, params, 0)`` is cuda-bindings' cuLaunchKernel with everything else bound (the per-call fast
+    ``launch(stream, params, 0)`` is cuda-bindings' cuLaunchKernel with everything else bound, or, for a
+    ``LoadedKernel.pdl`` kernel on a GPU where ``programmatic_launches``, cuLaunchKernelEx with the
+    programmatic-serialization attribute behind the same call (the per-call fast
     path of ``Kernel.__call__`` calls it directly: a Kernel's modules stay loaded for the process, in
     ``runtime._MODULES``); it returns ``(CUresult,)``, nonzero on failure, which
     ``failed`` turns into a retry or an error. No current-context check per call: the function belongs to the
@@ -509,9 +520,7 @@ class BoundLaunch:
         if self.programmatic:
             self.launch = _programmatic_launch(kernel._function, self.grid, self.block, self.shared_mem)
         else:
-            self.launch = functools.partial(
-                driver.cuLaunchKernel, kernel._function, *self.grid, *self.block, self.shared_mem
-            )
+            self.launch = self._plain()
 
     def readdress_map(self, arg: int, ptr: int) -> None:
         """Point the tensor map of argument ``arg`` at ``ptr`` in place (``cuTensorMapReplaceAddress`` on a copy of
@@ -538,14 +547,22 @@ class BoundLaunch:
 
     def failed(self, err: Any, stream: int) -> None:
         """After a launch returned ``err``: launch again with the kernel's primary context current (the thread had
-        none, or another); raise if the module is gone or the second launch fails too."""
+        none, or another); a programmatic launch that fails again falls back to plain ones for good (the kernel's
+        wait is a no-op without the attribute); raise if the module is gone or the plain launch fails too."""
         k = self.kernel
         if k._module is None:
             raise RuntimeError(f"kernel {k.name!r}: module already unloaded")
         primary_context(k.device)
         err = self.launch(stream, self.params, 0)[0]
+        if err and self.programmatic:
+            self.programmatic = False
+            self.launch = self._plain()
+            err = self.launch(stream, self.params, 0)[0]
         if err:
             raise RuntimeError(f"cuLaunchKernel({k.name!r}) failed: {_err_name(err)}")
+
+    def _plain(self) -> Callable[[int, int, int], tuple]:
+        return functools.partial(driver.cuLaunchKernel, self.kernel._function, *self.grid, *self.block, self.shared_mem)
 
 
 # --------------------------------------------------------------------------- arrays

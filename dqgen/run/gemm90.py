@@ -280,9 +280,10 @@ def cluster_plan(cfg: Gemm90Config, M: int, N: int, k_tiles: int, resident_clust
 
 
 #: The most tokens a Hopper GEMM launch runs as a programmatic dependent (dqgen.run.device.programmatic_launches):
-#: on the H200, the 7 Llama-3-8B linears x 4 layers in one CUDA graph (docs/bench/e2e_pdl_h200.json, one run, with
-#: and without DQGEN_PDL=0) ran 3.4-4.4% faster at M = 32..128 and 1.8% slower at M = 256, where the kernels before
-#: it are compute-bound and the early CTAs' weight prefetches only compete with them.
+#: on the H200, the 7 Llama-3-8B linears x 4 layers in one CUDA graph (docs/bench/e2e_pdl_h200.json: machine B, the
+#: committed kernels launched programmatically against the kernels before) ran 2.1-3.4% faster at M = 32 and 128
+#: (1.0% at 64) and 2.7% slower at M = 256, where every dqgen kernel of the graph is this GEMM; the early launch
+#: itself costs there (two more runs with a weight prefetch: 1.4% and 1.8%), not understood.
 PDL_MAX_M = 128
 
 
@@ -361,7 +362,7 @@ def bind90(
         "global_scale": 0 if w.global_scale is None else w.global_scale.data_ptr(),
     }
     args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in params90(spec)]
-    # a cluster entry's grid: plan.ctas clusters of cfg.cluster CTAs (its __cluster_dims__: a plain cuLaunchKernel)
+    # a cluster entry's grid: plan.ctas clusters of cfg.cluster CTAs (its __cluster_dims__: no cluster launch attribute)
     return fn.bind((plan.ctas * cfg.cluster,), (cfg.threads,), args, shared_mem=smem, programmatic=M <= PDL_MAX_M)
 
 

@@ -20,9 +20,7 @@ _LOADED: dict[tuple[KernelConfig, int], dev.LoadedKernel] = {}
 _MODULES: dict[tuple[str, int], dev.LoadedKernel] = {}
 
 
-def arch_sm(arch: str) -> int:
-    """75 of "sm_75", 90 of "sm_90a"."""
-    return int(arch[3:].rstrip("af"))
+arch_sm = dev.arch_sm
 
 
 def target_arch(config: KernelConfig, arch: str) -> str:

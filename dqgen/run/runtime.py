@@ -79,7 +79,7 @@ class _Checked:
     gidx_version: int | None  # torch's _version of the g_idx checked (act-order), re-checked when it moves on
     # The g_idx tensor checked: a new tensor at a freed one's address starts at _version 0 too, so identity counts
     gidx_ref: Callable[[], Any] | None = None
-    # fn's cuLaunchKernel partial and packed arguments, read straight off the entry by the fast path
+    # fn's launch (BoundLaunch.launch) and packed arguments, read straight off the entry by the fast path
     launch: Callable[[int, int, int], tuple[Any]] | None = field(init=False)
     params: int = field(init=False)
 
