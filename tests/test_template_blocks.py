@@ -23,11 +23,16 @@ from dqgen.emit.render import TEMPLATES, template_env
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCKS = TEMPLATES / "blocks"
-BLOCK_NAMES = ("memory", "mma", "convert", "pipeline", "splitk", "epilogue", "tma")
+BLOCK_NAMES = ("memory", "mma", "convert", "pipeline", "splitk", "epilogue", "tma", "pdl")
 #: Blocks one family composes so far, each with why it is a block all the same.
 SINGLE_FAMILY = {
     "tma": "the Hopper GEMM's (gemm90) TMA / mbarrier / setmaxnreg helpers, which the Hopper W8A8 GEMM (issue 24) "
     "takes too",
+}
+#: Blocks the sm_80 tensor-core families (gemm, w8a8_gemm) do not compose, each with why.
+NOT_IN_EVERY_TENSOR_CORE_FAMILY = {
+    **SINGLE_FAMILY,
+    "pdl": "programmatic dependent launch: the families launched as dependents (the GEMV, the Hopper GEMM) wait",
 }
 
 # The instructions the families share: each lives in exactly one block (the PTX mnemonic prefix as the inline asm
@@ -36,6 +41,7 @@ SHARED_INSTRUCTIONS = {
     "cp.async": "memory",  # the Ampere copies (cp.async.cg ...), not Hopper's cp.async.bulk (below)
     "cp.async.bulk": "tma",
     "mbarrier.": "tma",
+    "griddepcontrol.": "pdl",
     "setmaxnreg": "tma",
     "wgmma.": "mma",
     "ldmatrix": "memory",
@@ -104,7 +110,9 @@ def test_every_block_is_composed_by_at_least_two_family_templates():
         assert len(names) >= (1 if block in SINGLE_FAMILY else 2), f"blocks/{block}.cuh.j2 is used by {sorted(names)}"
     # the tensor-core families are built of every block
     for family in ("w8a8_gemm.cu.j2", "gemm.cu.j2"):
-        assert {b for b, names in users.items() if family in names} == set(BLOCK_NAMES) - set(SINGLE_FAMILY), family
+        assert {b for b, names in users.items() if family in names} == set(BLOCK_NAMES) - set(
+            NOT_IN_EVERY_TENSOR_CORE_FAMILY
+        ), family
 
 
 # --- the block macros themselves ---------------------------------------------------------------------------------
@@ -258,6 +266,7 @@ EXPECTED: dict[str, Expect] = {
         emit_call("pipeline", "ring", "STAGES", "nt"),
     ],
     "gemv": lambda name: [
+        emit("pdl", "helpers"),
         emit("mma", "m16n8k16", _target(name)),
         emit("splitk", "arrive", "counters", "tile", "splits", "threadIdx.x"),
         emit("splitk", "release", "counters", "tile", "threadIdx.x"),
