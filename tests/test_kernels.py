@@ -387,7 +387,7 @@ def test_every_family_loads_through_the_loader_on_the_gpu() -> None:
     """On a real GPU: one config of each family loads once per process (an equal config is the same function),
     entry points of one source share a module, and configs past 48 KB of shared memory are opted in (the
     occupancy API counts a block of that size resident)."""
-    if loader.arch_sm(dev.device_arch(0)) < 80:
+    if dev.arch_sm(dev.device_arch(0)) < 80:
         pytest.skip("the families need sm_80")
     for cfg in _one_of_each():
         fn = loader.load(cfg, 0)

@@ -101,7 +101,7 @@ class ClusterKernel:
 
     def __init__(self, p: QuantGRUParams, device: int = 0) -> None:
         from ..run import device as dev
-        from ..run.loader import arch_sm
+        from ..run.device import arch_sm
 
         self.params = p
         self.device = device

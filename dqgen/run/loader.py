@@ -20,9 +20,6 @@ _LOADED: dict[tuple[KernelConfig, int], dev.LoadedKernel] = {}
 _MODULES: dict[tuple[str, int], dev.LoadedKernel] = {}
 
 
-arch_sm = dev.arch_sm
-
-
 def target_arch(config: KernelConfig, arch: str) -> str:
     """The architecture ``config`` compiles for on a GPU of ``arch``: "sm_90a" for an architecture-specific
     source (wgmma) on an sm_90 GPU, else ``arch``."""
@@ -33,7 +30,7 @@ def target_arch(config: KernelConfig, arch: str) -> str:
 
 def check_arch_of(config: KernelConfig, device: int, arch: str) -> None:
     """One line naming the config and the GPU when the GPU is older than the config's architecture."""
-    if arch_sm(arch) < config.min_sm:
+    if dev.arch_sm(arch) < config.min_sm:
         raise RuntimeError(f"{config.what}: needs sm_{config.min_sm} or newer, but GPU {device} is {arch}")
 
 
@@ -54,7 +51,7 @@ def _cubin(config: KernelConfig, arch: str) -> CompileResult:
 def compile_config(config: KernelConfig, arch: str, want: Literal["ptx", "cubin"] = "cubin") -> CompileResult:
     """``config``'s source compiled for ``arch`` (through NVRTC's disk cache; no GPU needed): what the tests read
     the PTX or SASS of, and what ``load`` finds in the cache."""
-    if arch_sm(arch) < config.min_sm:
+    if dev.arch_sm(arch) < config.min_sm:
         raise ValueError(f"arch: {config.what} needs sm_{config.min_sm} or newer, got {arch}")
     return compile_source(config.source(), arch=target_arch(config, arch), want=want, name=config.source_name)
 

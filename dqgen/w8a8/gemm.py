@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def compile_config(cfg: W8A8GemmConfig, arch: str = "sm_90", want: Any = "cubin") -> Any:
     """NVRTC result (PTX or cubin) of one configuration for ``arch`` (e4m3 needs sm_89 or newer), for the tests
     that read its PTX or SASS without a GPU; a launch loads through dqgen.run.loader."""
-    from ..run.loader import arch_sm
+    from ..run.device import arch_sm
     from ..run.loader import compile_config as compile_any
 
     if arch_sm(arch) < cfg.min_sm:
