@@ -216,18 +216,22 @@ def block_warps(spec: Spec, n_tiles: int, chunks: int, sms: int) -> int:
     (64 tiles) 5.19 on 4 warps in 8 splits, 3.83 on 16 warps unsplit; 4096 x 2048 5.89 / 4.43; 8192 x 1024 5.94 /
     5.73; 4096 x 4096 (256 tiles) 8.53 in 2 splits, 6.83 on 8 warps unsplit; 14336 x 4096 17.64 / 15.96. Past one
     wave of 8-warp blocks (4096 x 6144's 384 tiles: 9.14 on 4 warps, 10.64-12.20 on 8) the 4-warp blocks stay."""
-    per_sm = min_blocks(spec) * WARPS
     for warps in wide_warps(spec):
-        fits = n_tiles <= sms * (per_sm // warps)
+        fits = n_tiles <= sms * (warps_an_sm(spec) // warps)
         if fits and (n_tiles >= sms or chunks <= warps * SPLIT_CHUNKS_A_WARP):
             return warps
     return WARPS
 
 
+def warps_an_sm(spec: Spec) -> int:
+    """Warps an SM holds at the kept shape's registers a thread (min_blocks x WARPS: 16 for most specs, 8 for 2-bit
+    and 3-word blocks)."""
+    return min_blocks(spec) * WARPS
+
+
 def wide_warps(spec: Spec) -> tuple[int, ...]:
-    """The WIDE_WARPS a block of this spec's GEMV may have: those within the warps an SM holds at the kept shape's
-    registers a thread (min_blocks x WARPS: 16 for most specs, 8 for 2-bit and 3-word blocks)."""
-    return tuple(w for w in WIDE_WARPS if w <= min_blocks(spec) * WARPS)
+    """The WIDE_WARPS a block of this spec's GEMV may have: those within warps_an_sm(spec)."""
+    return tuple(w for w in WIDE_WARPS if w <= warps_an_sm(spec))
 
 
 def entry_min_blocks(spec: Spec, e: MatmulEntry, tuning: Tuning = DEFAULT_TUNING) -> int:
