@@ -1,6 +1,7 @@
 """Every entry point of the Hopper GEMM (dqgen.run.gemm90: each token tile, one and two consumer warpgroups, the
 64-feature shapes (NARROW_CONFIGS90, selectable, not dispatched), split-K
-with its workspace and the unsplit grid, the 2-CTA cluster entries multicasting x: two token tiles, the second's
+with its workspace and the unsplit grid, split-K clusters of the one-CTA entries (their pieces added through
+distributed shared memory), the 2-CTA cluster entries multicasting x: two token tiles, the second's
 rank-1 half past M, and an odd feature-tile count's spare CTA) and the gather kernel in front of it for act-order
 weights (x gathered into slot order, padding slots zero) launched on shapes with tails, for `compute-sanitizer --tool
 memcheck`, `racecheck` and `synccheck` (TMA stages reused through mbarriers, named barriers among the consumers,
@@ -18,23 +19,24 @@ import numpy as np
 
 from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import load_spec
-from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, CONFIGS90, NARROW_CONFIGS90
+from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, CONFIGS90, NARROW_CONFIGS90, Gemm90Config
 from dqgen.run import gemm
 from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 
-#: (spec, K, N, group size, splits a tile): int4 with zeros, int8 per-channel with a K tail inside a tile, MXFP4 (the
-#: float specs' 1-byte scale rows) and NVFP4 (its global scale); N leaves a partial tile; 5 pieces of 12 K tiles put
-#: stream-K pieces across tiles (both partial slots, odd segments).
+#: (spec, K, N, group size, splits a tile, split-K cluster sizes): int4 with zeros, int8 per-channel with a K tail
+#: inside a tile, MXFP4 (the float specs' 1-byte scale rows) and NVFP4 (its global scale); N leaves a partial tile; 5
+#: pieces of 12 K tiles put stream-K pieces across tiles (both partial slots, odd segments); clusters of 8 CTAs on
+#: 12 and 13 K tiles give CTAs of one and of two K tiles.
 CASES = (
-    ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3, 5)),  # 12 K tiles in 5 pieces: CTAs spanning two tiles
-    ("int8_bf16", 64 * 3 + 8, 128 * 3 + 4, None, (1, 2)),
+    ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3, 5), (2, 8)),  # 12 K tiles in 5 pieces: CTAs spanning two tiles
+    ("int8_bf16", 64 * 3 + 8, 128 * 3 + 4, None, (1, 2), ()),
     # act-order (shuffled g_idx) in 6 groups of 96 rows, each padded to 128 slots: the gather writes x' [M, 768]
-    ("gptq_int4_asym_act_order_fp16", 96 * 6, 200, 96, (1, 3)),
+    ("gptq_int4_asym_act_order_fp16", 96 * 6, 200, 96, (1, 3), ()),
     # a float spec: MXFP4's e8m0 codes, two scale rows a stage (groups of 32), the last tile's second past G
-    ("mxfp4_bf16", 64 * 12 + 32, 200, None, (1, 3)),
+    ("mxfp4_bf16", 64 * 12 + 32, 200, None, (1, 3), ()),
     # NVFP4: e4m3 codes in groups of 16 (four scale rows a stage, two decoded a word), the fp32 global scale's
     # pointer an argument of the launch; the last tile's last two scale rows past G
-    ("nvfp4_fp16", 64 * 12 + 32, 200, None, (1, 3)),
+    ("nvfp4_fp16", 64 * 12 + 32, 200, None, (1, 3), (8,)),
 )
 
 
@@ -44,12 +46,13 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
     if torch.cuda.get_device_capability(0) != (9, 0):
         print("not an sm_90 GPU: the Hopper GEMM does not run here")
         return 0
-    covered, bad, gathered = set(), [], False
+    covered: set[tuple[Gemm90Config, bool | str]] = set()  # (entry, split: False / True / "ksplit")
+    bad, gathered = [], False
     cases = [c for c in CASES if only is None or c[0] in only]
     if only is not None and len(cases) != len(only):
         print(f"--only: expected case names among {[c[0] for c in CASES]}, got {only}")
         return 1
-    for name, K, N, group, split_list in cases:
+    for name, K, N, group, split_list, cluster_list in cases:
         spec = load_spec(name)
         (q, s, z, gi, gs), W = matmul_inputs(spec, K, N, seed=K + N, group_size=group)
         gw = gemm.pack_gemm(spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gs))
@@ -65,6 +68,16 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
                 print(f"{name} K={K} N={N} M={M} {cfg.tag} splits={splits}: rel err {err:.2e}")
                 if not err <= TOLERANCE[spec.target.value]:
                     bad.append(f"{name} {cfg.tag} splits={splits}")
+            for ks in cluster_list if cfg.accumulators % 8 == 0 else ():
+                M = cfg.bn + 5  # two token tiles
+                x = random_x(spec, M, K, seed=M)
+                y = gemm.run_gemm(spec, to_torch(x), gw, config=cfg, cluster_splits=ks)
+                torch.cuda.synchronize()
+                covered.add((cfg, "ksplit"))
+                err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
+                print(f"{name} K={K} N={N} M={M} {cfg.tag} cluster_splits={ks}: rel err {err:.2e}")
+                if not err <= TOLERANCE[spec.target.value]:
+                    bad.append(f"{name} {cfg.tag} cluster_splits={ks}")
         for n_cols in (N, N + 256):  # whole pair tiles only: two token tiles; N = 200 and 200 + 256 (3 tiles)
             if n_cols != N:  # the weight above serves N: one more pack (slow under the sanitizers) for the other
                 (q, s, z, gi, gs), W = matmul_inputs(spec, K, n_cols, seed=K + n_cols, group_size=group)
@@ -81,16 +94,21 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
                 print(f"{name} K={K} N={n_cols} M={M} {cfg.tag}: rel err {err:.2e}")
                 if not err <= TOLERANCE[spec.target.value]:
                     bad.append(f"{name} {cfg.tag} N={n_cols}")
-    want = {(c, False) for c in CLUSTER_CONFIGS90}
+    want: set[tuple[Gemm90Config, bool | str]] = {(c, False) for c in CLUSTER_CONFIGS90}
     if not only_cluster:
         want |= {(c, sp) for c in CONFIGS90 + NARROW_CONFIGS90 for sp in (False, True)}
+        if any(c[5] for c in cases):
+            want |= {(c, "ksplit") for c in CONFIGS90 + NARROW_CONFIGS90 if c.accumulators % 8 == 0}
     missing = want - covered
     want_gather = any(load_spec(c[0]).act_order for c in cases)
     if missing or bad or gathered != want_gather:
         print(f"FAILED: not covered {sorted(str(m) for m in missing)}, off: {bad}, gather launched: {gathered}")
         return 1
     also = ", and the gather" if want_gather else ""
-    print(f"every Hopper GEMM entry point launched, split and unsplit{also}; every output within tolerance")
+    print(
+        f"every Hopper GEMM entry point launched, split and unsplit, and in split-K clusters{also}; every output"
+        " within tolerance"
+    )
     return 0
 
 

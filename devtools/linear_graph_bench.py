@@ -7,7 +7,9 @@ this is the measure for small shapes' choices.
 
 Implementations: ``fp16`` (cuBLAS on the dense weight), ``dqgen`` (QuantLinear: the dispatch), ``torch int4``
 (aten._weight_int4pack_mm, bf16), ``humming``, and dqgen's GEMMs forced: ``--try`` Hopper configs
-(bn:consumers:stages:blocks[:cluster:features]), each with ``--splits`` pieces a tile too, ``sm80`` and ``gemv``
+(bn:consumers:stages:blocks[:cluster:features]), each with ``--splits`` pieces a tile too (stream-K pieces added by the
+tile's last CTA) and ``--ksplits`` (split-K clusters: the pieces added through distributed shared memory; also on the tile
+the dispatch picks), ``sm80`` and ``gemv``
 (M <= 16), with ``--gemv-try`` variants of it too (``splits=2+flat=off+unroll=8``: split-K blocks a tile and
 dqgen.kernels.gemv.Tuning fields, on the same packed weights: dqgen.run.matmul.retuned). Every forced variant's
 output is checked against the sm_80 GEMM's (relative error in the record).
@@ -34,6 +36,7 @@ def main() -> None:
     ap.add_argument("--impls", default="fp16,dqgen,torch int4,humming,sm80,gemv")
     ap.add_argument("--try", dest="extra", default="")
     ap.add_argument("--splits", default="")
+    ap.add_argument("--ksplits", default="")
     ap.add_argument("--gemv-try", dest="gemv_try", default="")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -59,6 +62,7 @@ def main() -> None:
         impls.remove("humming")
     tried = [Gemm90Config.parse(t) for t in filter(None, args.extra.split(","))]
     pieces = [int(v) for v in filter(None, args.splits.split(","))]
+    cluster_pieces = [int(v) for v in filter(None, args.ksplits.split(","))]
     gemv_tried = {text: _gemv_variant(text) for text in filter(None, args.gemv_try.split(","))}
     gpu = torch.cuda.get_device_name(0)
     rows = []
@@ -120,6 +124,12 @@ def main() -> None:
                     calls[f"sm90 {cfg.tag} split{p}"] = [
                         functools.partial(gemm.run_gemm, spec, x, g, config=cfg, splits=p) for g in gws
                     ]
+                for p in cluster_pieces if cfg.cluster == 1 else []:
+                    calls[f"sm90 {cfg.tag} ks{p}"] = [
+                        functools.partial(gemm.run_gemm, spec, x, g, config=cfg, cluster_splits=p) for g in gws
+                    ]
+            for p in cluster_pieces:
+                calls[f"sm90 ks{p}"] = [functools.partial(gemm.run_gemm, spec, x, g, cluster_splits=p) for g in gws]
             errs, timers, keep = {}, [], []
             for name, fns in calls.items():
                 try:

@@ -54,7 +54,8 @@ def test_compiles_for_sm90a_with_wgmma_and_no_local_memory(spec: Spec) -> None:
 
 def test_cluster_entries_multicast_x_and_the_others_do_not() -> None:
     """The 2-CTA entries: the multicast form of the TMA load (x), the cluster barrier (UCGABAR) after the mbarrier
-    init, and no split-K path; the one-CTA entries of the same module have none of the cluster instructions."""
+    init, and no split-K path through global memory; the one-CTA entries of the same module have no multicast, and
+    the cluster barrier only for their split-K cluster launches (``ksplit``, a run-time argument)."""
     spec = load_spec("awq_int4_fp16")
     for cfg in CONFIGS90[-2:] + CLUSTER_CONFIGS90:
         kc = Gemm90KernelConfig(spec, (cfg,))
@@ -64,7 +65,7 @@ def test_cluster_entries_multicast_x_and_the_others_do_not() -> None:
         clustered = cfg.cluster > 1
         assert (ops["UTMALDG.2D.MULTICAST"] > 0) == clustered, (cfg.tag, sorted(ops))
         assert (ops["UTMALDG.2D"] > 0) and any(k.startswith("HGMMA") for k in ops)
-        assert any(k.startswith("UCGABAR") for k in ops) == clustered, (cfg.tag, sorted(ops))
+        assert any(k.startswith("UCGABAR") for k in ops), (cfg.tag, sorted(ops))
         assert not any(k.startswith(("LDL", "STL")) for k in ops)
         # the split tiles' partials (__stcg to the workspace, STG.E.STRONG.GPU) only where tiles may split
         assert any(k.startswith("ATOMG") or k.startswith("RED") for k in ops) != clustered, (cfg.tag, sorted(ops))

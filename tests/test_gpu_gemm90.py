@@ -508,3 +508,37 @@ def test_a_cluster_launch_replays_in_a_cuda_graph() -> None:
     out = torch.empty(M, N, dtype=torch.float16, device="cuda")
     _replays_on_new_x(spec, lambda: gemm.run_gemm(spec, x, gw, out=out), x, W, (2, 3))
     assert any(b.kernel.name.endswith("x2") for b in gw._bound.values() if hasattr(b, "kernel"))
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("spec_name", ["awq_int4_fp16", "int8_bf16"])
+def test_split_k_clusters_with_tails(spec_name: str) -> None:
+    """Split-K clusters (cluster_splits 2, 4, 8: one output tile a cluster, each CTA a contiguous share of the K
+    tiles, the pieces added in rank order through distributed shared memory) on every one-CTA token tile, with a
+    bias, a partial feature tile, M not a multiple of the token tile and 66 K tiles (no cluster size divides them):
+    within tolerance of the float64 reference, the same bits twice (NaN-poisoned outputs), and a CUDA graph of the
+    launch replayed on new x."""
+    _hopper()
+    import torch
+
+    spec = load_spec(spec_name)
+    K, N = 4096 + 128, 1448
+    gw, W = _weight(spec, K, N, 11, None)  # the spec's groups: 128 (AWQ), per channel (int8)
+    bias_np = np.random.default_rng(1).standard_normal(N).astype(np.float32).astype(W.dtype)
+    bias = to_torch(bias_np)
+    for cfg in CONFIGS90:
+        M = 3 * cfg.bn // 2 + 1  # two token tiles, the second partial
+        x_np = random_x(spec, M, K, seed=cfg.bn)
+        x = to_torch(x_np)
+        ref = matmul_reference(x_np, W, bias_np)
+        for ks in gemm90.CLUSTER_SPLITS:
+            y = twice(
+                lambda out: gemm.run_gemm(spec, x, gw, bias=bias, out=out, config=cfg, cluster_splits=ks),  # noqa: B023
+                (M, N),
+                _dtype(W),
+            )
+            check(spec, y, ref)
+    assert not any(isinstance(k[0], tuple) and k[0][0] == "sm90" for k in gw.workspace), "no workspace is needed"
+    x = to_torch(random_x(spec, 40, K, seed=5))
+    _replays_on_new_x(spec, lambda: gemm.run_gemm(spec, x, gw, cluster_splits=4), x, W, (6, 7))
+    torch.cuda.synchronize()

@@ -106,7 +106,7 @@ class Gemm90Config:
         # a consumer thread holds its accumulators and two A register sets (16 a m64 row each) within what ptxas may
         # allocate under __launch_bounds__(threads, min_blocks): setmaxnreg moves registers at run time, not the cap
         mw = self.features // self.consumers // 64
-        held, cap = mw * (self.bn // 8) * 4 + 32 * mw, launch_regs(self.threads, self.min_blocks)
+        held, cap = self.accumulators + 32 * mw, launch_regs(self.threads, self.min_blocks)
         if held > cap:
             raise ValueError(
                 f"Gemm90Config: {held} accumulator and A registers a consumer thread exceed the {cap} registers of"
@@ -134,6 +134,11 @@ class Gemm90Config:
         if not 4 <= len(fields) <= 6:
             raise ValueError(f"config: expected bn:consumers:stages:min_blocks[:cluster[:features]], got {text!r}")
         return cls(*fields)
+
+    @property
+    def accumulators(self) -> int:
+        """fp32 sums a consumer thread holds (the template's kAcc): 4 per n8 chunk of the tokens per m64 row."""
+        return self.features // self.consumers // 64 * (self.bn // 8) * 4
 
     def tiles(self, M: int, N: int) -> int:
         """Output tiles of M rows of N features: token tiles x feature tiles (a 2-CTA cluster's: feature tile pairs)."""

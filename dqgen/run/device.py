@@ -327,7 +327,7 @@ class LoadedKernel:
         if cooperative:
             _check(driver.cuLaunchCooperativeKernel(*common), f"cuLaunchCooperativeKernel({self.name!r})")
         elif self.pdl and programmatic_launches(self.device):
-            launch = _programmatic_launch(self._function, (gx, gy, gz), (bx, by, bz), int(shared_mem))
+            launch = _launch_ex(self._function, (gx, gy, gz), (bx, by, bz), int(shared_mem), programmatic=True)
             _check(launch(stream_handle(stream), params.ptr, 0), f"cuLaunchKernelEx({self.name!r})")
         else:  # cuLaunchKernel takes one more argument: its `extra` array, unused
             _check(driver.cuLaunchKernel(*common, 0), f"cuLaunchKernel({self.name!r})")
@@ -335,10 +335,8 @@ class LoadedKernel:
 
     def _cluster_config(self, grid: int, block: int, cluster: int, shared_mem: int, stream: Any) -> Any:
         """cuLaunchKernelEx's launch config: a 1-D grid of 1-D clusters of ``cluster`` blocks."""
-        attr = driver.CUlaunchAttribute()
-        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = int(cluster), 1, 1
-        return launch_config((int(grid), 1, 1), (int(block), 1, 1), shared_mem, attr, stream_handle(stream))
+        attrs = [cluster_attribute(cluster)]
+        return launch_config((int(grid), 1, 1), (int(block), 1, 1), shared_mem, attrs, stream_handle(stream))
 
     def allow_nonportable_cluster(self) -> None:
         """Opt in to clusters of more than 8 blocks (16 on the H100)."""
@@ -400,11 +398,13 @@ class LoadedKernel:
         args: Sequence[Any],
         shared_mem: int = 0,
         programmatic: bool = True,
+        cluster: int = 1,
     ) -> BoundLaunch:
         """Pack the arguments once; the returned launcher only calls cuLaunchKernel (cuLaunchKernelEx for a
-        programmatic dependent; hot loops). ``programmatic`` False keeps a launch of a ``pdl`` kernel in plain stream
-        order (where the caller measured it faster so)."""
-        return BoundLaunch(self, grid, block, args, shared_mem, programmatic)
+        programmatic dependent or a launch in clusters; hot loops). ``programmatic`` False keeps a launch of a ``pdl``
+        kernel in plain stream order (where the caller measured it faster so); ``cluster`` > 1: a 1-D grid of
+        clusters of that many blocks (the launch attribute: for kernels without __cluster_dims__)."""
+        return BoundLaunch(self, grid, block, args, shared_mem, programmatic, cluster)
 
     def close(self) -> None:
         module, self._module = getattr(self, "_module", None), None
@@ -426,17 +426,25 @@ def _dim3(dims: Sequence[int]) -> tuple[int, int, int]:
 
 
 def launch_config(
-    grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int, attr: Any, stream: int = 0
+    grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int, attrs: Sequence[Any], stream: int = 0
 ) -> Any:
-    """cuLaunchKernelEx's launch config with one launch attribute."""
+    """cuLaunchKernelEx's launch config with these launch attributes."""
     cfg = driver.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
     cfg.sharedMemBytes = int(shared_mem)
     cfg.hStream = stream
-    cfg.attrs = [attr]
-    cfg.numAttrs = 1
+    cfg.attrs = list(attrs)
+    cfg.numAttrs = len(attrs)
     return cfg
+
+
+def cluster_attribute(cluster: int) -> Any:
+    """The launch attribute of 1-D clusters of ``cluster`` blocks."""
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = int(cluster), 1, 1
+    return attr
 
 
 def arch_sm(arch: str) -> int:
@@ -458,16 +466,25 @@ def programmatic_launches(ordinal: int) -> bool:
     return os.environ.get(PDL_ENV, "1") != "0" and arch_sm(device_arch(ordinal)) >= 90
 
 
-def _programmatic_launch(
-    function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int
+def _launch_ex(
+    function: Any,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    shared_mem: int,
+    programmatic: bool = False,
+    cluster: int = 1,
 ) -> Callable[[int, int, int], tuple]:
-    """cuLaunchKernelEx with the programmatic-stream-serialization attribute, called as cuLaunchKernel's partial
-    is: ``(stream, params, extra) -> (CUresult,)``. The launch config is built once; its stream is set per call
-    under a lock (the driver copies the config when it is called), so threads may share the launcher."""
-    attr = driver.CUlaunchAttribute()
-    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value.programmaticStreamSerializationAllowed = 1
-    cfg = launch_config(grid, block, shared_mem, attr)
+    """cuLaunchKernelEx with the programmatic-stream-serialization attribute and / or clusters of ``cluster``
+    blocks, called as cuLaunchKernel's partial is: ``(stream, params, extra) -> (CUresult,)``. The launch config is
+    built once; its stream is set per call under a lock (the driver copies the config when it is called), so threads
+    may share the launcher."""
+    attrs = [cluster_attribute(cluster)] if cluster > 1 else []
+    if programmatic:
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(attr)
+    cfg = launch_config(grid, block, shared_mem, attrs)
     lock = threading.Lock()
     launch_ex = driver.cuLaunchKernelEx
 
@@ -507,18 +524,22 @@ class BoundLaunch:
         args: Sequence[Any],
         shared_mem: int,
         programmatic: bool = True,
+        cluster: int = 1,
     ) -> None:
         self.kernel = kernel
         self.grid = _dim3(grid)
         self.block = _dim3(block)
         self.shared_mem = int(shared_mem)
+        self.cluster = int(cluster)  # > 1: a 1-D grid of clusters of this many blocks (a launch attribute)
         self.slots, self._addresses = pack_slots(args)  # both owned for as long as this launcher lives
         self.params: int = self._addresses.buffer_info()[0]
         self.launch: Callable[[int, int, int], tuple]
         #: launched as a programmatic dependent (it may start while the kernel before it finishes; it waits itself)
         self.programmatic = programmatic and kernel.pdl and programmatic_launches(kernel.device)
         if self.programmatic:
-            self.launch = _programmatic_launch(kernel._function, self.grid, self.block, self.shared_mem)
+            self.launch = _launch_ex(
+                kernel._function, self.grid, self.block, self.shared_mem, programmatic=True, cluster=self.cluster
+            )
         else:
             self.launch = self._plain()
 
@@ -562,6 +583,9 @@ class BoundLaunch:
             raise RuntimeError(f"cuLaunchKernel({k.name!r}) failed: {_err_name(err)}")
 
     def _plain(self) -> Callable[[int, int, int], tuple]:
+        """The launch in plain stream order (cuLaunchKernel, or cuLaunchKernelEx with only the cluster attribute)."""
+        if self.cluster > 1:
+            return _launch_ex(self.kernel._function, self.grid, self.block, self.shared_mem, cluster=self.cluster)
         return functools.partial(driver.cuLaunchKernel, self.kernel._function, *self.grid, *self.block, self.shared_mem)
 
 

@@ -230,12 +230,14 @@ def run_gemm(
     out: Any = None,
     config: GemmConfig | Gemm90Config | None = None,
     splits: int | None = None,
+    cluster_splits: int | None = None,
 ) -> Any:
     """The GEMM launch on checked tensors: y = x @ W (+ bias), any M: on an H100 / H200 the Hopper main loop
     (dqgen.run.gemm90; for gathered K slots after the gather of x into slot order) where it takes the launch and
     pays (gemm90.hopper_pays), else the sm_80 one (its gather entry for gathered slots). ``config`` /
     ``splits`` override the choice of main loop and tile and the split (tuning and benchmarks; any tile of either
-    template, any split count >= 1)."""
+    template, any split count >= 1); ``cluster_splits`` runs the Hopper GEMM split-K in clusters of that many CTAs
+    (dqgen.run.gemm90.CLUSTER_SPLITS)."""
     torch = _torch()
     if w.spec_name != spec.name:
         raise ValueError(f"w: packed for spec {w.spec_name!r}, but this kernel is {spec.name!r}")
@@ -246,10 +248,14 @@ def run_gemm(
     x_stride = int(x2.stride(0)) if M > 1 else w.K
     if splits is not None and not (isinstance(splits, int) and splits >= 1):
         raise ValueError(f"splits: expected an int >= 1, got {splits!r}")
-    key = (x2.data_ptr(), M, x_stride, out.data_ptr(), 0 if bias is None else bias.data_ptr(), config, splits)
+    if cluster_splits is not None and isinstance(config, GemmConfig):
+        raise ValueError(f"cluster_splits: split-K clusters are the Hopper GEMM's; got the sm_80 tile {config}")
+    key: tuple[Any, ...] = (x2.data_ptr(), M, x_stride, out.data_ptr(), 0 if bias is None else bias.data_ptr(), config)
+    key += (splits,) if cluster_splits is None else (splits, cluster_splits)
     launch = w._bound.get(key)
     if launch is None:
-        launch = remember(w._bound, key, _bind(spec, w, x2, x_stride, M, bias, out, config, splits), WEIGHT_BOUND_MAX)
+        bound = _bind(spec, w, x2, x_stride, M, bias, out, config, splits, cluster_splits)
+        launch = remember(w._bound, key, bound, WEIGHT_BOUND_MAX)
     launch(dev.torch_raw_stream(torch, w.device))
     return out
 
@@ -264,8 +270,11 @@ def _bind(
     out: Any,
     config: GemmConfig | Gemm90Config | None = None,
     want_splits: int | None = None,
+    cluster_splits: int | None = None,
 ) -> Any:
     why_not = hopper_ineligible(w, x2.data_ptr(), x_stride)
+    if cluster_splits is not None and why_not:
+        raise ValueError(f"cluster_splits: the Hopper GEMM cannot take this launch: {why_not}")
     only90 = hopper_only(spec)  # a float / codebook spec: no sm_80 main loop to fall back on
     if isinstance(config, Gemm90Config) and why_not:
         raise ValueError(f"config: the Hopper GEMM cannot take this launch: {why_not}")
@@ -274,13 +283,17 @@ def _bind(
     if only90 and config is not None and not isinstance(config, Gemm90Config):
         raise ValueError(f"config: spec {spec.name!r} runs on the Hopper GEMM alone; got the sm_80 tile {config}")
     if isinstance(config, Gemm90Config) or (
-        config is None and not why_not and (only90 or hopper_pays(w.N, w.k_tiles, M, w.device, spec))
+        config is None
+        and not why_not
+        and (only90 or cluster_splits is not None or hopper_pays(w.N, w.k_tiles, M, w.device, spec))
     ):
         cfg90 = config if isinstance(config, Gemm90Config) else None
         if w.gather:  # x gathered into slot order (x' in the device's buffer), then the GEMM over the slots
             xp = _gathered_x().get(w.device, M * w.slots)
-            return bind90_gathered(spec, w, x2.data_ptr(), x_stride, M, bias, out, cfg90, want_splits, xp.data_ptr())
-        return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, cfg90, want_splits)
+            return bind90_gathered(
+                spec, w, x2.data_ptr(), x_stride, M, bias, out, cfg90, want_splits, xp.data_ptr(), cluster_splits
+            )
+        return bind90(spec, w, x2.data_ptr(), x_stride, M, bias, out, cfg90, want_splits, cluster_splits=cluster_splits)
     cfg = config if config is not None else choose_config(M)
     entry = GemmEntry(cfg, w.gather or not x_aligned(x2.data_ptr(), x_stride, w.K))
     fn = _function(spec, entry, w.device)

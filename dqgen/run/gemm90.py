@@ -40,6 +40,7 @@ PARAMS90: tuple[tuple[str, Any], ...] = (
     ("units", np.int64),
     ("whole", np.int64),
     ("split_ctas", np.int32),
+    ("ksplit", np.int32),
 )
 #: What the entry points of a spec with a global scale (NVFP4) take after PARAMS90: its fp32 [1] tensor.
 GLOBAL_SCALE_PARAM: tuple[str, Any] = ("global_scale", np.uint64)
@@ -186,7 +187,8 @@ def x_ineligible(x_ptr: int, x_stride: int, K: int) -> str:
 
 def hopper_pays(N: int, k_tiles: int, M: int, device: int, spec: Spec | None = None) -> bool:
     """Whether the Hopper GEMM is the faster GEMM for M rows of this weight on this GPU: the resident CTAs of the
-    tile bind90 would launch (config90_for, for ``spec``'s codes) get at least MIN_K_TILES_PER_CTA K tiles each."""
+    tile bind90 would launch (config90_for, for ``spec``'s codes) get at least MIN_K_TILES_PER_CTA K tiles each, or
+    its tiles run split-K in clusters (ksplit_for)."""
     return is_hopper(device) and pays90(N, k_tiles, M, dev.sm_count(device), spec)
 
 
@@ -200,7 +202,7 @@ def pays90(N: int, k_tiles: int, M: int, sms: int, spec: Spec | None = None) -> 
     tiles = cfg.tiles(M, N)
     resident = sms * cfg.min_blocks
     per_cta = k_tiles if tiles >= resident else tiles * k_tiles / resident
-    return per_cta >= MIN_K_TILES_PER_CTA
+    return per_cta >= MIN_K_TILES_PER_CTA or ksplit_for(cfg, M, N, k_tiles, sms, spec) is not None
 
 
 def weight_maps(
@@ -279,6 +281,36 @@ def cluster_plan(cfg: Gemm90Config, M: int, N: int, k_tiles: int, resident_clust
     return Plan90.of(pair_tiles, cluster_ctas(pair_tiles, max(1, resident_clusters)), k_tiles)
 
 
+#: The split-K cluster sizes of a one-CTA entry (bind90's ``cluster_splits``): powers of two up to the portable
+#: cluster size, so each CTA of a cluster adds a whole share of a consumer thread's accumulators (a multiple of 8).
+CLUSTER_SPLITS: tuple[int, ...] = (2, 4, 8)
+
+#: Where bind90 runs a tile split-K in a cluster by itself (``ksplit_for``): KSPLIT_MIN_M to KSPLIT_MAX_M tokens (below,
+#: the GEMV runs these shapes: 4.7 against 6.1 µs at 4096 x 1024, M = 16), the clusters' CTAs at most KSPLIT_FILL of the
+#: resident CTAs (the largest cluster size that fits), each CTA at most KSPLIT_MAX_K_TILES K tiles. On the H200, CUDA
+#: graphs of back-to-back calls, µs a call (devtools/linear_graph_bench.py --ksplits; docs/bench/ksplit_h200.json), the
+#: dispatch before / split-K clusters: 4096 x 1024 at M = 32, 64, 128: 11.0 / 6.8 (n32, 64 CTAs), 12.3 / 8.4 (n64, 64),
+#: 12.9 / 10.1 (n128, 64); 4096 x 6144 at 32, 64: 16.8 / 13.4 (192 CTAs), 22.2 / 16.9; 4096 x 4096 at 32, 64: 13.7 /
+#: 12.6 (128), 17.4 / 16.3. Slower: every launch of 256 CTAs of the 2-an-SM tiles and 128 of the 1-an-SM ones (4096 x
+#: 4096 at M = 128, 128 CTAs: 29.9 against 18.0), pieces of 56 K tiles (14336 x 4096 at M = 32, 4 a tile: 31.9 against
+#: stream-K's 22.9 over 8), and every M = 256.
+KSPLIT_MIN_M = 17
+KSPLIT_MAX_M = 128
+KSPLIT_FILL = 0.75
+KSPLIT_MAX_K_TILES = 16
+
+
+def ksplit_for(cfg: Gemm90Config, M: int, N: int, k_tiles: int, sms: int, spec: Spec | None = None) -> int | None:
+    """The split-K cluster size bind90 runs ``cfg``'s tiles in by itself, or None (the stream-K schedule): see
+    KSPLIT_MAX_M. Measured on 4-bit integer weights (AWQ int4), so only for those (``spec`` None: the shape alone)."""
+    if cfg.cluster > 1 or not KSPLIT_MIN_M <= M <= KSPLIT_MAX_M or (spec is not None and not measured_codes(spec)):
+        return None
+    tiles = cfg.tiles(M, N)
+    fits = [ks for ks in CLUSTER_SPLITS if tiles * ks <= KSPLIT_FILL * sms * cfg.min_blocks and ks <= k_tiles]
+    ks = max((k for k in fits if cfg.accumulators % k == 0), default=None)
+    return ks if ks is not None and k_tiles <= ks * KSPLIT_MAX_K_TILES else None
+
+
 #: The most tokens a Hopper GEMM launch runs as a programmatic dependent (dqgen.run.device.programmatic_launches):
 #: on the H200, the 7 Llama-3-8B linears x 4 layers in one CUDA graph (docs/bench/e2e_pdl_h200.json: machine B, the
 #: committed kernels launched programmatically against the kernels before) ran 2.1-3.4% faster at M = 32 and 128
@@ -299,17 +331,35 @@ def bind90(
     want_splits: int | None,
     plan: Plan90 | None = None,
     x_cols: int | None = None,
+    cluster_splits: int | None = None,
 ) -> Any:
     """The bound launch of the Hopper GEMM for this call (``want_splits``: split-K in that many pieces a tile,
     else stream-K over the resident CTAs; ``plan``: that schedule instead, for the tuning scripts; ``x_cols``: the
-    columns of x its tensor map spans, w.K by default, w.slots for a gathered x'). A 2-CTA cluster entry
-    (``cfg.cluster`` 2, or cfg None where use_cluster90 says) runs whole pair tiles: ``plan`` counts pair tiles and
-    clusters, and split-K is refused."""
+    columns of x its tensor map spans, w.K by default, w.slots for a gathered x'; ``cluster_splits``: split-K in
+    clusters of that many CTAs (CLUSTER_SPLITS), one tile a cluster, the pieces added through distributed shared
+    memory). A 2-CTA cluster entry (``cfg.cluster`` 2, or cfg None where use_cluster90 says) runs whole pair tiles:
+    ``plan`` counts pair tiles and clusters, and split-K is refused."""
     chosen = cfg is None
+    if cluster_splits is not None:
+        if cluster_splits not in CLUSTER_SPLITS:
+            raise ValueError(f"cluster_splits: expected one of {CLUSTER_SPLITS}, got {cluster_splits!r}")
+        if want_splits is not None or plan is not None:
+            raise ValueError("cluster_splits: a split-K cluster launch takes no want_splits or plan (a tile a cluster)")
+        if cluster_splits > w.k_tiles:
+            raise ValueError(f"cluster_splits: {cluster_splits} pieces of {w.k_tiles} K tiles leave a CTA none")
     if cfg is None:
         cfg = config90_for(M, w.N, w.k_tiles, dev.sm_count(w.device), spec)
-        if want_splits is None and plan is None and use_cluster90(M, w.N, spec):
-            cfg = cluster_config90(cfg) or cfg
+        if want_splits is None and plan is None and cluster_splits is None:
+            if use_cluster90(M, w.N, spec):
+                cfg = cluster_config90(cfg) or cfg
+            else:
+                cluster_splits = ksplit_for(cfg, M, w.N, w.k_tiles, dev.sm_count(w.device), spec)
+    if cluster_splits is not None and cfg.cluster > 1:
+        raise ValueError(f"cluster_splits: the 2-CTA cluster entry {cfg.tag} runs whole pair tiles")
+    if cluster_splits is not None and cfg.accumulators % cluster_splits:
+        raise ValueError(
+            f"cluster_splits: {cluster_splits} CTAs cannot share {cfg.tag}'s {cfg.accumulators} accumulators a thread"
+        )
     kc = Gemm90KernelConfig.one(spec, cfg)
     fn = load(kc, w.device)
     smem = cfg.launch_shared_bytes(spec)
@@ -328,6 +378,12 @@ def bind90(
             plan = cluster_plan(cfg, M, w.N, w.k_tiles, clusters)
         if plan.split:
             raise ValueError(f"plan: a 2-CTA cluster entry ({cfg.tag}) runs whole pair tiles, got {plan}")
+    elif cluster_splits is not None:
+        if fn.max_active_clusters(cluster_splits * tiles, cfg.threads, cluster_splits, smem) < 1:
+            if not chosen:
+                raise ValueError(f"cluster_splits: no cluster of {cluster_splits} {cfg.tag} CTAs can be resident here")
+            return bind90(spec, w, x_ptr, x_stride, M, bias, out, cfg, None, None, x_cols)  # the stream-K schedule
+        plan = Plan90.of(tiles, tiles, w.k_tiles)  # every tile whole: one a cluster
     elif plan is None:
         resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
         plan = Plan90.of(tiles, stream_k_ctas(tiles, w.k_tiles, resident, want_splits), w.k_tiles)
@@ -358,12 +414,17 @@ def bind90(
         "units": tiles * w.k_tiles,
         "whole": plan.whole,
         "split_ctas": plan.split_ctas,
+        "ksplit": cluster_splits or 1,
         # NVFP4's fp32 [1] global scale (pack_gemm checked it and keeps it with the weight); no argument elsewhere
         "global_scale": 0 if w.global_scale is None else w.global_scale.data_ptr(),
     }
     args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in params90(spec)]
-    # a cluster entry's grid: plan.ctas clusters of cfg.cluster CTAs (its __cluster_dims__: no cluster launch attribute)
-    return fn.bind((plan.ctas * cfg.cluster,), (cfg.threads,), args, shared_mem=smem, programmatic=M <= PDL_MAX_M)
+    # a cluster entry's grid: plan.ctas clusters of cfg.cluster CTAs (its __cluster_dims__: no cluster launch
+    # attribute); a split-K cluster launch's: plan.ctas clusters of cluster_splits CTAs (the launch attribute)
+    ks = cluster_splits or 1
+    return fn.bind(
+        (plan.ctas * cfg.cluster * ks,), (cfg.threads,), args, shared_mem=smem, programmatic=M <= PDL_MAX_M, cluster=ks
+    )
 
 
 def bind_gather(w: Any, x_ptr: int, x_stride: int, M: int, xp_ptr: int) -> dev.BoundLaunch:
@@ -398,11 +459,14 @@ def bind90_gathered(
     cfg: Gemm90Config | None,
     want_splits: int | None,
     xp_ptr: int,
+    cluster_splits: int | None = None,
 ) -> GatheredLaunch:
     """The Hopper GEMM of a weight with gathered K slots: the gather of x into x' at ``xp_ptr`` ([M, w.slots]
     16-bit, 16-byte aligned, kept alive by its owner as long as the launch), then the GEMM over x''s w.slots
     columns."""
     if not w.gather:
         raise ValueError(f"w: its K slots are in order ({w.spec_name}): bind90 reads x as it is")
-    gemm = bind90(spec, w, xp_ptr, w.slots, M, bias, out, cfg, want_splits, x_cols=w.slots)
+    gemm = bind90(
+        spec, w, xp_ptr, w.slots, M, bias, out, cfg, want_splits, x_cols=w.slots, cluster_splits=cluster_splits
+    )
     return GatheredLaunch(bind_gather(w, x_ptr, x_stride, M, xp_ptr), gemm)
