@@ -52,11 +52,21 @@ def test_this_machines_measurement_wins_and_unknown_gpus_get_the_defaults(gpu, t
     assert asked == [0, 1]  # the driver is asked each device's name once
 
 
-def test_an_sm90_gpu_without_a_rule_gets_the_hopper_rule(gpu) -> None:
-    """An H200 (no measurement of its own, none shipped) takes the H100's Hopper rule, not the sm_80 defaults: the
-    defaults send M >= 512 to dequantize + cuBLAS, which the Hopper GEMM beats (docs/bench/gemm_dispatch.json)."""
+def test_the_shipped_h200_rule_is_its_committed_measurement(gpu) -> None:
+    # session 38's H200 sweep (split-K clusters on the Hopper GEMM): docs/bench/gemm_dispatch_h200_ksplit.json
+    measured = json.loads((Path(__file__).parents[1] / "docs/bench/gemm_dispatch_h200_ksplit.json").read_text())
     names, _ = gpu
-    names[2] = "NVIDIA H200"
+    names[2] = measured["gpu"]
+    assert measured["gpu"] == "NVIDIA H200"
+    assert dispatch.rule_entry(dispatch.rule_for(2)) == measured["rule"] != dispatch.rule_entry(dispatch.rule_for(0))
+
+
+def test_an_sm90_gpu_without_a_rule_gets_the_hopper_rule(gpu) -> None:
+    """An sm_90 GPU with no measurement of its own and none shipped (an H800 here) takes the H100's Hopper rule, not
+    the sm_80 defaults: the defaults send M >= 512 to dequantize + cuBLAS, which the Hopper GEMM beats
+    (docs/bench/gemm_dispatch.json)."""
+    names, _ = gpu
+    names[2] = "NVIDIA H800"
     shipped = json.loads(dispatch.SHIPPED_RULES.read_text())[H100]
     assert dispatch.rule_for(2) == dispatch.HOPPER_RULE
     assert dispatch.rule_entry(dispatch.HOPPER_RULE) == {k: v for k, v in shipped.items() if k != "measured"}

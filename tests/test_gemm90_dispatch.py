@@ -34,8 +34,11 @@ def test_hopper_pays_where_each_resident_cta_gets_12_k_tiles(monkeypatch: pytest
     monkeypatch.setattr(gemm90.dev, "sm_count", lambda device: 132)
     # 8192 x 28672 at M = 1: 224 tiles x 128 K tiles over 264 resident CTAs
     assert gemm90.hopper_pays(28672, 128, 1, 0)
-    # 4096 x 1024 at M = 1: 8 tiles x 64 K tiles / 264 = 1.9 K tiles a CTA; 4096 x 4096 at 64 tokens: 7.8
-    assert not gemm90.hopper_pays(1024, 64, 1, 0) and not gemm90.hopper_pays(4096, 64, 64, 0)
+    # 4096 x 1024 at M = 1: 8 tiles x 64 K tiles / 264 = 1.9 K tiles a CTA; 4096 x 4096 at 16 tokens: 7.8 (and
+    # below KSPLIT_MIN_M: no split-K cluster)
+    assert not gemm90.hopper_pays(1024, 64, 1, 0) and not gemm90.hopper_pays(4096, 64, 16, 0)
+    # 4096 x 4096 at 64 tokens: 7.8 K tiles a CTA, but its 32 tiles run split-K in clusters of 4 (16 K tiles a CTA)
+    assert gemm90.hopper_pays(4096, 64, 64, 0)
     # 4096 x 4096 at 128 tokens: 32 tiles x 64 / 132 (one CTA an SM for 128-token tiles) = 15.5
     assert choose_config90(128).min_blocks == 1 and gemm90.hopper_pays(4096, 64, 128, 0)
     monkeypatch.setattr(gemm90, "is_hopper", lambda device: False)
@@ -158,3 +161,63 @@ def test_gathered_launch_runs_the_gather_before_the_gemm_on_the_calls_stream() -
     launch(5)
     launch(6)
     assert calls == [("gather", 5), ("gemm", 5), ("gather", 6), ("gemm", 6)]
+
+
+@pytest.mark.parametrize(
+    "K,N,M,want",
+    [
+        (4096, 1024, 32, 8),  # 8 tiles of n32: 64 CTAs, 8 K tiles each
+        (4096, 1024, 64, 8),
+        (4096, 1024, 128, 8),  # the one-an-SM n128 tile: 8 tiles x 8 = 64 CTAs <= 0.75 x 132
+        (4096, 6144, 32, 4),  # 48 tiles: 192 CTAs <= 198 (8: 384 do not fit)
+        (4096, 6144, 64, 4),
+        (4096, 4096, 32, 4),  # 32 tiles: 128 CTAs (8: 256 > 198)
+        (4096, 4096, 128, None),  # 32 one-an-SM tiles: only 2 a tile fit, 32 K tiles a CTA > 16
+        (4096, 1024, 16, None),  # the GEMV's tokens
+        (4096, 1024, 256, None),  # past KSPLIT_MAX_M
+        (14336, 4096, 32, None),  # 224 K tiles: 4 a tile would leave 56 a CTA
+        (4096, 14336, 32, None),  # 112 tiles: not even 2 a tile fit
+    ],
+)
+def test_split_k_clusters_where_measured_faster(K: int, N: int, M: int, want: int | None) -> None:
+    """ksplit_for on 132 SMs, by hand from KSPLIT_FILL and KSPLIT_MAX_K_TILES at the shapes the H200 timed."""
+    spec = load_spec("awq_int4_fp16")
+    cfg = gemm90.config90_for(M, N, K // 64, 132, spec)
+    assert gemm90.ksplit_for(cfg, M, N, K // 64, 132, spec) == want
+
+
+def test_split_k_clusters_only_for_measured_codes_and_one_cta_entries() -> None:
+    from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90
+
+    cfg = choose_config90(64)
+    assert gemm90.ksplit_for(cfg, 64, 1024, 64, 132, load_spec("awq_int4_fp16")) == 8
+    assert gemm90.ksplit_for(cfg, 64, 1024, 64, 132, load_spec("int8_bf16")) is None  # 8-bit codes: not measured
+    assert gemm90.ksplit_for(CLUSTER_CONFIGS90[0], 64, 1024, 64, 132) is None  # the 2-CTA entries: whole pair tiles
+    assert gemm90.ksplit_for(cfg, 64, 1024, 4, 132) == 4  # never more CTAs than K tiles in a cluster
+
+
+def test_cluster_splits_refused_in_one_line() -> None:
+    """bind90 refuses a cluster size it has no share for, a split it cannot combine, and more CTAs than K tiles,
+    before anything is loaded."""
+    from types import SimpleNamespace
+
+    from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, NARROW_CONFIGS90
+
+    spec = load_spec("awq_int4_fp16")
+    one, two = CLUSTER_CONFIGS90[0], NARROW_CONFIGS90[0]
+    cases = [
+        (r"^cluster_splits: expected one of \(2, 4, 8\), got 3$", 64, dict(cluster_splits=3)),
+        (r"^cluster_splits: a split-K cluster launch takes no want_splits", 64, dict(cluster_splits=2, want_splits=2)),
+        (r"^cluster_splits: 8 pieces of 4 K tiles leave a CTA none$", 4, dict(cluster_splits=8)),
+        (r"^cluster_splits: the 2-CTA cluster entry n128c2s8b1x2 runs whole", 64, dict(cluster_splits=2, cfg=one)),
+        (
+            r"^cluster_splits: 8 CTAs cannot share n8c1s8b4f64's 4 accumulators a thread$",
+            64,
+            dict(cluster_splits=8, cfg=two),
+        ),
+    ]
+    for pattern, k_tiles, kw in cases:
+        w = SimpleNamespace(k_tiles=k_tiles, N=1024, device=0)
+        args: dict = dict(cfg=choose_config90(64), want_splits=None) | kw
+        with pytest.raises(ValueError, match=pattern):
+            gemm90.bind90(spec, w, 0, 0, 64, None, None, args.pop("cfg"), args.pop("want_splits"), **args)

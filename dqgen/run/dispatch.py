@@ -23,7 +23,7 @@ dequantize call), built once by ``Kernel``; whether the call is traced is decide
 
 The rule of a GPU (by name, looked up once per device): this machine's measurement in ``<cache>/dispatch.json``
 (``devtools/gemm_dispatch_rule.py --write-rule``), else the release's (``dispatch_rules.json`` beside this module,
-measured on an H100), else the defaults below.
+measured on an H100 and an H200), else the defaults below.
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def _positive_ints(values: Any) -> tuple[int, ...]:
     return tuple(values)
 
 
-#: The rule of an sm_90 GPU with no measurement of its own (an H200, an H100 of another name): the H100's measured
+#: The rule of an sm_90 GPU with no measurement of its own (an H800, an H100 of another name): the H100's measured
 #: rule with the Hopper GEMM (dispatch_rules.json: dequantize + cuBLAS at the shapes and M where it measured faster;
 #: the same 132 SMs, so the same partial waves), else the GEMM from 4 tokens and never dequantize + cuBLAS.
 HOPPER_RULE = _stored(SHIPPED_RULES, HOPPER_REFERENCE_GPU) or DispatchRule(gemm_min_m=4, dense_min_m=None)
