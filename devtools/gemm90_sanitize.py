@@ -25,13 +25,13 @@ from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 
 #: (spec, K, N, group size, splits a tile, split-K cluster sizes): int4 with zeros, int8 per-channel with a K tail
 #: inside a tile, MXFP4 (the float specs' 1-byte scale rows) and NVFP4 (its global scale); N leaves a partial tile; 5
-#: pieces of 12 K tiles put stream-K pieces across tiles (both partial slots, odd segments); clusters of 8 CTAs on
-#: 12 and 13 K tiles give CTAs of one and of two K tiles.
+#: pieces of 12 K tiles put stream-K pieces across tiles (both partial slots, odd segments); split-K clusters of 2, 4
+#: and 8 CTAs (8 on 12 and 13 K tiles: CTAs of one and of two K tiles), and of 2 on the act-order weight's gathered x'.
 CASES = (
-    ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3, 5), (2, 8)),  # 12 K tiles in 5 pieces: CTAs spanning two tiles
+    ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3, 5), (2, 4, 8)),  # 12 K tiles in 5 pieces: CTAs spanning two tiles
     ("int8_bf16", 64 * 3 + 8, 128 * 3 + 4, None, (1, 2), ()),
     # act-order (shuffled g_idx) in 6 groups of 96 rows, each padded to 128 slots: the gather writes x' [M, 768]
-    ("gptq_int4_asym_act_order_fp16", 96 * 6, 200, 96, (1, 3), ()),
+    ("gptq_int4_asym_act_order_fp16", 96 * 6, 200, 96, (1, 3), (2,)),
     # a float spec: MXFP4's e8m0 codes, two scale rows a stage (groups of 32), the last tile's second past G
     ("mxfp4_bf16", 64 * 12 + 32, 200, None, (1, 3), ()),
     # NVFP4: e4m3 codes in groups of 16 (four scale rows a stage, two decoded a word), the fp32 global scale's

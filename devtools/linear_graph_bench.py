@@ -7,9 +7,9 @@ this is the measure for small shapes' choices.
 
 Implementations: ``fp16`` (cuBLAS on the dense weight), ``dqgen`` (QuantLinear: the dispatch), ``torch int4``
 (aten._weight_int4pack_mm, bf16), ``humming``, and dqgen's GEMMs forced: ``--try`` Hopper configs
-(bn:consumers:stages:blocks[:cluster:features]), each with ``--splits`` pieces a tile too (stream-K pieces added by the
-tile's last CTA) and ``--ksplits`` (split-K clusters: the pieces added through distributed shared memory; also on the tile
-the dispatch picks), ``sm80`` and ``gemv``
+(bn:consumers:stages:blocks[:cluster:features]), each with ``--splits`` pieces a tile too (stream-K pieces added by
+the tile's last CTA) and ``--ksplits`` (split-K clusters: the pieces added through distributed shared memory; also on
+the tile the dispatch picks), ``sm80`` and ``gemv``
 (M <= 16), with ``--gemv-try`` variants of it too (``splits=2+flat=off+unroll=8``: split-K blocks a tile and
 dqgen.kernels.gemv.Tuning fields, on the same packed weights: dqgen.run.matmul.retuned). Every forced variant's
 output is checked against the sm_80 GEMM's (relative error in the record).

@@ -542,3 +542,26 @@ def test_split_k_clusters_with_tails(spec_name: str) -> None:
     x = to_torch(random_x(spec, 40, K, seed=5))
     _replays_on_new_x(spec, lambda: gemm.run_gemm(spec, x, gw, cluster_splits=4), x, W, (6, 7))
     torch.cuda.synchronize()
+
+
+@pytest.mark.quick
+def test_the_dispatch_takes_split_k_clusters_on_a_narrow_weight() -> None:
+    """With no config, 4096 x 1024 at M = 32 (8 tiles of n32, 64 K tiles: gemm90.ksplit_for gives clusters of 8 on
+    132 SMs) runs as a launch of 64 CTAs in clusters of 8, within tolerance and the same bits twice; at M = 256 (past
+    KSPLIT_MAX_M) the launch is not in clusters."""
+    _hopper()
+    from dqgen.run import device as dev
+
+    if dev.sm_count(0) != 132:
+        pytest.skip("the rule's cluster sizes are for 132 SMs (H100 / H200 SXM)")
+    spec = load_spec("awq_int4_fp16")
+    gw, W = _weight(spec, 4096, 1024, 21, None)
+    for M, cluster in ((32, 8), (256, 1)):
+        x_np = random_x(spec, M, 4096, seed=M)
+        gw._bound.clear()
+        y = twice(lambda out: gemm.run_gemm(spec, to_torch(x_np), gw, out=out), (M, 1024), _dtype(W))  # noqa: B023
+        check(spec, y, matmul_reference(x_np, W))
+        launches = list(gw._bound.values())
+        assert launches and all(b.cluster == cluster for b in launches), [(b.grid, b.cluster) for b in launches]
+        if cluster > 1:
+            assert all(b.grid == (64, 1, 1) for b in launches)

@@ -155,3 +155,37 @@ def test_a_refused_programmatic_launch_falls_back_to_plain_launches(monkeypatch:
     assert calls == ["ex", "ex", "plain"] and not b.programmatic
     b(0)
     assert calls[-1] == "plain"
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_a_cluster_launch_carries_its_cluster_and_keeps_it_in_the_plain_fallback(
+    monkeypatch: pytest.MonkeyPatch, pdl: bool
+) -> None:
+    """BoundLaunch(cluster=S) (the Hopper GEMM's split-K clusters): cuLaunchKernelEx with the cluster-dimension
+    attribute, beside the programmatic one where the kernel waits; the plain launch a refused programmatic one falls
+    back to keeps the cluster (a cluster kernel launched without it would read peers that do not exist)."""
+    monkeypatch.setattr(dev, "device_arch", lambda ordinal=0: "sm_90")
+    monkeypatch.delenv(dev.PDL_ENV, raising=False)
+    built: list[dict] = []
+
+    def launch_ex(function, grid, block, shared_mem, programmatic=False, cluster=1):  # type: ignore[no-untyped-def]
+        built.append({"grid": grid, "programmatic": programmatic, "cluster": cluster})
+        return lambda stream, params, extra: (1 if programmatic else 0,)  # a programmatic launch is refused
+
+    monkeypatch.setattr(dev, "_launch_ex", launch_ex)
+    monkeypatch.setattr(dev, "primary_context", lambda device: None)
+    dev.programmatic_launches.cache_clear()
+    try:
+        b = dev.BoundLaunch(_kernel(pdl), (32,), (256,), [], 0, cluster=4)  # type: ignore[arg-type]
+    finally:
+        dev.programmatic_launches.cache_clear()
+    assert built == [{"grid": (32, 1, 1), "programmatic": pdl, "cluster": 4}]
+    b(0)  # refused twice where programmatic, then the plain launch: still in clusters of 4
+    assert built[-1] == {"grid": (32, 1, 1), "programmatic": False, "cluster": 4} and not b.programmatic
+    assert len(built) == (2 if pdl else 1)
+    # the attribute itself (cuda-bindings builds the config without a driver)
+    cfg = dev.launch_config((32, 1, 1), (256, 1, 1), 0, [dev.cluster_attribute(4)])  # alive while attrs are read
+    attrs = cfg.attrs
+    cluster_id = dev.driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    assert len(attrs) == 1 and attrs[0].id == cluster_id
+    assert (attrs[0].value.clusterDim.x, attrs[0].value.clusterDim.y, attrs[0].value.clusterDim.z) == (4, 1, 1)

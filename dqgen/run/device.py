@@ -498,11 +498,12 @@ def _launch_ex(
 
 class BoundLaunch:
     """A kernel with its grid and arguments packed once: calling it costs one cuLaunchKernel (cuLaunchKernelEx
-    where ``programmatic``).
+    where ``programmatic`` or in clusters, ``cluster`` > 1).
 
     ``launch(stream, params, 0)`` is cuda-bindings' cuLaunchKernel with everything else bound, or, for a
-    ``LoadedKernel.pdl`` kernel on a GPU where ``programmatic_launches``, cuLaunchKernelEx with the
-    programmatic-serialization attribute behind the same call (the per-call fast
+    ``LoadedKernel.pdl`` kernel on a GPU where ``programmatic_launches`` and for a launch in clusters,
+    cuLaunchKernelEx with the programmatic-serialization and / or cluster-dimension attribute behind the same call
+    (the per-call fast
     path of ``Kernel.__call__`` calls it directly: a Kernel's modules stay loaded for the process, in
     ``runtime._MODULES``); it returns ``(CUresult,)``, nonzero on failure, which
     ``failed`` turns into a retry or an error. No current-context check per call: the function belongs to the
@@ -580,7 +581,8 @@ class BoundLaunch:
             self.launch = self._plain()
             err = self.launch(stream, self.params, 0)[0]
         if err:
-            raise RuntimeError(f"cuLaunchKernel({k.name!r}) failed: {_err_name(err)}")
+            what = "cuLaunchKernelEx" if self.cluster > 1 else "cuLaunchKernel"
+            raise RuntimeError(f"{what}({k.name!r}) failed: {_err_name(err)}")
 
     def _plain(self) -> Callable[[int, int, int], tuple]:
         """The launch in plain stream order (cuLaunchKernel, or cuLaunchKernelEx with only the cluster attribute)."""

@@ -12,8 +12,9 @@ lookup per K tile holds unchanged (``bind90_gathered``).
 ``hopper_ineligible`` says why it cannot take a launch (an sm_90 GPU; for in-order slots an x whose rows TMA can
 address: a gathered x' always is), ``hopper_pays`` whether it beats the sm_80 kernel for a weight's N and K tiles at
 M rows, ``config90_for`` its CTA shape (M's token tile, the 256-token one halved where its stream-K pieces would be
-short), ``stream_k_ctas`` how many CTAs share the work. The entry points' parameters: PARAMS90 (``params90``: with
-NVFP4's global scale last), GATHER_PARAMS."""
+short), ``stream_k_ctas`` how many CTAs share the work, ``ksplit_for`` where a tile runs split-K in a cluster of
+CTAs instead (the pieces added through distributed shared memory). The entry points' parameters: PARAMS90
+(``params90``: with NVFP4's global scale last), GATHER_PARAMS."""
 
 from __future__ import annotations
 
@@ -62,7 +63,9 @@ GATHER_PARAMS: tuple[tuple[str, Any], ...] = (
 class Plan90(NamedTuple):
     """A Hopper GEMM launch's schedule (the W4A16 and W8A8 kernels', templates/blocks/splitk.cuh.j2): ``ctas`` CTAs;
     the first ``whole`` of the ``tiles`` output tiles run whole (tile t by CTA t mod ctas), the rest are stream-K:
-    the first ``split_ctas`` CTAs take equal contiguous ranges of their units (``k_tiles`` a tile, K fastest)."""
+    the first ``split_ctas`` CTAs take equal contiguous ranges of their units (``k_tiles`` a tile, K fastest). In a
+    cluster launch ``ctas`` counts clusters (a 2-CTA entry's pair tiles; a split-K cluster launch: one whole tile a
+    cluster, ``ctas`` = ``whole`` = ``tiles``)."""
 
     tiles: int
     ctas: int
@@ -193,11 +196,11 @@ def hopper_pays(N: int, k_tiles: int, M: int, device: int, spec: Spec | None = N
 
 
 def pays90(N: int, k_tiles: int, M: int, sms: int, spec: Spec | None = None) -> bool:
-    """hopper_pays on a GPU of ``sms`` SMs (a pure function: the dispatch rule's sweep models the dispatch with it).
-    It judges the tile that would run: where config90_for halves the 256-token tile, the halved tile's twice as many
-    tiles (on the H100, CUDA graphs, µs a call, docs/bench/linear_graph_pays_h100.json: 4096 x 2048 at M = 192 /
-    256, 7.8 K tiles a CTA on n256, 15.5 on n128: the sm_80 GEMM 21.8 / 22.4, n128 19.0 / 19.0; 8192 x 1024 there:
-    26.4 / 27.8 against 21.6 / 21.7)."""
+    """hopper_pays on a GPU of ``sms`` SMs (a pure function: the dispatch rule's sweep models the dispatch with it):
+    enough K tiles a resident CTA, or split-K clusters (ksplit_for). It judges the tile that would run: where
+    config90_for halves the 256-token tile, the halved tile's twice as many tiles (on the H100, CUDA graphs, µs a
+    call, docs/bench/linear_graph_pays_h100.json: 4096 x 2048 at M = 192 / 256, 7.8 K tiles a CTA on n256, 15.5 on
+    n128: the sm_80 GEMM 21.8 / 22.4, n128 19.0 / 19.0; 8192 x 1024 there: 26.4 / 27.8 against 21.6 / 21.7)."""
     cfg = config90_for(M, N, k_tiles, sms, spec)
     tiles = cfg.tiles(M, N)
     resident = sms * cfg.min_blocks
@@ -288,12 +291,12 @@ CLUSTER_SPLITS: tuple[int, ...] = (2, 4, 8)
 #: Where bind90 runs a tile split-K in a cluster by itself (``ksplit_for``): KSPLIT_MIN_M to KSPLIT_MAX_M tokens (below,
 #: the GEMV runs these shapes: 4.7 against 6.1 µs at 4096 x 1024, M = 16), the clusters' CTAs at most KSPLIT_FILL of the
 #: resident CTAs (the largest cluster size that fits), each CTA at most KSPLIT_MAX_K_TILES K tiles. On the H200, CUDA
-#: graphs of back-to-back calls, µs a call (devtools/linear_graph_bench.py --ksplits; docs/bench/ksplit_h200.json), the
-#: dispatch before / split-K clusters: 4096 x 1024 at M = 32, 64, 128: 11.0 / 6.8 (n32, 64 CTAs), 12.3 / 8.4 (n64, 64),
-#: 12.9 / 10.1 (n128, 64); 4096 x 6144 at 32, 64: 16.8 / 13.4 (192 CTAs), 22.2 / 16.9; 4096 x 4096 at 32, 64: 13.7 /
-#: 12.6 (128), 17.4 / 16.3. Slower: every launch of 256 CTAs of the 2-an-SM tiles and 128 of the 1-an-SM ones (4096 x
-#: 4096 at M = 128, 128 CTAs: 29.9 against 18.0), pieces of 56 K tiles (14336 x 4096 at M = 32, 4 a tile: 31.9 against
-#: stream-K's 22.9 over 8), and every M = 256.
+#: graphs of back-to-back calls, µs a call (devtools/linear_graph_bench.py --ksplits; docs/bench/ksplit_h200.json, its
+#: second run unless marked), the dispatch before / split-K clusters: 4096 x 1024 at M = 32, 64, 128: 11.0 / 6.8 (n32,
+#: 64 CTAs), 12.3 / 8.4 (n64, 64), 12.9 / 10.1 (n128, 64); 4096 x 6144 at 32, 64: 16.8 / 13.4 (192 CTAs), 22.2 / 16.9;
+#: 4096 x 4096 at 32, 64: 13.7 / 12.6 (128), 17.4 / 16.3. Slower: every launch of 256 CTAs of the 2-an-SM tiles and 128
+#: of the 1-an-SM ones (4096 x 4096 at M = 128, 128 CTAs: 29.9 against 18.0), pieces of 56 K tiles (14336 x 4096 at M =
+#: 32, 4 a tile: 31.9 against stream-K's 22.9 over 8; first run, as the M = 16 figures), and every M = 256.
 KSPLIT_MIN_M = 17
 KSPLIT_MAX_M = 128
 KSPLIT_FILL = 0.75
@@ -302,7 +305,7 @@ KSPLIT_MAX_K_TILES = 16
 
 def ksplit_for(cfg: Gemm90Config, M: int, N: int, k_tiles: int, sms: int, spec: Spec | None = None) -> int | None:
     """The split-K cluster size bind90 runs ``cfg``'s tiles in by itself, or None (the stream-K schedule): see
-    KSPLIT_MAX_M. Measured on 4-bit integer weights (AWQ int4), so only for those (``spec`` None: the shape alone)."""
+    KSPLIT_MIN_M. Measured on 4-bit integer weights (AWQ int4), so only for those (``spec`` None: the shape alone)."""
     if cfg.cluster > 1 or not KSPLIT_MIN_M <= M <= KSPLIT_MAX_M or (spec is not None and not measured_codes(spec)):
         return None
     tiles = cfg.tiles(M, N)
@@ -339,7 +342,7 @@ def bind90(
     clusters of that many CTAs (CLUSTER_SPLITS), one tile a cluster, the pieces added through distributed shared
     memory). A 2-CTA cluster entry (``cfg.cluster`` 2, or cfg None where use_cluster90 says) runs whole pair tiles:
     ``plan`` counts pair tiles and clusters, and split-K is refused."""
-    chosen = cfg is None
+    chosen, asked_ks = cfg is None, cluster_splits is not None  # what the caller chose, not the rules
     if cluster_splits is not None:
         if cluster_splits not in CLUSTER_SPLITS:
             raise ValueError(f"cluster_splits: expected one of {CLUSTER_SPLITS}, got {cluster_splits!r}")
@@ -380,10 +383,12 @@ def bind90(
             raise ValueError(f"plan: a 2-CTA cluster entry ({cfg.tag}) runs whole pair tiles, got {plan}")
     elif cluster_splits is not None:
         if fn.max_active_clusters(cluster_splits * tiles, cfg.threads, cluster_splits, smem) < 1:
-            if not chosen:
+            if asked_ks:
                 raise ValueError(f"cluster_splits: no cluster of {cluster_splits} {cfg.tag} CTAs can be resident here")
             return bind90(spec, w, x_ptr, x_stride, M, bias, out, cfg, None, None, x_cols)  # the stream-K schedule
-        plan = Plan90.of(tiles, tiles, w.k_tiles)  # every tile whole: one a cluster
+        plan = Plan90.of(tiles, tiles, w.k_tiles)  # every tile whole: one a cluster (the kernel's reduce_cluster
+        # writes the pieces into the drained stage memory: a second tile's copies would land on them)
+        assert plan.ctas == plan.whole == plan.tiles, plan
     elif plan is None:
         resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
         plan = Plan90.of(tiles, stream_k_ctas(tiles, w.k_tiles, resident, want_splits), w.k_tiles)
