@@ -1,7 +1,8 @@
 """A numpy model of one launch of templates/gemm90.cu.j2 (CPU): every CTA of the grid with its producer (the TMA
 copies into the stage ring, gated by the mbarriers) and its consumer warpgroups (ldmatrix, the converter as the
 solved Plan of converter_spec(spec), the register-sourced wgmma, the stream-K segments, the workspace partials and
-the last arriver's K-order sum, the epilogue). The kernel's index math is restated here expression by expression
+the last arriver's K-order sum, the split-K clusters' pieces added through the peers' shared memory between two
+cluster barriers, the epilogue). The kernel's index math is restated here expression by expression
 (named after the template's variables); the hardware is modelled by the PTX ISA (8.x, cited by section title):
 
 - ``cp.async.bulk.tensor.2d`` (Data Movement: cp.async.bulk.tensor; tensor maps of cuTensorMapEncodeTiled as
@@ -55,6 +56,9 @@ PRODUCER_TAIL = True
 #: The cluster consumers' release of a stage on the peer's empty barrier too (counted there: CLUSTER x CONSUMERS x 4
 #: arrivals); tests turn it off (the one-CTA kernel's count and arrival) to show the model catches the race.
 PEER_RELEASE = True
+#: The split-K cluster's second barrier (the template's reduce_cluster: no CTA exits before every peer has read its
+#: piece); tests turn it off to show the model refuses a read of a CTA that has exited.
+KSPLIT_EXIT_BARRIER = True
 #: Where the dynamic shared memory starts (not 1024-aligned: the kernel aligns its stages itself; the static
 #: ``__shared__ bool last`` sits before it).
 RAW0 = 16
@@ -240,6 +244,7 @@ def emulate90(
     whole: int | None = None,
     split_ctas: int | None = None,
     global_scale: np.ndarray | None = None,
+    ksplit: int = 1,
 ) -> np.ndarray:
     """y [M, N] (float64, before the output rounding) of one launch on ``ctas`` CTAs, run in ``order``; ``whole``
     and ``split_ctas`` as in dqgen.run.gemm90.Plan90 (by default its defaults). A 2-CTA cluster config
@@ -247,7 +252,10 @@ def emulate90(
     (dqgen.run.gemm90.cluster_plan), and the CTAs of a cluster run together, each producer copying its half of the
     x tile into both CTAs (multicast), each consumer warp releasing a stage on both CTAs' empty barriers.
     ``global_scale``: the fp32 [1] launch argument of a spec with one (NVFP4), whose bits every consumer thread
-    reads."""
+    reads. ``ksplit`` > 1: split-K clusters (dqgen.run.gemm90.bind90's ``cluster_splits``): ``ctas`` and ``order``
+    count clusters of ``ksplit`` CTAs, one whole tile each; CTA r runs K tiles [r K / ksplit, (r + 1) K / ksplit),
+    stores its sums over its (drained) stage memory, and after a cluster barrier adds its share of every CTA's sums
+    in rank order and stores it; a second barrier keeps every CTA until the others have read its piece."""
     conv = converter_spec(spec)
     plan = compile_artifact(conv).plan
     ctx = Gemm90KernelConfig.one(spec, cfg).context()
@@ -310,6 +318,11 @@ def emulate90(
     x_rows = cfg.x_box_rows
     assert x_rows * CLUSTER == BN
     W, Q = sched.whole, sched.split_ctas
+    if ksplit > 1:  # what bind90 builds for split-K clusters
+        assert CLUSTER == 1 and P == W == tiles and ksplit <= k_tiles and kAcc % ksplit == 0, "not a bind90 plan"
+    R = CLUSTER if CLUSTER > 1 else ksplit  # the CTAs a cluster
+    kbeg = [r * k_tiles // ksplit if ksplit > 1 else 0 for r in range(R)]
+    kend = [(r + 1) * k_tiles // ksplit if ksplit > 1 else k_tiles for r in range(R)]
     sk_units = units - W * k_tiles
     ws = np.full(2 * Q * BN * kTileN, np.nan)
     ws_writes = np.zeros(ws.size, dtype=np.int64)
@@ -337,7 +350,7 @@ def emulate90(
         """Cluster ``cta`` (one CTA where CLUSTER is 1): its CTAs' producers and consumers as coroutines, stepped
         until each finishes (a full round without progress is a deadlock)."""
         # the shared window of each CTA from address 0: the dynamic allocation is [RAW0, RAW0 + smem_size)
-        smems = [np.full(RAW0 + smem_size, 0xA5, dtype=np.uint8) for _ in range(CLUSTER)]  # garbage where no copy lands
+        smems = [np.full(RAW0 + smem_size, 0xA5, dtype=np.uint8) for _ in range(R)]  # garbage where no copy lands
         base = (RAW0 + 1023) & ~1023
         bars = base + STAGES * kStage
         assert bars + 16 * STAGES <= RAW0 + smem_size, "the stages and barriers overrun the dynamic shared memory"
@@ -349,29 +362,33 @@ def emulate90(
                     for s in range(STAGES)
                 },
             }
-            for _ in range(CLUSTER)
+            for _ in range(R)
         ]
-        exited = [False] * CLUSTER  # every thread of the CTA has returned: its shared memory is gone
+        exited = [False] * R  # every thread of the CTA has returned: its shared memory is gone
+        cluster_bar = Barrier(R)  # split-K clusters: barrier.cluster, one arrival a CTA (all its threads take it)
+        pieces: list[np.ndarray | None] = [None] * R  # a split-K CTA's sums, [e, ctid] (float64: the model's sums)
+        issued = [0] * R  # copies a producer has issued
         # the template's schedule (blocks/splitk.cuh.j2 cta_work): whole tiles cta, cta + P, ... below W, then the
         # CTA's range of the stream-K units (CTA c < Q: [c U / Q, (c + 1) U / Q) of the U after tile W's first)
         whole_mine = (W - cta + P - 1) // P if cta < W else 0
         sk_begin = cta * sk_units // Q if cta < Q else 0
         sk_end = (cta + 1) * sk_units // Q if cta < Q else 0
-        nt = whole_mine * k_tiles + sk_end - sk_begin
+        nts = [whole_mine * (kend[r] - kbeg[r]) + sk_end - sk_begin for r in range(R)]
 
-        def first_segment() -> tuple[int, int]:
-            return (cta, 0) if whole_mine > 0 else (W + sk_begin // k_tiles, sk_begin % k_tiles)
+        def first_segment(rank: int) -> tuple[int, int]:
+            return (cta, kbeg[rank]) if whole_mine > 0 else (W + sk_begin // k_tiles, sk_begin % k_tiles)
 
-        def next_segment(tile: int) -> tuple[int, int]:
+        def next_segment(tile: int, rank: int) -> tuple[int, int]:
             if tile < W and tile + P < W:
-                return tile + P, 0
+                return tile + P, kbeg[rank]
             if tile < W:
                 return W + sk_begin // k_tiles, sk_begin % k_tiles
             return tile + 1, 0
 
         def origin(tile: int, rank: int) -> tuple[int, int]:
-            """(m0, f0) of this CTA's tile: feature tile CLUSTER fp + rank of pair tile (m, fp)."""
-            return tile % m_tiles * BN, (tile // m_tiles * CLUSTER + rank) * kTileN
+            """(m0, f0) of this CTA's tile: feature tile CLUSTER fp + rank of pair tile (m, fp) (a split-K cluster's
+            CTAs all compute the cluster's tile)."""
+            return tile % m_tiles * BN, (tile // m_tiles * CLUSTER + (rank if CLUSTER > 1 else 0)) * kTileN
 
         def wait(barrier: dict[int, Barrier], bar: int, parity: int) -> Iterator[None]:
             while not barrier[bar].ready(parity):
@@ -379,13 +396,13 @@ def emulate90(
             Barrier.events += 1
 
         def producer(rank: int) -> Iterator[None]:
-            smem, barrier = smems[rank], barriers[rank]
-            tile, kt = first_segment()
+            smem, barrier, nt = smems[rank], barriers[rank], nts[rank]
+            tile, kt = first_segment(rank)
             m0, f0 = origin(tile, rank)
             grp = int(tile_group[kt]) if nt > 0 else 0
             for i in range(nt):
                 s = i % STAGES
-                tile_next, kt_next = (tile, kt + 1) if kt + 1 < k_tiles else next_segment(tile)
+                tile_next, kt_next = (tile, kt + 1) if kt + 1 < kend[rank] else next_segment(tile, rank)
                 grp_next = int(tile_group[kt_next]) if i + 1 < nt else 0
                 if i >= STAGES:
                     yield from wait(barrier, bars + 8 * (STAGES + s), ((i // STAGES) + 1) & 1)
@@ -397,11 +414,12 @@ def emulate90(
                 # (box 64 x x_rows, swizzled), scales / zeros [G, Ns] (box kTileN x rows)
                 wbox = (128, kTileN // kCols)
                 bar.complete_tx(tma_load_2d(smem, st, wq, wbox, (kt * 128, f0 // kCols), True), phase)
-                # x: rows [rank x_rows, (rank + 1) x_rows) of the tile into every CTA of the cluster (multicast)
-                xdst = st + kWBytes + rank * x_rows * 128
-                for peer in range(CLUSTER):
+                # x: rows [rank x_rows, (rank + 1) x_rows) of the tile into every CTA of a 2-CTA cluster (multicast)
+                xr = rank if CLUSTER > 1 else 0
+                xdst = st + kWBytes + xr * x_rows * 128
+                for peer in range(CLUSTER) if CLUSTER > 1 else (rank,):
                     assert not exited[peer], "a multicast into a CTA that has exited"
-                    nbytes = tma_load_2d(smems[peer], xdst, x16, (64, x_rows), (kt * kTileK, m0 + rank * x_rows), True)
+                    nbytes = tma_load_2d(smems[peer], xdst, x16, (64, x_rows), (kt * kTileK, m0 + xr * x_rows), True)
                     barriers[peer][bars + 8 * s].complete_tx(nbytes, phase)
                 # scales: the tile's kGroupRows rows from its first group (rows past G land as zeros)
                 sbox = (kTileN, kGroupRows)
@@ -410,6 +428,7 @@ def emulate90(
                     assert zeros is not None
                     zdst = st + kWBytes + BN * 128 + kSBytes
                     bar.complete_tx(tma_load_2d(smem, zdst, zeros, (kTileN, 1), (f0, grp), False), phase)
+                issued[rank] += 1
                 grp = grp_next
                 kt = kt_next
                 if tile_next != tile:
@@ -420,7 +439,7 @@ def emulate90(
                     yield from wait(barrier, bars + 8 * (STAGES + i % STAGES), ((i // STAGES) + 1) & 1)
 
         def consumer(rank: int) -> Iterator[None]:
-            smem, barrier = smems[rank], barriers[rank]
+            smem, barrier, nt = smems[rank], barriers[rank], nts[rank]
             acc = np.zeros((CONSUMERS, MW, 4, 32, NI, 4))
             areg = np.zeros((2, CONSUMERS, MW, kK16, 4, 32, 4), dtype=np.uint32)
             pending: list[list[Callable[[], None]]] = []  # committed wgmma groups, not yet retired
@@ -598,9 +617,46 @@ def emulate90(
                     store_tile(tile, acc)
                     counters[tile] = 0
 
+            def reduce_cluster(tile: int) -> Iterator[None]:
+                """The template's reduce_cluster: the sums over the stage memory (no copy in flight: the producer
+                issued its last and every one has landed), the cluster barrier, this CTA's share [rank per, (rank +
+                1) per) of every CTA's sums in rank order, stored; the barrier before the CTA may exit."""
+                nbytes = kAcc * kConsumerThreads * 4
+                assert issued[rank] == nt and base + nbytes <= bars, "the pieces overwrite a live stage or the barriers"
+                smem[base : base + nbytes] = 0xEE  # the stages' bytes are gone
+                e = ((np.arange(MW)[:, None, None] * NI + np.arange(NI)[None, :, None]) * 4 + np.arange(4)).ravel()
+                piece = np.full((kAcc, kConsumerThreads), np.nan)
+                # acc [C, MW, warp, lane, NI, 4] -> piece[(i NI + j) 4 + r, ctid]
+                piece[e[:, None], ctid.ravel()[None, :]] = acc.transpose(1, 4, 5, 0, 2, 3).reshape(kAcc, -1)
+                pieces[rank] = piece
+                cluster_bar.arrive()
+                while cluster_bar.phases < 1:
+                    yield
+                per = kAcc // R
+                m0, n0 = origin(tile, rank)
+                for q in range(per):
+                    el = rank * per + q
+                    v = np.zeros(kConsumerThreads)
+                    for c in range(R):  # rank order: the bits of every run
+                        assert not exited[c], "a read of a CTA that has exited"
+                        other = pieces[c]
+                        assert other is not None and not np.isnan(other[el]).any(), "a piece read before it was stored"
+                        v = v + other[el]
+                    i, j, r = el // (NI * 4), el // 4 % NI, el % 4
+                    n = (n0 + row0 + 64 * i + g + 8 * (r >> 1)).ravel()
+                    m = np.broadcast_to(m0 + 8 * j + 2 * t + (r & 1), (CONSUMERS, 4, 32)).ravel()
+                    ok = (n < N) & (m < M)
+                    b = 0.0 if bias is None else np.asarray(bias, np.float64)[np.minimum(n, N - 1)]
+                    y[m[ok], n[ok]] = (v + b)[ok]
+                    np.add.at(y_writes, (m[ok], n[ok]), 1)
+                if KSPLIT_EXIT_BARRIER:
+                    cluster_bar.arrive()
+                    while cluster_bar.phases < 2:
+                        yield
+
             def release(s: int) -> None:
                 """lane 0 of every warp: its own CTA's empty barrier of stage s and, in a cluster, the peer's."""
-                for peer in range(CLUSTER) if PEER_RELEASE else (rank,):
+                for peer in range(CLUSTER) if PEER_RELEASE and CLUSTER > 1 else (rank,):
                     assert not exited[peer], "a remote arrival on a CTA that has exited"
                     barriers[peer][bars + 8 * (STAGES + s)].arrive(CONSUMERS * 4)
 
@@ -619,30 +675,33 @@ def emulate90(
             if nt > 0:
                 yield from wait(barrier, bars, 0)
                 load_convert(0, 0)
-            tile, kb = first_segment()
+            tile, kb = first_segment(rank)
             done = 0
             while done < nt:
-                seg = min(k_tiles - kb, nt - done)
+                seg = min(kend[rank] - kb, nt - done)
                 for i in range(0, seg, 2):
                     yield from step(done, i, 0)
                     if i + 1 < seg:
                         yield from step(done, i, 1)
                 wgmma_wait(0)
-                finish_segment(tile, kb, kb + seg)
+                if ksplit > 1:
+                    yield from reduce_cluster(tile)
+                else:
+                    finish_segment(tile, kb, kb + seg)
                 done += seg
                 if seg % 2 != 0:
                     areg[0] = areg[1]
-                tile, kb = next_segment(tile)
+                tile, kb = next_segment(tile, rank)
             if CLUSTER > 1 and nt > 0:  # the last K tile's stage, for the producers' tails
                 release((nt - 1) % STAGES)
 
         # the most adversarial schedule the barriers allow: the producers copy as far ahead as they may after every
         # move, and one consumer leads (the last rank, the first in odd clusters): it runs until it blocks before
         # the other moves, so a stage the leader released is refilled while the other CTA may still read it
-        producers = [producer(rank) for rank in range(CLUSTER)]
-        ranks = list(range(CLUSTER))[:: 1 if cta % 2 else -1]
+        producers = [producer(rank) for rank in range(R)]
+        ranks = list(range(R))[:: 1 if cta % 2 else -1]
         consumers = [(rank, consumer(rank)) for rank in ranks]
-        prod_live, cons_live = [True] * CLUSTER, [True] * CLUSTER
+        prod_live, cons_live = [True] * R, [True] * R
 
         def advance(co: Iterator[None]) -> bool:
             """One move of a thread; False once it has returned."""
@@ -657,7 +716,7 @@ def emulate90(
 
         while any(prod_live) or any(cons_live):
             before, finished = Barrier.events, False
-            for rank in range(CLUSTER):
+            for rank in range(R):
                 if prod_live[rank] and not advance(producers[rank]):
                     prod_live[rank], finished = False, True
                     exit_check(rank)

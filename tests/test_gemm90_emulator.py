@@ -6,7 +6,9 @@ tail inside a 64-tile; M not a multiple of the token tile), the model's y equals
 slot read was written once and every output stored once. Gathered K slots (act-order with a real desc_act g_idx,
 groups padded to whole tiles, K tails): the gather kernel's model writes x' = x[:, perm] (0 at padding) and the GEMM
 over x' equals x @ W. 2-CTA clusters: pair tiles, x multicast in halves into both CTAs, both CTAs' releases of a
-stage and the producer tail (dropping either is caught). The GPU runs are in tests/test_gpu_gemm90.py."""
+stage and the producer tail (dropping either is caught). Split-K clusters of 2, 4 and 8 CTAs on every one-CTA tile
+(dropping the barrier that keeps a CTA until its piece is read is caught). The GPU runs are in
+tests/test_gpu_gemm90.py."""
 
 from __future__ import annotations
 
@@ -448,3 +450,33 @@ def test_the_cluster_rule_takes_large_m_on_wide_weights() -> None:
     assert CLUSTER_RULE is not None and len(rows) == 20
     for r in rows:
         assert use_cluster90(r["M"], r["N"]) == (r["us"]["sm90 cluster"] < r["us"]["sm90 gemm"]), r
+
+
+@pytest.mark.parametrize("cfg", CONFIGS90, ids=[c.tag for c in CONFIGS90])
+def test_emulated_split_k_clusters_equal_x_at_w(cfg: Gemm90Config) -> None:
+    """Split-K clusters (bind90's ``cluster_splits``: one whole tile a cluster of 2, 4 or 8 CTAs, each a share of the
+    K tiles, the shares' sums added in rank order after a cluster barrier) on every one-CTA token tile: AWQ int4 over
+    10 K tiles (8 CTAs: some of one K tile, some of two), two token tiles, a partial feature tile, a bias."""
+    spec = load_spec("awq_int4_fp16")
+    K, M = 640, cfg.bn + 5
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=4)
+    pk = pack_gemm(spec, q, s, z, gi, 128)
+    x = random_x(spec, M, K, seed=5)
+    b = np.random.default_rng(7).standard_normal(N)
+    ref = matmul_reference(x, W) + b
+    tiles = -(-M // cfg.bn) * -(-N // cfg.features)
+    for ks in (2, 4, 8):
+        y = emu.emulate90(spec, pk, x, cfg, tiles, bias=b, order=list(range(tiles))[::-1], ksplit=ks)
+        np.testing.assert_allclose(y, ref, rtol=1e-9, atol=1e-9, err_msg=f"{cfg.tag} ksplit {ks}")
+
+
+def test_the_model_catches_a_split_k_cluster_without_the_exit_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without reduce_cluster's second barrier a CTA leaves once it has stored its share, while the others still
+    read its piece: the model refuses the read."""
+    spec = load_spec("awq_int4_fp16")
+    (q, s, z, gi, _), _ = matmul_inputs(spec, 640, N, seed=4)
+    pk = pack_gemm(spec, q, s, z, gi, 128)
+    x = random_x(spec, 13, 640, seed=5)
+    monkeypatch.setattr(emu, "KSPLIT_EXIT_BARRIER", False)
+    with pytest.raises(AssertionError, match="a read of a CTA that has exited"):
+        emu.emulate90(spec, pk, x, CONFIGS90[1], 2, ksplit=4)
