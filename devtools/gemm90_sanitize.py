@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import numpy as np
 
 from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
-from dqgen.core.spec import load_spec
+from dqgen.core.spec import Spec, load_spec
 from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, CONFIGS90, NARROW_CONFIGS90, Gemm90Config
 from dqgen.run import gemm
 from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
@@ -40,6 +41,19 @@ CASES = (
 )
 
 
+def _launch(spec: Spec, gw: Any, W: np.ndarray, cfg: Gemm90Config, M: int, what: str, **kw: int) -> list[str]:
+    """One launch of ``cfg`` on M rows of x (run_gemm with ``kw``), checked against the float64 reference: [] where
+    within tolerance, else its one-line name."""
+    import torch
+
+    x = random_x(spec, M, W.shape[0], seed=M)
+    y = gemm.run_gemm(spec, to_torch(x), gw, config=cfg, **kw)
+    torch.cuda.synchronize()
+    err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
+    print(f"{spec.name} K={W.shape[0]} M={M} {cfg.tag} {what}: rel err {err:.2e}")
+    return [] if err <= TOLERANCE[spec.target.value] else [f"{spec.name} {cfg.tag} {what}"]
+
+
 def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
     import torch
 
@@ -47,7 +61,8 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
         print("not an sm_90 GPU: the Hopper GEMM does not run here")
         return 0
     covered: set[tuple[Gemm90Config, bool | str]] = set()  # (entry, split: False / True / "ksplit")
-    bad, gathered = [], False
+    bad: list[str] = []
+    gathered = False
     cases = [c for c in CASES if only is None or c[0] in only]
     if only is not None and len(cases) != len(only):
         print(f"--only: expected case names among {[c[0] for c in CASES]}, got {only}")
@@ -60,24 +75,11 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
         for cfg in () if only_cluster else CONFIGS90 + NARROW_CONFIGS90:
             for splits in split_list:
                 M = cfg.bn - 3 if cfg.bn > 8 else 5
-                x = random_x(spec, M, K, seed=M)
-                y = gemm.run_gemm(spec, to_torch(x), gw, config=cfg, splits=splits)
-                torch.cuda.synchronize()
+                bad += _launch(spec, gw, W, cfg, M, f"N={N} splits={splits}", splits=splits)
                 covered.add((cfg, splits > 1))
-                err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
-                print(f"{name} K={K} N={N} M={M} {cfg.tag} splits={splits}: rel err {err:.2e}")
-                if not err <= TOLERANCE[spec.target.value]:
-                    bad.append(f"{name} {cfg.tag} splits={splits}")
-            for ks in cluster_list if cfg.accumulators % 8 == 0 else ():
-                M = cfg.bn + 5  # two token tiles
-                x = random_x(spec, M, K, seed=M)
-                y = gemm.run_gemm(spec, to_torch(x), gw, config=cfg, cluster_splits=ks)
-                torch.cuda.synchronize()
+            for ks in cluster_list if cfg.accumulators % 8 == 0 else ():  # two token tiles
+                bad += _launch(spec, gw, W, cfg, cfg.bn + 5, f"N={N} cluster_splits={ks}", cluster_splits=ks)
                 covered.add((cfg, "ksplit"))
-                err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
-                print(f"{name} K={K} N={N} M={M} {cfg.tag} cluster_splits={ks}: rel err {err:.2e}")
-                if not err <= TOLERANCE[spec.target.value]:
-                    bad.append(f"{name} {cfg.tag} cluster_splits={ks}")
         for n_cols in (N, N + 256):  # whole pair tiles only: two token tiles; N = 200 and 200 + 256 (3 tiles)
             if n_cols != N:  # the weight above serves N: one more pack (slow under the sanitizers) for the other
                 (q, s, z, gi, gs), W = matmul_inputs(spec, K, n_cols, seed=K + n_cols, group_size=group)
@@ -85,15 +87,8 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
                     spec, to_torch(q), to_torch(s), to_torch(z), g_idx=to_torch(gi), global_scale=to_torch(gs)
                 )
             for cfg in CLUSTER_CONFIGS90:
-                M = cfg.bn + 5
-                x = random_x(spec, M, K, seed=M)
-                y = gemm.run_gemm(spec, to_torch(x), gw, config=cfg)
-                torch.cuda.synchronize()
+                bad += _launch(spec, gw, W, cfg, cfg.bn + 5, f"N={n_cols}")
                 covered.add((cfg, False))
-                err = relative_error(to_numpy(y).astype(np.float64), matmul_reference(x, W))
-                print(f"{name} K={K} N={n_cols} M={M} {cfg.tag}: rel err {err:.2e}")
-                if not err <= TOLERANCE[spec.target.value]:
-                    bad.append(f"{name} {cfg.tag} N={n_cols}")
     want: set[tuple[Gemm90Config, bool | str]] = {(c, False) for c in CLUSTER_CONFIGS90}
     if not only_cluster:
         want |= {(c, sp) for c in CONFIGS90 + NARROW_CONFIGS90 for sp in (False, True)}

@@ -447,6 +447,15 @@ def cluster_attribute(cluster: int) -> Any:
     return attr
 
 
+def programmatic_attribute() -> Any:
+    """The launch attribute that lets a kernel start while the one before it in the stream finishes
+    (programmatic stream serialization: the kernel waits itself, blocks/pdl.cuh.j2)."""
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    return attr
+
+
 def arch_sm(arch: str) -> int:
     """75 of "sm_75", 90 of "sm_90a"."""
     return int(arch[3:].rstrip("af"))
@@ -479,11 +488,7 @@ def _launch_ex(
     built once; its stream is set per call under a lock (the driver copies the config when it is called), so threads
     may share the launcher."""
     attrs = [cluster_attribute(cluster)] if cluster > 1 else []
-    if programmatic:
-        attr = driver.CUlaunchAttribute()
-        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.programmaticStreamSerializationAllowed = 1
-        attrs.append(attr)
+    attrs += [programmatic_attribute()] if programmatic else []
     cfg = launch_config(grid, block, shared_mem, attrs)
     lock = threading.Lock()
     launch_ex = driver.cuLaunchKernelEx

@@ -32,7 +32,7 @@ from ..layout.gemm import TILE_K, TILE_N
 from . import device as dev
 from .calls import WEIGHT_BOUND_MAX, remember
 from .errors import imported_torch as _torch
-from .gemm90 import CLUSTER_SPLITS, bind90, bind90_gathered, hopper_ineligible, hopper_pays
+from .gemm90 import bind90, bind90_gathered, check_cluster_splits, hopper_ineligible, hopper_pays
 from .loader import load
 from .operands import check_activation, check_torch_tensors, x_aligned
 from .packcache import PackCache
@@ -250,10 +250,9 @@ def run_gemm(
         raise ValueError(f"splits: expected an int >= 1, got {splits!r}")
     if cluster_splits is not None and isinstance(config, GemmConfig):
         raise ValueError(f"cluster_splits: split-K clusters are the Hopper GEMM's; got the sm_80 tile {config}")
-    if cluster_splits is not None and cluster_splits not in CLUSTER_SPLITS:  # before a gathered x' buffer grows
-        raise ValueError(f"cluster_splits: expected one of {CLUSTER_SPLITS}, got {cluster_splits!r}")
-    key: tuple[Any, ...] = (x2.data_ptr(), M, x_stride, out.data_ptr(), 0 if bias is None else bias.data_ptr(), config)
-    key += (splits,) if cluster_splits is None else (splits, cluster_splits)
+    check_cluster_splits(cluster_splits)  # before a gathered x' buffer grows
+    bias_ptr = 0 if bias is None else bias.data_ptr()
+    key = (x2.data_ptr(), M, x_stride, out.data_ptr(), bias_ptr, config, splits, cluster_splits)
     launch = w._bound.get(key)
     if launch is None:
         bound = _bind(spec, w, x2, x_stride, M, bias, out, config, splits, cluster_splits)

@@ -303,6 +303,13 @@ KSPLIT_FILL = 0.75
 KSPLIT_MAX_K_TILES = 16
 
 
+def check_cluster_splits(cluster_splits: int | None) -> None:
+    """A one-line ValueError unless ``cluster_splits`` is None or one of CLUSTER_SPLITS (run_gemm asks before a
+    gathered x' buffer grows, bind90 for its direct callers)."""
+    if cluster_splits is not None and cluster_splits not in CLUSTER_SPLITS:
+        raise ValueError(f"cluster_splits: expected one of {CLUSTER_SPLITS}, got {cluster_splits!r}")
+
+
 def ksplit_for(cfg: Gemm90Config, M: int, N: int, k_tiles: int, sms: int, spec: Spec | None = None) -> int | None:
     """The split-K cluster size bind90 runs ``cfg``'s tiles in by itself, or None (the stream-K schedule): see
     KSPLIT_MIN_M. Measured on 4-bit integer weights (AWQ int4), so only for those (``spec`` None: the shape alone)."""
@@ -343,9 +350,8 @@ def bind90(
     memory). A 2-CTA cluster entry (``cfg.cluster`` 2, or cfg None where use_cluster90 says) runs whole pair tiles:
     ``plan`` counts pair tiles and clusters, and split-K is refused."""
     chosen, asked_ks = cfg is None, cluster_splits is not None  # what the caller chose, not the rules
+    check_cluster_splits(cluster_splits)
     if cluster_splits is not None:
-        if cluster_splits not in CLUSTER_SPLITS:
-            raise ValueError(f"cluster_splits: expected one of {CLUSTER_SPLITS}, got {cluster_splits!r}")
         if want_splits is not None or plan is not None:
             raise ValueError("cluster_splits: a split-K cluster launch takes no want_splits or plan (a tile a cluster)")
         if cluster_splits > w.k_tiles:
@@ -395,6 +401,7 @@ def bind90(
     if plan.tiles != tiles or plan.k_tiles != w.k_tiles:
         raise ValueError(f"plan: expected {tiles} tiles of {w.k_tiles} K tiles, got {plan}")
     plan.check()
+    ksplit = cluster_splits or 1  # the kernel's argument and the launch's cluster size
     ws, counters = None, None
     if plan.split:  # stream-K pieces (CTAs on whole tiles store them at once)
         assert w.workspace is not None
@@ -419,17 +426,15 @@ def bind90(
         "units": tiles * w.k_tiles,
         "whole": plan.whole,
         "split_ctas": plan.split_ctas,
-        "ksplit": cluster_splits or 1,
+        "ksplit": ksplit,
         # NVFP4's fp32 [1] global scale (pack_gemm checked it and keeps it with the weight); no argument elsewhere
         "global_scale": 0 if w.global_scale is None else w.global_scale.data_ptr(),
     }
     args = [values[name] if typ is dev.TensorMapArg else typ(values[name]) for name, typ in params90(spec)]
     # a cluster entry's grid: plan.ctas clusters of cfg.cluster CTAs (its __cluster_dims__: no cluster launch
-    # attribute); a split-K cluster launch's: plan.ctas clusters of cluster_splits CTAs (the launch attribute)
-    ks = cluster_splits or 1
-    return fn.bind(
-        (plan.ctas * cfg.cluster * ks,), (cfg.threads,), args, shared_mem=smem, programmatic=M <= PDL_MAX_M, cluster=ks
-    )
+    # attribute); a split-K cluster launch's: plan.ctas clusters of ksplit CTAs (the launch attribute)
+    grid = (plan.ctas * cfg.cluster * ksplit,)
+    return fn.bind(grid, (cfg.threads,), args, shared_mem=smem, programmatic=M <= PDL_MAX_M, cluster=ksplit)
 
 
 def bind_gather(w: Any, x_ptr: int, x_stride: int, M: int, xp_ptr: int) -> dev.BoundLaunch:
