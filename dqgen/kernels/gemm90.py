@@ -214,6 +214,12 @@ NARROW_CONFIGS90: Final = (
 )
 
 
+#: The split-K cluster sizes of a one-CTA entry (dqgen.run.gemm90.bind90's ``cluster_splits``; the template's
+#: reduce_cluster has one unrolled branch a size): powers of two up to the portable cluster size, so each CTA of a
+#: cluster adds a whole share of a consumer thread's accumulators.
+CLUSTER_SPLITS: Final[tuple[int, ...]] = (2, 4, 8)
+
+
 def cluster_config90(cfg: Gemm90Config) -> Gemm90Config | None:
     """The 2-CTA cluster entry of ``cfg``'s CTA shape (None where there is none)."""
     return next((c for c in CLUSTER_CONFIGS90 if replace(c, cluster=cfg.cluster) == cfg), None)
@@ -338,6 +344,7 @@ class Gemm90KernelConfig(WeightOnlyGemmConfig):
             zero_bytes=zero_bytes(conv),
             mma_type="bf16" if conv.target.value == "bf16" else "f16",
             ns=sorted({c.bn for c in self.entries}),
+            cluster_splits=CLUSTER_SPLITS,
             # groups under a K tile: scale rows a stage, k a group (the consumers pick a pair's row); 1-byte codes
             group_rows=rows,
             group_k=TILE_K // rows,

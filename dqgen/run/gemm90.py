@@ -26,7 +26,7 @@ import numpy as np
 
 from ..core.spec import Spec
 from ..kernels.gather_x import GATHER_X
-from ..kernels.gemm90 import Gemm90Config, Gemm90KernelConfig, choose_config90, cluster_config90
+from ..kernels.gemm90 import CLUSTER_SPLITS, Gemm90Config, Gemm90KernelConfig, choose_config90, cluster_config90
 from ..layout.gemm import TILE_N, group_rows
 from ..layout.gemm_trt import columns_interleaved
 from . import device as dev
@@ -283,10 +283,6 @@ def cluster_plan(cfg: Gemm90Config, M: int, N: int, k_tiles: int, resident_clust
     pair_tiles = cfg.tiles(M, N)
     return Plan90.of(pair_tiles, cluster_ctas(pair_tiles, max(1, resident_clusters)), k_tiles)
 
-
-#: The split-K cluster sizes of a one-CTA entry (bind90's ``cluster_splits``): powers of two up to the portable
-#: cluster size, so each CTA of a cluster adds a whole share of a consumer thread's accumulators (a multiple of 8).
-CLUSTER_SPLITS: tuple[int, ...] = (2, 4, 8)
 
 #: Where bind90 runs a tile split-K in a cluster by itself (``ksplit_for``): KSPLIT_MIN_M to KSPLIT_MAX_M tokens (below,
 #: the GEMV runs these shapes: 4.7 against 6.1 µs at 4096 x 1024, M = 16), the clusters' CTAs at most KSPLIT_FILL of the
