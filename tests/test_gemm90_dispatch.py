@@ -221,3 +221,15 @@ def test_cluster_splits_refused_in_one_line() -> None:
         args: dict = dict(cfg=choose_config90(64), want_splits=None) | kw
         with pytest.raises(ValueError, match=pattern):
             gemm90.bind90(spec, w, 0, 0, 64, None, None, args.pop("cfg"), args.pop("want_splits"), **args)
+
+
+def test_the_rules_split_k_clusters_run_only_in_one_wave() -> None:
+    """ksplit_resident: the rule's choice falls back to stream-K where its clusters would not all be resident at once
+    (the H200's 30 resident clusters of 4 one-an-SM CTAs against a 32-tile launch); an explicit request runs wherever
+    one cluster fits, and is refused in one line where none does."""
+    assert gemm90.ksplit_resident(4, 30, 30, asked=False, tag="n128c2s8b1")
+    assert not gemm90.ksplit_resident(4, 32, 30, asked=False, tag="n128c2s8b1")
+    assert gemm90.ksplit_resident(4, 32, 30, asked=True, tag="n128c2s8b1")
+    assert not gemm90.ksplit_resident(8, 1, 0, asked=False, tag="n128c2s8b1")
+    with pytest.raises(ValueError, match=r"^cluster_splits: no cluster of 8 n128c2s8b1 CTAs can be resident here$"):
+        gemm90.ksplit_resident(8, 1, 0, asked=True, tag="n128c2s8b1")

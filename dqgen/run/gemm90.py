@@ -317,6 +317,19 @@ def ksplit_for(cfg: Gemm90Config, M: int, N: int, k_tiles: int, sms: int, spec: 
     return ks if ks is not None and k_tiles <= ks * KSPLIT_MAX_K_TILES else None
 
 
+def ksplit_resident(cluster_splits: int, tiles: int, resident_clusters: int, asked: bool, tag: str) -> bool:
+    """Whether a split-K cluster launch of ``tiles`` clusters runs, given how many of its clusters can be resident at
+    once (cuOccupancyMaxActiveClusters): an explicit request (``asked``) wherever one can (else a one-line ValueError),
+    the rule's choice (ksplit_for) only where every cluster is resident at once. A cluster's CTAs share a GPC, so
+    fewer clusters fit than the resident CTAs suggest: on the H200 (132 SMs), 62 clusters of 4 of the 2-an-SM tiles
+    (248 CTAs) and 30 of the 1-an-SM ones (120), 30 / 15 of 8; the launches of 256 and 128 CTAs ran in two waves
+    (4096 x 4096 at M = 128 in clusters of 4: 29.9 against the stream-K schedule's 18.0 µs; issue23.md, session 39).
+    KSPLIT_FILL keeps the rule below that on the H200; this holds it on a GPU of fewer or smaller GPCs too."""
+    if resident_clusters < 1 and asked:
+        raise ValueError(f"cluster_splits: no cluster of {cluster_splits} {tag} CTAs can be resident here")
+    return resident_clusters >= (1 if asked else tiles)
+
+
 #: The most tokens a Hopper GEMM launch runs as a programmatic dependent (dqgen.run.device.programmatic_launches):
 #: on the H200, the 7 Llama-3-8B linears x 4 layers in one CUDA graph (docs/bench/e2e_pdl_h200.json: machine B, the
 #: committed kernels launched programmatically against the kernels before) ran 2.1-3.4% faster at M = 32 and 128
@@ -384,9 +397,8 @@ def bind90(
         if plan.split:
             raise ValueError(f"plan: a 2-CTA cluster entry ({cfg.tag}) runs whole pair tiles, got {plan}")
     elif cluster_splits is not None:
-        if fn.max_active_clusters(cluster_splits * tiles, cfg.threads, cluster_splits, smem) < 1:
-            if asked_ks:
-                raise ValueError(f"cluster_splits: no cluster of {cluster_splits} {cfg.tag} CTAs can be resident here")
+        resident_clusters = fn.max_active_clusters(cluster_splits * tiles, cfg.threads, cluster_splits, smem)
+        if not ksplit_resident(cluster_splits, tiles, resident_clusters, asked_ks, cfg.tag):
             return bind90(spec, w, x_ptr, x_stride, M, bias, out, cfg, None, None, x_cols)  # the stream-K schedule
         plan = Plan90.of(tiles, tiles, w.k_tiles)  # every tile whole: one a cluster (the kernel's reduce_cluster
         # writes the pieces into the drained stage memory: a second tile's copies would land on them)
