@@ -2,6 +2,7 @@
 
     ncu --kernel-name regex:gemm90 --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
         python devtools/gemm90_case.py 8192 28672 1
+    python devtools/gemm90_case.py 4096 4096 128 --ksplit 4    # the same shape in split-K clusters of 4
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ def main() -> None:
         "--config", default="", help="bn:consumers:stages:blocks[:cluster:features] (default: the shape bind90 takes)"
     )
     ap.add_argument("--splits", type=int, default=None, help="split-K pieces a tile (default: bind90's schedule)")
+    ap.add_argument("--ksplit", type=int, default=None, help="split-K clusters of this many CTAs (cluster_splits)")
     a = ap.parse_args()
     import torch
 
@@ -40,7 +42,7 @@ def main() -> None:
     sms = dev.sm_count(gw.device)
     cfg = Gemm90Config.parse(a.config) if a.config else config90_for(M, N, gw.k_tiles, sms, k.spec)
     for _ in range(4):
-        gemm.run_gemm(k.spec, x, gw, config=cfg, splits=a.splits)
+        gemm.run_gemm(k.spec, x, gw, config=cfg, splits=a.splits, cluster_splits=a.ksplit)
     torch.cuda.synchronize()
 
 

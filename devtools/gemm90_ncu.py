@@ -9,6 +9,8 @@ main-loop SASS on the CPU.
 (c) end to end, the small linears of a Llama-3-8B layer (q / o 4096x4096, k / v 4096x1024) at M = 64 and 256: dqgen's
     GEMM (run_gemm: the sm_80 or Hopper kernel, by gemm90.hopper_pays; the dispatch may send these to dequantize +
     cuBLAS instead), humming and cuBLAS on the dense fp16 weight.
+(d) end to end from 64 tokens, where dqgen trails humming (session 39): the dispatch (Kernel.matmul), humming and
+    cuBLAS dense on gate / up (4096x14336) and down (14336x4096) at M = 64, q / o (4096x4096) at M = 128.
 
 Weights: AWQ int4 g128 fp16 (dqgen.run.inputs.make_inputs, the bench's), humming quantizing the same dense W itself
 (dqgen.tools.bench_matmul.humming_layer). Each case is launched once after two warm-up calls between
@@ -34,13 +36,14 @@ from w8a8_ncu import Case
 
 SPEC = "awq_int4_fp16"
 BIG, TALL, WIDE = (8192, 28672), (28672, 8192), (4096, 28672)
-Q_O, K_V = (4096, 4096), (4096, 1024)
+Q_O, K_V, UP, DOWN = (4096, 4096), (4096, 1024), (4096, 14336), (14336, 4096)
 CASES: tuple[Case, ...] = (
     *(Case("a", impl, m, *kn) for kn in (BIG, TALL) for impl, m in (("dqgen", 1), ("dqgen gemm", 8), ("humming", 1))),
     Case("a", "read weight", 0, *BIG),
     *(Case("b", impl, m, *BIG) for m in (16, 128, 256) for impl in ("dqgen", "humming")),
     *(Case("b", impl, 128, *WIDE) for impl in ("dqgen", "humming")),
     *(Case("c", impl, m, *kn) for kn in (Q_O, K_V) for m in (64, 256) for impl in ("dqgen gemm", "humming", "cublas")),
+    *(Case("d", i, m, *kn) for kn, m in ((UP, 64), (DOWN, 64), (Q_O, 128)) for i in ("dqgen", "humming", "cublas")),
 )
 
 
