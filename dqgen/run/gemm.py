@@ -237,7 +237,7 @@ def run_gemm(
     pays (gemm90.hopper_pays), else the sm_80 one (its gather entry for gathered slots). ``config`` /
     ``splits`` override the choice of main loop and tile and the split (tuning and benchmarks; any tile of either
     template, any split count >= 1); ``cluster_splits`` runs the Hopper GEMM split-K in clusters of that many CTAs
-    (dqgen.run.gemm90.CLUSTER_SPLITS)."""
+    (dqgen.kernels.gemm90.CLUSTER_SPLITS)."""
     torch = _torch()
     if w.spec_name != spec.name:
         raise ValueError(f"w: packed for spec {w.spec_name!r}, but this kernel is {spec.name!r}")

@@ -323,8 +323,10 @@ def ksplit_resident(cluster_splits: int, tiles: int, resident_clusters: int, ask
     the rule's choice (ksplit_for) only where every cluster is resident at once. A cluster's CTAs share a GPC, so
     fewer clusters fit than the resident CTAs suggest: on the H200 (132 SMs), 62 clusters of 4 of the 2-an-SM tiles
     (248 CTAs) and 30 of the 1-an-SM ones (120), 30 / 15 of 8; the launches of 256 and 128 CTAs ran in two waves
-    (4096 x 4096 at M = 128 in clusters of 4: 29.9 against the stream-K schedule's 18.0 µs; issue23.md, session 39).
-    KSPLIT_FILL keeps the rule below that on the H200; this holds it on a GPU of fewer or smaller GPCs too."""
+    (4096 x 4096 at M = 128 in clusters of 4: 27.3 against the stream-K schedule's 18.4 µs; docs/bench/
+    ksplit_reduce_h200.json). KSPLIT_FILL keeps the rule below that on the H200; this holds it on a GPU of fewer or
+    smaller GPCs too (where pays90, which judges by ksplit_for alone, may then count as paying a launch that runs
+    stream-K instead)."""
     if resident_clusters < 1 and asked:
         raise ValueError(f"cluster_splits: no cluster of {cluster_splits} {tag} CTAs can be resident here")
     return resident_clusters >= (1 if asked else tiles)
