@@ -59,6 +59,9 @@ PEER_RELEASE = True
 #: The split-K cluster's second barrier (the template's reduce_cluster: no CTA exits before every peer has read its
 #: piece); tests turn it off to show the model refuses a read of a CTA that has exited.
 KSPLIT_EXIT_BARRIER = True
+#: Where a CTA arrives at that barrier: after its reads of the peers' pieces, before its y stores (the template);
+#: tests move it before the reads to show the model refuses a read of a CTA that has exited.
+KSPLIT_ARRIVE_BEFORE_READS = False
 #: Where the dynamic shared memory starts (not 1024-aligned: the kernel aligns its stages itself; the static
 #: ``__shared__ bool last`` sits before it).
 RAW0 = 16
@@ -98,6 +101,11 @@ class Barrier:
     def arrive(self, n: int = 1) -> None:
         self.pending -= n
         self._check()
+
+    @staticmethod
+    def step() -> None:
+        """An operation on no barrier (a load from a peer's shared memory): progress all the same."""
+        Barrier.events += 1
 
     def expect_tx(self, nbytes: int) -> None:  # mbarrier.arrive.expect_tx: the bytes first, then the arrival
         self.tx += nbytes
@@ -620,7 +628,8 @@ def emulate90(
             def reduce_cluster(tile: int) -> Iterator[None]:
                 """The template's reduce_cluster: the sums over the stage memory (no copy in flight: the producer
                 issued its last and every one has landed), the cluster barrier, this CTA's share [rank per, (rank +
-                1) per) of every CTA's sums in rank order, stored; the barrier before the CTA may exit."""
+                1) per) of every CTA's sums read and added in rank order, the second barrier's arrival (the reads
+                done), the share stored, and the wait before the CTA may exit."""
                 nbytes = kAcc * kConsumerThreads * 4
                 assert issued[rank] == nt and base + nbytes <= bars, "the pieces overwrite a live stage or the barriers"
                 smem[base : base + nbytes] = 0xEE  # the stages' bytes are gone
@@ -632,9 +641,18 @@ def emulate90(
                 cluster_bar.arrive()
                 while cluster_bar.phases < 1:
                     yield
+
+                def arrive_at_exit() -> Iterator[None]:
+                    if KSPLIT_EXIT_BARRIER:
+                        cluster_bar.arrive()
+                    Barrier.step()
+                    yield  # the peers run on: one that may exit now does
+
+                if KSPLIT_ARRIVE_BEFORE_READS:
+                    yield from arrive_at_exit()
                 per = kAcc // R
-                m0, n0 = origin(tile, rank)
-                for q in range(per):
+                sums = []
+                for q in range(per):  # every read before the first store (the template's loads, then adds)
                     el = rank * per + q
                     v = np.zeros(kConsumerThreads)
                     for c in range(R):  # rank order: the bits of every run
@@ -642,6 +660,13 @@ def emulate90(
                         other = pieces[c]
                         assert other is not None and not np.isnan(other[el]).any(), "a piece read before it was stored"
                         v = v + other[el]
+                        Barrier.step()
+                        yield  # a load in flight: the peers run on meanwhile
+                    sums.append((el, v))
+                if not KSPLIT_ARRIVE_BEFORE_READS:
+                    yield from arrive_at_exit()
+                m0, n0 = origin(tile, rank)
+                for el, v in sums:
                     i, j, r = el // (NI * 4), el // 4 % NI, el % 4
                     n = (n0 + row0 + 64 * i + g + 8 * (r >> 1)).ravel()
                     m = np.broadcast_to(m0 + 8 * j + 2 * t + (r & 1), (CONSUMERS, 4, 32)).ravel()
@@ -650,7 +675,6 @@ def emulate90(
                     y[m[ok], n[ok]] = (v + b)[ok]
                     np.add.at(y_writes, (m[ok], n[ok]), 1)
                 if KSPLIT_EXIT_BARRIER:
-                    cluster_bar.arrive()
                     while cluster_bar.phases < 2:
                         yield
 

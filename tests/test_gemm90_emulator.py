@@ -480,3 +480,17 @@ def test_the_model_catches_a_split_k_cluster_without_the_exit_barrier(monkeypatc
     monkeypatch.setattr(emu, "KSPLIT_EXIT_BARRIER", False)
     with pytest.raises(AssertionError, match="a read of a CTA that has exited"):
         emu.emulate90(spec, pk, x, CONFIGS90[1], 2, ksplit=4)
+
+
+def test_the_model_catches_a_split_k_cluster_arriving_at_the_exit_before_its_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """reduce_cluster arrives at its second barrier between its reads of the peers' pieces and its y stores; an
+    arrival before the reads lets a peer leave while they are still to come: the model refuses the read."""
+    spec = load_spec("awq_int4_fp16")
+    (q, s, z, gi, _), _ = matmul_inputs(spec, 640, N, seed=4)
+    pk = pack_gemm(spec, q, s, z, gi, 128)
+    x = random_x(spec, 13, 640, seed=5)
+    monkeypatch.setattr(emu, "KSPLIT_ARRIVE_BEFORE_READS", True)
+    with pytest.raises(AssertionError, match="a read of a CTA that has exited"):
+        emu.emulate90(spec, pk, x, CONFIGS90[1], 2, ksplit=4)
