@@ -77,7 +77,7 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
                 M = cfg.bn - 3 if cfg.bn > 8 else 5
                 bad += _launch(spec, gw, W, cfg, M, f"N={N} splits={splits}", splits=splits)
                 covered.add((cfg, splits > 1))
-            for ks in cluster_list if cfg.accumulators % 8 == 0 else ():  # two token tiles
+            for ks in (k for k in cluster_list if cfg.accumulators % k == 0):  # the sizes it has shares for; 2 tiles
                 bad += _launch(spec, gw, W, cfg, cfg.bn + 5, f"N={N} cluster_splits={ks}", cluster_splits=ks)
                 covered.add((cfg, "ksplit"))
         for n_cols in (N, N + 256):  # whole pair tiles only: two token tiles; N = 200 and 200 + 256 (3 tiles)
@@ -92,8 +92,8 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
     want: set[tuple[Gemm90Config, bool | str]] = {(c, False) for c in CLUSTER_CONFIGS90}
     if not only_cluster:
         want |= {(c, sp) for c in CONFIGS90 + NARROW_CONFIGS90 for sp in (False, True)}
-        if any(c[5] for c in cases):
-            want |= {(c, "ksplit") for c in CONFIGS90 + NARROW_CONFIGS90 if c.accumulators % 8 == 0}
+        sizes = {k for c in cases for k in c[5]}
+        want |= {(c, "ksplit") for c in CONFIGS90 + NARROW_CONFIGS90 if any(c.accumulators % k == 0 for k in sizes)}
     missing = want - covered
     want_gather = any(load_spec(c[0]).act_order for c in cases)
     if missing or bad or gathered != want_gather:
