@@ -470,27 +470,24 @@ def test_emulated_split_k_clusters_equal_x_at_w(cfg: Gemm90Config) -> None:
         np.testing.assert_allclose(y, ref, rtol=1e-9, atol=1e-9, err_msg=f"{cfg.tag} ksplit {ks}")
 
 
-def test_the_model_catches_a_split_k_cluster_without_the_exit_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without reduce_cluster's second barrier a CTA leaves once it has stored its share, while the others still
-    read its piece: the model refuses the read."""
-    spec = load_spec("awq_int4_fp16")
-    (q, s, z, gi, _), _ = matmul_inputs(spec, 640, N, seed=4)
-    pk = pack_gemm(spec, q, s, z, gi, 128)
-    x = random_x(spec, 13, 640, seed=5)
-    monkeypatch.setattr(emu, "KSPLIT_EXIT_BARRIER", False)
-    with pytest.raises(AssertionError, match="a read of a CTA that has exited"):
-        emu.emulate90(spec, pk, x, CONFIGS90[1], 2, ksplit=4)
-
-
-def test_the_model_catches_a_split_k_cluster_arriving_at_the_exit_before_its_reads(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    "mutation,value",
+    [
+        # no second barrier: a CTA leaves once it has stored its share, while the others still read its piece
+        ("KSPLIT_EXIT_BARRIER", False),
+        # the arrival before the reads (the template's sits between them and the y stores): a peer may leave first
+        ("KSPLIT_ARRIVE_BEFORE_READS", True),
+    ],
+)
+def test_the_model_catches_a_split_k_cluster_peer_leaving_before_its_piece_is_read(
+    mutation: str, value: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """reduce_cluster arrives at its second barrier between its reads of the peers' pieces and its y stores; an
-    arrival before the reads lets a peer leave while they are still to come: the model refuses the read."""
+    """reduce_cluster's second barrier, arrived at after every read of the peers' pieces, keeps each CTA until its
+    piece is read: without it, or with the arrival before the reads, the model refuses the read."""
     spec = load_spec("awq_int4_fp16")
     (q, s, z, gi, _), _ = matmul_inputs(spec, 640, N, seed=4)
     pk = pack_gemm(spec, q, s, z, gi, 128)
     x = random_x(spec, 13, 640, seed=5)
-    monkeypatch.setattr(emu, "KSPLIT_ARRIVE_BEFORE_READS", True)
+    monkeypatch.setattr(emu, mutation, value)
     with pytest.raises(AssertionError, match="a read of a CTA that has exited"):
         emu.emulate90(spec, pk, x, CONFIGS90[1], 2, ksplit=4)
