@@ -291,8 +291,11 @@ def cluster_plan(cfg: Gemm90Config, M: int, N: int, k_tiles: int, resident_clust
 #: second run unless marked), the dispatch before / split-K clusters: 4096 x 1024 at M = 32, 64, 128: 11.0 / 6.8 (n32,
 #: 64 CTAs), 12.3 / 8.4 (n64, 64), 12.9 / 10.1 (n128, 64); 4096 x 6144 at 32, 64: 16.8 / 13.4 (192 CTAs), 22.2 / 16.9;
 #: 4096 x 4096 at 32, 64: 13.7 / 12.6 (128), 17.4 / 16.3. Slower: every launch of 256 CTAs of the 2-an-SM tiles and 128
-#: of the 1-an-SM ones (4096 x 4096 at M = 128, 128 CTAs: 29.9 against 18.0), pieces of 56 K tiles (14336 x 4096 at M =
-#: 32, 4 a tile: 31.9 against stream-K's 22.9 over 8; first run, as the M = 16 figures), and every M = 256.
+#: of the 1-an-SM ones (4096 x 4096 at M = 128, 128 CTAs: 29.9 against 18.0; two waves of resident clusters, see
+#: ksplit_resident), pieces of 56 K tiles (14336 x 4096 at M = 32, 4 a tile: 31.9 against stream-K's 22.9 over 8; first
+#: run, as the M = 16 figures), and every M = 256. Session 39's faster adds (docs/bench/ksplit_reduce_h200.json) took
+#: 7-10% off the split launches; the one comparison they turned, 4096 x 6144 at M = 128 in clusters of 2 (32 K tiles a
+#: CTA: 22.9 against stream-K's 24.4), is one shape and stays past KSPLIT_MAX_K_TILES.
 KSPLIT_MIN_M = 17
 KSPLIT_MAX_M = 128
 KSPLIT_FILL = 0.75
