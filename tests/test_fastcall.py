@@ -1,7 +1,8 @@
 """The per-call fast path on the CPU (dqgen.run.fastcall and BoundLaunch's patchable slots), with stand-ins for
 torch tensors and the driver: what cuLaunchKernel would read after a slot is patched, which signatures hit and
 which miss (shape, dtype, device, contiguity, alignment, bias, thread, a freed weight, a checkpoint tensor written
-in place, an inference tensor), and which checked calls are remembered (the GEMV's decode case only)."""
+in place, an inference tensor), and which checked calls are remembered (the GEMV's decode case, and a packed
+weight's GEMM launch: the sm_80 kernel's by its pointer slots, the Hopper kernel's bound per x address)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ import numpy as np
 import pytest
 
 import dqgen.run.dispatch as dispatch
+import dqgen.run.gemm as gemm
 import dqgen.run.matmul as mm
 from dqgen.run import device as dev
 from dqgen.run import fastcall
+from dqgen.run.bound_x import BoundPerX, markers
 
 from .test_launch import ARG_CASES
 
@@ -209,7 +212,10 @@ def fake(monkeypatch: pytest.MonkeyPatch, driver: _Driver):
         return packs[key]
 
     monkeypatch.setattr(mm, "packed_gemv", packed)
-    return types.SimpleNamespace(driver=driver, binds=binds, rules=rules, packs=packs)
+    # the GEMM launch a checked call ran (gemm.signature_launch): none unless a test says
+    gemm_launch: list[Any] = [lambda spec, gw, x2, M, bias, out: None]
+    monkeypatch.setattr(gemm, "signature_launch", lambda *a: gemm_launch[0](*a))
+    return types.SimpleNamespace(driver=driver, binds=binds, rules=rules, packs=packs, gemm_launch=gemm_launch)
 
 
 def _weight(K: int = 256, N: int = 512) -> mm.MatmulWeight:
@@ -337,16 +343,17 @@ def test_inference_tensors_take_the_checked_path(fake) -> None:
     assert len(table) == 0 and fastcall.matmul_hit(table, Tensor((1, 256)), q, s, None, None, None) is None
 
 
-def test_only_the_gemv_decode_case_is_remembered(fake, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_gemv_is_remembered_where_the_dispatch_gives_it_one_launch(fake, monkeypatch: pytest.MonkeyPatch) -> None:
     table, w = fastcall.FastTable(), _weight()
     _run(table, Tensor((17, 256)), w)  # more rows than one GEMV launch takes
     _run(table, Tensor((0, 256)), w)  # nothing to launch
     assert len(table) == 0 and fake.binds == []
     monkeypatch.setattr(dispatch, "beside", lambda w: "a GemmWeight")
     monkeypatch.setattr(TARGET, "gemm_ok", True)
+    monkeypatch.setattr(TARGET, "artifact", types.SimpleNamespace(spec="SPEC"))
     fake.rules[0] = dispatch.DispatchRule(gemm_min_m=16)
-    _run(table, Tensor((16, 256)), w)  # this GPU's rule gives 16 rows to the GEMM
-    assert len(table) == 0
+    _run(table, Tensor((16, 256)), w)  # this GPU's rule gives 16 rows to the GEMM (which ran no launch to keep here)
+    assert len(table) == 0 and fake.binds == []
     _run(table, Tensor((15, 256)), w)  # the GEMV below it
     assert len(table) == 1
     monkeypatch.setattr(dispatch, "beside", lambda w: None)  # packed without the GEMM's layout: GEMV at 16 rows
@@ -366,3 +373,65 @@ def test_non_tensors_miss(fake) -> None:
     _run(table, Tensor((1, 256)), w)
     assert fastcall.matmul_hit(table, np.zeros((1, 256), np.float16), w, None, None, None, None) is None
     assert fastcall.matmul_hit(table, Tensor((1, 256)), w, None, None, [1.0], None) is None
+
+
+def _gemm_taken(monkeypatch: pytest.MonkeyPatch, fake) -> types.SimpleNamespace:
+    """The GEMM takes every M from 16 (a packed weight with its GEMM layout beside it)."""
+    gw = types.SimpleNamespace(device=0)
+    monkeypatch.setattr(dispatch, "beside", lambda w: gw)
+    monkeypatch.setattr(TARGET, "gemm_ok", True)
+    monkeypatch.setattr(TARGET, "artifact", types.SimpleNamespace(spec="SPEC"))
+    fake.rules[0] = dispatch.DispatchRule(gemm_min_m=16)
+    return gw
+
+
+def test_the_sm80_gemms_launch_is_remembered_with_its_pointer_slots(fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    table, w, bias = fastcall.FastTable(), _weight(), Tensor((512,))
+    gw = _gemm_taken(monkeypatch, fake)
+    asked: list[tuple] = []
+
+    def ran(spec, gw_, x2, M, bias_, out):
+        asked.append((spec, gw_, x2.shape, M, bias_, out.shape))
+        return _bound([w.wq, x2.data_ptr(), bias_.data_ptr(), out.data_ptr()])
+
+    fake.gemm_launch[0] = ran
+    assert _run(table, Tensor((40, 256)), w, bias=bias) is None  # checked, then remembered
+    assert asked == [("SPEC", gw, (40, 256), 40, bias, (40, 512))] and len(table) == 1
+    for _ in range(3):
+        x = Tensor((40, 256))
+        y = _run(table, x, w, bias=bias)
+        assert y is not None and y.shape == (40, 512)
+        assert fake.driver.calls[-1] == (70, [w.wq, x.data_ptr(), bias.data_ptr(), y.data_ptr()])
+    assert len(asked) == 1 and fake.binds == []  # no GEMV bound, the GEMM asked once
+
+
+def test_the_hopper_gemms_launch_is_bound_once_per_x_address(fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """x is in a tensor map: one launch per x address (the map bound with it), y patched into its marker's slot."""
+    table, w = fastcall.FastTable(), _weight()
+    _gemm_taken(monkeypatch, fake)
+    y_mark = markers((True,))[0]
+    bound_at: list[int] = []
+
+    def bind(x_ptr: int) -> dev.BoundLaunch:
+        bound_at.append(x_ptr)
+        return _bound([w.wq, x_ptr, y_mark, 5])  # x's "map" in slot 1 (re-addressed only past X_BOUND_MAX)
+
+    fake.gemm_launch[0] = lambda spec, gw, x2, M, bias, out: BoundPerX(bind, (y_mark, 0, 0), "matmul", 1)
+    first = Tensor((64, 256))
+    assert _run(table, first, w) is None and bound_at == [first.data_ptr()]
+    xs = [Tensor((64, 256)) for _ in range(3)]
+    for x in (*xs, xs[0], first):
+        y = _run(table, x, w)
+        assert y is not None and fake.driver.calls[-1] == (70, [w.wq, x.data_ptr(), y.data_ptr(), 5])
+    assert bound_at == [first.data_ptr(), *(x.data_ptr() for x in xs)]  # a seen address binds nothing new
+
+
+def test_no_gemm_launch_or_the_checkpoint_forms_gemm_is_not_remembered(fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    table, w = fastcall.FastTable(), _weight()
+    _gemm_taken(monkeypatch, fake)
+    _run(table, Tensor((40, 256)), w)  # another path ran (dequantize + cuBLAS, a gathered x): no launch to keep
+    assert len(table) == 0
+    fake.gemm_launch[0] = lambda *a: pytest.fail("the checkpoint form's GEMM weight is not this table's")
+    q, s = Tensor((256, 64)), Tensor((2, 512))
+    _run(table, Tensor((40, 256)), q, s)
+    assert len(table) == 0 and fake.packs == {}  # nor is a GEMV weight packed for it

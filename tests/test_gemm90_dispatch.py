@@ -233,3 +233,31 @@ def test_the_rules_split_k_clusters_run_only_in_one_wave() -> None:
     assert not gemm90.ksplit_resident(8, 1, 0, asked=False, tag="n128c2s8b1")
     with pytest.raises(ValueError, match=r"^cluster_splits: no cluster of 8 n128c2s8b1 CTAs can be resident here$"):
         gemm90.ksplit_resident(8, 1, 0, asked=True, tag="n128c2s8b1")
+
+
+def test_pays90_counts_split_k_clusters_only_where_the_gpu_holds_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """4096 x 4096 at M = 32 on 132 SMs: 32 tiles leave a resident CTA 7.8 K tiles (the stream-K schedule does not
+    pay), so the Hopper GEMM pays only through split-K clusters of 4, and only where all 32 clusters are resident
+    (else bind90 runs stream-K); hopper_pays asks the kernel for that where it knows the spec."""
+    spec = load_spec("awq_int4_fp16")
+    asked: list[tuple] = []
+
+    def holding(n: int):
+        def resident(cfg, cluster_splits: int, tiles: int) -> int:
+            asked.append((cfg.tag, cluster_splits, tiles))
+            return n
+
+        return resident
+
+    assert gemm90.pays90(4096, 64, 32, 132, spec)  # no residency given: KSPLIT_FILL's assumption
+    assert gemm90.pays90(4096, 64, 32, 132, spec, holding(32))
+    assert not gemm90.pays90(4096, 64, 32, 132, spec, holding(31))
+    cfg = gemm90.config90_for(32, 4096, 64, 132, spec)
+    assert asked == [(cfg.tag, 4, 32)] * 2
+    assert gemm90.pays90(4096, 64, 512, 132, spec, holding(0))  # whole tiles pay: residency not asked
+    assert len(asked) == 2
+    monkeypatch.setattr(gemm90, "is_hopper", lambda device: True)
+    monkeypatch.setattr(gemm90.dev, "sm_count", lambda device: 132)
+    monkeypatch.setattr(gemm90, "ksplit_clusters_resident", lambda spec, device, cfg, ks, tiles: 31)
+    assert not gemm90.hopper_pays(4096, 64, 32, 0, spec)
+    assert gemm90.hopper_pays(4096, 64, 32, 0)  # no spec: the shape alone, as KSPLIT_FILL assumes

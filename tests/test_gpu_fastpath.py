@@ -1,9 +1,9 @@
 """GPU: the per-call fast path of every eager entry point (dqgen.run.fastcall; the W8A8 ops' and layers' signature
 tables) gives the same bits as the checked path, call after call, with a new x and a new output every call, M
-changing, bias on and off, x rows not 16-byte aligned; a bad tensor on a cached signature still raises its one-line
-error; a checkpoint tensor written in place is repacked; a replaced layer buffer is bound anew; another thread has
-its own entries; a CUDA graph captured after warm-up replays right after later eager calls patched the same
-launches; torch.compile still traces the custom ops."""
+changing (the GEMV's decode case and the GEMM's launches), bias on and off, x rows not 16-byte aligned; a bad tensor
+on a cached signature still raises its one-line error; a checkpoint tensor written in place is repacked; a replaced
+layer buffer is bound anew; another thread has its own entries; a CUDA graph captured after warm-up replays right
+after later eager calls patched the same launches; torch.compile still traces the custom ops."""
 
 from __future__ import annotations
 
@@ -89,9 +89,10 @@ def test_matmul_packed_same_bits_with_new_x_and_out_every_call(with_bias: bool, 
     bias = torch.randn(N, device="cuda").half() if with_bias else None
     misses = _Misses(monkeypatch, dispatch, "dispatch")
     seed = 0
-    # M changes (40: the GEMM's or 16-token launches, never cached); M <= 3: below every GPU's gemm_min_m (the H100's
-    # rule sends 4 tokens on to the Hopper GEMM), the GEMV's decode case
-    for M in (1, 2, 1, 3, 40, 1):
+    # M changes; M <= 3: below every GPU's gemm_min_m (the H100's rule sends 4 tokens on to the Hopper GEMM), the
+    # GEMV's decode case; 40 and 64: the GEMM (on an H100 / H200 the Hopper kernel, its x in a tensor map, bound per x
+    # address; x not 16-byte aligned: the sm_80 kernel, x a pointer slot)
+    for M in (1, 2, 1, 3, 40, 64, 1):
         before = misses.count
         for aligned in (True, False, True):
             for _ in range(3):
@@ -101,8 +102,8 @@ def test_matmul_packed_same_bits_with_new_x_and_out_every_call(with_bias: bool, 
                 assert _same(y, _checked_matmul(k, x, w, bias=bias)), (M, aligned)
                 out = torch.full((M, N), float("nan"), dtype=torch.float16, device="cuda")
                 assert k.matmul(x, w, bias=bias, out=out) is out and _same(out, y)
-        if M <= 3:  # the GEMV's decode case: one checked call per signature (x aligned or not, out given or not)
-            assert misses.count - before <= 4, (M, misses.count - before)
+        # one checked call per signature (x aligned or not, out given or not)
+        assert misses.count - before <= 4, (M, misses.count - before)
     x3 = _x(6, 99).reshape(2, 3, K)  # leading dimensions: y keeps them
     for _ in range(2):
         y3 = k.matmul(x3, w, bias=bias)
@@ -177,15 +178,17 @@ def test_another_thread_runs_its_own_entries() -> None:
     assert got == [True, True, True]
 
 
-def test_cuda_graph_captured_after_warm_up_replays_after_later_patches() -> None:
+@pytest.mark.parametrize("M", [1, 64])
+def test_cuda_graph_captured_after_warm_up_replays_after_later_patches(M: int) -> None:
     """The graph keeps the arguments of its capture; eager calls after it patch the same launch's slots with
-    their own pointers, which the replay must not see."""
+    their own pointers (M = 64: the GEMM's launch, on an H100 / H200 one bound per x address), which the replay
+    must not see."""
     import torch
 
     k = Kernel(SPEC)
     q, s, z = _weights()
     w = k.pack_matmul(q, s, z)
-    static_x = _x(1, 1).clone()
+    static_x = _x(M, 1).clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up on the capture's kind of stream: checked, remembered
@@ -198,10 +201,10 @@ def test_cuda_graph_captured_after_warm_up_replays_after_later_patches() -> None
         ya = k.matmul(static_x, w)
         yb = k.matmul(static_x, q, s, z)
     for i in range(3):  # eager calls of the same signatures, other x and y pointers
-        x = _x(1, 400 + i)
+        x = _x(M, 400 + i)
         assert _same(k.matmul(x, w), _checked_matmul(k, x, w))
         k.matmul(x, q, s, z)
-    static_x.copy_(_x(1, 500))
+    static_x.copy_(_x(M, 500))
     g.replay()
     torch.cuda.synchronize()
     want = _checked_matmul(k, static_x, w)
@@ -235,7 +238,7 @@ def test_quant_linear_same_bits_and_repacks_after_load_state_dict(bias: bool, mo
             y = layer(x)
             want = _checked_matmul(layer._kernel, x, layer._packed, bias=layer.bias)
             assert tuple(y.shape) == (*shape[:-1], N) and _same(y, want), shape
-    assert misses.count == 4 + 3  # one per decode signature (4 of them); every M = 40 call
+    assert misses.count == 4 + 1  # one per signature: the 4 decode ones (the GEMV's), M = 40's (the GEMM's launch)
     other = _quant_linear(bias)
     other.qweight.copy_(other.qweight.flip(0))
     other._repack()

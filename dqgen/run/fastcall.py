@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import device as dev
+from .bound_x import BoundPerX
 
 #: Entries a table keeps; past this many signatures (new tensor shapes, threads) it starts over.
 TABLE_MAX = 256
@@ -81,6 +82,9 @@ class Patched:
     out_dtype: Any
     out_device: Any  # torch.device
     refs: tuple[Callable[[], Any], ...]  # weak references to every object the key names by identity
+    #: x read through a TMA tensor map (the Hopper GEMM): the launch bound for x's address and its y slot (the
+    #: fields above are the first address's launch; ``x_slot`` -1)
+    per_x: BoundPerX | None = None
 
 
 def patched(
@@ -107,9 +111,9 @@ def patched(
 def matmul_key(x: Any, w: Any, scales: Any, zeros: Any, bias: Any, out: Any) -> tuple:
     """What a fused-matmul launch on these tensors was checked for: the weight (a MatmulWeight by identity; the
     checkpoint tensors by identity, torch's in-place version and pointer, so a write into one, or new memory under
-    it, repacks), x's shape, dtype,
-    device, contiguity and pointer alignment (the GEMV's vector loads of x), the bias by pointer, shape, dtype and
-    contiguity (its pointer is bound), the given out's shape, dtype, device and contiguity, the thread.
+    it, repacks), x's shape, dtype, device, contiguity and pointer alignment (the GEMV's vector loads of x, the
+    Hopper GEMM's tensor map), the bias by pointer, shape, dtype and contiguity (its pointer is bound), the given
+    out's shape, dtype, device, contiguity and address modulo 16, the thread.
     Raises AttributeError for non-tensors and RuntimeError for an inference tensor's version (no fast path)."""
     if scales is None:
         wkey: Any = id(w)
@@ -127,7 +131,8 @@ def matmul_key(x: Any, w: Any, scales: Any, zeros: Any, bias: Any, out: Any) -> 
         x.is_contiguous(),
         not x.data_ptr() % 16,
         None if bias is None else (bias.data_ptr(), bias.shape, bias.dtype, bias.is_contiguous()),
-        None if out is None else (out.shape, out.dtype, out.get_device(), out.is_contiguous()),
+        # a given out's address within 16 bytes: the sm_80 GEMM binds whether y's stores go in 4-byte pairs
+        None if out is None else (out.shape, out.dtype, out.get_device(), out.is_contiguous(), out.data_ptr() % 16),
         ident(),
     )
 
@@ -152,10 +157,17 @@ def run_patched(hit: Patched, x: Any, out: Any = None) -> Any:
     """Launch a checked entry on this call's x (its pointer patched in) into ``out``, or into a new output."""
     # the sizes as ints: torch parses them faster than a tuple (about 0.5 us a call)
     y = _empty(*hit.out_shape, dtype=hit.out_dtype, device=hit.out_device) if out is None else out
+    stream = _raw_stream(hit.ordinal)  # type: ignore[misc]
+    if hit.per_x is not None:
+        fn, y_slot, _, _ = hit.per_x(x.data_ptr())
+        fn.slots[y_slot] = y.data_ptr()
+        err = fn.launch(stream, fn.params, 0)[0]
+        if err:
+            fn.failed(err, stream)
+        return y
     slots = hit.slots
     slots[hit.x_slot] = x.data_ptr()
     slots[hit.out_slot] = y.data_ptr()
-    stream = _raw_stream(hit.ordinal)  # type: ignore[misc]
     err = hit.launch(stream, hit.params, 0)[0]
     if err:
         hit.fn.failed(err, stream)
@@ -165,9 +177,10 @@ def run_patched(hit: Patched, x: Any, out: Any = None) -> Any:
 def matmul_remember(
     target: Any, table: FastTable, x: Any, w: Any, scales: Any, zeros: Any, bias: Any, out: Any, y: Any
 ) -> None:
-    """After a checked ``kernel.matmul`` returned ``y``: remember its launch where it was the GEMV's single launch
-    (M <= 16 rows the dispatch gives the GEMV) on a contiguous x; other calls stay on the checked path."""
-    from . import dispatch
+    """After a checked ``kernel.matmul`` returned ``y``: remember its launch where it was one launch on a contiguous x,
+    the GEMV's (M <= 16 rows the dispatch gives the GEMV) or the GEMM's of a packed weight (gemm.signature_launch);
+    other calls (dequantize + cuBLAS, a gathered x, the checkpoint form past the GEMV) stay on the checked path."""
+    from . import dispatch, gemm
     from . import matmul as mm
 
     torch = sys.modules.get("torch")
@@ -178,7 +191,7 @@ def matmul_remember(
         return
     K = int(x.shape[-1])
     M = math.prod(x.shape[:-1])
-    if not 1 <= M <= mm.TOKENS:
+    if M < 1 or (scales is not None and M > mm.TOKENS):  # the checkpoint form past one GEMV launch: not packed here
         return
     if scales is None:
         if not isinstance(w, mm.MatmulWeight):
@@ -192,16 +205,31 @@ def matmul_remember(
     if mw.N == 0 or mw.K != K:
         return
     # the dispatch's choice for M rows (dispatch.takes_gemv): the GEMV wherever the GEMM is not taken
-    if gemm_ok and not dispatch.takes_gemv(target, x, w, scales, None, M):
+    gemv = not gemm_ok or (M <= mm.TOKENS and dispatch.takes_gemv(target, x, w, scales, None, M))
+    if not gemv and scales is not None:  # the checkpoint form's GEMM weight is the dispatch's own PackCache's
         return
     try:
         key = matmul_key(x, w, scales, zeros, bias, out)
     except (AttributeError, RuntimeError):
         return
     x2 = x.reshape(-1, K)
-    launches = mm._bind(target.artifact, mw, x2, K, M, bias, y)
-    if len(launches) != 1:
-        return
-    entry = patched(launches[0], mw.device, x2.data_ptr(), y.data_ptr(), y, refs)
+    entry: Patched | None = None
+    if gemv:
+        launches = mm._bind(target.artifact, mw, x2, K, M, bias, y) if M <= mm.TOKENS else []
+        if len(launches) == 1:
+            entry = patched(launches[0], mw.device, x2.data_ptr(), y.data_ptr(), y, refs)
+    else:
+        gw = dispatch.beside(w)
+        got = None if gw is None else gemm.signature_launch(target.artifact.spec, gw, x2, M, bias, y)
+        if gw is None or got is None:
+            return
+        if isinstance(got, BoundPerX):
+            fn, y_slot, _, _ = got(x2.data_ptr())
+            entry = Patched(
+                fn, fn.launch, fn.params, fn.slots, gw.device, -1, y_slot, tuple(y.shape), y.dtype, y.device, refs,
+                got,
+            )  # fmt: skip
+        else:
+            entry = patched(got, gw.device, x2.data_ptr(), y.data_ptr(), y, refs)
     if entry is not None:
         table.put(key, entry)

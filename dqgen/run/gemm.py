@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,9 +30,17 @@ from ..layout import gemm as gemm_layout
 from ..layout import torch_pack
 from ..layout.gemm import TILE_K, TILE_N
 from . import device as dev
+from .bound_x import BoundPerX, markers
 from .calls import WEIGHT_BOUND_MAX, remember
 from .errors import imported_torch as _torch
-from .gemm90 import bind90, bind90_gathered, check_cluster_splits, hopper_ineligible, hopper_pays
+from .gemm90 import (
+    X_MAP_ARG,
+    bind90,
+    bind90_gathered,
+    check_cluster_splits,
+    hopper_ineligible,
+    hopper_pays,
+)
 from .loader import load
 from .operands import check_activation, check_torch_tensors, x_aligned
 from .packcache import PackCache
@@ -261,6 +269,43 @@ def run_gemm(
     return out
 
 
+def _takes90(spec: Spec, w: GemmWeight, M: int) -> bool:
+    """Whether run_gemm's own choice (no ``config``) for M rows is the Hopper GEMM, where it can take the launch: a
+    float / codebook spec (no sm_80 main loop to fall back on), or where it pays (gemm90.hopper_pays)."""
+    return hopper_only(spec) or hopper_pays(w.N, w.k_tiles, M, w.device, spec)
+
+
+class _At(NamedTuple):
+    """An output standing in for a per-call one: bind90 reads nothing of its output but the address."""
+
+    ptr: int
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def signature_launch(
+    spec: Spec, w: GemmWeight, x2: Any, M: int, bias: Any, out: Any
+) -> dev.BoundLaunch | BoundPerX | None:
+    """For the eager fast path (dqgen.run.fastcall), right after ``run_gemm(spec, x2, w, bias=bias, out=out)`` with
+    no overrides on a contiguous x2 [M, K]: a launch of that call that any x and output of its signature (M, x's
+    16-byte alignment, the bias) can be patched into. The sm_80 GEMM's bound launch itself (x and y are pointer
+    slots); for the Hopper GEMM, whose x is in a TMA tensor map, launches bound per x address (BoundPerX) with y
+    as a marker slot; None where no single launch ran (a gathered x, or another path took the call)."""
+    bias_ptr = 0 if bias is None else bias.data_ptr()
+    launch = w._bound.get((x2.data_ptr(), M, w.K, out.data_ptr(), bias_ptr, None, None, None))
+    if not isinstance(launch, dev.BoundLaunch):
+        return None
+    if hopper_ineligible(w, x2.data_ptr(), w.K) or not _takes90(spec, w, M):
+        return launch
+    y_mark = markers((True,))[0]  # above every device address: no other argument equals it
+
+    def bind(x_ptr: int) -> dev.BoundLaunch:
+        return bind90(spec, w, x_ptr, w.K, M, bias, _At(y_mark), None, None)
+
+    return BoundPerX(bind, (y_mark, 0, 0), "matmul", X_MAP_ARG)
+
+
 def _bind(
     spec: Spec,
     w: GemmWeight,
@@ -284,9 +329,7 @@ def _bind(
     if only90 and config is not None and not isinstance(config, Gemm90Config):
         raise ValueError(f"config: spec {spec.name!r} runs on the Hopper GEMM alone; got the sm_80 tile {config}")
     if isinstance(config, Gemm90Config) or (
-        config is None
-        and not why_not
-        and (only90 or cluster_splits is not None or hopper_pays(w.N, w.k_tiles, M, w.device, spec))
+        config is None and not why_not and (cluster_splits is not None or _takes90(spec, w, M))
     ):
         cfg90 = config if isinstance(config, Gemm90Config) else None
         if w.gather:  # x gathered into slot order (x' in the device's buffer), then the GEMM over the slots

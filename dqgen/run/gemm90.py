@@ -19,6 +19,7 @@ CTAs instead (the pieces added through distributed shared memory). The entry poi
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -43,6 +44,8 @@ PARAMS90: tuple[tuple[str, Any], ...] = (
     ("split_ctas", np.int32),
     ("ksplit", np.int32),
 )
+#: The argument index of x's tensor map (dqgen.run.fastcall re-addresses it for a new x).
+X_MAP_ARG = [name for name, _ in PARAMS90].index("xmap")
 #: What the entry points of a spec with a global scale (NVFP4) take after PARAMS90: its fp32 [1] tensor.
 GLOBAL_SCALE_PARAM: tuple[str, Any] = ("global_scale", np.uint64)
 
@@ -191,21 +194,47 @@ def x_ineligible(x_ptr: int, x_stride: int, K: int) -> str:
 def hopper_pays(N: int, k_tiles: int, M: int, device: int, spec: Spec | None = None) -> bool:
     """Whether the Hopper GEMM is the faster GEMM for M rows of this weight on this GPU: the resident CTAs of the
     tile bind90 would launch (config90_for, for ``spec``'s codes) get at least MIN_K_TILES_PER_CTA K tiles each, or
-    its tiles run split-K in clusters (ksplit_for)."""
-    return is_hopper(device) and pays90(N, k_tiles, M, dev.sm_count(device), spec)
+    its tiles run split-K in clusters (ksplit_for) that this GPU holds at once (ksplit_resident; asked of the
+    kernel where ``spec`` is given)."""
+    if not is_hopper(device):
+        return False
+    resident = None if spec is None else functools.partial(ksplit_clusters_resident, spec, device)
+    return pays90(N, k_tiles, M, dev.sm_count(device), spec, resident)
 
 
-def pays90(N: int, k_tiles: int, M: int, sms: int, spec: Spec | None = None) -> bool:
+def ksplit_clusters_resident(spec: Spec, device: int, cfg: Gemm90Config, cluster_splits: int, tiles: int) -> int:
+    """How many clusters of ``cluster_splits`` CTAs of ``cfg``'s entry (a split-K cluster launch of ``tiles``
+    clusters) this GPU holds at once: cuOccupancyMaxActiveClusters (the entry is loaded: it is the one that runs)."""
+    fn = load(Gemm90KernelConfig.one(spec, cfg), device)
+    return fn.max_active_clusters(cluster_splits * tiles, cfg.threads, cluster_splits, cfg.launch_shared_bytes(spec))
+
+
+def pays90(
+    N: int,
+    k_tiles: int,
+    M: int,
+    sms: int,
+    spec: Spec | None = None,
+    resident_clusters: Callable[[Gemm90Config, int, int], int] | None = None,
+) -> bool:
     """hopper_pays on a GPU of ``sms`` SMs (a pure function: the dispatch rule's sweep models the dispatch with it):
-    enough K tiles a resident CTA, or split-K clusters (ksplit_for). It judges the tile that would run: where
-    config90_for halves the 256-token tile, the halved tile's twice as many tiles (on the H100, CUDA graphs, µs a
-    call, docs/bench/linear_graph_pays_h100.json: 4096 x 2048 at M = 192 / 256, 7.8 K tiles a CTA on n256, 15.5 on
-    n128: the sm_80 GEMM 21.8 / 22.4, n128 19.0 / 19.0; 8192 x 1024 there: 26.4 / 27.8 against 21.6 / 21.7)."""
+    enough K tiles a resident CTA, or split-K clusters (ksplit_for) where ``resident_clusters`` (cfg, cluster size,
+    clusters -> how many the GPU holds at once; None: as KSPLIT_FILL assumes) says bind90 runs them
+    (ksplit_resident; else it runs the stream-K schedule, judged by its K tiles a CTA). It judges the tile that
+    would run: where config90_for halves the 256-token tile, the halved tile's twice as many tiles (on the H100,
+    CUDA graphs, µs a call, docs/bench/linear_graph_pays_h100.json: 4096 x 2048 at M = 192 / 256, 7.8 K tiles a CTA
+    on n256, 15.5 on n128: the sm_80 GEMM 21.8 / 22.4, n128 19.0 / 19.0; 8192 x 1024 there: 26.4 / 27.8 against
+    21.6 / 21.7)."""
     cfg = config90_for(M, N, k_tiles, sms, spec)
     tiles = cfg.tiles(M, N)
     resident = sms * cfg.min_blocks
     per_cta = k_tiles if tiles >= resident else tiles * k_tiles / resident
-    return per_cta >= MIN_K_TILES_PER_CTA or ksplit_for(cfg, M, N, k_tiles, sms, spec) is not None
+    if per_cta >= MIN_K_TILES_PER_CTA:
+        return True
+    ks = ksplit_for(cfg, M, N, k_tiles, sms, spec)
+    if ks is None:
+        return False
+    return resident_clusters is None or ksplit_resident(ks, tiles, resident_clusters(cfg, ks, tiles), False, cfg.tag)
 
 
 def weight_maps(
@@ -328,8 +357,7 @@ def ksplit_resident(cluster_splits: int, tiles: int, resident_clusters: int, ask
     (248 CTAs) and 30 of the 1-an-SM ones (120), 30 / 15 of 8; the launches of 256 and 128 CTAs ran in two waves
     (4096 x 4096 at M = 128 in clusters of 4: 27.3 against the stream-K schedule's 18.4 µs; docs/bench/
     ksplit_reduce_h200.json). KSPLIT_FILL keeps the rule below that on the H200; this holds it on a GPU of fewer or
-    smaller GPCs too (where pays90, which judges by ksplit_for alone, may then count as paying a launch that runs
-    stream-K instead)."""
+    smaller GPCs too (hopper_pays asks the same, so it judges the stream-K schedule that runs instead)."""
     if resident_clusters < 1 and asked:
         raise ValueError(f"cluster_splits: no cluster of {cluster_splits} {tag} CTAs can be resident here")
     return resident_clusters >= (1 if asked else tiles)
@@ -402,7 +430,7 @@ def bind90(
         if plan.split:
             raise ValueError(f"plan: a 2-CTA cluster entry ({cfg.tag}) runs whole pair tiles, got {plan}")
     elif cluster_splits is not None:
-        resident_clusters = fn.max_active_clusters(cluster_splits * tiles, cfg.threads, cluster_splits, smem)
+        resident_clusters = ksplit_clusters_resident(spec, w.device, cfg, cluster_splits, tiles)
         if not ksplit_resident(cluster_splits, tiles, resident_clusters, asked_ks, cfg.tag):
             return bind90(spec, w, x_ptr, x_stride, M, bias, out, cfg, None, None, x_cols)  # the stream-K schedule
         plan = Plan90.of(tiles, tiles, w.k_tiles)  # every tile whole: one a cluster (the kernel's reduce_cluster
