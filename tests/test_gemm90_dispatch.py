@@ -172,15 +172,19 @@ def test_gathered_launch_runs_the_gather_before_the_gemm_on_the_calls_stream() -
         (4096, 6144, 32, 4),  # 48 tiles: 192 CTAs <= 198 (8: 384 do not fit)
         (4096, 6144, 64, 4),
         (4096, 4096, 32, 4),  # 32 tiles: 128 CTAs (8: 256 > 198)
-        (4096, 4096, 128, None),  # 32 one-an-SM tiles: only 2 a tile fit, 32 K tiles a CTA > 16
+        (4096, 4096, 128, None),  # 32 one-an-SM tiles: 2 a tile, 64 of 132 CTAs with 32 K tiles each (> 16)
+        (4096, 6144, 128, 2),  # 48 one-an-SM tiles: 2 a tile, 96 of 132 CTAs (>= 0.7) take their 32 K tiles
         (4096, 1024, 16, None),  # the GEMV's tokens
         (4096, 1024, 256, None),  # past KSPLIT_MAX_M
-        (14336, 4096, 32, None),  # 224 K tiles: 4 a tile would leave 56 a CTA
-        (4096, 14336, 32, None),  # 112 tiles: not even 2 a tile fit
+        (14336, 4096, 32, None),  # 224 K tiles: 4 a tile would leave 56 a CTA, on 128 of 264
+        (4096, 14336, 32, 2),  # 112 tiles: clusters of 2 fill 224 of 264 CTAs (4: 448 do not fit), 32 K tiles each
+        (4096, 14336, 64, 2),
+        (4096, 14336, 128, None),  # 112 one-an-SM tiles: 224 CTAs exceed the 132 resident
     ],
 )
 def test_split_k_clusters_where_measured_faster(K: int, N: int, M: int, want: int | None) -> None:
-    """ksplit_for on 132 SMs, by hand from KSPLIT_FILL and KSPLIT_MAX_K_TILES at the shapes the H200 timed."""
+    """ksplit_for on 132 SMs, by hand from KSPLIT_FILL, KSPLIT_MAX_K_TILES and KSPLIT_MIN_FILL at the shapes the H200
+    timed."""
     spec = load_spec("awq_int4_fp16")
     cfg = gemm90.config90_for(M, N, K // 64, 132, spec)
     assert gemm90.ksplit_for(cfg, M, N, K // 64, 132, spec) == want
