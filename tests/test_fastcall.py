@@ -435,3 +435,50 @@ def test_no_gemm_launch_or_the_checkpoint_forms_gemm_is_not_remembered(fake, mon
     q, s = Tensor((256, 64)), Tensor((2, 512))
     _run(table, Tensor((40, 256)), q, s)
     assert len(table) == 0 and fake.packs == {}  # nor is a GEMV weight packed for it
+
+
+class _Weight:
+    """A GemmWeight's stand-in (weakly referable): K and run_gemm's bound launches."""
+
+    def __init__(self) -> None:
+        self.K, self._bound = 256, {}
+
+
+def test_signature_launch_binds_launches_of_its_own(monkeypatch: pytest.MonkeyPatch, driver: _Driver) -> None:
+    """gemm.signature_launch: None unless run_gemm bound this very call; for the sm_80 GEMM a launch bound anew (the
+    fast path patches its slots: run_gemm's own must keep the pointers it was bound with); for the Hopper GEMM
+    launches bound per x address with y's marker, the bias by its address, the weight held weakly."""
+    import weakref
+
+    w = _Weight()
+    x2, y, bias = Tensor((40, 256)), Tensor((40, 512)), Tensor((512,))
+    assert gemm.signature_launch("SPEC", w, x2, 40, bias, y) is None  # run_gemm bound nothing for it
+    cached = _bound([1, x2.data_ptr(), y.data_ptr()])
+    w._bound[gemm._bound_key(x2, 40, 256, y, bias)] = cached
+    monkeypatch.setattr(gemm, "hopper_ineligible", lambda w, x_ptr, x_stride: "the GPU is not sm_90")
+    binds: list[tuple] = []
+    monkeypatch.setattr(gemm, "_bind", lambda *a: binds.append(a) or _bound([2, x2.data_ptr(), y.data_ptr()]))
+    got = gemm.signature_launch("SPEC", w, x2, 40, bias, y)
+    assert isinstance(got, dev.BoundLaunch) and got is not cached and binds == [("SPEC", w, x2, 256, 40, bias, y)]
+    monkeypatch.setattr(gemm, "hopper_ineligible", lambda w, x_ptr, x_stride: "")
+    monkeypatch.setattr(gemm, "_takes90", lambda spec, w, M: True)
+    bound90: list[tuple] = []
+
+    def bind90(spec, gw, x_ptr, x_stride, M, bias_, out, cfg, want_splits):
+        bound90.append((gw, x_ptr, x_stride, M, bias_.data_ptr(), cfg, want_splits))
+        return _bound([x_ptr, bias_.data_ptr(), out.data_ptr()])
+
+    monkeypatch.setattr(gemm, "bind90", bind90)
+    per_x = gemm.signature_launch("SPEC", w, x2, 40, bias, y)
+    assert isinstance(per_x, BoundPerX) and bound90 == []  # bound on first use of an address
+    fn, y_slot, b, c = per_x(0x7E77_0000_0000)
+    assert (y_slot, b, c) == (2, -1, -1) and fn.slots[y_slot] == markers((True,))[0]
+    assert bound90 == [(w, 0x7E77_0000_0000, 256, 40, bias.data_ptr(), None, None)]
+    gone = weakref.ref(w)
+    binds.clear()  # this test's own records of it
+    bound90.clear()
+    del w
+    gc.collect()
+    assert gone() is None  # the per-x launches do not keep the weight
+    with pytest.raises(RuntimeError, match=r"^matmul: the GEMM weight of this signature is gone$"):
+        per_x(0x7E78_0000_0000)

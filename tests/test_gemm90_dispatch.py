@@ -180,6 +180,7 @@ def test_gathered_launch_runs_the_gather_before_the_gemm_on_the_calls_stream() -
         (4096, 14336, 32, 2),  # 112 tiles: clusters of 2 fill 224 of 264 CTAs (4: 448 do not fit), 32 K tiles each
         (4096, 14336, 64, 2),
         (4096, 14336, 128, None),  # 112 one-an-SM tiles: 224 CTAs exceed the 132 resident
+        (4608, 6144, 32, None),  # clusters of 4 on 192 of 264 CTAs, 18 K tiles each: only pairs take more than 16
     ],
 )
 def test_split_k_clusters_where_measured_faster(K: int, N: int, M: int, want: int | None) -> None:

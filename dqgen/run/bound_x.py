@@ -64,12 +64,13 @@ class BoundPerX:
 
 
 def launch_patched(bound: BoundForX, per_call: tuple[int, int, int], stream: int) -> None:
-    """Patch a bound launch's three per-call pointers (the third skipped where its slot is -1) and launch it: one
-    cuLaunchKernel, the one-line error of BoundLaunch.failed on a launch error."""
+    """Patch a bound launch's per-call pointers (the first always; the second and third skipped where their slot is
+    -1) and launch it: one cuLaunchKernel, the one-line error of BoundLaunch.failed on a launch error."""
     fn, a, b, c = bound
     slots = fn.slots
     slots[a] = per_call[0]
-    slots[b] = per_call[1]
+    if b >= 0:
+        slots[b] = per_call[1]
     if c >= 0:
         slots[c] = per_call[2]
     err = fn.launch(stream, fn.params, 0)[0]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import device as dev
-from .bound_x import BoundPerX
+from .bound_x import BoundPerX, launch_patched
 
 #: Entries a table keeps; past this many signatures (new tensor shapes, threads) it starts over.
 TABLE_MAX = 256
@@ -159,11 +159,7 @@ def run_patched(hit: Patched, x: Any, out: Any = None) -> Any:
     y = _empty(*hit.out_shape, dtype=hit.out_dtype, device=hit.out_device) if out is None else out
     stream = _raw_stream(hit.ordinal)  # type: ignore[misc]
     if hit.per_x is not None:
-        fn, y_slot, _, _ = hit.per_x(x.data_ptr())
-        fn.slots[y_slot] = y.data_ptr()
-        err = fn.launch(stream, fn.params, 0)[0]
-        if err:
-            fn.failed(err, stream)
+        launch_patched(hit.per_x(x.data_ptr()), (y.data_ptr(), 0, 0), stream)
         return y
     slots = hit.slots
     slots[hit.x_slot] = x.data_ptr()
@@ -220,11 +216,16 @@ def matmul_remember(
             entry = patched(launches[0], mw.device, x2.data_ptr(), y.data_ptr(), y, refs)
     else:
         gw = dispatch.beside(w)
-        got = None if gw is None else gemm.signature_launch(target.artifact.spec, gw, x2, M, bias, y)
+        try:  # a bind that fails keeps no entry: the call itself has succeeded
+            got = None if gw is None else gemm.signature_launch(target.artifact.spec, gw, x2, M, bias, y)
+            first = got(x2.data_ptr()) if isinstance(got, BoundPerX) else None
+        except (RuntimeError, ValueError):
+            return
         if gw is None or got is None:
             return
         if isinstance(got, BoundPerX):
-            fn, y_slot, _, _ = got(x2.data_ptr())
+            assert first is not None
+            fn, y_slot, _, _ = first
             entry = Patched(
                 fn, fn.launch, fn.params, fn.slots, gw.device, -1, y_slot, tuple(y.shape), y.dtype, y.device, refs,
                 got,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -259,14 +260,28 @@ def run_gemm(
     if cluster_splits is not None and isinstance(config, GemmConfig):
         raise ValueError(f"cluster_splits: split-K clusters are the Hopper GEMM's; got the sm_80 tile {config}")
     check_cluster_splits(cluster_splits)  # before a gathered x' buffer grows
-    bias_ptr = 0 if bias is None else bias.data_ptr()
-    key = (x2.data_ptr(), M, x_stride, out.data_ptr(), bias_ptr, config, splits, cluster_splits)
+    key = _bound_key(x2, M, x_stride, out, bias, config, splits, cluster_splits)
     launch = w._bound.get(key)
     if launch is None:
         bound = _bind(spec, w, x2, x_stride, M, bias, out, config, splits, cluster_splits)
         launch = remember(w._bound, key, bound, WEIGHT_BOUND_MAX)
     launch(dev.torch_raw_stream(torch, w.device))
     return out
+
+
+def _bound_key(
+    x2: Any,
+    M: int,
+    x_stride: int,
+    out: Any,
+    bias: Any,
+    config: GemmConfig | Gemm90Config | None = None,
+    splits: int | None = None,
+    cluster_splits: int | None = None,
+) -> tuple:
+    """What run_gemm's bound launches of a weight (GemmWeight._bound) are kept by: every pointer and choice bound."""
+    bias_ptr = 0 if bias is None else bias.data_ptr()
+    return (x2.data_ptr(), M, x_stride, out.data_ptr(), bias_ptr, config, splits, cluster_splits)
 
 
 def _takes90(spec: Spec, w: GemmWeight, M: int) -> bool:
@@ -276,7 +291,8 @@ def _takes90(spec: Spec, w: GemmWeight, M: int) -> bool:
 
 
 class _At(NamedTuple):
-    """An output standing in for a per-call one: bind90 reads nothing of its output but the address."""
+    """A tensor standing in for a per-call one, or for a bias kept by its address: bind90 reads nothing of its
+    output or its bias but the address."""
 
     ptr: int
 
@@ -288,20 +304,25 @@ def signature_launch(
     spec: Spec, w: GemmWeight, x2: Any, M: int, bias: Any, out: Any
 ) -> dev.BoundLaunch | BoundPerX | None:
     """For the eager fast path (dqgen.run.fastcall), right after ``run_gemm(spec, x2, w, bias=bias, out=out)`` with
-    no overrides on a contiguous x2 [M, K]: a launch of that call that any x and output of its signature (M, x's
-    16-byte alignment, the bias) can be patched into. The sm_80 GEMM's bound launch itself (x and y are pointer
-    slots); for the Hopper GEMM, whose x is in a TMA tensor map, launches bound per x address (BoundPerX) with y
-    as a marker slot; None where no single launch ran (a gathered x, or another path took the call)."""
-    bias_ptr = 0 if bias is None else bias.data_ptr()
-    launch = w._bound.get((x2.data_ptr(), M, w.K, out.data_ptr(), bias_ptr, None, None, None))
-    if not isinstance(launch, dev.BoundLaunch):
+    no overrides on a contiguous x2 [M, K]: where that call ran one bound launch, a launch of it of its own (not
+    run_gemm's, whose slots the fast path must not patch) that any x and output of the call's signature (M, x's
+    16-byte alignment, the bias) can be patched into. The sm_80 GEMM's bound anew (x and y are pointer slots); for the
+    Hopper GEMM, whose x is in a TMA tensor map, launches bound per x address (BoundPerX) with y as a marker slot,
+    which hold the weight weakly (the fast path's entries outlive a repacked layer's weight until their table
+    clears). None where no single launch ran (a gathered x, or another path took the call)."""
+    if not isinstance(w._bound.get(_bound_key(x2, M, w.K, out, bias)), dev.BoundLaunch):
         return None
     if hopper_ineligible(w, x2.data_ptr(), w.K) or not _takes90(spec, w, M):
-        return launch
+        return _bind(spec, w, x2, w.K, M, bias, out)
     y_mark = markers((True,))[0]  # above every device address: no other argument equals it
+    weight = weakref.ref(w)
+    bias_at = None if bias is None else _At(bias.data_ptr())
 
     def bind(x_ptr: int) -> dev.BoundLaunch:
-        return bind90(spec, w, x_ptr, w.K, M, bias, _At(y_mark), None, None)
+        gw = weight()
+        if gw is None:  # the fast path checks its MatmulWeight first, which keeps this GemmWeight
+            raise RuntimeError("matmul: the GEMM weight of this signature is gone")
+        return bind90(spec, gw, x_ptr, gw.K, M, bias_at, _At(y_mark), None, None)
 
     return BoundPerX(bind, (y_mark, 0, 0), "matmul", X_MAP_ARG)
 

@@ -316,25 +316,25 @@ def cluster_plan(cfg: Gemm90Config, M: int, N: int, k_tiles: int, resident_clust
 #: Where bind90 runs a tile split-K in a cluster by itself (``ksplit_for``): KSPLIT_MIN_M to KSPLIT_MAX_M tokens (below,
 #: the GEMV runs these shapes: 4.7 against 6.1 µs at 4096 x 1024, M = 16), the clusters' CTAs at most KSPLIT_FILL[size]
 #: of the resident CTAs (the largest cluster size that fits), each CTA at most KSPLIT_MAX_K_TILES K tiles unless the
-#: launch holds at least KSPLIT_MIN_FILL of the resident CTAs.
+#: launch is of clusters of 2 and holds at least KSPLIT_MIN_FILL of the resident CTAs.
 #:
 #: On the H200, CUDA graphs of back-to-back calls, µs a call (devtools/linear_graph_bench.py --ksplits;
 #: docs/bench/ksplit_h200.json, its second run unless marked), the dispatch before / split-K clusters: 4096 x 1024 at
 #: M = 32, 64, 128: 11.0 / 6.8 (n32, 64 CTAs), 12.3 / 8.4 (n64, 64), 12.9 / 10.1 (n128, 64); 4096 x 6144 at 32, 64:
-#: 16.8 / 13.4 (192 CTAs), 22.2 / 16.9; 4096 x 4096 at 32, 64: 13.7 / 12.6 (128), 17.4 / 16.3. Slower: every launch of
-#: 256 CTAs of the 2-an-SM tiles and 128 of the 1-an-SM ones (4096 x 4096 at M = 128, 128 CTAs: 29.9 against 18.0; two
-#: waves of resident clusters, see ksplit_resident), and every M = 256. Session 39's faster adds
+#: 16.8 / 13.4 (192 CTAs), 22.2 / 16.9; 4096 x 4096 at 32, 64: 13.7 / 12.6 (128), 17.4 / 16.3. Slower: every launch in
+#: clusters of 4 or 8 of 256 CTAs of the 2-an-SM tiles and 128 of the 1-an-SM ones (4096 x 4096 at M = 128, 128 CTAs:
+#: 29.9 against 18.0; two waves of resident clusters, see ksplit_resident), and every M = 256. Session 39's faster adds
 #: (docs/bench/ksplit_reduce_h200.json) took 7-10% off the split launches.
 #:
 #: KSPLIT_FILL: clusters of 4 and 8 leave 8-12 SMs out of every wave (ksplit_resident), so 0.75; clusters of 2 fill
 #: every SM (the H200 holds 132 / 66 pairs), so all of them: 4096 x 14336 (gate / up) at M = 32 and 64, 224 of 264
 #: CTAs, ran 21.4 / 25.2 against stream-K's 22.1 / 26.8 (session 40, docs/bench/ksplit_fill_h200.json).
-#: KSPLIT_MIN_FILL: a CTA's K tiles in such a launch are at most 1 / 0.7 = 1.4x its share under the stream-K schedule,
-#: and there is no stream-K fixup (the same record: 4096 x 6144 at M = 128, 96 of 132 CTAs, 32 K tiles each: 22.6
-#: against 24.2; 4096 x 14336 above). At half the CTAs it loses: 4096 x 4096 at M = 128, 64 of 132 with 32 K tiles
-#: each, 21.8 against 18.3; 14336 x 4096 at M = 32, 128 of 264 with 56, 32.9 against 23.0. Below KSPLIT_MAX_K_TILES a
-#: CTA's K tiles are few enough that the fixup saved outweighs them (4096 x 4096 at M = 32, 128 of 264 CTAs with 16
-#: each: 12.6 against stream-K's 13.7, above).
+#: KSPLIT_MIN_FILL (clusters of 2, the size measured): a CTA's K tiles in such a launch are at most 1 / 0.7 = 1.4x its
+#: share under the stream-K schedule, and there is no stream-K fixup (the same record: 4096 x 6144 at M = 128, 96 of
+#: 132 CTAs, 32 K tiles each: 22.6 against 24.2; 4096 x 14336 above). At half the CTAs it loses: 4096 x 4096 at M =
+#: 128, 64 of 132 with 32 K tiles each, 21.8 against 18.3; 14336 x 4096 at M = 32, 128 of 264 with 56 (clusters of
+#: 4), 32.9 against 23.0. Below KSPLIT_MAX_K_TILES a CTA's K tiles are few enough that the fixup saved outweighs them
+#: (4096 x 4096 at M = 32, 128 of 264 CTAs with 16 each: 12.6 against stream-K's 13.7, above).
 KSPLIT_MIN_M = 17
 KSPLIT_MAX_M = 128
 KSPLIT_FILL: dict[int, float] = {2: 1.0, 4: 0.75, 8: 0.75}
@@ -359,7 +359,8 @@ def ksplit_for(cfg: Gemm90Config, M: int, N: int, k_tiles: int, sms: int, spec: 
     ks = max((k for k in fits if cfg.accumulators % k == 0), default=None)
     if ks is None:
         return None
-    return ks if k_tiles <= ks * KSPLIT_MAX_K_TILES or tiles * ks >= KSPLIT_MIN_FILL * resident else None
+    pairs_fill = ks == 2 and tiles * ks >= KSPLIT_MIN_FILL * resident
+    return ks if k_tiles <= ks * KSPLIT_MAX_K_TILES or pairs_fill else None
 
 
 def ksplit_resident(cluster_splits: int, tiles: int, resident_clusters: int, asked: bool, tag: str) -> bool:
