@@ -4,8 +4,8 @@ flush of the eager call and of the same launch bound once, and a profile of the 
     python devtools/gemm_single_call_probe.py [--shapes 4096x4096,...] [--ms 32,64] [--out F.json]
 
 Per (K x N, M), AWQ int4 g128 fp16, in one process:
-- ``host_us``: ``k.matmul(x, w)`` eager, the median of 2000 calls each timed alone on the host (GPU synchronized
-  every 500 calls outside the timed region), beside ``x @ W`` on the dense fp16 weight;
+- ``host_us``: ``k.matmul(x, w)`` eager, the median of 2000 calls each timed alone on the host (host_overhead.py's
+  time_round: the GPU synchronized every 1000 calls outside the timed region), beside ``x @ W`` on the dense weight;
 - ``flushed_us``: one call after an L2 flush (dqgen.run.timing.single_call_us) of the eager ``k.matmul``, of the
   GEMM's launch bound once (gemm90.bind90, the dispatch's choice) and called alone, and of ``x @ W``: where the
   eager figure exceeds the bound one's, the host's time per call outran the flush's on the GPU;
@@ -20,28 +20,15 @@ import functools
 import io
 import json
 import pstats
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from host_overhead import time_round  # devtools/ (this script's folder is first on sys.path)
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-
-def host_us(fn: Any, sync: Any, calls: int = 2000) -> float:
-    ns = []
-    clock = time.perf_counter_ns
-    for i in range(calls):
-        t0 = clock()
-        fn()
-        ns.append(clock() - t0)
-        if i % 500 == 499:
-            sync()
-    sync()
-    return statistics.median(ns) / 1000.0
 
 
 def call_on_current_stream(torch: Any, launch: Any) -> None:
@@ -97,7 +84,10 @@ def main() -> None:
             row["bound_equals_eager"] = None if bound is None else bool(torch.equal(out.float(), ref))
             row["grid"] = None if launch is None else launch.grid[0]
             row["cluster"] = None if launch is None else launch.cluster
-            row["host_us"] = {"dqgen eager": host_us(eager, sync), "x @ W dense": host_us(dense, sync)}
+            row["host_us"] = {
+                "dqgen eager": time_round(eager, 2000, sync),
+                "x @ W dense": time_round(dense, 2000, sync),
+            }
             fl: dict[str, list[float]] = {}
             for _ in range(2):
                 fl.setdefault("dqgen eager", []).append(single_call_us(eager))
