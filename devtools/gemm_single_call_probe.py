@@ -5,7 +5,8 @@ flush of the eager call and of the same launch bound once, and a profile of the 
 
 Per (K x N, M), AWQ int4 g128 fp16, in one process:
 - ``host_us``: ``k.matmul(x, w)`` eager, the median of 2000 calls each timed alone on the host (host_overhead.py's
-  time_round: the GPU synchronized every 1000 calls outside the timed region), beside ``x @ W`` on the dense weight;
+  time_round: the GPU synchronized every 1000 calls outside the timed region), beside ``x @ W`` on the dense weight,
+  and the modules' eager forward: ``QuantLinear(x)`` beside ``nn.Linear(x)`` (its own weight, quantized);
 - ``flushed_us``: one call after an L2 flush (dqgen.run.timing.single_call_us) of the eager ``k.matmul``, of the
   GEMM's launch bound once (gemm90.bind90, the dispatch's choice) and called alone, and of ``x @ W``: where the
   eager figure exceeds the bound one's, the host's time per call outran the flush's on the GPU;
@@ -47,6 +48,7 @@ def main() -> None:
     import torch
 
     import dqgen
+    from dqgen.nn.linear import QuantLinear
     from dqgen.run import dispatch, gemm90
     from dqgen.run.inputs import make_inputs
     from dqgen.run.timing import single_call_us
@@ -60,6 +62,9 @@ def main() -> None:
         q, s, z = make_inputs(k.spec, K, N, 0)
         w = k.pack_matmul(q, s, z)
         W = k(q, s, z)
+        # the modules a transformers user calls: nn.Linear on the dense weight, QuantLinear of it (eager forward)
+        lin = torch.nn.Linear(K, N, bias=False, dtype=torch.float16, device="cuda")
+        layer = QuantLinear.from_linear(lin, k.spec, group_size=128)
         for M in (int(m) for m in a.ms.split(",")):
             x = (torch.randn(M, K, device="cuda") / K**0.5).half()
             out = torch.empty(M, N, dtype=torch.float16, device="cuda")
@@ -84,10 +89,9 @@ def main() -> None:
             row["bound_equals_eager"] = None if bound is None else bool(torch.equal(out.float(), ref))
             row["grid"] = None if launch is None else launch.grid[0]
             row["cluster"] = None if launch is None else launch.cluster
-            row["host_us"] = {
-                "dqgen eager": time_round(eager, 2000, sync),
-                "x @ W dense": time_round(dense, 2000, sync),
-            }
+            modules = (("QuantLinear(x)", functools.partial(layer, x)), ("nn.Linear(x)", functools.partial(lin, x)))
+            hosted = (("dqgen eager", eager), ("x @ W dense", dense), *modules)
+            row["host_us"] = {name: time_round(fn, 2000, sync) for name, fn in hosted}
             fl: dict[str, list[float]] = {}
             for _ in range(2):
                 fl.setdefault("dqgen eager", []).append(single_call_us(eager))
