@@ -253,6 +253,7 @@ def emulate90(
     split_ctas: int | None = None,
     global_scale: np.ndarray | None = None,
     ksplit: int = 1,
+    y_misaligned: bool = False,
 ) -> np.ndarray:
     """y [M, N] (float64, before the output rounding) of one launch on ``ctas`` CTAs, run in ``order``; ``whole``
     and ``split_ctas`` as in dqgen.run.gemm90.Plan90 (by default its defaults). A 2-CTA cluster config
@@ -263,7 +264,9 @@ def emulate90(
     reads. ``ksplit`` > 1: split-K clusters (dqgen.run.gemm90.bind90's ``cluster_splits``): ``ctas`` and ``order``
     count clusters of ``ksplit`` CTAs, one whole tile each; CTA r runs K tiles [r K / ksplit, (r + 1) K / ksplit),
     stores its sums over its (drained) stage memory, and after a cluster barrier adds its share of every CTA's sums
-    in rank order and stores it; a second barrier keeps every CTA until the others have read its piece."""
+    in rank order and stores it; a second barrier keeps every CTA until the others have read its piece.
+    ``y_misaligned``: y's address is not 16-byte aligned (an ``out`` view 2 bytes into its buffer), so the epilogue
+    stores 2 bytes at a time instead of staging 16-byte runs through shared memory."""
     conv = converter_spec(spec)
     plan = compile_artifact(conv).plan
     ctx = Gemm90KernelConfig.one(spec, cfg).context()
@@ -291,7 +294,8 @@ def emulate90(
     kSBytes = kTileN * kSElem * kGroupRows
     kZBytes = kZElem * kTileN
     kStage = (kWBytes + BN * 128 + kSBytes + kZBytes + 1023) // 1024 * 1024
-    smem_size = 1024 + STAGES * kStage + STAGES * 16
+    kEpilogueWarpBytes = 512  # a consumer warp's epilogue staging: 16 tokens x 16 features of 2 bytes
+    smem_size = 1024 + STAGES * kStage + STAGES * 16 + CONSUMERS * 4 * kEpilogueWarpBytes
     assert smem_size == cfg.launch_shared_bytes(spec), "host and kernel shared bytes differ"
     kWgRows = kTileN // CONSUMERS
     MW = kWgRows // 64
@@ -362,6 +366,9 @@ def emulate90(
         base = (RAW0 + 1023) & ~1023
         bars = base + STAGES * kStage
         assert bars + 16 * STAGES <= RAW0 + smem_size, "the stages and barriers overrun the dynamic shared memory"
+        # each consumer warp's epilogue staging, after the barriers
+        stage_area = bars + 16 * STAGES + (ctid // 32) * kEpilogueWarpBytes  # [C, 4, 32]
+        assert stage_area.max() + kEpilogueWarpBytes <= RAW0 + smem_size, "the staging overruns the shared memory"
         barriers = [
             {
                 **{bars + 8 * s: Barrier(1) for s in range(STAGES)},
@@ -574,6 +581,15 @@ def emulate90(
 
             def store_tile(tile: int, v: np.ndarray) -> None:
                 m0, n0 = origin(tile, rank)
+                b = np.zeros((MW, 2, CONSUMERS, 4, 32))  # the bias of feature row0 + 64 mw + g + 8 h (0 past N)
+                for mw in range(MW):
+                    for h in range(2):
+                        n = np.broadcast_to(n0 + row0 + 64 * mw + g + 8 * h, (CONSUMERS, 4, 32))
+                        if bias is not None:
+                            b[mw, h] = np.where(n < N, np.asarray(bias, np.float64)[np.minimum(n, N - 1)], 0.0)
+                if NI % 2 == 0 and N % 8 == 0 and not y_misaligned:
+                    store_staged(m0, n0, v, b)
+                    return
                 for mw in range(MW):
                     for h in range(2):
                         n = n0 + row0 + 64 * mw + g + 8 * h  # [C, 4, 32]
@@ -583,10 +599,51 @@ def emulate90(
                                 val = v[:, mw, :, :, j, 2 * h + e]
                                 nb, mb = np.broadcast_arrays(n, m)
                                 ok = (nb < N) & (mb < M)
-                                b = 0.0 if bias is None else np.asarray(bias, np.float64)[np.minimum(nb, N - 1)]
-                                out = val + b
+                                out = val + b[mw, h]
                                 y[mb[ok], nb[ok]] = out[ok]
                                 np.add.at(y_writes, (mb[ok], nb[ok]), 1)
+
+            def store_staged(m0: int, n0: int, v: np.ndarray, b: np.ndarray) -> None:
+                """The template's staged epilogue: chunks j, j + 1 of each m64 row through the warp's staging area
+                by stmatrix.x4.trans (Warp-level matrix store instruction: stmatrix; register i of lane 4r + c
+                holds row r, columns 2c, 2c + 1 of matrix i, and the 16 bytes at lane 8i + k's address receive
+                column k of matrix i with .trans), read back 16 bytes a lane and stored as 8 features of one token.
+                The staging is modelled as float64 2-byte slots (the values before the output rounding), NaN until
+                written, so a read of a slot the stmatrix did not write fails."""
+                staged = np.full((RAW0 + smem_size) // 2, np.nan)
+                C4 = (CONSUMERS, 4)
+                wi = lane >> 3
+                wrow = 8 * (wi >> 1) + (lane & 7)
+                waddr = np.broadcast_to(stage_area + wrow * 32 + (((wi & 1) ^ ((wrow >> 2) & 1)) << 4), (*C4, 32))
+                rrow, half = lane >> 1, lane & 1
+                raddr = np.broadcast_to(stage_area + rrow * 32 + ((half ^ ((rrow >> 2) & 1)) << 4), (*C4, 32))
+                assert (waddr % 16 == 0).all() and (raddr % 16 == 0).all(), "a staging row off 16 bytes"
+                cw, ww = np.meshgrid(np.arange(CONSUMERS), np.arange(4), indexing="ij")
+                for mw in range(MW):
+                    n = np.broadcast_to(n0 + row0 + 64 * mw + 8 * half, (*C4, 32))
+                    for j in range(0, NI, 2):
+                        staged[:] = np.nan
+                        # register 2c + h of lane (g, t): tokens 2t, 2t + 1 of feature g + 8 h, chunk j + c
+                        regs = [
+                            np.stack([v[:, mw, :, :, j + c, 2 * h + e] + b[mw, h] for e in range(2)], axis=-1)
+                            for c in range(2)
+                            for h in range(2)
+                        ]  # each [C, 4, 32 lanes, 2 halves]
+                        for i in range(4):
+                            for k in range(8):
+                                row_addr = waddr[..., 8 * i + k]  # [C, 4]
+                                for r in range(8):  # element r of the stored row: the fragment's (row r, column k)
+                                    staged[(row_addr + 2 * r) // 2] = regs[i][cw, ww, 4 * r + k // 2, k % 2]
+                        for lane_ in range(32):
+                            got = np.stack([staged[(raddr[..., lane_] + 2 * q) // 2] for q in range(8)], axis=-1)
+                            assert not np.isnan(got).any(), "the epilogue read a staging slot no stmatrix wrote"
+                            m = m0 + 8 * j + int(rrow[0, 0, lane_])
+                            for ci in range(CONSUMERS):
+                                for wi_ in range(4):
+                                    nn = int(n[ci, wi_, lane_])
+                                    if m < M and nn < N:
+                                        y[m, nn : nn + 8] = got[ci, wi_]
+                                        y_writes[m, nn : nn + 8] += 1
 
             def ws_index(c: int, slot: int) -> np.ndarray:
                 """[C, MW, 4, 32, NI, 4] indices: ws + (c * 2 + slot) (kAcc kConsumerThreads) + ctid, element

@@ -150,12 +150,32 @@ def test_narrow_feature_tiles_compile_with_half_the_w_box_and_no_local_memory(na
     assert any(k.startswith("HGMMA") for k in ops) and ops["UTMALDG.2D"] > 0, sorted(ops)
     assert not any(k.startswith(("LDL", "STL")) for k in ops)
     # a stage of this spec: 64 features x 64 k of codes, BN x rows, 64 columns of each scale row (2 bytes, or 1 for
-    # block-scale codes; a row a group under the tile), 64 zeros; 1024-aligned, one full and one empty barrier each
+    # block-scale codes; a row a group under the tile), 64 zeros; 1024-aligned, one full and one empty barrier each;
+    # then the epilogue's staging of the warpgroup's 4 warps, 16 tokens x 16 features of 2 bytes each
     scale_bytes = (1 if spec.scales.block else 2) * group_rows(spec)
     for cfg in NARROW_CONFIGS90:
         raw = 64 * 64 * spec.source.bits // 8 + cfg.bn * 128 + 64 * scale_bytes + 64 * zero_bytes(spec)
-        assert cfg.launch_shared_bytes(spec) == 1024 + cfg.stages * (-(-raw // 1024) * 1024 + 16)
+        staging = 4 * 16 * 16 * 2
+        assert cfg.launch_shared_bytes(spec) == 1024 + cfg.stages * (-(-raw // 1024) * 1024 + 16) + staging
         assert cfg.tag == f"n{cfg.bn}c1s{cfg.stages}b{cfg.min_blocks}f64"
+
+
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "int8_bf16"])
+def test_the_epilogue_stores_y_in_16_byte_runs_through_stmatrix(name: str) -> None:
+    """Every token tile of two chunks or more (n16 .. n256) stages its outputs by stmatrix (STSM) and stores them as
+    16-byte runs (STG.E.128), keeping the 2-byte stores (STG.E.U16) for a y not 16-byte aligned; the 8-token tile,
+    one chunk, has only the 2-byte stores. No local memory either way."""
+    spec = load_spec(name)
+    for cfg in CONFIGS90:
+        kc = Gemm90KernelConfig(spec, (cfg,))
+        res = compile_source(kc.source(), arch="sm_90a", want="cubin", name=kc.source_name)
+        assert res.cubin is not None
+        ops = Counter(line.split()[0] for line in disassemble(res.cubin) if line.strip())
+        staged = cfg.bn >= 16
+        assert any(k.startswith("STSM") for k in ops) == staged, (cfg.tag, sorted(ops))
+        assert (ops["STG.E.128"] > 0) == staged, (cfg.tag, sorted(ops))
+        assert ops["STG.E.U16"] > 0, (cfg.tag, sorted(ops))
+        assert not any(k.startswith(("LDL", "STL")) for k in ops)
 
 
 def test_the_loader_compiles_the_architecture_specific_target() -> None:

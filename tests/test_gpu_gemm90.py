@@ -89,6 +89,40 @@ def test_every_spec_every_token_tile_with_tails(spec: Spec) -> None:
 
 
 @pytest.mark.quick
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "int8_bf16"])
+def test_an_out_not_16_byte_aligned_gets_the_same_bits(name: str) -> None:
+    """An ``out`` view 2 bytes past 16-byte alignment takes the epilogue's 2-byte stores (the staged 16-byte runs
+    need an aligned y): the same bits as an aligned out, with a bias, a partial feature tile and partial token tiles,
+    on every token tile, whole tiles and split-K; every element outside the view's [M, N] window left as it was."""
+    _hopper()
+    import torch
+
+    spec = load_spec(name)
+    K, N = 640, 256 + 8  # 3 feature tiles, the last of 8 features; 10 K tiles
+    gw, W = _weight(spec, K, N, 5, 128)
+    bias_np = np.random.default_rng(1).standard_normal(N).astype(W.dtype)
+    bias = to_torch(bias_np)
+    for cfg in CONFIGS90:
+        M = cfg.bn - 3 if cfg.bn > 8 else 5
+        x_np = random_x(spec, M, K, seed=cfg.bn)
+        x = to_torch(x_np)
+        for splits in (1, 3):
+            aligned = twice(
+                lambda out: gemm.run_gemm(spec, x, gw, bias=bias, out=out, config=cfg, splits=splits),  # noqa: B023
+                (M, N),
+                _dtype(W),
+            )
+            check(spec, aligned, matmul_reference(x_np, W, bias_np))
+            buf = torch.full((M * N + 2,), float("nan"), dtype=_dtype(W), device="cuda")
+            out = buf[1 : 1 + M * N].view(M, N)  # 2 bytes past the allocation's 16-byte alignment
+            assert out.data_ptr() % 16 == 2 and out.is_contiguous()
+            assert gemm.run_gemm(spec, x, gw, bias=bias, out=out, config=cfg, splits=splits) is out
+            torch.cuda.synchronize()
+            assert torch.equal(out.view(torch.int16), aligned.view(torch.int16)), (cfg.tag, splits)
+            assert torch.isnan(buf[0]) and torch.isnan(buf[-1]), (cfg.tag, splits)
+
+
+@pytest.mark.quick
 def test_split_k_stream_k_bias_and_automatic_choice() -> None:
     """Forced split-K (1, 3, 7 pieces a tile) and the automatic stream-K split agree with the reference, with a
     bias; on a weight whose resident CTAs get enough K tiles (gemm90.hopper_pays) the automatic launch takes the

@@ -51,6 +51,10 @@ def consumer_regs(consumers: int, min_blocks: int) -> int:
     return min(240, per // 8 * 8)
 
 
+#: Shared memory of one consumer warp's epilogue staging (the template's kEpilogueWarpBytes): 16 tokens x 16 features
+#: of fp16 / bf16 outputs, transposed there by stmatrix so that y is written in whole 16-byte runs.
+EPILOGUE_WARP_BYTES: Final = 512
+
 #: Bytes of one stage's scales for one 16-bit scale row (the integer specs'); scale_stage_bytes gives a spec's.
 SCALE_ROW_BYTES: Final = TILE_N * 2
 
@@ -172,8 +176,10 @@ class Gemm90Config:
         return self.bn // self.cluster
 
     def shared_bytes(self, bits: int, zero_elem: int, scale_bytes: int = SCALE_ROW_BYTES) -> int:
-        """The template's smem_bytes<BN, FN, STAGES>: alignment slack, the stages, two mbarriers a stage."""
-        return 1024 + self.stages * stage_bytes(self.bn, bits, zero_elem, scale_bytes, self.features) + self.stages * 16
+        """The template's smem_bytes<BN, FN, STAGES, CONSUMERS>: alignment slack, the stages, two mbarriers a stage,
+        each consumer warp's epilogue staging."""
+        stages = self.stages * stage_bytes(self.bn, bits, zero_elem, scale_bytes, self.features)
+        return 1024 + stages + self.stages * 16 + self.consumers * 4 * EPILOGUE_WARP_BYTES
 
     def launch_shared_bytes(self, spec: Spec) -> int:
         """The dynamic shared memory of a launch of ``spec``'s kernel in this shape."""
