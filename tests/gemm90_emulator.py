@@ -590,26 +590,28 @@ def emulate90(
                 if NI % 2 == 0 and N % 8 == 0 and not y_misaligned:
                     store_staged(m0, n0, v, b)
                     return
+                # the 2-byte stores: a pointer into y from row m0 + 2t stepping 8 rows a chunk, + N for e = 1
+                rows_left = M - m0 - 2 * t  # [1, 1, 32]
                 for mw in range(MW):
                     for h in range(2):
                         n = n0 + row0 + 64 * mw + g + 8 * h  # [C, 4, 32]
+                        ptr = (m0 + 2 * t) * N + n
                         for j in range(NI):
                             for e in range(2):
-                                m = m0 + 8 * j + 2 * t + e
-                                val = v[:, mw, :, :, j, 2 * h + e]
-                                nb, mb = np.broadcast_arrays(n, m)
-                                ok = (nb < N) & (mb < M)
-                                out = val + b[mw, h]
-                                y[mb[ok], nb[ok]] = out[ok]
-                                np.add.at(y_writes, (mb[ok], nb[ok]), 1)
+                                ok = (n < N) & (8 * j + e < rows_left)
+                                flat, live = np.broadcast_arrays(ptr + j * 8 * N + e * N, ok)
+                                mb, nb = flat[live] // N, flat[live] % N
+                                y[mb, nb] = (v[:, mw, :, :, j, 2 * h + e] + b[mw, h])[live]
+                                np.add.at(y_writes, (mb, nb), 1)
 
             def store_staged(m0: int, n0: int, v: np.ndarray, b: np.ndarray) -> None:
                 """The template's staged epilogue: chunks j, j + 1 of each m64 row through the warp's staging area
                 by stmatrix.x4.trans (Warp-level matrix store instruction: stmatrix; register i of lane 4r + c
                 holds row r, columns 2c, 2c + 1 of matrix i, and the 16 bytes at lane 8i + k's address receive
                 column k of matrix i with .trans), read back 16 bytes a lane and stored as 8 features of one token.
-                The staging is modelled as float64 2-byte slots (the values before the output rounding), NaN until
-                written, so a read of a slot the stmatrix did not write fails."""
+                The values go to float64 2-byte slots (the values before the output rounding), NaN until written,
+                so a read of a slot the stmatrix did not write fails; their fp16 bits go to the CTA's shared memory
+                too, so staging that overlapped the stage ring would overwrite copies the next K tiles read."""
                 staged = np.full((RAW0 + smem_size) // 2, np.nan)
                 C4 = (CONSUMERS, 4)
                 wi = lane >> 3
@@ -633,10 +635,15 @@ def emulate90(
                             for k in range(8):
                                 row_addr = waddr[..., 8 * i + k]  # [C, 4]
                                 for r in range(8):  # element r of the stored row: the fragment's (row r, column k)
-                                    staged[(row_addr + 2 * r) // 2] = regs[i][cw, ww, 4 * r + k // 2, k % 2]
+                                    val = regs[i][cw, ww, 4 * r + k // 2, k % 2]
+                                    staged[(row_addr + 2 * r) // 2] = val
+                                    bits = val.astype(np.float16).view(np.uint16)
+                                    smem[row_addr + 2 * r], smem[row_addr + 2 * r + 1] = bits & 0xFF, bits >> 8
                         for lane_ in range(32):
                             got = np.stack([staged[(raddr[..., lane_] + 2 * q) // 2] for q in range(8)], axis=-1)
                             assert not np.isnan(got).any(), "the epilogue read a staging slot no stmatrix wrote"
+                            raw = np.stack([smem[raddr[..., lane_] + q] for q in range(16)], axis=-1)
+                            assert (raw.view(np.uint16) == got.astype(np.float16).view(np.uint16)).all()
                             m = m0 + 8 * j + int(rrow[0, 0, lane_])
                             for ci in range(CONSUMERS):
                                 for wi_ in range(4):
