@@ -620,37 +620,40 @@ def emulate90(
                 rrow, half = lane >> 1, lane & 1
                 raddr = np.broadcast_to(stage_area + rrow * 32 + ((half ^ ((rrow >> 2) & 1)) << 4), (*C4, 32))
                 assert (waddr % 16 == 0).all() and (raddr % 16 == 0).all(), "a staging row off 16 bytes"
-                cw, ww = np.meshgrid(np.arange(CONSUMERS), np.arange(4), indexing="ij")
+                # stmatrix, every (matrix i, stored row k, element r) at once: element r of row k is the fragment's
+                # (row r, column k), held by lane 4r + k // 2 in half k % 2 of register i
+                i_, k_, r_ = np.meshgrid(np.arange(4), np.arange(8), np.arange(8), indexing="ij")  # [4, 8, 8]
+                w_at = waddr[..., 8 * i_ + k_] + 2 * r_  # [C, 4, 4, 8, 8] byte addresses
+                q = np.arange(8)
+                r_at = raddr[..., None] + 2 * q  # [C, 4, 32, 8]: a lane's 8 features
+                area = slice(int(stage_area.min()) // 2, (int(stage_area.max()) + kEpilogueWarpBytes) // 2)
+                m_lane = 8 * np.arange(0, NI, 2)[:, None] + rrow[0, 0]  # [chunk pairs, 32]: token row of a lane
                 for mw in range(MW):
                     n = np.broadcast_to(n0 + row0 + 64 * mw + 8 * half, (*C4, 32))
-                    for j in range(0, NI, 2):
-                        staged[:] = np.nan
+                    for jp, j in enumerate(range(0, NI, 2)):
+                        staged[area] = np.nan
                         # register 2c + h of lane (g, t): tokens 2t, 2t + 1 of feature g + 8 h, chunk j + c
-                        regs = [
-                            np.stack([v[:, mw, :, :, j + c, 2 * h + e] + b[mw, h] for e in range(2)], axis=-1)
-                            for c in range(2)
-                            for h in range(2)
-                        ]  # each [C, 4, 32 lanes, 2 halves]
-                        for i in range(4):
-                            for k in range(8):
-                                row_addr = waddr[..., 8 * i + k]  # [C, 4]
-                                for r in range(8):  # element r of the stored row: the fragment's (row r, column k)
-                                    val = regs[i][cw, ww, 4 * r + k // 2, k % 2]
-                                    staged[(row_addr + 2 * r) // 2] = val
-                                    bits = val.astype(np.float16).view(np.uint16)
-                                    smem[row_addr + 2 * r], smem[row_addr + 2 * r + 1] = bits & 0xFF, bits >> 8
-                        for lane_ in range(32):
-                            got = np.stack([staged[(raddr[..., lane_] + 2 * q) // 2] for q in range(8)], axis=-1)
-                            assert not np.isnan(got).any(), "the epilogue read a staging slot no stmatrix wrote"
-                            raw = np.stack([smem[raddr[..., lane_] + q] for q in range(16)], axis=-1)
-                            assert (raw.view(np.uint16) == got.astype(np.float16).view(np.uint16)).all()
-                            m = m0 + 8 * j + int(rrow[0, 0, lane_])
-                            for ci in range(CONSUMERS):
-                                for wi_ in range(4):
-                                    nn = int(n[ci, wi_, lane_])
-                                    if m < M and nn < N:
-                                        y[m, nn : nn + 8] = got[ci, wi_]
-                                        y_writes[m, nn : nn + 8] += 1
+                        regs = np.stack(
+                            [
+                                np.stack([v[:, mw, :, :, j + c, 2 * h + e] + b[mw, h] for e in range(2)], axis=-1)
+                                for c in range(2)
+                                for h in range(2)
+                            ]
+                        )  # [4 registers, C, 4, 32 lanes, 2 halves]
+                        vals = np.moveaxis(regs[i_, :, :, 4 * r_ + k_ // 2, k_ % 2], (0, 1, 2), (2, 3, 4))
+                        staged[w_at // 2] = vals
+                        bits = vals.astype(np.float16).view(np.uint16)
+                        smem[w_at], smem[w_at + 1] = bits & 0xFF, bits >> 8
+                        got = staged[r_at // 2]  # [C, 4, 32, 8]
+                        assert not np.isnan(got).any(), "the epilogue read a staging slot no stmatrix wrote"
+                        raw = smem[raddr[..., None] + np.arange(16)]  # [C, 4, 32, 16] bytes
+                        assert (raw.view(np.uint16) == got.astype(np.float16).view(np.uint16)).all()
+                        mm, nn = np.broadcast_arrays(m0 + m_lane[jp], n)  # [C, 4, 32]
+                        ok = (mm < M) & (nn < N)
+                        rows = np.repeat(mm[ok], 8)
+                        cols = (nn[ok][:, None] + q).ravel()
+                        y[rows, cols] = got[ok].ravel()
+                        np.add.at(y_writes, (rows, cols), 1)
 
             def ws_index(c: int, slot: int) -> np.ndarray:
                 """[C, MW, 4, 32, NI, 4] indices: ws + (c * 2 + slot) (kAcc kConsumerThreads) + ctid, element
