@@ -51,9 +51,10 @@ def consumer_regs(consumers: int, min_blocks: int) -> int:
     return min(240, per // 8 * 8)
 
 
-#: Shared memory of one consumer warp's epilogue staging (the template's kEpilogueWarpBytes): 16 tokens x 16 features
-#: of fp16 / bf16 outputs, transposed there by stmatrix so that y is written in whole 16-byte runs.
-EPILOGUE_WARP_BYTES: Final = 512
+#: Shared memory of one consumer warp's epilogue staging (the template's kEpilogueWarpBytes, held equal by its
+#: static_assert on the launch's shared memory): 16 tokens x 16 features of fp16 / bf16 outputs, transposed there by
+#: stmatrix so that y is written in whole 16-byte runs.
+EPILOGUE_WARP_BYTES: Final = 16 * 16 * 2
 
 #: Bytes of one stage's scales for one 16-bit scale row (the integer specs'); scale_stage_bytes gives a spec's.
 SCALE_ROW_BYTES: Final = TILE_N * 2
