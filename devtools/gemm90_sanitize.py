@@ -21,15 +21,18 @@ import numpy as np
 from dqgen.check.matmul_reference import TOLERANCE, matmul_inputs, matmul_reference, random_x, relative_error
 from dqgen.core.spec import Spec, load_spec
 from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, CONFIGS90, NARROW_CONFIGS90, Gemm90Config
-from dqgen.run import gemm
+from dqgen.run import gemm, gemm90
+from dqgen.run.gemm90 import Plan90
 from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 
 #: (spec, K, N, group size, splits a tile, split-K cluster sizes): int4 with zeros, int8 per-channel with a K tail
 #: inside a tile, MXFP4 (the float specs' 1-byte scale rows) and NVFP4 (its global scale); N leaves a partial tile; 5
-#: pieces of 12 K tiles put stream-K pieces across tiles (both partial slots, odd segments); split-K clusters of 2, 4
-#: and 8 CTAs (8 on 12 and 13 K tiles: CTAs of one and of two K tiles), and of 2 on the act-order weight's gathered x'.
+#: pieces of 12 K tiles put stream-K pieces across tiles (both partial slots, odd segments); 2 and 4 pieces a
+#: tile (int8, AWQ) are added by their CTAs' shares where gemm90.shares_for allows (the shared fixup); split-K
+#: clusters of 2, 4 and 8 CTAs (8 on 12 and 13 K tiles: CTAs of one and of two K tiles), and of 2 on the act-order
+#: weight's gathered x'.
 CASES = (
-    ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3, 5), (2, 4, 8)),  # 12 K tiles in 5 pieces: CTAs spanning two tiles
+    ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3, 4, 5), (2, 4, 8)),  # 12 K tiles in 5 pieces: CTAs spanning two tiles
     ("int8_bf16", 64 * 3 + 8, 128 * 3 + 4, None, (1, 2), ()),
     # act-order (shuffled g_idx) in 6 groups of 96 rows, each padded to 128 slots: the gather writes x' [M, 768]
     ("gptq_int4_asym_act_order_fp16", 96 * 6, 200, 96, (1, 3), (2,)),
@@ -76,7 +79,9 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
             for splits in split_list:
                 M = cfg.bn - 3 if cfg.bn > 8 else 5
                 bad += _launch(spec, gw, W, cfg, M, f"N={N} splits={splits}", splits=splits)
-                covered.add((cfg, splits > 1))
+                plan = Plan90.of(cfg.tiles(M, N), cfg.tiles(M, N) * splits, gw.k_tiles)
+                shared = splits > 1 and gemm90.shares_for(plan, cfg, 1 << 20) > 1
+                covered.add((cfg, "shared" if shared else splits > 1))
             for ks in (k for k in cluster_list if cfg.accumulators % k == 0):  # the sizes it has shares for; 2 tiles
                 bad += _launch(spec, gw, W, cfg, cfg.bn + 5, f"N={N} cluster_splits={ks}", cluster_splits=ks)
                 covered.add((cfg, "ksplit"))
@@ -92,6 +97,7 @@ def main(only: list[str] | None = None, only_cluster: bool = False) -> int:
     want: set[tuple[Gemm90Config, bool | str]] = {(c, False) for c in CLUSTER_CONFIGS90}
     if not only_cluster:
         want |= {(c, sp) for c in CONFIGS90 + NARROW_CONFIGS90 for sp in (False, True)}
+        want |= {(c, "shared") for c in CONFIGS90 + NARROW_CONFIGS90 if c.accumulators % 16 == 0}
         sizes = {k for c in cases for k in c[5]}
         want |= {(c, "ksplit") for c in CONFIGS90 + NARROW_CONFIGS90 if any(c.accumulators % k == 0 for k in sizes)}
     missing = want - covered

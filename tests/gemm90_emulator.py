@@ -254,6 +254,7 @@ def emulate90(
     global_scale: np.ndarray | None = None,
     ksplit: int = 1,
     y_misaligned: bool = False,
+    shares: int = 1,
 ) -> np.ndarray:
     """y [M, N] (float64, before the output rounding) of one launch on ``ctas`` CTAs, run in ``order``; ``whole``
     and ``split_ctas`` as in dqgen.run.gemm90.Plan90 (by default its defaults). A 2-CTA cluster config
@@ -266,7 +267,11 @@ def emulate90(
     stores its sums over its (drained) stage memory, and after a cluster barrier adds its share of every CTA's sums
     in rank order and stores it; a second barrier keeps every CTA until the others have read its piece.
     ``y_misaligned``: y's address is not 16-byte aligned (an ``out`` view 2 bytes into its buffer), so the epilogue
-    stores 2 bytes at a time instead of staging 16-byte runs through shared memory."""
+    stores 2 bytes at a time instead of staging 16-byte runs through shared memory. ``shares`` > 1: the shared fixup
+    (dqgen.run.gemm90.shares_for; the template's finish_shared): each CTA stores its piece 16 bytes a chunk and
+    arrives; once every CTA has run (every piece stored: what the kernel's wait on the tile's counter ensures), each
+    adds its share of the tile's pieces in K order and stores it, after a second round of arrivals whose last resets
+    the counter."""
     conv = converter_spec(spec)
     plan = compile_artifact(conv).plan
     ctx = Gemm90KernelConfig.one(spec, cfg).context()
@@ -336,6 +341,10 @@ def emulate90(
     kbeg = [r * k_tiles // ksplit if ksplit > 1 else 0 for r in range(R)]
     kend = [(r + 1) * k_tiles // ksplit if ksplit > 1 else k_tiles for r in range(R)]
     sk_units = units - W * k_tiles
+    if shares > 1:  # what shares_for allows: one piece of one tile a CTA, whole chunk pairs a share
+        assert CLUSTER == 1 and ksplit == 1 and W == 0 and Q == P == tiles * shares, "not a shares_for plan"
+        assert shares <= k_tiles and kAcc % (8 * shares) == 0, "not a shares_for plan"
+    shared_adds: list[Callable[[], None]] = []  # each CTA's share, run once every piece is stored
     ws = np.full(2 * Q * BN * kTileN, np.nan)
     ws_writes = np.zeros(ws.size, dtype=np.int64)
     counters = np.zeros(tiles, dtype=np.int64)
@@ -579,7 +588,9 @@ def emulate90(
                     for op in pending.pop(0):
                         op()
 
-            def store_tile(tile: int, v: np.ndarray) -> None:
+            def store_tile(tile: int, v: np.ndarray, chunks: range | None = None) -> None:
+                """The template's store_tile; with ``chunks``, its store_chunks of those chunks u = mw NI + j."""
+                chunks = chunks or range(MW * NI)
                 m0, n0 = origin(tile, rank)
                 b = np.zeros((MW, 2, CONSUMERS, 4, 32))  # the bias of feature row0 + 64 mw + g + 8 h (0 past N)
                 for mw in range(MW):
@@ -588,7 +599,7 @@ def emulate90(
                         if bias is not None:
                             b[mw, h] = np.where(n < N, np.asarray(bias, np.float64)[np.minimum(n, N - 1)], 0.0)
                 if NI % 2 == 0 and N % 8 == 0 and not y_misaligned:
-                    store_staged(m0, n0, v, b)
+                    store_staged(m0, n0, v, b, chunks)
                     return
                 # the 2-byte stores: a pointer into y from row m0 + 2t stepping 8 rows a chunk, + N for e = 1
                 rows_left = M - m0 - 2 * t  # [1, 1, 32]
@@ -597,6 +608,8 @@ def emulate90(
                         n = n0 + row0 + 64 * mw + g + 8 * h  # [C, 4, 32]
                         ptr = (m0 + 2 * t) * N + n
                         for j in range(NI):
+                            if mw * NI + j not in chunks:
+                                continue
                             for e in range(2):
                                 ok = (n < N) & (8 * j + e < rows_left)
                                 flat, live = np.broadcast_arrays(ptr + j * 8 * N + e * N, ok)
@@ -604,7 +617,7 @@ def emulate90(
                                 y[mb, nb] = (v[:, mw, :, :, j, 2 * h + e] + b[mw, h])[live]
                                 np.add.at(y_writes, (mb, nb), 1)
 
-            def store_staged(m0: int, n0: int, v: np.ndarray, b: np.ndarray) -> None:
+            def store_staged(m0: int, n0: int, v: np.ndarray, b: np.ndarray, chunks: range) -> None:
                 """The template's staged epilogue: chunks j, j + 1 of each m64 row through the warp's staging area
                 by stmatrix.x4.trans (Warp-level matrix store instruction: stmatrix; register i of lane 4r + c
                 holds row r, columns 2c, 2c + 1 of matrix i, and the 16 bytes at lane 8i + k's address receive
@@ -631,6 +644,9 @@ def emulate90(
                 for mw in range(MW):
                     n = np.broadcast_to(n0 + row0 + 64 * mw + 8 * half, (*C4, 32))
                     for jp, j in enumerate(range(0, NI, 2)):
+                        if mw * NI + j not in chunks:
+                            continue
+                        assert mw * NI + j + 1 in chunks, "a share splits a chunk pair"
                         staged[area] = np.nan
                         # register 2c + h of lane (g, t): tokens 2t, 2t + 1 of feature g + 8 h, chunk j + c
                         regs = np.stack(
@@ -666,10 +682,50 @@ def emulate90(
                 assert idx.min() >= 0 and idx.max() < ws.size, "a partial past the workspace run.gemm90 allocates"
                 return idx
 
+            def ws_index4(c: int) -> np.ndarray:
+                """[C, MW, 4, 32, NI, 4] indices of finish_shared's 16-byte layout: float4 ws + c kPieceF4 + u
+                kConsumerThreads + ctid (u = i NI + j), element r of it."""
+                i = np.arange(MW)[None, :, None, None, None, None]
+                j = np.arange(NI)[None, None, None, None, :, None]
+                r = np.arange(4)[None, None, None, None, None, :]
+                th = ctid[:, None, :, :, None, None]
+                idx = (c * 2 * (kAcc // 4) * kConsumerThreads + (i * NI + j) * kConsumerThreads + th) * 4 + r
+                assert idx.min() >= 0 and idx.max() < ws.size, "a piece past the workspace run.gemm90 allocates"
+                return idx
+
+            def finish_shared(tile: int) -> None:
+                """The piece stored and arrived at; the share's adds deferred until every CTA has run."""
+                assert tile == cta // shares, "CTA c holds a piece of tile c / shares"
+                idx = ws_index4(cta)
+                assert (ws_writes[idx] == 0).all(), "two pieces share a workspace slot"
+                ws[idx] = acc
+                ws_writes[idx] += 1
+                counters[tile] += 1
+                me = cta
+
+                def add_share() -> None:
+                    assert counters[tile] >= shares, "a share read before every piece of its tile arrived"
+                    counters[tile] += 1  # the second round: its last arrival resets the counter
+                    if counters[tile] == 2 * shares:
+                        counters[tile] = 0
+                    share, kus = me % shares, MW * NI // shares
+                    chunks = range(share * kus, (share + 1) * kus)
+                    total = np.zeros_like(acc)
+                    for c in range(shares):  # K order, from 0 (the stream-K sum)
+                        part = ws_index4(me - share + c)
+                        assert (ws_writes[part] == 1).all(), "a share reads a piece not written once"
+                        total = total + ws[part]
+                    store_tile(tile, total, chunks)
+
+                shared_adds.append(add_share)
+
             def finish_segment(tile: int, kb: int, ke: int) -> None:
                 if CLUSTER > 1 or (kb == 0 and ke == k_tiles):
                     assert kb == 0 and ke == k_tiles, "a cluster CTA ran a piece of a tile"
                     store_tile(tile, acc)
+                    return
+                if shares > 1:
+                    finish_shared(tile)
                     return
                 first_unit = (tile - W) * k_tiles  # counted from the first stream-K unit
                 c0, c1 = owner(first_unit, sk_units, Q), owner(first_unit + k_tiles - 1, sk_units, Q)
@@ -825,6 +881,8 @@ def emulate90(
 
     for cta in order if order is not None else range(P):
         run_cluster(cta)
+    for add_share in shared_adds:  # in the order the CTAs arrived: any order the waits allow
+        add_share()
 
     assert not counters.any(), "a tile counter not reset for the next launch"
     assert (y_writes == 1).all(), "a y element stored other than once"

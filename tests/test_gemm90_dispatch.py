@@ -78,10 +78,13 @@ def test_pays90_judges_the_tile_that_would_run() -> None:
     assert gemm90.pays90(1024, 128, 192, 132, awq)
     # an int8 weight keeps n256 (config90_for): 7.8 K tiles a CTA, the sm_80 GEMM
     assert not gemm90.pays90(2048, 64, 256, 132, int8)
-    # 4096 x 1024 at 256 / 384 tokens: n128's 16 / 24 tiles x 64 / 132 = 7.8 / 11.6, under 12 even halved; at 512,
-    # 32 tiles: 15.5
-    assert not gemm90.pays90(1024, 64, 256, 132, awq) and not gemm90.pays90(1024, 64, 384, 132, awq)
+    # 4096 x 1024 at 256 / 384 tokens: n128's 16 / 24 tiles x 64 / 132 = 7.8 / 11.6, under 12 even halved, but its
+    # stream-K pieces (8 / 4 a tile) are added by their CTAs together (shares_for); at 512, 32 tiles: 15.5
+    assert gemm90.pays90(1024, 64, 256, 132, awq) and gemm90.pays90(1024, 64, 384, 132, awq)
     assert gemm90.pays90(1024, 64, 512, 132, awq)
+    with pytest.MonkeyPatch.context() as mp:  # the last arriver adding every piece: the sm_80 GEMM there
+        mp.setattr(gemm90, "SHARED_FIXUP", False)
+        assert not gemm90.pays90(1024, 64, 256, 132, awq) and not gemm90.pays90(1024, 64, 384, 132, awq)
 
 
 def test_small_m_and_the_sm80_fallback_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,16 +186,42 @@ def test_gathered_launch_runs_the_gather_before_the_gemm_on_the_calls_stream() -
         (4608, 6144, 32, None),  # clusters of 4 on 192 of 264 CTAs, 18 K tiles each: only pairs take more than 16
     ],
 )
-def test_split_k_clusters_where_measured_faster(K: int, N: int, M: int, want: int | None) -> None:
+def test_split_k_clusters_where_measured_faster(
+    K: int, N: int, M: int, want: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ksplit_for on 132 SMs, by hand from KSPLIT_FILL, KSPLIT_MAX_K_TILES and KSPLIT_MIN_FILL at the shapes the H200
-    timed."""
+    timed, against the stream-K schedule whose last arriver adds every piece."""
+    monkeypatch.setattr(gemm90, "SHARED_FIXUP", False)
     spec = load_spec("awq_int4_fp16")
     cfg = gemm90.config90_for(M, N, K // 64, 132, spec)
     assert gemm90.ksplit_for(cfg, M, N, K // 64, 132, spec) == want
 
 
-def test_split_k_clusters_only_for_measured_codes_and_one_cta_entries() -> None:
+@pytest.mark.parametrize(
+    "K,N,M,want",
+    [
+        (4096, 4096, 32, None),  # n32: 4 pieces a tile shared (not 8: a share would split a chunk pair) over 4
+        (4096, 6144, 32, None),  # n32: 48 tiles x 4 shared pieces over clusters of 4
+        (4096, 6144, 64, None),  # n64: 48 tiles x 4 (264 // 48 = 5, rounded down to a shared count)
+        (4096, 6144, 128, None),  # n128: 48 tiles x 2 shared pieces over clusters of 2
+        (4096, 14336, 32, None),  # 112 tiles x 2 shared pieces over clusters of 2
+        (4096, 1024, 32, 8),  # n32 shares at most 4 pieces: clusters of 8 stay
+        (4096, 1024, 64, 8),  # clusters of 8 against 8 shared pieces (a tie on the H200): clusters stay
+        (4096, 1024, 128, 8),
+    ],
+)
+def test_split_k_clusters_give_way_to_shared_pieces(K: int, N: int, M: int, want: int | None) -> None:
+    """ksplit_for with the shared fixup: clusters of up to KSPLIT_OVER_SHARES CTAs give way to the stream-K schedule
+    where its CTAs add at least as many pieces a tile themselves."""
+    spec = load_spec("awq_int4_fp16")
+    cfg = gemm90.config90_for(M, N, K // 64, 132, spec)
+    assert gemm90.ksplit_for(cfg, M, N, K // 64, 132, spec) == want
+
+
+def test_split_k_clusters_only_for_measured_codes_and_one_cta_entries(monkeypatch: pytest.MonkeyPatch) -> None:
     from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90
+
+    monkeypatch.setattr(gemm90, "SHARED_FIXUP", False)  # 4 K tiles: else 4 shared pieces take the clusters' place
 
     cfg = choose_config90(64)
     assert gemm90.ksplit_for(cfg, 64, 1024, 64, 132, load_spec("awq_int4_fp16")) == 8
@@ -246,6 +275,9 @@ def test_pays90_counts_split_k_clusters_only_where_the_gpu_holds_them(monkeypatc
     (else bind90 runs stream-K); hopper_pays asks the kernel for that where it knows the spec."""
     spec = load_spec("awq_int4_fp16")
     asked: list[tuple] = []
+    # with the shared fixup, 4 shared pieces a tile replace the clusters and pay without a residency question
+    assert gemm90.pays90(4096, 64, 32, 132, spec, lambda cfg, ks, tiles: 0)
+    monkeypatch.setattr(gemm90, "SHARED_FIXUP", False)
 
     def holding(n: int):
         def resident(cfg, cluster_splits: int, tiles: int) -> int:
@@ -266,3 +298,25 @@ def test_pays90_counts_split_k_clusters_only_where_the_gpu_holds_them(monkeypatc
     monkeypatch.setattr(gemm90, "ksplit_clusters_resident", lambda spec, device, cfg, ks, tiles: 31)
     assert not gemm90.hopper_pays(4096, 64, 32, 0, spec)
     assert gemm90.hopper_pays(4096, 64, 32, 0)  # no spec: the shape alone, as KSPLIT_FILL assumes
+
+
+def test_shared_fixup_where_every_cta_holds_one_piece_and_all_are_resident(monkeypatch: pytest.MonkeyPatch) -> None:
+    """shares_for: S pieces a tile added by their own CTAs where no tile runs whole, every CTA holds one piece of one
+    tile, S is a count the template unrolls (and no piece is empty), a share is whole chunk pairs, and every CTA is
+    resident at once (each waits for the others); else 1 (the last arriver adds every piece)."""
+    n128, n16, n8 = choose_config90(128), choose_config90(16), choose_config90(8)
+    Plan90 = gemm90.Plan90
+    # 4096 x 4096, M = 128: 32 tiles x 64 K tiles on 128 CTAs (stream_k_ctas over 132): 4 pieces a tile
+    assert gemm90.shares_for(Plan90.of(32, gemm90.stream_k_ctas(32, 64, 132), 64), n128, 132) == 4
+    assert gemm90.shares_for(Plan90.of(16, 128, 64), n128, 132) == 8  # 4096 x 1024 at M = 256 (halved tile)
+    assert gemm90.shares_for(Plan90.of(64, 128, 64), n128, 132) == 2
+    assert gemm90.shares_for(Plan90.of(40, 120, 64), n128, 132) == 1  # 3 pieces: not an unrolled count
+    assert gemm90.shares_for(Plan90.of(32, 128, 64), n128, 127) == 1  # not every CTA resident at once
+    assert gemm90.shares_for(Plan90.of(32, 132, 64), n128, 132) == 1  # ranges that cross tiles
+    assert gemm90.shares_for(Plan90.of(32, 32, 64), n128, 132) == 1  # whole tiles
+    assert gemm90.shares_for(Plan90.of(4, 32, 4), n128, 132) == 1  # 8 pieces of 4 K tiles: some empty
+    assert gemm90.shares_for(Plan90.of(4, 8, 64), n16, 264) == 2  # 16 sums a thread: two shares of a pair each
+    assert gemm90.shares_for(Plan90.of(4, 16, 64), n16, 264) == 1  # four shares: half a chunk pair each
+    assert gemm90.shares_for(Plan90.of(4, 8, 64), n8, 264) == 1  # 8 sums a thread: no whole pair a share
+    monkeypatch.setattr(gemm90, "SHARED_FIXUP", False)
+    assert gemm90.shares_for(Plan90.of(32, 128, 64), n128, 132) == 1

@@ -18,8 +18,16 @@ import pytest
 from dqgen.check.matmul_reference import matmul_inputs, matmul_reference, random_x
 from dqgen.core.spec import SHIPPED_SPECS, Spec, load_spec
 from dqgen.kernels.gemm import supports
-from dqgen.kernels.gemm90 import CLUSTER_CONFIGS90, CONFIGS90, NARROW_CONFIGS90, Gemm90Config, Gemm90KernelConfig
+from dqgen.kernels.gemm90 import (
+    CLUSTER_CONFIGS90,
+    CLUSTER_SPLITS,
+    CONFIGS90,
+    NARROW_CONFIGS90,
+    Gemm90Config,
+    Gemm90KernelConfig,
+)
 from dqgen.layout.gemm import GemmPacked, pack_gemm
+from dqgen.run.gemm90 import Plan90, shares_for
 
 from . import gemm90_emulator as emu
 from .test_gemm import ZERO_VARIANTS
@@ -111,6 +119,33 @@ def test_emulated_gemm90_epilogue_with_y_not_16_byte_aligned(cfg: Gemm90Config) 
     otherwise stage 16-byte runs (the 8-token tile always takes the 2-byte stores), with bias and a partial token
     tile, against the same reference."""
     _check(load_spec("awq_int4_fp16"), cfg, cfg.bn - 3, bias=True, misaligned=True)
+
+
+@pytest.mark.parametrize("cfg", [c for c in CONFIGS90 if c.accumulators % 16 == 0], ids=lambda c: c.tag)
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "int8_bf16"])
+def test_emulated_gemm90_shared_fixup(name: str, cfg: Gemm90Config) -> None:
+    """Every tile in S pieces (each count dqgen.run.gemm90.shares_for allows on this tile: 2, 4, 8), the CTAs of a
+    tile adding their shares of its pieces once all are stored, in reverse CTA order: x @ W with a bias and a partial
+    token tile and feature tile, each piece read once by every share, every y element stored once, the counters back
+    to 0; for two pieces also into a y 2 bytes off 16-byte alignment (the 2-byte stores)."""
+    spec = load_spec(name)
+    K = 640  # 10 K tiles: no piece empty at 8 pieces a tile
+    (q, s, z, gi, _), W = matmul_inputs(spec, K, N, seed=7)
+    G = s.shape[0]
+    pk = pack_gemm(spec, q, s, z, gi, K // G if G > 1 else -1)
+    M = cfg.bn - 3
+    x = random_x(spec, M, K, seed=8)
+    b = np.random.default_rng(9).standard_normal(N)
+    ref = matmul_reference(x, W) + b
+    tiles = -(-M // cfg.bn) * -(-N // cfg.features)
+    counts = [S for S in CLUSTER_SPLITS if shares_for(Plan90.of(tiles, tiles * S, K // 64), cfg, 1 << 20) == S]
+    assert counts, "no count shares this tile"
+    for S in counts:
+        P = tiles * S
+        for misaligned in (False, True) if S == 2 else (False,):
+            order = list(range(P))[::-1]
+            y = emu.emulate90(spec, pk, x, cfg, P, bias=b, order=order, shares=S, y_misaligned=misaligned)
+            assert np.allclose(y, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max()), (cfg.tag, S, misaligned)
 
 
 @pytest.mark.parametrize("spec", ZERO_VARIANTS, ids=[s.name for s in ZERO_VARIANTS])

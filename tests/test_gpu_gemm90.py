@@ -8,6 +8,7 @@ cluster entries (x multicast) with tails and odd feature-tile counts, and the ru
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,7 @@ def test_an_out_not_16_byte_aligned_gets_the_same_bits(name: str) -> None:
 
     spec = load_spec(name)
     K, N = 640, 256 + 8  # 3 feature tiles, the last of 8 features; 10 K tiles
-    gw, W = _weight(spec, K, N, 5, 128)
+    gw, W = _weight(spec, K, N, 5, None)  # the spec's own groups: AWQ's 128, int8's per-channel scales
     bias_np = np.random.default_rng(1).standard_normal(N).astype(W.dtype)
     bias = to_torch(bias_np)
     for cfg in CONFIGS90:
@@ -120,6 +121,54 @@ def test_an_out_not_16_byte_aligned_gets_the_same_bits(name: str) -> None:
             torch.cuda.synchronize()
             assert torch.equal(out.view(torch.int16), aligned.view(torch.int16)), (cfg.tag, splits)
             assert torch.isnan(buf[0]) and torch.isnan(buf[-1]), (cfg.tag, splits)
+
+
+def _run_into_offset(spec: Spec, x: Any, cfg: Any, splits: int, bias: Any, offset: int, w: Any, out: Any) -> Any:
+    """run_gemm in ``splits`` pieces a tile into a NaN-poisoned y ``offset`` elements into its buffer, copied to out."""
+    import torch
+
+    M, N = out.shape
+    buf = torch.full((M * N + offset,), float("nan"), dtype=out.dtype, device="cuda")
+    view = buf[offset:].view(M, N)
+    gemm.run_gemm(spec, x, w, bias=bias, out=view, config=cfg, splits=splits)
+    out.copy_(view)
+    return out
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("name", ["awq_int4_fp16", "int8_bf16"])
+def test_shared_fixup_the_same_bits_as_the_last_arriver(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiles in 2, 4 and 8 pieces whose CTAs add their shares (gemm90.shares_for) give the same bits as the last
+    arriver adding every piece (the same K-order sums), within tolerance of the reference, the same bits twice, on
+    every token tile with a bias, partial tiles and an out 2 bytes off 16-byte alignment (the 2-byte stores)."""
+    _hopper()
+    import torch
+
+    spec = load_spec(name)
+    K, N = 1024, 256 + 8  # 16 K tiles; 3 feature tiles, the last of 8 features
+    bias_np = np.random.default_rng(2).standard_normal(N).astype(np.float32)
+    shared, _ = _weight(spec, K, N, 6, None)
+    serial, W = _weight(spec, K, N, 6, None)  # its own bound launches: built with the shared fixup off
+    bias = to_torch(bias_np.astype(W.dtype))
+    ran = 0
+    for cfg in CONFIGS90:
+        M = cfg.bn - 3 if cfg.bn > 8 else 5
+        x_np = random_x(spec, M, K, seed=cfg.bn + 1)
+        x = to_torch(x_np)
+        tiles = cfg.tiles(M, N)
+        for S in (2, 4, 8):
+            if gemm90.shares_for(gemm90.Plan90.of(tiles, tiles * S, shared.k_tiles), cfg, tiles * S) != S:
+                continue
+            ran += 1
+            for offset in (0, 1):  # 1: y 2 bytes past 16-byte alignment
+                run = functools.partial(_run_into_offset, spec, x, cfg, S, bias, offset)
+                got = twice(functools.partial(run, shared), (M, N), _dtype(W))
+                check(spec, got, matmul_reference(x_np, W, bias_np.astype(W.dtype)))
+                monkeypatch.setattr(gemm90, "SHARED_FIXUP", False)
+                want = twice(functools.partial(run, serial), (M, N), _dtype(W))
+                monkeypatch.setattr(gemm90, "SHARED_FIXUP", True)
+                assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (cfg.tag, S, offset)
+    assert ran >= 8, ran
 
 
 @pytest.mark.quick

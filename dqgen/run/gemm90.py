@@ -43,6 +43,7 @@ PARAMS90: tuple[tuple[str, Any], ...] = (
     ("whole", np.int64),
     ("split_ctas", np.int32),
     ("ksplit", np.int32),
+    ("shares", np.int32),
 )
 #: The argument index of x's tensor map (dqgen.run.fastcall re-addresses it for a new x).
 X_MAP_ARG = [name for name, _ in PARAMS90].index("xmap")
@@ -105,18 +106,33 @@ class Plan90(NamedTuple):
             )
 
 
-def stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None = None) -> int:
+#: The longest pieces (K tiles) for which stream_k_ctas takes fewer pieces a tile, added by their CTAs together, over
+#: more that the last arriver adds. On the H200, CUDA graphs, µs a call (docs/bench/shared_fixup_h200.json): 4096 x
+#: 1024 at M = 128 on the 64-feature tile, 8 shared pieces of 8 K tiles against 33 of 2: 8.3 against 19.2; 4096 x
+#: 4096 at M = 32, 4 of 16 against 8 of 8: 10.4 against 12.6; 4096 x 6144 at M = 32, 4 of 16 against 5: 12.4
+#: against 13.1; but 14336 x 4096 at M = 32, 4 of 56 against 8 of 28: 27.0 against 22.0 (the longer main loop costs
+#: more than the fixup saves).
+SHARED_PIECE_MAX_K_TILES = 16
+
+
+def stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None = None, most_shares: int = 1) -> int:
     """The CTAs of a W4A16 launch (with Plan90.of's defaults: fewer CTAs than tiles run persistent on whole tiles P
     apart; more share the tiles x K tiles units in equal contiguous ranges, stream-K): ``splits`` pieces a tile where
     given (split-K); else, where the tiles do not fill the resident CTAs, as many equal pieces a tile as fill them
-    (one wave); up to two waves' worth of tiles, one tile a CTA (on the H100 a partial second wave cost less than the
+    (one wave), rounded down to a count of CLUSTER_SPLITS up to ``most_shares`` (the tile's, ``most_shares90``) where
+    one fits and its pieces stay short (SHARED_PIECE_MAX_K_TILES): those pieces its CTAs add together (shares_for),
+    which costs less than the last arriver adding more of them; up to two waves' worth of tiles, one tile a CTA (on the H100 a partial second wave cost less than the
     stream-K pieces' workspace round trips: docs/bench/gemm90_h100.json); from two waves on, the resident CTAs,
     persistent (their next tile loads under the last one's epilogue; docs/experiments/issue23.md, addendum)."""
     units = tiles * k_tiles
     if splits is not None:
         return max(1, min(units, tiles * splits))
     if tiles < resident:
-        return min(units, tiles * max(1, resident // tiles))
+        pieces = max(1, resident // tiles)
+        shared = [s for s in CLUSTER_SPLITS if s <= min(pieces, most_shares, k_tiles)]
+        if shared and (max(shared) == pieces or k_tiles <= max(shared) * SHARED_PIECE_MAX_K_TILES):
+            pieces = max(shared)
+        return min(units, tiles * pieces)
     if tiles < 2 * resident or tiles % resident == 0:
         return tiles
     return min(units, resident)
@@ -233,7 +249,14 @@ def pays90(
         return True
     ks = ksplit_for(cfg, M, N, k_tiles, sms, spec)
     if ks is None:
-        return False
+        # the stream-K schedule whose CTAs add their pieces together (shares_for), from the M of the split-K
+        # clusters on: on the H200 it runs ahead of the sm_80 GEMM with 8-16 K tiles a CTA (docs/bench/
+        # shared_fixup_h200.json: 4096 x 4096 at M = 32 / 64, 10.4 / 11.4 against 13.7 / 17.4; 4096 x 1024 at
+        # M = 256, 12.4 against 17.2)
+        if M < KSPLIT_MIN_M or (spec is not None and not measured_codes(spec)):
+            return False
+        plan = Plan90.of(tiles, stream_k_ctas(tiles, k_tiles, resident, None, most_shares90(cfg)), k_tiles)
+        return shares_for(plan, cfg, resident) > 1
     return resident_clusters is None or ksplit_resident(ks, tiles, resident_clusters(cfg, ks, tiles), False, cfg.tag)
 
 
@@ -340,6 +363,12 @@ KSPLIT_MAX_M = 128
 KSPLIT_FILL: dict[int, float] = {2: 1.0, 4: 0.75, 8: 0.75}
 KSPLIT_MAX_K_TILES = 16
 KSPLIT_MIN_FILL = 0.7
+#: The largest split-K cluster that gives way to the stream-K schedule where that schedule's CTAs add as many pieces a
+#: tile or more themselves (shares_for). On the H200 (docs/bench/shared_fixup_h200.json, CUDA graphs, µs a call):
+#: clusters of 4 against 4 shared pieces, 4096 x 4096 at M = 32: 11.7 against 10.4, at 64: 14.7 against 11.4
+#: (4096 x 6144 at 32: 12.3 against 12.4); clusters of 8 against 8 shared pieces a tie, so they stay: 4096 x 1024 at
+#: M = 64: 7.0 against 7.5, at 128: 9.2 against 8.9.
+KSPLIT_OVER_SHARES = 4
 
 
 def check_cluster_splits(cluster_splits: int | None) -> None:
@@ -359,6 +388,10 @@ def ksplit_for(cfg: Gemm90Config, M: int, N: int, k_tiles: int, sms: int, spec: 
     ks = max((k for k in fits if cfg.accumulators % k == 0), default=None)
     if ks is None:
         return None
+    if ks <= KSPLIT_OVER_SHARES and SHARED_FIXUP:
+        plan = Plan90.of(tiles, stream_k_ctas(tiles, k_tiles, resident, None, most_shares90(cfg)), k_tiles)
+        if shares_for(plan, cfg, resident) >= ks:
+            return None
     pairs_fill = ks == 2 and tiles * ks >= KSPLIT_MIN_FILL * resident
     return ks if k_tiles <= ks * KSPLIT_MAX_K_TILES or pairs_fill else None
 
@@ -375,6 +408,34 @@ def ksplit_resident(cluster_splits: int, tiles: int, resident_clusters: int, ask
     if resident_clusters < 1 and asked:
         raise ValueError(f"cluster_splits: no cluster of {cluster_splits} {tag} CTAs can be resident here")
     return resident_clusters >= (1 if asked else tiles)
+
+
+#: Whether bind90 lets the CTAs of a tile's pieces add them together (``shares_for``), where the plan allows. False:
+#: the last arriver alone adds every piece (the schedule before session 42; devtools/gemm90_loop_rate.py
+#: --serial-fixup times the two against each other).
+SHARED_FIXUP = True
+
+
+def most_shares90(cfg: Gemm90Config) -> int:
+    """The most pieces a tile of ``cfg`` can be added in by their CTAs (shares_for: whole chunk pairs a share), 1 where
+    none."""
+    return max((s for s in CLUSTER_SPLITS if cfg.accumulators % (8 * s) == 0), default=1)
+
+
+def shares_for(plan: Plan90, cfg: Gemm90Config, resident: int) -> int:
+    """The kernel's ``shares`` for ``plan``: S > 1 where each of S CTAs that hold a tile's pieces adds its share of
+    them once all are stored (the template's finish_shared), 1 where the last to arrive adds them all. S needs no
+    whole tile and one piece of one tile a CTA (ctas = tiles x S, every CTA splitting: CTA c holds piece c % S of
+    tile c / S), S in CLUSTER_SPLITS (the template's unrolled counts) and at most the K tiles (no empty piece), a
+    thread's n8 chunks in S shares of whole chunk pairs (the staged epilogue's unit: accumulators % 8 S), and every
+    CTA of the launch resident at once (``resident``: the GPU's resident CTAs of this shape), since each waits for
+    the others' pieces."""
+    if not SHARED_FIXUP or cfg.cluster > 1 or plan.whole or plan.split_ctas != plan.ctas or plan.ctas % plan.tiles:
+        return 1
+    S = plan.ctas // plan.tiles
+    if S not in CLUSTER_SPLITS or plan.k_tiles < S or cfg.accumulators % (8 * S) or plan.ctas > resident:
+        return 1
+    return S
 
 
 #: The most tokens a Hopper GEMM launch runs as a programmatic dependent (dqgen.run.device.programmatic_launches):
@@ -450,13 +511,18 @@ def bind90(
         plan = Plan90.of(tiles, tiles, w.k_tiles)  # every tile whole: one a cluster (the kernel's reduce_cluster
         # writes the pieces into the drained stage memory: a second tile's copies would land on them)
         assert plan.ctas == plan.whole == plan.tiles, plan
-    elif plan is None:
-        resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
-        plan = Plan90.of(tiles, stream_k_ctas(tiles, w.k_tiles, resident, want_splits), w.k_tiles)
+    resident = dev.sm_count(w.device) * max(1, fn.max_active_blocks(cfg.threads, smem))
+    if cfg.cluster == 1 and cluster_splits is None and plan is None:
+        # the piece count rounded to one the CTAs add together: measured on 4-bit integer weights (AWQ int4)
+        most = most_shares90(cfg) if SHARED_FIXUP and measured_codes(spec) else 1
+        ctas = stream_k_ctas(tiles, w.k_tiles, resident, want_splits, most)
+        plan = Plan90.of(tiles, ctas, w.k_tiles)
+    assert plan is not None
     if plan.tiles != tiles or plan.k_tiles != w.k_tiles:
         raise ValueError(f"plan: expected {tiles} tiles of {w.k_tiles} K tiles, got {plan}")
     plan.check()
     ksplit = cluster_splits or 1  # the kernel's argument and the launch's cluster size
+    shares = 1 if ksplit > 1 else shares_for(plan, cfg, resident)
     ws, counters = None, None
     if plan.split:  # stream-K pieces (CTAs on whole tiles store them at once)
         assert w.workspace is not None
@@ -482,6 +548,7 @@ def bind90(
         "whole": plan.whole,
         "split_ctas": plan.split_ctas,
         "ksplit": ksplit,
+        "shares": shares,
         # NVFP4's fp32 [1] global scale (pack_gemm checked it and keeps it with the weight); no argument elsewhere
         "global_scale": 0 if w.global_scale is None else w.global_scale.data_ptr(),
     }
