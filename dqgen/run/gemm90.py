@@ -12,7 +12,8 @@ lookup per K tile holds unchanged (``bind90_gathered``).
 ``hopper_ineligible`` says why it cannot take a launch (an sm_90 GPU; for in-order slots an x whose rows TMA can
 address: a gathered x' always is), ``hopper_pays`` whether it beats the sm_80 kernel for a weight's N and K tiles at
 M rows, ``config90_for`` its CTA shape (M's token tile, the 256-token one halved where its stream-K pieces would be
-short), ``stream_k_ctas`` how many CTAs share the work, ``ksplit_for`` where a tile runs split-K in a cluster of
+short), ``stream_k_ctas`` how many CTAs share the work, ``shares_for`` where the CTAs holding a tile's pieces add
+them together (else the last to arrive adds them all), ``ksplit_for`` where a tile runs split-K in a cluster of
 CTAs instead (the pieces added through distributed shared memory). The entry points' parameters: PARAMS90
 (``params90``: with NVFP4's global scale last), GATHER_PARAMS."""
 
@@ -121,9 +122,10 @@ def stream_k_ctas(tiles: int, k_tiles: int, resident: int, splits: int | None = 
     given (split-K); else, where the tiles do not fill the resident CTAs, as many equal pieces a tile as fill them
     (one wave), rounded down to a count of CLUSTER_SPLITS up to ``most_shares`` (the tile's, ``most_shares90``) where
     one fits and its pieces stay short (SHARED_PIECE_MAX_K_TILES): those pieces its CTAs add together (shares_for),
-    which costs less than the last arriver adding more of them; up to two waves' worth of tiles, one tile a CTA (on the H100 a partial second wave cost less than the
-    stream-K pieces' workspace round trips: docs/bench/gemm90_h100.json); from two waves on, the resident CTAs,
-    persistent (their next tile loads under the last one's epilogue; docs/experiments/issue23.md, addendum)."""
+    which costs less than the last arriver adding more of them; up to two waves' worth of tiles, one tile a CTA (on
+    the H100 a partial second wave cost less than the stream-K pieces' workspace round trips:
+    docs/bench/gemm90_h100.json); from two waves on, the resident CTAs, persistent (their next tile loads under the
+    last one's epilogue; docs/experiments/issue23.md, addendum)."""
     units = tiles * k_tiles
     if splits is not None:
         return max(1, min(units, tiles * splits))
