@@ -8,8 +8,25 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from dqgen.run.gpucheck import exact_allocations
+
+
+def awq_weight(K: int, N: int) -> tuple[Any, Any]:
+    """The awq_int4_fp16 kernel and a random packed weight of K x N (random codes and zeros, scales 0.001-0.011, groups
+    of 128) on the GPU: the shape alone matters to a timing or a sanitizer run."""
+    import torch
+
+    import dqgen
+    from dqgen.run import gemm
+
+    k = dqgen.compile("awq_int4_fp16")
+    G = K // 128
+    q = torch.randint(-(2**31), 2**31 - 1, (K, N // 8), dtype=torch.int32, device="cuda")
+    z = torch.randint(-(2**31), 2**31 - 1, (G, N // 8), dtype=torch.int32, device="cuda")
+    s = (torch.rand(G, N, device="cuda") * 0.01 + 0.001).half()
+    return k, gemm.pack_gemm(k.spec, q, s, z)
 
 
 def main() -> None:
@@ -24,19 +41,13 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    import dqgen
     from dqgen.kernels.gemm90 import Gemm90Config
     from dqgen.run import device as dev
     from dqgen.run import gemm
     from dqgen.run.gemm90 import config90_for
 
     K, N, M = a.K, a.N, a.M
-    k = dqgen.compile("awq_int4_fp16")
-    G = K // 128
-    q = torch.randint(-(2**31), 2**31 - 1, (K, N // 8), dtype=torch.int32, device="cuda")
-    z = torch.randint(-(2**31), 2**31 - 1, (G, N // 8), dtype=torch.int32, device="cuda")
-    s = (torch.rand(G, N, device="cuda") * 0.01 + 0.001).half()
-    gw = gemm.pack_gemm(k.spec, q, s, z)
+    k, gw = awq_weight(K, N)
     x = (torch.randn(M, K, device="cuda") / K**0.5).half()
     # default: the CTA shape bind90 takes, on the Hopper kernel even where the dispatch would run the sm_80 one
     sms = dev.sm_count(gw.device)

@@ -33,15 +33,14 @@ def main() -> None:
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     import torch
+    from gemm90_case import awq_weight  # a sibling script (devtools/ is the script's directory)
 
-    import dqgen
     from dqgen.kernels.gemm90 import Gemm90Config
     from dqgen.run import device as dev
     from dqgen.run import gemm, gemm90
 
     gemm90.SHARED_FIXUP = not a.serial_fixup
 
-    k = dqgen.compile("awq_int4_fp16")
     sms = dev.sm_count(0)
 
     def time_us(fn: Any) -> float:
@@ -77,11 +76,7 @@ def main() -> None:
         M, N = cfg.bn, a.n or cfg.features * sms * cfg.min_blocks  # default: one whole tile a resident CTA
         pts = []
         for K in (int(v) for v in a.ks.split(",")):
-            G = K // 128
-            q = torch.randint(-(2**31), 2**31 - 1, (K, N // 8), dtype=torch.int32, device="cuda")
-            z = torch.randint(-(2**31), 2**31 - 1, (G, N // 8), dtype=torch.int32, device="cuda")
-            s = (torch.rand(G, N, device="cuda") * 0.01 + 0.001).half()
-            gw = gemm.pack_gemm(k.spec, q, s, z)
+            k, gw = awq_weight(K, N)
             x = (torch.randn(M, K, device="cuda") / K**0.5).half()
             run = functools.partial(gemm.run_gemm, k.spec, x, gw, config=cfg, splits=a.splits, cluster_splits=a.ksplit)
             us = time_us(run)
