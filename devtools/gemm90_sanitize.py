@@ -33,7 +33,7 @@ from dqgen.run.gpucheck import exact_allocations, to_numpy, to_torch
 #: weight's gathered x'.
 CASES = (
     ("awq_int4_fp16", 128 * 6, 200, 128, (1, 3, 4, 5), (2, 4, 8)),  # 12 K tiles in 5 pieces: CTAs spanning two tiles
-    ("int8_bf16", 64 * 3 + 8, 128 * 3 + 4, None, (1, 2), ()),
+    ("int8_bf16", 64 * 3 + 8, 128 * 3 + 4, None, (1, 2, 3), ()),  # 2 pieces shared, 3 by the last arriver
     # act-order (shuffled g_idx) in 6 groups of 96 rows, each padded to 128 slots: the gather writes x' [M, 768]
     ("gptq_int4_asym_act_order_fp16", 96 * 6, 200, 96, (1, 3), (2,)),
     # a float spec: MXFP4's e8m0 codes, two scale rows a stage (groups of 32), the last tile's second past G

@@ -590,7 +590,7 @@ def emulate90(
 
             def store_tile(tile: int, v: np.ndarray, chunks: range | None = None) -> None:
                 """The template's store_tile; with ``chunks``, its store_chunks of those chunks u = mw NI + j."""
-                chunks = chunks or range(MW * NI)
+                chunks = range(MW * NI) if chunks is None else chunks
                 m0, n0 = origin(tile, rank)
                 b = np.zeros((MW, 2, CONSUMERS, 4, 32))  # the bias of feature row0 + 64 mw + g + 8 h (0 past N)
                 for mw in range(MW):

@@ -320,3 +320,32 @@ def test_shared_fixup_where_every_cta_holds_one_piece_and_all_are_resident(monke
     assert gemm90.shares_for(Plan90.of(4, 8, 64), n8, 264) == 1  # 8 sums a thread: no whole pair a share
     monkeypatch.setattr(gemm90, "SHARED_FIXUP", False)
     assert gemm90.shares_for(Plan90.of(32, 128, 64), n128, 132) == 1
+
+
+def test_the_stream_k_schedule_pays_where_split_k_clusters_would_not_all_be_resident(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """4096 x 1024 at M = 64: the rule's clusters of 8 (ksplit_for); where the GPU holds none of them at once bind90
+    runs the stream-K schedule, whose 8 pieces a tile its CTAs share (64 CTAs of 8 K tiles): that pays too, unless
+    the shared fixup is off (the last arriver adding 8 pieces: the sm_80 GEMM)."""
+    spec = load_spec("awq_int4_fp16")
+    cfg = gemm90.config90_for(64, 1024, 64, 132, spec)
+    assert gemm90.ksplit_for(cfg, 64, 1024, 64, 132, spec) == 8
+    assert gemm90.pays90(1024, 64, 64, 132, spec, lambda cfg, ks, tiles: 0)
+    monkeypatch.setattr(gemm90, "SHARED_FIXUP", False)
+    assert not gemm90.pays90(1024, 64, 64, 132, spec, lambda cfg, ks, tiles: 0)
+
+
+def test_the_shared_fixup_environment_switch() -> None:
+    """DQGEN_SHARED_FIXUP=0 turns the shared fixup off for the process (read at import); unset, it is on."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from dqgen.run import gemm90; print(gemm90.SHARED_FIXUP)"
+    for value, want in (("0", "False"), ("1", "True"), (None, "True")):
+        env = {k: v for k, v in os.environ.items() if k != gemm90.SHARED_FIXUP_ENV}
+        if value is not None:
+            env[gemm90.SHARED_FIXUP_ENV] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == want, (value, out.stderr)

@@ -123,6 +123,14 @@ def test_an_out_not_16_byte_aligned_gets_the_same_bits(name: str) -> None:
             assert torch.isnan(buf[0]) and torch.isnan(buf[-1]), (cfg.tag, splits)
 
 
+def _bound_shares(w: Any) -> int:
+    """The ``shares`` argument (gemm90.PARAMS90) of the weight's most recently bound launch."""
+    launch = list(w._bound.values())[-1]
+    i = [name for name, _ in gemm90.PARAMS90].index("shares")
+    word = (launch._addresses[i] - launch.slots.buffer_info()[0]) // 8  # tensor maps take 16 slots each
+    return int(launch.slots[word]) & 0xFFFFFFFF
+
+
 def _run_into_offset(spec: Spec, x: Any, cfg: Any, splits: int, bias: Any, offset: int, w: Any, out: Any) -> Any:
     """run_gemm in ``splits`` pieces a tile into a NaN-poisoned y ``offset`` elements into its buffer, copied to out."""
     import torch
@@ -163,9 +171,11 @@ def test_shared_fixup_the_same_bits_as_the_last_arriver(name: str, monkeypatch: 
             for offset in (0, 1):  # 1: y 2 bytes past 16-byte alignment
                 run = functools.partial(_run_into_offset, spec, x, cfg, S, bias, offset)
                 got = twice(functools.partial(run, shared), (M, N), _dtype(W))
+                assert _bound_shares(shared) == S, (cfg.tag, S)  # the launch that ran shared its pieces
                 check(spec, got, matmul_reference(x_np, W, bias_np.astype(W.dtype)))
                 monkeypatch.setattr(gemm90, "SHARED_FIXUP", False)
                 want = twice(functools.partial(run, serial), (M, N), _dtype(W))
+                assert _bound_shares(serial) == 1, (cfg.tag, S)
                 monkeypatch.setattr(gemm90, "SHARED_FIXUP", True)
                 assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (cfg.tag, S, offset)
     assert ran >= 8, ran

@@ -20,6 +20,7 @@ CTAs instead (the pieces added through distributed shared memory). The entry poi
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -109,7 +110,7 @@ class Plan90(NamedTuple):
 
 #: The longest pieces (K tiles) for which stream_k_ctas takes fewer pieces a tile, added by their CTAs together, over
 #: more that the last arriver adds. On the H200, CUDA graphs, µs a call (docs/bench/shared_fixup_h200.json): 4096 x
-#: 1024 at M = 128 on the 64-feature tile, 8 shared pieces of 8 K tiles against 33 of 2: 8.3 against 19.2; 4096 x
+#: 1024 at M = 128 on the 64-token tile, 8 shared pieces of 8 K tiles against 16 of 4: 8.3 against 19.2; 4096 x
 #: 4096 at M = 32, 4 of 16 against 8 of 8: 10.4 against 12.6; 4096 x 6144 at M = 32, 4 of 16 against 5: 12.4
 #: against 13.1; but 14336 x 4096 at M = 32, 4 of 56 against 8 of 28: 27.0 against 22.0 (the longer main loop costs
 #: more than the fixup saves).
@@ -250,16 +251,18 @@ def pays90(
     if per_cta >= MIN_K_TILES_PER_CTA:
         return True
     ks = ksplit_for(cfg, M, N, k_tiles, sms, spec)
-    if ks is None:
-        # the stream-K schedule whose CTAs add their pieces together (shares_for), from the M of the split-K
-        # clusters on: on the H200 it runs ahead of the sm_80 GEMM with 8-16 K tiles a CTA (docs/bench/
-        # shared_fixup_h200.json: 4096 x 4096 at M = 32 / 64, 10.4 / 11.4 against 13.7 / 17.4; 4096 x 1024 at
-        # M = 256, 12.4 against 17.2)
-        if M < KSPLIT_MIN_M or (spec is not None and not measured_codes(spec)):
-            return False
-        plan = Plan90.of(tiles, stream_k_ctas(tiles, k_tiles, resident, None, most_shares90(cfg)), k_tiles)
-        return shares_for(plan, cfg, resident) > 1
-    return resident_clusters is None or ksplit_resident(ks, tiles, resident_clusters(cfg, ks, tiles), False, cfg.tag)
+    if ks is not None and (
+        resident_clusters is None or ksplit_resident(ks, tiles, resident_clusters(cfg, ks, tiles), False, cfg.tag)
+    ):
+        return True
+    # the stream-K schedule (bind90's where its split-K clusters would not all be resident) whose CTAs add their
+    # pieces together (shares_for), from the M of the split-K clusters on: on the H200 it runs ahead of the sm_80
+    # GEMM with 8-16 K tiles a CTA (docs/bench/shared_fixup_h200.json: 4096 x 4096 at M = 32 / 64, 10.4 / 11.4
+    # against 13.7 / 17.4; 4096 x 1024 at M = 256, 12.4 against 17.2)
+    if M < KSPLIT_MIN_M or (spec is not None and not measured_codes(spec)) or not SHARED_FIXUP:
+        return False
+    plan = Plan90.of(tiles, stream_k_ctas(tiles, k_tiles, resident, None, most_shares90(cfg)), k_tiles)
+    return shares_for(plan, cfg, resident) > 1
 
 
 def weight_maps(
@@ -367,9 +370,9 @@ KSPLIT_MAX_K_TILES = 16
 KSPLIT_MIN_FILL = 0.7
 #: The largest split-K cluster that gives way to the stream-K schedule where that schedule's CTAs add as many pieces a
 #: tile or more themselves (shares_for). On the H200 (docs/bench/shared_fixup_h200.json, CUDA graphs, µs a call):
-#: clusters of 4 against 4 shared pieces, 4096 x 4096 at M = 32: 11.7 against 10.4, at 64: 14.7 against 11.4
-#: (4096 x 6144 at 32: 12.3 against 12.4); clusters of 8 against 8 shared pieces a tie, so they stay: 4096 x 1024 at
-#: M = 64: 7.0 against 7.5, at 128: 9.2 against 8.9.
+#: clusters of 4 against 4 shared pieces, 4096 x 4096 at M = 32: 11.7 against 10.4, at 64 (8 shared pieces there, 4
+#: timed the same): 14.7 against 11.4 (4096 x 6144 at 32: 12.3 against 12.4); clusters of 8 against 8 shared pieces
+#: a tie, so they stay: 4096 x 1024 at M = 64: 7.0 against 7.5, at 128: 9.2 against 8.9.
 KSPLIT_OVER_SHARES = 4
 
 
@@ -412,10 +415,14 @@ def ksplit_resident(cluster_splits: int, tiles: int, resident_clusters: int, ask
     return resident_clusters >= (1 if asked else tiles)
 
 
+#: The environment switch of the shared fixup: "0" has the last arriver add every piece (no CTA waits for another:
+#: for a GPU partition of a few SMs running several GEMMs at once, where the waits' forward-progress argument in
+#: templates/gemm90.cu.j2 finish_shared needs more free SM slots than such a partition has).
+SHARED_FIXUP_ENV = "DQGEN_SHARED_FIXUP"
 #: Whether bind90 lets the CTAs of a tile's pieces add them together (``shares_for``), where the plan allows. False:
 #: the last arriver alone adds every piece (the schedule before session 42; devtools/gemm90_loop_rate.py
 #: --serial-fixup times the two against each other).
-SHARED_FIXUP = True
+SHARED_FIXUP = os.environ.get(SHARED_FIXUP_ENV, "1") != "0"
 
 
 def most_shares90(cfg: Gemm90Config) -> int:
