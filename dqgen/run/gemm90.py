@@ -259,10 +259,9 @@ def pays90(
     # pieces together (shares_for), from the M of the split-K clusters on: on the H200 it runs ahead of the sm_80
     # GEMM with 8-16 K tiles a CTA (docs/bench/shared_fixup_h200.json: 4096 x 4096 at M = 32 / 64, 10.4 / 11.4
     # against 13.7 / 17.4; 4096 x 1024 at M = 256, 12.4 against 17.2)
-    if M < KSPLIT_MIN_M or (spec is not None and not measured_codes(spec)) or not SHARED_FIXUP:
+    if M < KSPLIT_MIN_M or (spec is not None and not measured_codes(spec)):
         return False
-    plan = Plan90.of(tiles, stream_k_ctas(tiles, k_tiles, resident, None, most_shares90(cfg)), k_tiles)
-    return shares_for(plan, cfg, resident) > 1
+    return stream_k_shares(cfg, tiles, k_tiles, resident) > 1
 
 
 def weight_maps(
@@ -393,10 +392,8 @@ def ksplit_for(cfg: Gemm90Config, M: int, N: int, k_tiles: int, sms: int, spec: 
     ks = max((k for k in fits if cfg.accumulators % k == 0), default=None)
     if ks is None:
         return None
-    if ks <= KSPLIT_OVER_SHARES and SHARED_FIXUP:
-        plan = Plan90.of(tiles, stream_k_ctas(tiles, k_tiles, resident, None, most_shares90(cfg)), k_tiles)
-        if shares_for(plan, cfg, resident) >= ks:
-            return None
+    if ks <= KSPLIT_OVER_SHARES and stream_k_shares(cfg, tiles, k_tiles, resident) >= ks:
+        return None
     pairs_fill = ks == 2 and tiles * ks >= KSPLIT_MIN_FILL * resident
     return ks if k_tiles <= ks * KSPLIT_MAX_K_TILES or pairs_fill else None
 
@@ -426,7 +423,8 @@ SHARED_FIXUP = os.environ.get(SHARED_FIXUP_ENV, "1") != "0"
 
 
 def most_shares90(cfg: Gemm90Config) -> int:
-    """The most pieces a tile of ``cfg`` can be added in by their CTAs (shares_for: whole chunk pairs a share), 1 where
+    """The most pieces a tile of ``cfg`` can be added in by their CTAs (shares_for: whole chunk pairs a share, so a
+    count of CLUSTER_SPLITS, powers of two, whose 8 S divides the accumulators; every smaller one does too), 1 where
     none."""
     return max((s for s in CLUSTER_SPLITS if cfg.accumulators % (8 * s) == 0), default=1)
 
@@ -442,9 +440,17 @@ def shares_for(plan: Plan90, cfg: Gemm90Config, resident: int) -> int:
     if not SHARED_FIXUP or cfg.cluster > 1 or plan.whole or plan.split_ctas != plan.ctas or plan.ctas % plan.tiles:
         return 1
     S = plan.ctas // plan.tiles
-    if S not in CLUSTER_SPLITS or plan.k_tiles < S or cfg.accumulators % (8 * S) or plan.ctas > resident:
+    if S not in CLUSTER_SPLITS or plan.k_tiles < S or most_shares90(cfg) < S or plan.ctas > resident:
         return 1
     return S
+
+
+def stream_k_shares(cfg: Gemm90Config, tiles: int, k_tiles: int, resident: int) -> int:
+    """shares_for of the stream-K schedule bind90 builds by itself for ``tiles`` tiles of ``cfg`` (its piece count
+    rounded to one the tile's CTAs share): what ksplit_for and pays90 weigh the split-K clusters and the sm_80 GEMM
+    against."""
+    plan = Plan90.of(tiles, stream_k_ctas(tiles, k_tiles, resident, None, most_shares90(cfg)), k_tiles)
+    return shares_for(plan, cfg, resident)
 
 
 #: The most tokens a Hopper GEMM launch runs as a programmatic dependent (dqgen.run.device.programmatic_launches):
